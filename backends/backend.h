@@ -1,0 +1,95 @@
+/* backend.h: the pluggable collective-communication interface (ggml-backend style: an opaque
+ * handle and one documented table of functions; optional entries may be NULL).
+ *
+ * A process drives n_local replicas (sim: all N; nccl single-process: one per local GPU;
+ * mpi: one). Every collective takes one buffer per LOCAL replica, as NCCL's grouped calls do,
+ * so the simulated and the real backends have one shape and one trainer serves them all.
+ * Buffers live on the backend's device. Every call is collective: all ranks make it, in the
+ * same order, with the same counts. */
+#ifndef DP_BACKEND_H
+#define DP_BACKEND_H
+
+#include <stddef.h>
+
+#include "core/status.h"
+
+typedef enum { DP_CPU = 0, DP_CUDA = 1 } dp_device;
+typedef enum { DP_SUM = 0, DP_AVG = 1 } dp_redop;
+
+typedef enum {
+    DP_COLL_ALLREDUCE = 0,
+    DP_COLL_BROADCAST,
+    DP_COLL_REDUCE,
+    DP_COLL_ALLGATHER,
+    DP_COLL_BARRIER,
+    DP_COLL_KINDS
+} dp_coll_kind;
+
+/* What the collectives cost so far; the trainer reads and resets it per epoch, and the
+ * overhead model turns the byte counts into predicted times on real links. */
+typedef struct {
+    long calls[DP_COLL_KINDS];
+    double bytes[DP_COLL_KINDS];      /* payload: floats per replica * 4 */
+    double link_bytes[DP_COLL_KINDS]; /* the most any one replica sent over its link */
+    double seconds[DP_COLL_KINDS];    /* host time spent inside the calls */
+} dp_comm_stats;
+
+typedef struct dp_backend *dp_backend_t;
+typedef int dp_req; /* a started non-blocking collective; backends define the meaning */
+
+struct dp_backend_i {
+    const char *(*name)(dp_backend_t);
+    int (*world_size)(dp_backend_t);        /* replicas over all processes */
+    int (*n_local)(dp_backend_t);           /* replicas this process drives */
+    int (*rank)(dp_backend_t, int local);   /* global rank of local replica `local` */
+    dp_device (*device)(dp_backend_t);
+    dp_status (*allreduce)(dp_backend_t, float *const *bufs, size_t n, dp_redop op);
+    dp_status (*broadcast)(dp_backend_t, float *const *bufs, size_t n, int root);
+    /* Result in the buffer of global rank `root`; the other buffers are left unspecified. */
+    dp_status (*reduce)(dp_backend_t, float *const *bufs, size_t n, dp_redop op, int root);
+    /* recv[i] receives world_size * n floats: rank r's send at r * n. */
+    dp_status (*allgather)(dp_backend_t, const float *const *send, float *const *recv, size_t n);
+    dp_status (*barrier)(dp_backend_t);
+    /* (optional) non-blocking allreduce; the buffers must not be touched until wait returns. */
+    dp_status (*allreduce_start)(dp_backend_t, float *const *bufs, size_t n, dp_redop op, dp_req *req);
+    dp_status (*wait)(dp_backend_t, dp_req req);
+    void (*destroy)(dp_backend_t);
+};
+
+struct dp_backend {
+    const struct dp_backend_i *iface;
+    void *impl;
+    dp_comm_stats stats;
+};
+
+typedef struct {
+    const char *name;      /* "sim", "mpi", "nccl" */
+    int replicas;          /* sim: N logical replicas */
+    int nthreads;          /* OpenMP threads the backend may use for its copies and sums */
+    const char *algorithm; /* sim: "ring" (default) or "tree" */
+    double timeout_s;      /* mpi: how long a collective may wait for a dead rank */
+    int *argc;             /* mpi: for MPI_Init */
+    char ***argv;
+} dp_backend_config;
+
+/* Creates the named backend. An unknown name, or one not compiled into this build, fails with
+ * DP_ERR_USAGE / DP_ERR_UNSUPPORTED and a message that says how to get it. */
+dp_status dp_backend_create(const dp_backend_config *cfg, dp_backend_t *out);
+void dp_backend_destroy(dp_backend_t b);
+/* "sim (cpu), mpi: not built, nccl: not built" for --version. */
+void dp_backend_describe(char *buf, size_t n);
+
+/* Convenience wrappers over the table; allreduce_start falls back to a blocking allreduce. */
+static inline const char *dp_backend_name(dp_backend_t b) { return b->iface->name(b); }
+static inline int dp_backend_world(dp_backend_t b) { return b->iface->world_size(b); }
+static inline int dp_backend_n_local(dp_backend_t b) { return b->iface->n_local(b); }
+static inline int dp_backend_rank(dp_backend_t b, int local) { return b->iface->rank(b, local); }
+dp_status dp_allreduce(dp_backend_t b, float *const *bufs, size_t n, dp_redop op);
+dp_status dp_broadcast(dp_backend_t b, float *const *bufs, size_t n, int root);
+dp_status dp_reduce(dp_backend_t b, float *const *bufs, size_t n, dp_redop op, int root);
+dp_status dp_allgather(dp_backend_t b, const float *const *send, float *const *recv, size_t n);
+dp_status dp_barrier(dp_backend_t b);
+dp_status dp_allreduce_start(dp_backend_t b, float *const *bufs, size_t n, dp_redop op, dp_req *req);
+dp_status dp_wait(dp_backend_t b, dp_req req);
+
+#endif

@@ -1,0 +1,97 @@
+/* registry.c: backend names -> constructors, and the thin wrappers that keep the
+ * communication statistics in one place for every backend. */
+#include <stdio.h>
+#include <string.h>
+
+#include "backends/backend.h"
+#include "core/timer.h"
+#include "dp_config.h"
+
+dp_status dp_sim_backend_create(const dp_backend_config *cfg, dp_backend_t *out);
+#if DP_HAVE_MPI
+dp_status dp_mpi_backend_create(const dp_backend_config *cfg, dp_backend_t *out);
+#endif
+
+dp_status dp_backend_create(const dp_backend_config *cfg, dp_backend_t *out) {
+    *out = NULL;
+    const char *name = cfg->name ? cfg->name : "sim";
+    if (strcmp(name, "sim") == 0) return dp_sim_backend_create(cfg, out);
+    if (strcmp(name, "mpi") == 0) {
+#if DP_HAVE_MPI
+        return dp_mpi_backend_create(cfg, out);
+#else
+        return dp_fail(DP_ERR_UNSUPPORTED,
+                       "--backend mpi: not compiled into this build (install libopenmpi-dev openmpi-bin and rebuild)");
+#endif
+    }
+    if (strcmp(name, "nccl") == 0) {
+#if DP_HAVE_NCCL
+        return dp_fail(DP_ERR_UNSUPPORTED, "--backend nccl: not implemented in this version yet; use --backend sim");
+#else
+        return dp_fail(DP_ERR_UNSUPPORTED, "--backend nccl: not compiled into this build (needs the CUDA toolkit and "
+                                           "NCCL at build time; set NCCL_ROOT and rebuild)");
+#endif
+    }
+    return dp_fail(DP_ERR_USAGE, "--backend: unknown backend '%s' (expected sim, mpi or nccl)", name);
+}
+
+void dp_backend_destroy(dp_backend_t b) {
+    if (b) b->iface->destroy(b);
+}
+
+void dp_backend_describe(char *buf, size_t n) {
+    snprintf(buf, n, "sim (cpu), mpi (%s), nccl (%s)", DP_HAVE_MPI ? "cpu" : "not built",
+             DP_HAVE_NCCL ? "NCCL found, backend not yet implemented" : "not built");
+}
+
+/* Times the call and counts its bytes. */
+#define TIMED(kind, nfloats, linkf, call)                                   \
+    do {                                                                    \
+        double t0_ = dp_now();                                              \
+        dp_status s_ = (call);                                              \
+        b->stats.seconds[kind] += dp_now() - t0_;                           \
+        b->stats.calls[kind]++;                                             \
+        b->stats.bytes[kind] += 4.0 * (double)(nfloats);                    \
+        b->stats.link_bytes[kind] += 4.0 * (double)(linkf);                 \
+        return s_;                                                          \
+    } while (0)
+
+static double ring_link_floats(dp_backend_t b, size_t n) {
+    int w = b->iface->world_size(b);
+    return w > 1 ? 2.0 * (w - 1) / w * (double)n : 0.0;
+}
+
+dp_status dp_allreduce(dp_backend_t b, float *const *bufs, size_t n, dp_redop op) {
+    TIMED(DP_COLL_ALLREDUCE, n, ring_link_floats(b, n), b->iface->allreduce(b, bufs, n, op));
+}
+
+dp_status dp_broadcast(dp_backend_t b, float *const *bufs, size_t n, int root) {
+    TIMED(DP_COLL_BROADCAST, n, b->iface->world_size(b) > 1 ? n : 0, b->iface->broadcast(b, bufs, n, root));
+}
+
+dp_status dp_reduce(dp_backend_t b, float *const *bufs, size_t n, dp_redop op, int root) {
+    TIMED(DP_COLL_REDUCE, n, b->iface->world_size(b) > 1 ? n : 0, b->iface->reduce(b, bufs, n, op, root));
+}
+
+dp_status dp_allgather(dp_backend_t b, const float *const *send, float *const *recv, size_t n) {
+    int w = b->iface->world_size(b);
+    TIMED(DP_COLL_ALLGATHER, n, (double)(w - 1) * n, b->iface->allgather(b, send, recv, n));
+}
+
+dp_status dp_barrier(dp_backend_t b) { TIMED(DP_COLL_BARRIER, 0, 0, b->iface->barrier(b)); }
+
+dp_status dp_allreduce_start(dp_backend_t b, float *const *bufs, size_t n, dp_redop op, dp_req *req) {
+    if (!b->iface->allreduce_start) {
+        *req = -1;
+        return dp_allreduce(b, bufs, n, op);
+    }
+    TIMED(DP_COLL_ALLREDUCE, n, ring_link_floats(b, n), b->iface->allreduce_start(b, bufs, n, op, req));
+}
+
+dp_status dp_wait(dp_backend_t b, dp_req req) {
+    if (!b->iface->wait || req < 0) return DP_OK;
+    double t0 = dp_now();
+    dp_status s = b->iface->wait(b, req);
+    b->stats.seconds[DP_COLL_ALLREDUCE] += dp_now() - t0;
+    return s;
+}

@@ -1,0 +1,38 @@
+/* dptrain: the command-line entry point. The only place that turns a status into an exit
+ * code: 0 success, 2 bad usage, 1 any failure at run time. */
+#include <stdio.h>
+
+#include "cli/options.h"
+#include "train/trainer.h"
+
+int main(int argc, char **argv) {
+    dp_config cfg;
+    dp_config_defaults(&cfg);
+    dp_action action;
+    dp_status s = dp_parse_args(argc, argv, &cfg, &action);
+    if (s != DP_OK) {
+        fprintf(stderr, "dptrain: %s\n", dp_last_error());
+        return dp_exit_code(s);
+    }
+    if (action == DP_ACTION_HELP) {
+        dp_print_usage(stdout);
+        return 0;
+    }
+    if (action == DP_ACTION_VERSION) {
+        dp_print_version(stdout);
+        return 0;
+    }
+    cfg.argc = &argc;
+    cfg.argv = &argv;
+    dp_trainer *t = NULL;
+    s = dp_trainer_create(&cfg, &t);
+    if (s == DP_OK) s = dp_trainer_run(t);
+    if (s != DP_OK) {
+        fflush(stdout);
+        fprintf(stderr, "dptrain: %s\n", dp_last_error());
+        fflush(stderr);
+    }
+    /* after the message: a failed MPI run aborts the job here */
+    if (t) dp_trainer_destroy(t);
+    return dp_exit_code(s);
+}

@@ -1,0 +1,82 @@
+/* layer.h: one node of a model graph. Each layer type is a small const ops table plus its
+ * private config; layers hold slices into the arenas, never pointers, so one model description
+ * serves every replica and every device. src/nn/ never includes a backend: what a layer needs
+ * from outside (the arenas, scratch, mode, the batch sizes) comes in dp_exec. */
+#ifndef DP_LAYER_H
+#define DP_LAYER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/arena.h"
+#include "core/rng.h"
+#include "core/status.h"
+
+typedef struct { int c, h, w; } dp_shape; /* one sample, CHW; a feature vector is (F, 1, 1) */
+
+static inline size_t dp_shape_size(dp_shape s) { return (size_t)s.c * (size_t)s.h * (size_t)s.w; }
+
+#define DP_MAX_INPUTS 2
+#define DP_INPUT (-1) /* node id of the model's input */
+
+typedef struct dp_layer dp_layer;
+
+typedef struct {
+    int batch;          /* samples on this replica in this step (may be 0) */
+    int global_batch;   /* samples over all replicas: the count SyncBatchNorm normalises by */
+    int training;       /* 1: batch statistics, running-stat updates; 0: eval */
+    int sync;           /* 1: the sums in `sync` were summed over all replicas (SyncBatchNorm) */
+    int nthreads;       /* OpenMP threads the kernels may use */
+    float *ws;          /* scratch, dp_model.ws_floats(batch) floats */
+    const float *params;
+    float *grads;
+    float *buffers;     /* BN running statistics */
+} dp_exec;
+
+/* Everything but plan may assume shapes were checked by plan. `in` has n_in entries.
+ * din[i] may be NULL (model input: no gradient needed). Gradients of parameters accumulate. */
+typedef struct {
+    const char *kind;
+    /* Sets l->out, adds parameter / buffer tensors, sets ctx and sync sizes. Fails on a bad shape. */
+    dp_status (*plan)(dp_layer *l, dp_layout *params, dp_layout *buffers);
+    /* Floats of scratch for a batch (0 if none). */
+    size_t (*ws_floats)(const dp_layer *l, int batch, int nthreads);
+    /* PyTorch's default initialisation. */
+    void (*init)(const dp_layer *l, float *params, float *buffers, dp_rng *rng);
+    /* Optional (SyncBatchNorm): local sums that the executor may sum over replicas before forward. */
+    void (*forward_sums)(const dp_layer *l, const dp_exec *x, const float *const *in, float *sync);
+    dp_status (*forward)(const dp_layer *l, const dp_exec *x, const float *const *in, float *out, float *ctx,
+                         const float *sync);
+    /* Optional: local sums of the gradient terms, summed over replicas before backward. */
+    void (*backward_sums)(const dp_layer *l, const dp_exec *x, const float *const *in, const float *dout,
+                          float *ctx, float *sync);
+    dp_status (*backward)(const dp_layer *l, const dp_exec *x, const float *const *in, const float *out,
+                          const float *dout, float *const *din, const float *ctx, const float *sync);
+} dp_layer_ops;
+
+struct dp_layer {
+    const dp_layer_ops *ops;
+    char name[32];              /* "conv1", "bn2", ... (tensor names are name.weight etc.) */
+    int in[DP_MAX_INPUTS];      /* producing node ids, DP_INPUT for the model input */
+    int n_in;
+    dp_shape in_shape[DP_MAX_INPUTS];
+    dp_shape out;
+    int tensor0, n_tensors;     /* parameter tensors in the parameter layout */
+    size_t poff[4];             /* their offsets in the parameter arena (weight, bias, ...) */
+    size_t boff[4];             /* offsets of its tensors in the buffer arena */
+    size_t ctx_per_sample;      /* floats of saved context per sample (e.g. maxpool argmax) */
+    size_t ctx_fixed;           /* plus this many (e.g. BN mean and invstd) */
+    size_t sync_floats;         /* floats of sums for forward_sums / backward_sums */
+    union {
+        struct { int out_c, k, stride, pad, bias; } conv;
+        struct { int out_f, bias; } linear;
+        struct { int k, stride, pad; } pool;
+        struct { float momentum, eps; } bn;
+    } cfg;
+};
+
+/* The layer types (src/nn/layers/). */
+extern const dp_layer_ops dp_conv2d_ops, dp_linear_ops, dp_batchnorm_ops, dp_relu_ops, dp_maxpool_ops,
+    dp_flatten_ops, dp_add_ops, dp_global_avgpool_ops;
+
+#endif

@@ -1,0 +1,79 @@
+/* Conv2d layer: shape planning and parameters around kernels/cpu/conv2d. */
+#include <stdio.h>
+
+#include "kernels/cpu/conv2d.h"
+#include "nn/layer.h"
+#include "nn/layers/init.h"
+
+static dp_conv2d_dims dims_of(const dp_layer *l) {
+    dp_conv2d_dims d = {l->in_shape[0].c, l->in_shape[0].h, l->in_shape[0].w, l->cfg.conv.out_c, l->cfg.conv.k,
+                        l->cfg.conv.stride, l->cfg.conv.pad, 0, 0};
+    conv2d_dims_init(&d);
+    return d;
+}
+
+static dp_status plan(dp_layer *l, dp_layout *params, dp_layout *buffers) {
+    (void)buffers;
+    const int oc = l->cfg.conv.out_c, k = l->cfg.conv.k;
+    if (oc < 1 || k < 1 || l->cfg.conv.stride < 1 || l->cfg.conv.pad < 0)
+        return dp_fail(DP_ERR_INTERNAL, "invalid convolution (out %d, kernel %d, stride %d, pad %d)", oc, k,
+                       l->cfg.conv.stride, l->cfg.conv.pad);
+    dp_conv2d_dims d = {l->in_shape[0].c, l->in_shape[0].h, l->in_shape[0].w, oc, k, l->cfg.conv.stride,
+                        l->cfg.conv.pad, 0, 0};
+    if (conv2d_dims_init(&d) != 0)
+        return dp_fail(DP_ERR_FORMAT, "a %dx%d kernel with padding %d does not fit the input: the images are too small "
+                       "for this model", k, k, l->cfg.conv.pad);
+    l->out = (dp_shape){oc, d.out_h, d.out_w};
+    char name[64];
+    snprintf(name, sizeof name, "%s.weight", l->name);
+    DP_TRY(dp_layout_add(params, name, (size_t)oc * d.in_c * k * k, 0, NULL));
+    l->poff[0] = params->tensors[params->n_tensors - 1].s.offset;
+    if (l->cfg.conv.bias) {
+        snprintf(name, sizeof name, "%s.bias", l->name);
+        DP_TRY(dp_layout_add(params, name, (size_t)oc, 0, NULL));
+        l->poff[1] = params->tensors[params->n_tensors - 1].s.offset;
+    }
+    return DP_OK;
+}
+
+static size_t ws_floats(const dp_layer *l, int batch, int nthreads) {
+    dp_conv2d_dims d = dims_of(l);
+    return conv2d_workspace_floats(&d, batch, nthreads);
+}
+
+static void init(const dp_layer *l, float *params, float *buffers, dp_rng *rng) {
+    (void)buffers;
+    dp_conv2d_dims d = dims_of(l);
+    size_t fan_in = (size_t)d.in_c * d.k * d.k;
+    dp_init_uniform_fan_in(params + l->poff[0], (size_t)d.out_c * fan_in, fan_in, rng);
+    if (l->cfg.conv.bias) dp_init_uniform_fan_in(params + l->poff[1], (size_t)d.out_c, fan_in, rng);
+}
+
+static dp_status forward(const dp_layer *l, const dp_exec *x, const float *const *in, float *out, float *ctx,
+                         const float *sync) {
+    (void)ctx, (void)sync;
+    if (x->batch == 0) return DP_OK;
+    dp_conv2d_dims d = dims_of(l);
+    conv2d_forward_cpu(&d, x->batch, in[0], x->params + l->poff[0], l->cfg.conv.bias ? x->params + l->poff[1] : NULL,
+                       out, x->ws, x->nthreads);
+    return DP_OK;
+}
+
+static dp_status backward(const dp_layer *l, const dp_exec *x, const float *const *in, const float *out,
+                          const float *dout, float *const *din, const float *ctx, const float *sync) {
+    (void)out, (void)ctx, (void)sync;
+    if (x->batch == 0) return DP_OK;
+    dp_conv2d_dims d = dims_of(l);
+    conv2d_backward_cpu(&d, x->batch, in[0], x->params + l->poff[0], dout, din[0], x->grads + l->poff[0],
+                        l->cfg.conv.bias ? x->grads + l->poff[1] : NULL, x->ws, x->nthreads);
+    return DP_OK;
+}
+
+const dp_layer_ops dp_conv2d_ops = {
+    .kind = "conv",
+    .plan = plan,
+    .ws_floats = ws_floats,
+    .init = init,
+    .forward = forward,
+    .backward = backward,
+};

@@ -1,0 +1,26 @@
+/* Flatten: (C, H, W) -> (C*H*W, 1, 1). The memory order is unchanged, so it is a copy. */
+#include <string.h>
+
+#include "nn/layer.h"
+
+static dp_status plan(dp_layer *l, dp_layout *params, dp_layout *buffers) {
+    (void)params, (void)buffers;
+    l->out = (dp_shape){(int)dp_shape_size(l->in_shape[0]), 1, 1};
+    return DP_OK;
+}
+
+static dp_status forward(const dp_layer *l, const dp_exec *x, const float *const *in, float *out, float *ctx,
+                         const float *sync) {
+    (void)ctx, (void)sync;
+    if (x->batch) memcpy(out, in[0], (size_t)x->batch * dp_shape_size(l->out) * sizeof(float));
+    return DP_OK;
+}
+
+static dp_status backward(const dp_layer *l, const dp_exec *x, const float *const *in, const float *out,
+                          const float *dout, float *const *din, const float *ctx, const float *sync) {
+    (void)in, (void)out, (void)ctx, (void)sync;
+    if (din[0] && x->batch) memcpy(din[0], dout, (size_t)x->batch * dp_shape_size(l->out) * sizeof(float));
+    return DP_OK;
+}
+
+const dp_layer_ops dp_flatten_ops = {.kind = "flatten", .plan = plan, .forward = forward, .backward = backward};

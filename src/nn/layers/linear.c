@@ -1,0 +1,58 @@
+/* Linear layer: y = x W^T + b on the flattened input, around kernels/cpu/linear. */
+#include <stdio.h>
+
+#include "kernels/cpu/linear.h"
+#include "nn/layer.h"
+#include "nn/layers/init.h"
+
+static dp_status plan(dp_layer *l, dp_layout *params, dp_layout *buffers) {
+    (void)buffers;
+    const int out_f = l->cfg.linear.out_f;
+    const size_t in_f = dp_shape_size(l->in_shape[0]);
+    if (out_f < 1 || in_f < 1) return dp_fail(DP_ERR_INTERNAL, "invalid linear layer %zu -> %d", in_f, out_f);
+    l->out = (dp_shape){out_f, 1, 1};
+    char name[64];
+    snprintf(name, sizeof name, "%s.weight", l->name);
+    DP_TRY(dp_layout_add(params, name, (size_t)out_f * in_f, 0, NULL));
+    l->poff[0] = params->tensors[params->n_tensors - 1].s.offset;
+    if (l->cfg.linear.bias) {
+        snprintf(name, sizeof name, "%s.bias", l->name);
+        DP_TRY(dp_layout_add(params, name, (size_t)out_f, 0, NULL));
+        l->poff[1] = params->tensors[params->n_tensors - 1].s.offset;
+    }
+    return DP_OK;
+}
+
+static void init(const dp_layer *l, float *params, float *buffers, dp_rng *rng) {
+    (void)buffers;
+    size_t in_f = dp_shape_size(l->in_shape[0]);
+    dp_init_uniform_fan_in(params + l->poff[0], (size_t)l->cfg.linear.out_f * in_f, in_f, rng);
+    if (l->cfg.linear.bias) dp_init_uniform_fan_in(params + l->poff[1], (size_t)l->cfg.linear.out_f, in_f, rng);
+}
+
+static dp_status forward(const dp_layer *l, const dp_exec *x, const float *const *in, float *out, float *ctx,
+                         const float *sync) {
+    (void)ctx, (void)sync;
+    if (x->batch == 0) return DP_OK;
+    linear_forward_cpu(x->batch, (int)dp_shape_size(l->in_shape[0]), l->cfg.linear.out_f, in[0],
+                       x->params + l->poff[0], l->cfg.linear.bias ? x->params + l->poff[1] : NULL, out, x->nthreads);
+    return DP_OK;
+}
+
+static dp_status backward(const dp_layer *l, const dp_exec *x, const float *const *in, const float *out,
+                          const float *dout, float *const *din, const float *ctx, const float *sync) {
+    (void)out, (void)ctx, (void)sync;
+    if (x->batch == 0) return DP_OK;
+    linear_backward_cpu(x->batch, (int)dp_shape_size(l->in_shape[0]), l->cfg.linear.out_f, in[0],
+                        x->params + l->poff[0], dout, din[0], x->grads + l->poff[0],
+                        l->cfg.linear.bias ? x->grads + l->poff[1] : NULL, x->nthreads);
+    return DP_OK;
+}
+
+const dp_layer_ops dp_linear_ops = {
+    .kind = "fc",
+    .plan = plan,
+    .init = init,
+    .forward = forward,
+    .backward = backward,
+};

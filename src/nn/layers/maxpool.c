@@ -1,0 +1,41 @@
+/* MaxPool2d layer; ctx keeps the argmax of each output for backward. */
+#include <stdint.h>
+
+#include "kernels/cpu/pool.h"
+#include "nn/layer.h"
+
+static dp_status plan(dp_layer *l, dp_layout *params, dp_layout *buffers) {
+    (void)params, (void)buffers;
+    const dp_shape in = l->in_shape[0];
+    const int k = l->cfg.pool.k, s = l->cfg.pool.stride, p = l->cfg.pool.pad;
+    if (k < 1 || s < 1 || p < 0 || 2 * p > k)
+        return dp_fail(DP_ERR_INTERNAL, "invalid max pooling (kernel %d, stride %d, pad %d)", k, s, p);
+    int oh = pool_out_size(in.h, k, s, p), ow = pool_out_size(in.w, k, s, p);
+    if (oh < 1 || ow < 1)
+        return dp_fail(DP_ERR_FORMAT, "a %dx%d pooling window does not fit: the images are too small for this model", k,
+                       k);
+    l->out = (dp_shape){in.c, oh, ow};
+    l->ctx_per_sample = dp_shape_size(l->out); /* int32 argmax, one per output */
+    return DP_OK;
+}
+
+static dp_status forward(const dp_layer *l, const dp_exec *x, const float *const *in, float *out, float *ctx,
+                         const float *sync) {
+    (void)sync;
+    const dp_shape s = l->in_shape[0];
+    maxpool2d_forward_cpu(x->batch, s.c, s.h, s.w, l->cfg.pool.k, l->cfg.pool.stride, l->cfg.pool.pad, in[0], out,
+                          (int32_t *)ctx, x->nthreads);
+    return DP_OK;
+}
+
+static dp_status backward(const dp_layer *l, const dp_exec *x, const float *const *in, const float *out,
+                          const float *dout, float *const *din, const float *ctx, const float *sync) {
+    (void)in, (void)out, (void)sync;
+    const dp_shape s = l->in_shape[0];
+    if (din[0])
+        maxpool2d_backward_cpu(x->batch, s.c, s.h, s.w, l->out.h, l->out.w, dout, (const int32_t *)ctx, din[0],
+                               x->nthreads);
+    return DP_OK;
+}
+
+const dp_layer_ops dp_maxpool_ops = {.kind = "maxpool", .plan = plan, .forward = forward, .backward = backward};

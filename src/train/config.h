@@ -1,0 +1,52 @@
+/* config.h: everything a run is told, filled by the command line (src/cli/options.c) and read
+ * by the trainer. Defaults come from dp_config_defaults. */
+#ifndef DP_TRAIN_CONFIG_H
+#define DP_TRAIN_CONFIG_H
+
+#include <stdint.h>
+
+#include "data/dataset.h"
+#include "optim/schedule.h"
+
+typedef enum { DP_MODE_DDP = 0, DP_MODE_DP = 1 } dp_mode;
+
+typedef struct {
+    int eval_only;            /* `dptrain eval` */
+    const char *model;
+    dp_data_spec data;        /* name, dir, synthetic shape */
+    int epochs;
+    long max_steps;           /* 0: no limit */
+    int batch_size;           /* global batch */
+    float lr, momentum, weight_decay;
+    int nesterov;
+    int lr_steps[DP_MAX_LR_STEPS];
+    int n_lr_steps;
+    float lr_gamma;
+    int lr_scale_linear;
+    int lr_ref_batch;
+    double warmup_epochs;
+    uint64_t seed;
+    int workers;
+    int threads;              /* OpenMP threads for compute (0: all cores) */
+    int shuffle, drop_last, augment;
+    const char *backend;
+    int replicas;
+    dp_mode mode;
+    double bucket_mb;
+    int overlap;
+    int accumulate;
+    int sync_bn;
+    const char *allreduce_algo;
+    double timeout_s;
+    const char *log_path;
+    const char *save_path;
+    const char *load_path;
+    int progress;             /* -1 auto (a terminal), 0 off, 1 on */
+    int quiet;                /* no console output (tests) */
+    int *argc;                /* for backends that take the command line (MPI_Init) */
+    char ***argv;
+} dp_config;
+
+void dp_config_defaults(dp_config *c);
+
+#endif

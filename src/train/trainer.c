@@ -1,0 +1,294 @@
+/* trainer.c: setting a run up (backend, data, model, replicas, loader: everything checked
+ * before a file is written), the epoch loop, and tearing it down. */
+#include "train/trainer.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/timer.h"
+#include "dp_config.h"
+#include "io/checkpoint.h"
+
+void dp_config_defaults(dp_config *c) {
+    memset(c, 0, sizeof *c);
+    c->model = "lenet";
+    c->data.name = "fashion-mnist";
+    c->data.c = 3, c->data.h = 32, c->data.w = 32;
+    c->data.n_classes = 10;
+    c->data.samples = 10000;
+    c->epochs = 10;
+    c->batch_size = 64;
+    c->lr = 0.01f;
+    c->momentum = 0.9f;
+    c->lr_gamma = 0.1f;
+    c->lr_ref_batch = 64;
+    c->workers = 1;
+    c->shuffle = 1;
+    c->backend = "sim";
+    c->replicas = 1;
+    c->mode = DP_MODE_DDP;
+    c->bucket_mb = 25.0;
+    c->overlap = 1;
+    c->accumulate = 1;
+    c->allreduce_algo = "ring";
+    c->timeout_s = 300;
+    c->progress = -1;
+}
+
+/* The node after whose backward each bucket's gradients are all written. */
+static dp_status map_buckets(dp_trainer *t) {
+    const dp_layout *L = &t->model.params;
+    DP_ALLOC(t->bucket_node, L->n_buckets, "bucket table");
+    DP_ALLOC(t->bucket_req, L->n_buckets, "bucket requests");
+    for (int b = 0; b < L->n_buckets; b++) {
+        int ft = L->bucket_first_tensor[b];
+        t->bucket_node[b] = 0;
+        for (int i = 0; i < t->model.n_nodes; i++) {
+            const dp_layer *l = &t->model.nodes[i];
+            if (ft >= l->tensor0 && ft < l->tensor0 + l->n_tensors) t->bucket_node[b] = i;
+        }
+    }
+    return DP_OK;
+}
+
+static dp_status load_data(dp_trainer *t) {
+    dp_config *c = &t->cfg;
+    if (!c->eval_only) {
+        DP_TRY(dp_dataset_load(&c->data, 1, &t->train));
+        t->have_train = 1;
+    }
+    DP_TRY(dp_dataset_load(&c->data, 0, &t->test));
+    if (t->have_train && (t->test.c != t->train.c || t->test.h != t->train.h || t->test.w != t->train.w ||
+                          t->test.n_classes != t->train.n_classes))
+        return dp_fail(DP_ERR_FORMAT, "%s: the test images are %dx%dx%d but the training images %dx%dx%d", c->data.dir,
+                       t->test.c, t->test.h, t->test.w, t->train.c, t->train.h, t->train.w);
+    return DP_OK;
+}
+
+/* Rank 0's parameters (fresh, or from --load) copied to every replica, as DDP does at start. */
+static dp_status init_params(dp_trainer *t) {
+    const dp_model *m = &t->model;
+    dp_rng rng;
+    dp_rng_seed(&rng, t->cfg.seed, 0x1A17);
+    for (int r = 0; r < t->n_local; r++) {
+        if (t->cfg.load_path)
+            DP_TRY(dp_checkpoint_load(t->cfg.load_path, m, t->rep[r].params, t->rep[r].buffers, NULL, NULL));
+        else if (t->rep[r].rank == 0)
+            dp_model_init_params(m, t->rep[r].params, t->rep[r].buffers, &rng);
+    }
+    float *p[t->n_local], *b[t->n_local];
+    for (int r = 0; r < t->n_local; r++) p[r] = t->rep[r].params, b[r] = t->rep[r].buffers;
+    DP_TRY(dp_broadcast(t->backend, p, m->params.n, 0));
+    if (m->buffers.n) DP_TRY(dp_broadcast(t->backend, b, m->buffers.n, 0));
+    return DP_OK;
+}
+
+static int holds_rank0(const dp_trainer *t) {
+    for (int r = 0; r < t->n_local; r++)
+        if (t->rep[r].rank == 0) return 1;
+    return 0;
+}
+
+static dp_status setup(dp_trainer *t) {
+    dp_config *c = &t->cfg;
+    if (c->threads <= 0) c->threads = omp_get_num_procs();
+    openblas_set_num_threads(1); /* parallelism is ours: over samples or over replicas */
+
+    dp_backend_config bc = {.name = c->backend, .replicas = c->replicas, .nthreads = c->threads,
+                            .algorithm = c->allreduce_algo, .timeout_s = c->timeout_s,
+                            .argc = c->argc, .argv = c->argv};
+    DP_TRY(dp_backend_create(&bc, &t->backend));
+    t->n_local = dp_backend_n_local(t->backend);
+    t->world = dp_backend_world(t->backend);
+    t->kthreads = t->n_local > 1 ? 1 : c->threads;
+    if (c->batch_size < t->world)
+        return dp_fail(DP_ERR_USAGE, "--batch-size %d is smaller than the %d replicas: each replica needs a sample",
+                       c->batch_size, t->world);
+
+    DP_TRY(load_data(t));
+    const dp_dataset *shape_src = t->have_train ? &t->train : &t->test;
+    dp_shape in = {shape_src->c, shape_src->h, shape_src->w};
+    DP_TRY(dp_model_build(c->model, in, shape_src->n_classes, &t->model));
+    DP_TRY(dp_layout_make_buckets(&t->model.params, (size_t)(c->bucket_mb * 1024 * 1024)));
+    DP_TRY(map_buckets(t));
+    DP_TRY(dp_check_consistency(t));
+
+    int max_local = (c->batch_size + t->world - 1) / t->world;
+    DP_ALLOC(t->rep, t->n_local, "replicas");
+    for (int r = 0; r < t->n_local; r++)
+        DP_TRY(dp_replica_create(&t->rep[r], &t->model, dp_backend_rank(t->backend, r), max_local, t->kthreads));
+    DP_ALLOC(t->ptrs, t->n_local, "replica pointers");
+    DP_ALLOC(t->metric_bufs, t->n_local, "metrics");
+    for (int r = 0; r < t->n_local; r++) DP_ALLOC(t->metric_bufs[r], 4, "metrics");
+    DP_TRY(init_params(t));
+    DP_TRY(dp_strategy_alloc(t));
+    memset(&t->backend->stats, 0, sizeof t->backend->stats);
+
+    if (t->have_train) {
+        DP_TRY(dp_sampler_init(&t->sampler, t->train.n, t->world, c->batch_size, c->shuffle, c->drop_last, c->seed));
+        if (t->sampler.n_batches < 1)
+            return dp_fail(DP_ERR_USAGE, "--batch-size %d: the %d training samples give no full batch with --drop-last",
+                           c->batch_size, t->train.n);
+        int ranks[t->n_local];
+        for (int r = 0; r < t->n_local; r++) ranks[r] = t->rep[r].rank;
+        dp_loader_config lc = {.data = &t->train, .sampler = &t->sampler, .n_local = t->n_local, .ranks = ranks,
+                               .workers = c->workers, .prefetch = c->workers > 0 ? 2 * c->workers + 1 : 1,
+                               .augment = {.enabled = c->augment, .seed = c->seed}};
+        DP_TRY(dp_loader_create(&t->loader, &lc));
+        int steps_per_epoch = (t->sampler.n_batches + c->accumulate - 1) / c->accumulate;
+        t->sched = (dp_schedule){.lr = c->lr, .scale_linear = c->lr_scale_linear, .ref_batch = c->lr_ref_batch,
+                                 .global_batch = c->batch_size * c->accumulate, .n_milestones = c->n_lr_steps,
+                                 .gamma = c->lr_gamma,
+                                 .warmup_steps = (long)ceil(c->warmup_epochs * steps_per_epoch)};
+        memcpy(t->sched.milestones, c->lr_steps, sizeof c->lr_steps);
+        t->sgd = (dp_sgd){.lr = c->lr, .momentum = c->momentum, .weight_decay = c->weight_decay, .nesterov = c->nesterov};
+    }
+    /* Last: the log file, so that no bad flag or file leaves one behind. */
+    int rank0 = holds_rank0(t);
+    int console = rank0 && !c->quiet;
+    int progress = console && (c->progress == 1 || (c->progress == -1 && isatty(STDOUT_FILENO)));
+    DP_TRY(dp_report_open(&t->report, rank0 ? c->log_path : NULL, console, progress));
+    return DP_OK;
+}
+
+dp_status dp_trainer_create(const dp_config *cfg, dp_trainer **out) {
+    *out = NULL;
+    dp_trainer *t = calloc(1, sizeof *t);
+    if (!t) return dp_fail(DP_ERR_NOMEM, "out of memory creating the trainer");
+    t->cfg = *cfg;
+    dp_status s = setup(t);
+    if (s != DP_OK) {
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", dp_last_error());
+        dp_trainer_destroy(t);
+        dp_set_error(msg);
+        return s;
+    }
+    *out = t;
+    return DP_OK;
+}
+
+static void log_config(dp_trainer *t) {
+    char buf[2048];
+    const dp_config *c = &t->cfg;
+    snprintf(buf, sizeof buf,
+             "\"version\":\"%s\",\"model\":\"%s\",\"params\":%zu,\"dataset\":\"%s\",\"train_samples\":%d,"
+             "\"test_samples\":%d,\"backend\":\"%s\",\"world\":%d,\"mode\":\"%s\",\"batch_size\":%d,\"epochs\":%d,"
+             "\"lr\":%.9g,\"momentum\":%.9g,\"weight_decay\":%.9g,\"nesterov\":%d,\"seed\":%llu,\"threads\":%d,"
+             "\"workers\":%d,\"buckets\":%d,\"accumulate\":%d,\"sync_bn\":%d,\"overlap\":%d",
+             DP_VERSION, t->model.name, t->model.params.n, t->test.name, t->have_train ? t->train.n : 0, t->test.n,
+             dp_backend_name(t->backend), t->world, c->mode == DP_MODE_DDP ? "ddp" : "dp", c->batch_size, c->epochs,
+             c->lr, c->momentum, c->weight_decay, c->nesterov, (unsigned long long)c->seed, c->threads, c->workers,
+             t->model.params.n_buckets, c->accumulate, c->sync_bn, c->overlap);
+    dp_report_config(&t->report, buf);
+}
+
+static dp_status final_eval(dp_trainer *t, double *acc_out) {
+    int K = t->model.n_classes;
+    long correct[K], count[K];
+    dp_step_metrics m;
+    DP_TRY(dp_evaluate(t, &t->test, &m, correct, count));
+    double acc = m.count ? (double)m.correct / m.count : 0;
+    dp_report_final(&t->report, t->test.name, acc, K, correct, count, t->test.class_names);
+    if (acc_out) *acc_out = acc;
+    return DP_OK;
+}
+
+/* One epoch; *stop is set when --max-steps is reached. */
+static dp_status run_epoch(dp_trainer *t, int epoch, int *stop) {
+    const dp_config *c = &t->cfg;
+    t->epoch = epoch;
+    DP_TRY(dp_loader_start_epoch(t->loader, epoch - 1));
+    memset(&t->backend->stats, 0, sizeof t->backend->stats);
+    t->comm_overlap_s = 0;
+    const int nb = t->sampler.n_batches, K = c->accumulate;
+    dp_step_metrics em = {0}, sm = {0};
+    double wait_total = 0, compute = 0, t0 = dp_now();
+    const dp_batch *batches;
+    double wait;
+    float lr = 0;
+    dp_status s;
+    for (int b = 0; (s = dp_loader_next(t->loader, &batches, &wait)) == DP_OK; b++) {
+        wait_total += wait;
+        int micro = b % K, n_micro = nb - (b - micro) < K ? nb - (b - micro) : K;
+        lr = dp_schedule_lr(&t->sched, epoch, t->step);
+        double tc = dp_now();
+        DP_TRY(dp_train_micro(t, batches, dp_sampler_batch_size(&t->sampler, b), micro, n_micro, lr, &sm));
+        compute += dp_now() - tc;
+        if (micro != n_micro - 1) continue;
+        t->step++;
+        dp_report_step(&t->report, epoch, t->step, sm.loss_sum / sm.count, lr);
+        em.loss_sum += sm.loss_sum, em.correct += sm.correct, em.count += sm.count;
+        memset(&sm, 0, sizeof sm);
+        double el = dp_now() - t0;
+        dp_report_progress(&t->report, epoch, b + 1, nb, em.loss_sum / em.count, el > 0 ? em.count / el : 0);
+        if (c->max_steps && t->step >= c->max_steps) {
+            *stop = 1;
+            break;
+        }
+    }
+    if (s != DP_OK && s != DP_DONE) return s;
+    double seconds = dp_now() - t0;
+    dp_epoch_report e = {.epoch = epoch, .epochs = c->epochs, .steps = t->step, .lr = lr, .seconds = seconds,
+                         .data_wait_s = wait_total, .compute_s = compute, .comm = t->backend->stats,
+                         .comm_hidden_s = t->comm_overlap_s};
+    e.train_loss = em.count ? em.loss_sum / em.count : 0;
+    e.train_acc = em.count ? (double)em.correct / em.count : 0;
+    e.images_per_s = seconds > 0 ? em.count / seconds : 0;
+    double te = dp_now();
+    DP_TRY(dp_strategy_finish(t));
+    dp_step_metrics tm;
+    DP_TRY(dp_evaluate(t, &t->test, &tm, NULL, NULL));
+    e.eval_seconds = dp_now() - te;
+    e.test_acc = tm.count ? (double)tm.correct / tm.count : 0;
+    e.test_loss = tm.count ? tm.loss_sum / tm.count : 0;
+    dp_report_epoch(&t->report, &e);
+    return DP_OK;
+}
+
+static dp_status run(dp_trainer *t) {
+    log_config(t);
+    if (t->cfg.eval_only) return final_eval(t, NULL);
+    int stop = 0;
+    for (int epoch = 1; epoch <= t->cfg.epochs && !stop; epoch++) DP_TRY(run_epoch(t, epoch, &stop));
+    DP_TRY(final_eval(t, NULL));
+    if (t->cfg.save_path && holds_rank0(t))
+        DP_TRY(dp_checkpoint_save(t->cfg.save_path, &t->model, t->rep[0].params, t->rep[0].buffers,
+                                  t->rep[0].momentum, t->epoch, t->step));
+    return DP_OK;
+}
+
+dp_status dp_trainer_run(dp_trainer *t) {
+    dp_status s = run(t);
+    if (s != DP_OK) dp_report_error(&t->report, dp_last_error());
+    dp_status cs = dp_report_close(&t->report, t->cfg.log_path);
+    return s != DP_OK ? s : cs;
+}
+
+void dp_trainer_destroy(dp_trainer *t) {
+    if (!t) return;
+    dp_loader_destroy(t->loader);
+    dp_sampler_free(&t->sampler);
+    if (t->rep)
+        for (int r = 0; r < t->n_local; r++) dp_replica_free(&t->rep[r]);
+    free(t->rep);
+    if (t->metric_bufs)
+        for (int r = 0; r < t->n_local; r++) free(t->metric_bufs[r]);
+    free(t->metric_bufs);
+    free(t->ptrs);
+    free(t->bucket_node);
+    free(t->bucket_req);
+    free(t->dp_send);
+    free(t->dp_recv);
+    if (t->report.log) fclose(t->report.log);
+    dp_model_free(&t->model);
+    if (t->have_train) dp_dataset_free(&t->train);
+    dp_dataset_free(&t->test);
+    dp_backend_destroy(t->backend);
+    free(t);
+}

@@ -1,0 +1,69 @@
+/* trainer.h: one trainer for every backend. It drives the replicas this process owns through
+ * data -> sampler -> replicas -> backend collectives -> optimizer, in lockstep node by node,
+ * and never asks which backend it runs on. DDP and DP differ only in the strategy
+ * (src/train/step.c): which collectives run, when, and who steps. */
+#ifndef DP_TRAINER_H
+#define DP_TRAINER_H
+
+#include "backends/backend.h"
+#include "data/loader.h"
+#include "nn/model.h"
+#include "optim/sgd.h"
+#include "report/report.h"
+#include "train/config.h"
+#include "train/replica.h"
+
+typedef struct {
+    double loss_sum;  /* sum of per-sample losses */
+    long correct, count;
+} dp_step_metrics;
+
+typedef struct dp_trainer {
+    dp_config cfg;
+    dp_model model;
+    dp_dataset train, test;
+    int have_train;
+    dp_backend_t backend;
+    int n_local, world;
+    int kthreads;             /* threads each kernel call may use */
+    dp_replica *rep;          /* (n_local) */
+    dp_sampler sampler;
+    dp_loader *loader;
+    dp_schedule sched;
+    dp_sgd sgd;
+    long step;                /* optimizer steps done */
+    int epoch;                /* current epoch, from 1 */
+    dp_reporter report;
+    /* DP: per local replica, its gather record and the gathered records of all replicas */
+    float *dp_send, *dp_recv;
+    float **ptrs;             /* (n_local) scratch for collectives over per-replica pointers */
+    int *bucket_node;         /* (n_buckets) node after whose backward the bucket is complete */
+    dp_req *bucket_req;       /* (n_buckets) the bucket's all-reduce in flight */
+    float **metric_bufs;      /* (n_local) [loss_sum, correct, count] per replica */
+    double comm_overlap_s;    /* host time of collectives issued during backward (could hide behind it) */
+} dp_trainer;
+
+/* Loads data, builds the model, the backend and the replicas, initialises parameters (or
+ * loads --load), all before anything is written. */
+dp_status dp_trainer_create(const dp_config *cfg, dp_trainer **out);
+/* Trains cfg->epochs epochs (or until max_steps), evaluating after each; or evaluates only. */
+dp_status dp_trainer_run(dp_trainer *t);
+void dp_trainer_destroy(dp_trainer *t);
+
+/* Micro-step `micro` of n_micro (gradient accumulation; 0 of 1 without it) on the local
+ * replicas' shares of one global batch of `global_batch` samples. The gradient is the mean of
+ * the micro-batches' mean losses; the last micro-step reduces and steps with learning rate lr.
+ * Adds the loss and accuracy counts of all replicas (every process) to *m. */
+dp_status dp_train_micro(dp_trainer *t, const dp_batch *batches, int global_batch, int micro, int n_micro, float lr,
+                         dp_step_metrics *m);
+/* Fails, naming the ranks, when processes were started with different flags, model or data. */
+dp_status dp_check_consistency(dp_trainer *t);
+/* Strategy buffers (DP's gather records); called once at setup. */
+dp_status dp_strategy_alloc(dp_trainer *t);
+/* Makes every replica hold the master's parameters (DP) before evaluation or a checkpoint. */
+dp_status dp_strategy_finish(dp_trainer *t);
+/* Test-set accuracy with replica 0's parameters; per_class_correct/count may be NULL. */
+dp_status dp_evaluate(dp_trainer *t, const dp_dataset *d, dp_step_metrics *m, long *per_class_correct,
+                      long *per_class_count);
+
+#endif

@@ -1,0 +1,145 @@
+/* The MPI backend for real: mpirun -np N dptrain --backend mpi against the sim backend with N
+ * replicas (same seed, same parameters), ranks started with different flags (refused at once,
+ * naming the ranks), and a rank killed mid-run (the others exit with a message, no hang). */
+#include "testutil.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+#include <sys/wait.h>
+#include <time.h>
+
+#include "io/checkpoint.h"
+
+#define MPIRUN "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 " \
+               "mpirun --oversubscribe --bind-to none -np"
+#define COMMON "--model lenet --dataset synthetic --shape 1x28x28 --samples 768 --batch-size 60 --max-steps 12 " \
+               "--epochs 1 --lr 0.05 --weight-decay 0.0001 --seed 3 --threads 1 --workers 0 --no-progress"
+
+static int sh(char **out, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int sh(char **out, const char *fmt, ...) {
+    char cmd[8192];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    char full[8300];
+    snprintf(full, sizeof full, "%s 2>&1", cmd);
+    FILE *p = popen(full, "r");
+    assert_non_null(p);
+    size_t cap = 1 << 16, len = 0;
+    char *buf = malloc(cap);
+    size_t got;
+    while ((got = fread(buf + len, 1, cap - len - 1, p)) > 0) {
+        len += got;
+        if (cap - len < 4096) buf = realloc(buf, cap *= 2);
+    }
+    buf[len] = '\0';
+    int st = pclose(p);
+    if (out) *out = buf; else free(buf);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+}
+
+static const char *bin(void) {
+    const char *b = getenv("DPTRAIN");
+    return b ? b : "./dptrain";
+}
+
+/* The parameters section of a checkpoint. */
+static float *read_params(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    if (!f) fail_msg("no checkpoint %s", path);
+    char magic[8];
+    dp_ckpt_header h;
+    assert_int_equal(fread(magic, 1, 8, f), 8);
+    assert_int_equal(fread(&h, sizeof h, 1, f), 1);
+    *n = (size_t)h.n_params;
+    float *p = malloc(*n * sizeof *p);
+    assert_int_equal(fread(p, sizeof *p, *n, f), *n);
+    fclose(f);
+    return p;
+}
+
+static void compare_backends(int n, double tol) {
+    char *out;
+    const char *a = tu_path("mpi.ckpt"), *b = tu_path("sim.ckpt");
+    int rc = sh(&out, MPIRUN " %d %s --backend mpi " COMMON " --save %s", n, bin(), a);
+    if (rc) fail_msg("mpirun -np %d failed (%d):\n%s", n, rc, out);
+    /* only rank 0 prints */
+    const char *first = strstr(out, "epoch 1/1"), *again = first ? strstr(first + 1, "epoch 1/1") : NULL;
+    assert_non_null(first);
+    assert_null(again);
+    free(out);
+    rc = sh(&out, "%s --backend sim --replicas %d " COMMON " --save %s", bin(), n, b);
+    if (rc) fail_msg("sim failed:\n%s", out);
+    free(out);
+    size_t na, nb;
+    float *pa = read_params(a, &na), *pb = read_params(b, &nb);
+    assert_int_equal(na, nb);
+    double rel = tu_rel_diff(pa, pb, na);
+    if (tol == 0 ? memcmp(pa, pb, na * sizeof(float)) != 0 : rel > tol)
+        fail_msg("mpi N=%d vs sim N=%d: relative difference %.3g (tolerance %g)", n, n, rel, tol);
+    free(pa), free(pb);
+}
+
+/* Two ranks: a + b is the same sum in any order, so the backends agree bitwise. */
+static void test_mpi_matches_sim_2(void **state) { (void)state; compare_backends(2, 0); }
+/* Three ranks: MPI's reduction order differs from the ring's; float rounding only. */
+static void test_mpi_matches_sim_3(void **state) { (void)state; compare_backends(3, 1e-5); }
+
+static void test_mpi_dp_mode(void **state) {
+    (void)state;
+    char *out;
+    int rc = sh(&out, MPIRUN " 2 %s --backend mpi --mode dp " COMMON, bin());
+    if (rc) fail_msg("mpirun --mode dp failed (%d):\n%s", rc, out);
+    assert_true(tu_contains(out, "test accuracy"));
+    free(out);
+}
+
+static void test_mismatched_flags_fail_fast(void **state) {
+    (void)state;
+    char *out;
+    /* rank 1 gets another learning rate */
+    int rc = sh(&out, MPIRUN " 1 %s --backend mpi " COMMON " --timeout 60 : -np 1 %s --backend mpi " COMMON
+                " --lr 0.1 --timeout 60", bin(), bin());
+    assert_int_not_equal(rc, 0);
+    if (!tu_contains(out, "rank 1") || !tu_contains(out, "flags")) fail_msg("unclear message:\n%s", out);
+    free(out);
+}
+
+static void test_dead_rank_does_not_hang(void **state) {
+    (void)state;
+    char *out;
+    struct timeval t0, t1;
+    gettimeofday(&t0, NULL);
+    /* rank 1 is killed 2 s in; the run would otherwise take far longer */
+    int rc = sh(&out, MPIRUN " 2 sh -c 'if [ \"$OMPI_COMM_WORLD_RANK\" = 1 ]; then (sleep 2; kill -9 $$) & fi; exec %s "
+                "--backend mpi --model lenet --dataset synthetic --shape 1x28x28 --samples 200000 --epochs 5 "
+                "--threads 1 --timeout 20 --no-progress'", bin());
+    gettimeofday(&t1, NULL);
+    double secs = (double)(t1.tv_sec - t0.tv_sec) + 1e-6 * (double)(t1.tv_usec - t0.tv_usec);
+    assert_int_not_equal(rc, 0);
+    if (secs > 60) fail_msg("took %.0f s to notice the dead rank", secs);
+    if (!tu_contains(out, "rank 1") && !tu_contains(out, "another rank"))
+        fail_msg("no message naming the dead rank:\n%s", out);
+    free(out);
+}
+
+int main(void) {
+    char *out;
+    if (sh(&out, "command -v mpirun") != 0) {
+        free(out);
+        printf("mpirun not found: skipping the MPI tests\n");
+        return 77;
+    }
+    free(out);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_mpi_matches_sim_2),
+        cmocka_unit_test(test_mpi_matches_sim_3),
+        cmocka_unit_test(test_mpi_dp_mode),
+        cmocka_unit_test(test_mismatched_flags_fail_fast),
+        cmocka_unit_test(test_dead_rank_does_not_hang),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

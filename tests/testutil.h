@@ -1,0 +1,26 @@
+/* testutil.h: helpers shared by the CMocka suites: scratch paths, writing files, running the
+ * dptrain binary and capturing what it prints. */
+#ifndef DP_TESTUTIL_H
+#define DP_TESTUTIL_H
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+/* A fresh path under the test scratch directory ($DP_TEST_TMP, else /tmp): <dir>/<pid>-<name>. */
+const char *tu_path(const char *name);
+/* Writes n bytes to path (replacing it); fails the test on error. */
+void tu_write_file(const char *path, const void *data, size_t n);
+/* Writes n bytes gzip-compressed. */
+void tu_write_gz(const char *path, const void *data, size_t n);
+/* Runs "$DPTRAIN <args>" through /bin/sh with stdout and stderr captured into *out (malloc'd,
+ * caller frees, may be NULL). Returns the exit code (or 128+signal). */
+int tu_run_dptrain(char **out, const char *args_fmt, ...) __attribute__((format(printf, 2, 3)));
+/* 1 if haystack contains needle. */
+int tu_contains(const char *haystack, const char *needle);
+/* max |a-b| / max(max|b|, tiny) over n elements. */
+double tu_rel_diff(const float *a, const float *b, size_t n);
+
+#endif
