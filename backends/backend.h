@@ -60,6 +60,8 @@ struct dp_backend {
     const struct dp_backend_i *iface;
     void *impl;
     dp_comm_stats stats;
+    int failed;   /* set by the trainer when this process fails: a multi-process backend then
+                     aborts the job on destroy rather than leave the other ranks waiting */
 };
 
 typedef struct {

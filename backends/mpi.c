@@ -183,7 +183,7 @@ static void mpi_destroy(dp_backend_t b) {
     int finalized = 0;
     MPI_Finalized(&finalized);
     /* after a failed collective the others may be inside one: finalising would hang */
-    if (!finalized && m->failed) MPI_Abort(m->comm, 1);
+    if (!finalized && (m->failed || b->failed)) MPI_Abort(m->comm, 1);
     if (!finalized && m->we_initialised) MPI_Finalize();
     free(m);
     free(b);

@@ -199,6 +199,8 @@ static void test_maxpool_forward(void **state) {
     for (int ties = 0; ties <= 1; ties++) {
         maxpool_case(3, 6, 24, 24, 2, 2, 0, ties, 1); /* LeNet */
         maxpool_case(5, 2, 7, 9, 2, 2, 0, ties, 2);   /* odd sizes: last row / column dropped */
+        maxpool_case(2, 2, 14, 22, 2, 2, 0, ties, 8); /* 11 outputs a row: 8 + an overlapping 4 */
+        maxpool_case(2, 3, 6, 6, 2, 2, 0, ties, 9);   /* 3 outputs a row: scalar */
         maxpool_case(2, 3, 16, 16, 3, 2, 1, ties, 3); /* ResNet */
         maxpool_case(1, 2, 7, 5, 3, 2, 1, ties, 4);
         maxpool_case(3, 1, 6, 6, 3, 1, 1, ties, 5);   /* overlapping */

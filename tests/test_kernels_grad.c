@@ -294,6 +294,8 @@ static void test_maxpool_grad(void **state) {
     (void)state;
     maxpool_grad_case(2, 3, 8, 8, 2, 2, 0, 1);   /* LeNet */
     maxpool_grad_case(3, 2, 7, 9, 2, 2, 0, 2);   /* odd: the last row and column get no gradient */
+    maxpool_grad_case(2, 2, 14, 22, 2, 2, 0, 8); /* 11 outputs a row: 8 + an overlapping 4 */
+    maxpool_grad_case(2, 3, 6, 7, 2, 2, 0, 9);   /* 3 outputs a row: scalar */
     maxpool_grad_case(2, 2, 8, 8, 3, 2, 1, 3);   /* ResNet: output h/2 x w/2 but overlapping windows */
     maxpool_grad_case(1, 3, 7, 7, 3, 2, 1, 4);
     maxpool_grad_case(2, 1, 6, 5, 3, 1, 1, 5);   /* stride 1: heavy overlap */

@@ -17,7 +17,8 @@ Times LeNet / Fashion-MNIST epochs (batch 64, SGD lr 0.01 momentum 0.9) of dptra
 reference (examples/pytorch/lenet_reference.py) with the same thread count, interleaved: for each round,
 dptrain for E epochs, then PyTorch for E epochs. Drops epoch 1 of every run and prints the median
 seconds/epoch of each, the ratio PyTorch/dptrain, the machine and the commands, as markdown (also written
-to OUT/epoch_time.md).
+to OUT/epoch_time.md). Every run also records how much CPU other processes used meanwhile (from
+/proc/stat), and the summary warns when the machine was not quiet.
 
 Options:
   -r, --rounds R      rounds (default 3)
@@ -28,6 +29,7 @@ Options:
                       /usr/share/datasets/fashion-mnist)
       --out DIR       logs and the markdown go here (default out/epoch-time)
       --only WHICH    run only dptrain or only pytorch (no ratio then)
+      --wait-idle S   before each run, wait up to S seconds for the machine to be idle (default 0: no wait)
   -h, --help          this text
 
 Environment:
@@ -48,11 +50,11 @@ need_uint() {  # flag value min [note]
     usage_error "$1: expected an integer >= $3${4:+ ($4)}, got '$2'"
 }
 
-ROUNDS=3 EPOCHS=3 THREADS=2 SEED=0 DATA="" OUT="$ROOT/out/epoch-time" ONLY=""
+ROUNDS=3 EPOCHS=3 THREADS=2 SEED=0 DATA="" OUT="$ROOT/out/epoch-time" ONLY="" WAIT_IDLE=0
 while [ $# -gt 0 ]; do
     case "$1" in
         -h|--help) usage; exit 0 ;;
-        -r|--rounds|-e|--epochs|-t|--threads|-s|--seed|--data|--out|--only)
+        -r|--rounds|-e|--epochs|-t|--threads|-s|--seed|--data|--out|--only|--wait-idle)
             [ $# -ge 2 ] || usage_error "$1: missing value"
             case "$1" in
                 -r|--rounds) ROUNDS=$2 ;;
@@ -62,6 +64,7 @@ while [ $# -gt 0 ]; do
                 --data) DATA=$2 ;;
                 --out) OUT=$2 ;;
                 --only) ONLY=$2 ;;
+                --wait-idle) WAIT_IDLE=$2 ;;
             esac
             shift 2 ;;
         *) usage_error "unknown argument '$1'" ;;
@@ -71,6 +74,7 @@ need_uint --rounds "$ROUNDS" 1
 need_uint --epochs "$EPOCHS" 2 "epoch 1 is dropped"
 need_uint --threads "$THREADS" 1
 need_uint --seed "$SEED" 0
+need_uint --wait-idle "$WAIT_IDLE" 0
 case "$ONLY" in ""|dptrain|pytorch) ;; *) usage_error "--only: expected dptrain or pytorch, got '$ONLY'" ;; esac
 RUN_DP=1 RUN_PT=1
 if [ "$ONLY" = pytorch ]; then RUN_DP=0; fi
@@ -135,13 +139,16 @@ pt_cmd() {
 }
 
 run_one() {  # name round
-    local name=$1 r=$2 cmd t0 t1 rc
+    local name=$1 r=$2 cmd t0 t1 rc load others
     if [ "$name" = dptrain ]; then cmd=$(dp_cmd "$r"); else cmd=$(pt_cmd "$r"); fi
-    rm -f "$OUT/$name-r$r.jsonl"
+    load="$OUT/$name-r$r.load.json"
+    rm -f "$OUT/$name-r$r.jsonl" "$load"
     printf '%s: round %d/%d: %s ... ' "$PROG" "$r" "$ROUNDS" "$name" >&2
     t0=$(date +%s)
     rc=0
-    eval "$cmd" >"$OUT/$name-r$r.txt" 2>&1 </dev/null || rc=$?
+    # the helper runs the command and records the CPU time other processes took meanwhile
+    eval "\"\$PY\" \"\$HERE/jsonl_stats.py\" run --wait-idle \"\$WAIT_IDLE\" --load-file \"\$load\" -- $cmd" \
+        >"$OUT/$name-r$r.txt" 2>&1 </dev/null || rc=$?
     t1=$(date +%s)
     if [ $rc -ne 0 ]; then
         echo "failed (exit $rc)" >&2
@@ -149,7 +156,8 @@ run_one() {  # name round
         tail -n 15 "$OUT/$name-r$r.txt" >&2
         die "$name failed in round $r; command: $cmd"
     fi
-    echo "$((t1 - t0)) s" >&2
+    others=$("$PY" -c 'import json, sys; print("%.2f" % json.load(open(sys.argv[1]))["other_cores"])' "$load" 2>/dev/null || echo "?")
+    echo "$((t1 - t0)) s (other processes meanwhile: $others cores)" >&2
 }
 
 echo "$PROG: $ROUNDS round(s) x $EPOCHS epochs, $THREADS thread(s), logs in $OUT" >&2

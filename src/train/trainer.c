@@ -165,6 +165,12 @@ dp_status dp_trainer_create(const dp_config *cfg, dp_trainer **out) {
     if (s != DP_OK) {
         char msg[1024];
         snprintf(msg, sizeof msg, "%s", dp_last_error());
+        if (t->backend && dp_backend_n_local(t->backend) < dp_backend_world(t->backend)) {
+            /* say why before a multi-process backend aborts the job (main would say it too late) */
+            fprintf(stderr, "dptrain: rank %d: %s\n", dp_backend_rank(t->backend, 0), msg);
+            fflush(stderr);
+            t->backend->failed = 1;
+        }
         dp_trainer_destroy(t);
         dp_set_error(msg);
         return s;
@@ -265,7 +271,10 @@ static dp_status run(dp_trainer *t) {
 
 dp_status dp_trainer_run(dp_trainer *t) {
     dp_status s = run(t);
-    if (s != DP_OK) dp_report_error(&t->report, dp_last_error());
+    if (s != DP_OK) {
+        dp_report_error(&t->report, dp_last_error());
+        t->backend->failed = 1;
+    }
     dp_status cs = dp_report_close(&t->report, t->cfg.log_path);
     return s != DP_OK ? s : cs;
 }
