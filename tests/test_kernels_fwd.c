@@ -31,6 +31,8 @@ static const conv_case conv_cases[] = {
     {2, 7, 11, 5, 5, 1, 2, 1},    /* pad 2, batch 1 */
     {3, 7, 12, 5, 5, 1, 0, 2},    /* out 3x8: an odd number of 8-wide output vectors */
     {4, 5, 8, 6, 3, 1, 1, 3},     /* out 5x8 with padding */
+    {2, 9, 11, 4, 5, 1, 0, 3},    /* out 5x7: rows padded to whole vectors */
+    {3, 7, 7, 5, 3, 1, 1, 2},     /* out 7x7 with padding */
     {20, 6, 6, 40, 3, 1, 1, 3},   /* many channels */
     {3, 13, 13, 9, 7, 2, 3, 2},   /* ResNet stem: 7x7 stride 2 pad 3 */
     {2, 3, 3, 4, 3, 1, 0, 7},     /* 1x1 output */
@@ -354,6 +356,7 @@ static void test_batchnorm_forward(void **state) {
     (void)state;
     bn_case(64, 6, 576, 41);  /* LeNet-BN bn1 */
     bn_case(64, 120, 1, 42);  /* BatchNorm1d */
+    bn_case(256, 160, 1, 46); /* BatchNorm1d large enough for threads */
     bn_case(3, 5, 13, 43);    /* odd sizes */
     bn_case(1, 2, 7, 44);     /* batch 1 */
     bn_case(2, 1, 9, 45);     /* one channel, fewer than the threads */

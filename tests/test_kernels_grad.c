@@ -104,6 +104,8 @@ static const conv_case conv_cases[] = {
     {2, 7, 11, 5, 5, 1, 2, 1},    /* pad 2, batch 1 */
     {3, 7, 12, 5, 5, 1, 0, 2},    /* out 3x8: an odd number of 8-wide output vectors */
     {4, 5, 8, 6, 3, 1, 1, 3},     /* out 5x8 with padding */
+    {2, 9, 11, 4, 5, 1, 0, 3},    /* out 5x7: rows padded to whole vectors */
+    {3, 7, 7, 5, 3, 1, 1, 2},     /* out 7x7 with padding */
     {3, 5, 5, 1, 3, 1, 1, 2},     /* one output channel, batch below 3 threads */
     {3, 13, 13, 4, 7, 2, 3, 2},   /* 7x7 stride 2 pad 3 */
     {1, 4, 4, 3, 5, 2, 2, 3},     /* kernel larger than the input */
@@ -164,7 +166,7 @@ static void conv_grad_case(const conv_case *cc) {
             conv2d_backward_cpu(&d, B, x, w, dy, dx, aw, ab, ws, nt);
             for (size_t i = 0; i < nw; i++) aw[i] = (aw[i] - dw0[i]) * 0.5f;
             for (int i = 0; i < O; i++) ab[i] = (ab[i] - db0[i]) * 0.5f;
-            KR_CHECK(tu_rel_diff(aw, dw, nw), 1e-5, "conv path %d threads %d: dw does not accumulate", path, nt);
+            KR_CHECK(tu_rel_diff(aw, dw, nw), 1e-5, "conv %dx%dx%d->%d k%d s%d p%d b%d path %d threads %d: dw does not accumulate", cc->in_c, cc->h, cc->w, O, cc->k, cc->stride, cc->pad, B, path, nt);
             KR_CHECK(tu_rel_diff(ab, db, O), 1e-5, "conv path %d threads %d: db does not accumulate", path, nt);
             KR_CHECK(tu_rel_diff(dx, dx1, nx), 1e-5, "conv path %d threads %d: dx does not overwrite", path, nt);
             /* first layer: no dx, no bias */
@@ -495,6 +497,7 @@ static void test_batchnorm_grad(void **state) {
     (void)state;
     bn_grad_case(4, 3, 10, 131);  /* BatchNorm2d */
     bn_grad_case(8, 6, 1, 132);   /* BatchNorm1d */
+    bn_grad_case(256, 160, 1, 136); /* BatchNorm1d large enough for threads, sampled */
     bn_grad_case(3, 2, 25, 133);  /* odd sizes, more than 8 lanes */
     bn_grad_case(2, 5, 3, 134);
     bn_grad_case(64, 16, 64, 135); /* LeNet-BN bn2, sampled */

@@ -133,9 +133,11 @@ int main(int argc, char **argv) {
           *g_n2 = buf(a2, 0), *g_c2 = buf(a2, 0), *g_q1 = buf(a1p, 0), *g_r1 = buf(a1, 0), *g_n1 = buf(a1, 0),
           *g_c1 = buf(a1, 0);
     int32_t *am1 = malloc(sizeof(int32_t) * a1p), *am2 = malloc(sizeof(int32_t) * a2p);
-    float *gam = buf(16, 0), *bet = buf(16, 0), *mean = buf(16, 0), *invstd = buf(16, 0);
-    for (int i = 0; i < 16; i++) gam[i] = 1.0f, invstd[i] = 1.0f;
-    double s[16], s2[16];
+    float *nf1 = buf((size_t)B * 120, 0), *nf2 = buf((size_t)B * 84, 0), *g_nf1 = buf((size_t)B * 120, 0),
+          *g_nf2 = buf((size_t)B * 84, 0);
+    float *gam = buf(128, 0), *bet = buf(128, 0), *mean = buf(128, 0), *invstd = buf(128, 0);
+    for (int i = 0; i < 128; i++) gam[i] = 1.0f, invstd[i] = 1.0f;
+    double s[128], s2[128];
 
     printf("LeNet%s step, batch %d, %dx%dx%d input; median of %d steps (microseconds)\n", bn ? "-BN" : "", B, C0, S0,
            S0, reps);
@@ -179,16 +181,37 @@ int main(int argc, char **argv) {
             TIME("relu2 fwd", relu_forward_cpu(a2, t2, r2, nt));
             TIME("pool2 fwd", maxpool2d_forward_cpu(B, 16, d2.out_h, d2.out_w, 2, 2, 0, r2, q2, am2, nt));
             TIME("fc1 fwd", linear_forward_cpu(B, F1, 120, q2, wf1, bf1, f1, nt));
-            TIME("relu fwd", relu_forward_cpu((size_t)B * 120, f1, rf1, nt));
+            const float *t3 = f1, *t4 = f2;
+            if (bn) {
+                TIME("bn3 stats", batchnorm_stats_cpu(B, 120, 1, f1, s, s2, nt));
+                TIME("bn3 apply", batchnorm_apply_cpu(B, 120, 1, f1, mean, invstd, gam, bet, nf1, nt));
+                t3 = nf1;
+            }
+            TIME("relu fwd", relu_forward_cpu((size_t)B * 120, t3, rf1, nt));
             TIME("fc2 fwd", linear_forward_cpu(B, 120, 84, rf1, wf2, bf2, f2, nt));
-            TIME("relu fwd", relu_forward_cpu((size_t)B * 84, f2, rf2, nt));
+            if (bn) {
+                TIME("bn4 stats", batchnorm_stats_cpu(B, 84, 1, f2, s, s2, nt));
+                TIME("bn4 apply", batchnorm_apply_cpu(B, 84, 1, f2, mean, invstd, gam, bet, nf2, nt));
+                t4 = nf2;
+            }
+            TIME("relu fwd", relu_forward_cpu((size_t)B * 84, t4, rf2, nt));
             TIME("fc3 fwd", linear_forward_cpu(B, 84, NCLS, rf2, wf3, bf3, f3, nt));
             int correct;
             TIME("softmax xent", softmax_xent_cpu(B, NCLS, f3, labels, 1.0f / B, g_f3, &correct));
             TIME("fc3 bwd", linear_backward_cpu(B, 84, NCLS, rf2, wf3, g_f3, g_rf2, gwf3, gbf3, nt));
-            TIME("relu bwd", relu_backward_cpu((size_t)B * 84, rf2, g_rf2, g_f2, nt));
+            TIME("relu bwd", relu_backward_cpu((size_t)B * 84, rf2, g_rf2, bn ? g_nf2 : g_f2, nt));
+            if (bn) {
+                TIME("bn4 bwd reduce", batchnorm_backward_reduce_cpu(B, 84, 1, f2, g_nf2, mean, invstd, s, s2, nt));
+                TIME("bn4 bwd input", batchnorm_backward_input_cpu(B, 84, 1, f2, g_nf2, mean, invstd, gam, s, s2,
+                                                                   (double)B, g_f2, nt));
+            }
             TIME("fc2 bwd", linear_backward_cpu(B, 120, 84, rf1, wf2, g_f2, g_rf1, gwf2, gbf2, nt));
-            TIME("relu bwd", relu_backward_cpu((size_t)B * 120, rf1, g_rf1, g_f1, nt));
+            TIME("relu bwd", relu_backward_cpu((size_t)B * 120, rf1, g_rf1, bn ? g_nf1 : g_f1, nt));
+            if (bn) {
+                TIME("bn3 bwd reduce", batchnorm_backward_reduce_cpu(B, 120, 1, f1, g_nf1, mean, invstd, s, s2, nt));
+                TIME("bn3 bwd input", batchnorm_backward_input_cpu(B, 120, 1, f1, g_nf1, mean, invstd, gam, s, s2,
+                                                                   (double)B, g_f1, nt));
+            }
             TIME("fc1 bwd", linear_backward_cpu(B, F1, 120, q2, wf1, g_f1, g_q2, gwf1, gbf1, nt));
             TIME("pool2 bwd", maxpool2d_backward_cpu(B, 16, d2.out_h, d2.out_w, p2, p2, g_q2, am2, g_r2, nt));
             TIME("relu2 bwd", relu_backward_cpu(a2, r2, g_r2, g_n2, nt));

@@ -168,12 +168,17 @@ for r in $(seq 1 "$ROUNDS"); do
 done
 load_after=$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo "?")
 
+case "$ONLY" in
+    "") order="interleaved: dptrain, then PyTorch" ;;
+    dptrain) order="dptrain only" ;;
+    pytorch) order="PyTorch only" ;;
+esac
 args=(epoch-time --drop 1 --md "$OUT/epoch_time.md"
       --title "Epoch time, LeNet / Fashion-MNIST, batch 64, $THREADS thread(s)"
       --meta "Machine=${cpu:-unknown CPU}, nproc $ncpu"
       --meta "Date=$started"
       --meta "libblas.so.3 alternative=$blas_alt"
-      --meta "Runs=$ROUNDS interleaved round(s) of $EPOCHS epochs each (dptrain, then PyTorch), epoch 1 of every run dropped; seed $SEED"
+      --meta "Runs=$ROUNDS round(s) of $EPOCHS epochs each ($order), epoch 1 of every run dropped; seed $SEED"
       --meta "Load average before / after=$load_before / $load_after")
 if [ $RUN_DP = 1 ]; then args+=(--dptrain "${dp_logs[@]}"); fi
 if [ $RUN_PT = 1 ]; then args+=(--pytorch "${pt_logs[@]}"); fi

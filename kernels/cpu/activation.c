@@ -9,8 +9,7 @@ static void relu_fwd_range(size_t lo, size_t hi, const float *x, float *y) {
     for (size_t i = lo; i < hi; i++) y[i] = x[i] < 0.0f ? 0.0f : x[i];
 }
 
-static void relu_bwd_range(size_t lo, size_t hi, const float *y, const float *dy,
-                           float *dx) {
+static void relu_bwd_range(size_t lo, size_t hi, const float *y, const float *dy, float *dx) {
     for (size_t i = lo; i < hi; i++) dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
 }
 

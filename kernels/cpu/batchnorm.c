@@ -1,11 +1,22 @@
 /* batchnorm.c: the phases of (Sync)BatchNorm. Threads split the channels, so each channel's sums
- * are taken by one thread in one fixed order: the same for every thread count. Sums use eight
- * double lanes per channel, which the compiler vectorises. */
+ * are taken by one thread in one fixed order: the same for every thread count. */
 #include "kernels/cpu/batchnorm.h"
 
 #include "kernels/cpu/cpu_common.h"
 
-#define LANES 8
+/* Sums of a channel: 16 double lanes (four vectors of 4, enough independent additions to hide
+ * their latency), element i of a plane into lane i % 16, then the lanes added in order. Fixed
+ * per channel, whatever the thread count. */
+typedef double v4d __attribute__((vector_size(4 * sizeof(double))));
+typedef float v4f __attribute__((vector_size(4 * sizeof(float)), aligned(4), may_alias));
+#define LOAD4D(p) __builtin_convertvector(*(const v4f *)(const void *)(p), v4d)
+
+static double lanes_sum(const v4d *a) {
+    double s = 0.0;
+    for (int v = 0; v < 4; v++)
+        for (int l = 0; l < 4; l++) s += a[v][l];
+    return s;
+}
 
 static int channel_threads(int batch, int c, int hw, int nthreads) {
     int nt = dp_eltwise_threads((size_t)batch * c * hw, nthreads);
@@ -27,32 +38,42 @@ static int channel_threads(int batch, int c, int hw, int nthreads) {
         }                                                                 \
     } while (0)
 
-static double lanes_sum(const double *a) {
-    double s = 0.0;
-    for (int l = 0; l < LANES; l++) s += a[l];
-    return s;
+/* BatchNorm1d (hw = 1): rows of features; loop over samples outside so that the inner loop runs
+ * over contiguous channels (each channel still summed over the samples in order). */
+static void stats_rows(int c0, int c1, int batch, int c, const float *x, double *sum, double *sumsq) {
+    for (int ch = c0; ch < c1; ch++) sum[ch] = sumsq[ch] = 0.0;
+    for (int n = 0; n < batch; n++) {
+        const float *r = x + (size_t)n * c;
+        for (int ch = c0; ch < c1; ch++) {
+            const double u = r[ch];
+            sum[ch] += u, sumsq[ch] += u * u;
+        }
+    }
 }
 
 static void stats_range(int c0, int c1, int batch, int c, int hw, const float *x, double *sum, double *sumsq) {
+    if (hw == 1) {
+        stats_rows(c0, c1, batch, c, x, sum, sumsq);
+        return;
+    }
     for (int ch = c0; ch < c1; ch++) {
-        double a[LANES] = {0}, q[LANES] = {0};
+        v4d a[4] = {{0}}, q[4] = {{0}};
+        double at = 0.0, qt = 0.0; /* plane tails (hw % 16) */
         for (int n = 0; n < batch; n++) {
             const float *p = x + ((size_t)n * c + ch) * hw; /* (hw) */
             int i = 0;
-            for (; i + LANES <= hw; i += LANES)
-                for (int l = 0; l < LANES; l++) {
-                    const double v = p[i + l];
-                    a[l] += v;
-                    q[l] += v * v;
+            for (; i + 16 <= hw; i += 16)
+                for (int v = 0; v < 4; v++) {
+                    const v4d u = LOAD4D(p + i + 4 * v);
+                    a[v] += u, q[v] += u * u;
                 }
             for (; i < hw; i++) {
-                const double v = p[i];
-                a[i % LANES] += v;
-                q[i % LANES] += v * v;
+                const double u = p[i];
+                at += u, qt += u * u;
             }
         }
-        sum[ch] = lanes_sum(a);
-        sumsq[ch] = lanes_sum(q);
+        sum[ch] = lanes_sum(a) + at;
+        sumsq[ch] = lanes_sum(q) + qt;
     }
 }
 
@@ -68,6 +89,14 @@ void batchnorm_stats_cpu(int batch, int c, int hw, const float *x, double *sum, 
 
 static void apply_range(int c0, int c1, int batch, int c, int hw, const float *x, const float *mean,
                         const float *invstd, const float *gamma, const float *beta, float *y) {
+    if (hw == 1) {
+        for (int n = 0; n < batch; n++) {
+            const float *r = x + (size_t)n * c;
+            float *q = y + (size_t)n * c;
+            for (int ch = c0; ch < c1; ch++) q[ch] = (r[ch] - mean[ch]) * (invstd[ch] * gamma[ch]) + beta[ch];
+        }
+        return;
+    }
     for (int ch = c0; ch < c1; ch++) {
         const float m = mean[ch], sc = invstd[ch] * gamma[ch], sh = beta[ch];
         for (int n = 0; n < batch; n++) {
@@ -88,27 +117,38 @@ void batchnorm_apply_cpu(int batch, int c, int hw, const float *x, const float *
 
 static void reduce_range(int c0, int c1, int batch, int c, int hw, const float *x, const float *dy,
                          const float *mean, const float *invstd, double *sum_dy, double *sum_dy_xhat) {
+    if (hw == 1) {
+        for (int ch = c0; ch < c1; ch++) sum_dy[ch] = sum_dy_xhat[ch] = 0.0;
+        for (int n = 0; n < batch; n++) {
+            const float *xr = x + (size_t)n * c, *gr = dy + (size_t)n * c;
+            for (int ch = c0; ch < c1; ch++) {
+                const double g = gr[ch];
+                sum_dy[ch] += g, sum_dy_xhat[ch] += g * ((double)xr[ch] - mean[ch]);
+            }
+        }
+        for (int ch = c0; ch < c1; ch++) sum_dy_xhat[ch] *= invstd[ch];
+        return;
+    }
     for (int ch = c0; ch < c1; ch++) {
         const double m = mean[ch];
-        double a[LANES] = {0}, q[LANES] = {0};
+        v4d a[4] = {{0}}, q[4] = {{0}};
+        double at = 0.0, qt = 0.0;
         for (int n = 0; n < batch; n++) {
             const size_t off = ((size_t)n * c + ch) * hw;
             const float *xp = x + off, *gp = dy + off;
             int i = 0;
-            for (; i + LANES <= hw; i += LANES)
-                for (int l = 0; l < LANES; l++) {
-                    const double g = gp[i + l];
-                    a[l] += g;
-                    q[l] += g * ((double)xp[i + l] - m);
+            for (; i + 16 <= hw; i += 16)
+                for (int v = 0; v < 4; v++) {
+                    const v4d g = LOAD4D(gp + i + 4 * v);
+                    a[v] += g, q[v] += g * (LOAD4D(xp + i + 4 * v) - m);
                 }
             for (; i < hw; i++) {
                 const double g = gp[i];
-                a[i % LANES] += g;
-                q[i % LANES] += g * ((double)xp[i] - m);
+                at += g, qt += g * ((double)xp[i] - m);
             }
         }
-        sum_dy[ch] = lanes_sum(a);
-        sum_dy_xhat[ch] = lanes_sum(q) * invstd[ch];
+        sum_dy[ch] = lanes_sum(a) + at;
+        sum_dy_xhat[ch] = (lanes_sum(q) + qt) * invstd[ch];
     }
 }
 
@@ -128,6 +168,24 @@ void batchnorm_backward_reduce_cpu(int batch, int c, int hw, const float *x, con
 static void input_range(int c0, int c1, int batch, int c, int hw, const float *x, const float *dy,
                         const float *mean, const float *invstd, const float *gamma, const double *sum_dy,
                         const double *sum_dy_xhat, double count, float *dx) {
+    if (hw == 1) { /* coefficients of up to 64 channels at a time, then rows */
+        for (int b0 = c0; b0 < c1; b0 += 64) {
+            const int b1 = c1 - b0 < 64 ? c1 : b0 + 64;
+            float kk[64], aa[64], bb[64];
+            for (int ch = b0; ch < b1; ch++) {
+                const double is = invstd[ch];
+                kk[ch - b0] = (float)(gamma[ch] * is);
+                aa[ch - b0] = (float)(sum_dy[ch] / count);
+                bb[ch - b0] = (float)(sum_dy_xhat[ch] / count * is);
+            }
+            for (int n = 0; n < batch; n++) {
+                const float *xr = x + (size_t)n * c + b0, *gr = dy + (size_t)n * c + b0, *mr = mean + b0;
+                float *dr = dx + (size_t)n * c + b0;
+                for (int j = 0; j < b1 - b0; j++) dr[j] = kk[j] * (gr[j] - aa[j] - (xr[j] - mr[j]) * bb[j]);
+            }
+        }
+        return;
+    }
     for (int ch = c0; ch < c1; ch++) {
         const double is = invstd[ch];
         const float m = mean[ch], k = (float)(gamma[ch] * is), a = (float)(sum_dy[ch] / count),

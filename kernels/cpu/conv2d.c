@@ -1,12 +1,13 @@
-/* conv2d.c: Conv2d as (implicit) im2col + GEMM, split over threads by contiguous chunks of samples.
- *
- * Each sample is first copied into a zero-padded buffer (when pad > 0), so that no inner loop
- * checks bounds. Two GEMM back ends, picked by shape:
+/* conv2d.c: Conv2d as GEMMs over im2col matrices, split over threads by contiguous chunks of
+ * samples. Inputs are first copied into a zero-padded buffer where needed, so that no inner loop
+ * checks bounds. Two back ends, picked by shape:
  * - "direct": few output channels (LeNet). OpenBLAS is slow on thin products such as 6x25 by
- *   25x576, so this path runs its own register-tiled SIMD kernels one sample at a time (a
- *   sample's data stays in L1/L2) and keeps the weight gradient as per-lane vector partials until
- *   the end of the chunk. With stride 1 and out_w a multiple of the vector width, the forward
- *   and weight-gradient tiles read the padded input directly ("implicit" im2col: no copy).
+ *   25x576 (~20 GFLOP/s here), so this path runs its own register-tiled SIMD kernels, one sample
+ *   at a time while its data is in L1/L2, and keeps the weight gradient as per-lane vector
+ *   partials until the end of the chunk. With stride 1 ("implicit") nothing is copied: the
+ *   forward and weight-gradient tiles read the padded input directly, and the input-gradient
+ *   tile adds its result straight into the padded input gradient (col2im fused). Other strides
+ *   build the im2col matrix ("explicit").
  * - "blas": everything else (ResNet). Several samples share one im2col matrix so that a GEMM has
  *   at least ~128 columns even where a sample has only 1..16 output positions.
  * The weight gradient of chunk c goes to its own partial; partials are added to dw in chunk
@@ -32,10 +33,14 @@ int dp_conv2d_force_path = 0;
 typedef struct {
     int M, K, P;     /* out_c, in_c * k * k, out_h * out_w */
     int direct;      /* 1: own SIMD kernels, 0: OpenBLAS */
-    int implicit;    /* direct, stride 1, out_w % DP_VL == 0: no im2col copy for y and dw */
+    int implicit;    /* direct, stride 1, out_w near a multiple of VL: tiles read the padded input */
     int Hp, Wp;      /* padded input */
-    int ld;          /* direct: row stride of col / dyp (P rounded up to NB) */
-    int G;           /* blas: samples per GEMM; direct: samples per dw pass */
+    int copy_x;      /* inputs go through the padded buffer xp (pad > 0, or rows read past out_w) */
+    int OWr, NV;     /* implicit: out_w rounded up to VL; vectors per sample (out_h * OWr / VL) */
+    int rowpad;      /* implicit with out_w % VL != 0: dy goes through a (M, out_h, OWr) copy */
+    size_t pin;      /* floats of one padded input (with VL of slack: rows are read up to OWr) */
+    int ld;          /* explicit direct: row stride of col / dyp (P rounded up to NB) */
+    int G;           /* blas: samples per GEMM; implicit: samples per dw pass */
     size_t o_xp, o_dxp, o_col, o_dy, o_dw, o_db, per_chunk; /* a chunk's slice of ws (floats) */
 } conv_plan;
 
@@ -54,36 +59,50 @@ static conv_plan make_plan(const dp_conv2d_dims *d) {
     p.Wp = d->in_w + 2 * d->pad;
     if (dp_conv2d_force_path) p.direct = dp_conv2d_force_path == 1;
     else p.direct = p.M <= 32 && (size_t)p.M * p.K <= 8192; /* weights fit in L1 */
-    const size_t pin = (size_t)d->in_c * p.Hp * p.Wp, pad_sz = d->pad > 0 ? round16(pin) : 0;
-    if (p.direct) {
-        p.implicit = d->stride == 1 && d->out_w % DP_VL == 0;
-        p.ld = (p.P + NB - 1) / NB * NB;
-        /* implicit dw: samples per group, so that their inputs and gradients stay in L1 */
-        const size_t per = sizeof(float) * ((d->pad ? pin : (size_t)d->in_c * d->in_h * d->in_w) + (size_t)p.M * p.P);
-        p.G = p.implicit ? (int)(DW_GROUP_BYTES / per) : 1;
+    p.OWr = (d->out_w + DP_VL - 1) / DP_VL * DP_VL;
+    /* implicit tiles compute whole vectors: worth it while at most 1/5 of the lanes are wasted */
+    p.implicit = p.direct && d->stride == 1 && 5 * d->out_w >= 4 * p.OWr;
+    p.NV = d->out_h * p.OWr / DP_VL;
+    p.rowpad = p.implicit && p.OWr != d->out_w;
+    p.copy_x = d->pad > 0 || p.rowpad;
+    p.pin = round16((size_t)d->in_c * p.Hp * p.Wp + (p.implicit ? DP_VL : 0));
+    const size_t xsz = p.copy_x ? p.pin : 0;
+    if (p.implicit) {
+        /* samples per dw pass, so that their inputs and gradients stay in L1 */
+        const size_t per = sizeof(float) * ((p.copy_x ? p.pin : (size_t)d->in_c * d->in_h * d->in_w) +
+                                            (size_t)p.M * p.NV * DP_VL);
+        p.G = (int)(DW_GROUP_BYTES / per);
         if (p.G < 1) p.G = 1;
         if (p.G > 8) p.G = 8;
-        const size_t ncol = p.implicit ? (size_t)dx_groups(d) * p.M * MRF : (size_t)p.K * p.ld;
-        p.o_xp = 0;                                              /* xp (G, in_c, Hp, Wp) if pad */
-        p.o_dxp = p.o_xp + pad_sz * p.G;                         /* dxp (in_c, Hp, Wp) if pad */
-        p.o_col = p.o_dxp + pad_sz;                              /* col (K, ld) or wg (groups, M, MRF) */
-        p.o_dy = p.o_col + round16(ncol);                        /* dyp (M, ld), explicit */
-        p.o_dw = p.o_dy + (p.implicit ? 0 : round16((size_t)p.M * p.ld));
-        p.o_db = p.o_dw + round16((size_t)p.M * p.K * DP_VL);   /* dwv (M, K, VL) */
-        p.per_chunk = p.o_db + round16((size_t)p.M * DP_VL);     /* dbv (M, VL) */
+        p.o_xp = 0;                                                    /* xp (G, pin) */
+        p.o_dxp = p.o_xp + xsz * p.G;                                  /* dxp (pin) */
+        p.o_col = p.o_dxp + xsz;                                       /* wg (groups, M, MRF) */
+        p.o_dy = p.o_col + round16((size_t)dx_groups(d) * p.M * MRF);  /* dyr (G, M, NV * VL) */
+        p.o_dw = p.o_dy + (p.rowpad ? round16((size_t)p.G * p.M * p.NV * DP_VL) : 0);
+    } else if (p.direct) {
+        p.G = 1;
+        p.ld = (p.P + NB - 1) / NB * NB;
+        p.o_xp = 0;                                         /* xp (pin) */
+        p.o_dxp = xsz;                                      /* dxp (pin) */
+        p.o_col = 2 * xsz;                                  /* col (K, ld) */
+        p.o_dy = p.o_col + round16((size_t)p.K * p.ld);     /* dyp (M, ld) */
+        p.o_dw = p.o_dy + round16((size_t)p.M * p.ld);
     } else {
         int G = (BLAS_MIN_COLS + p.P - 1) / p.P;
         while (G > 1 && (size_t)p.K * G * p.P > BLAS_MAX_COL) G--;
         p.G = G;
         const size_t cols = (size_t)G * p.P;
-        p.o_xp = 0;                /* xp (in_c, Hp, Wp) if pad */
-        p.o_dxp = pad_sz;          /* dxp (in_c, Hp, Wp) if pad */
-        p.o_col = 2 * pad_sz;
-        p.o_dy = p.o_col + round16((size_t)p.K * cols);              /* col (K, G*P) */
-        p.o_dw = p.o_dy + (G > 1 ? round16((size_t)p.M * cols) : 0); /* yb (M, G*P), if G > 1 */
-        p.o_db = p.o_dw + round16((size_t)p.M * p.K);                /* dw partial (M, K) */
-        p.per_chunk = p.o_db + round16((size_t)p.M);                 /* db partial (M) */
+        p.o_xp = 0;                                                  /* xp (pin) */
+        p.o_dxp = xsz;                                               /* dxp (pin) */
+        p.o_col = 2 * xsz;                                           /* col (K, G*P) */
+        p.o_dy = p.o_col + round16((size_t)p.K * cols);              /* yb (M, G*P), if G > 1 */
+        p.o_dw = p.o_dy + (G > 1 ? round16((size_t)p.M * cols) : 0); /* dw partial (M, K) */
+        p.o_db = p.o_dw + round16((size_t)p.M * p.K);                /* db partial (M) */
+        p.per_chunk = p.o_db + round16((size_t)p.M);
+        return p;
     }
+    p.o_db = p.o_dw + round16((size_t)p.M * p.K * DP_VL);  /* dwv (M, K, VL) */
+    p.per_chunk = p.o_db + round16((size_t)p.M * DP_VL);    /* dbv (M, VL) */
     return p;
 }
 
@@ -108,10 +127,10 @@ size_t conv2d_workspace_floats(const dp_conv2d_dims *d, int batch, int nthreads)
 
 /* ---------------------------------------------------------------- padding, im2col, col2im */
 
-/* The sample xs (in_c, H, W) as a zero-padded (in_c, Hp, Wp) array: xs itself when pad == 0,
- * else xp, whose border was zeroed once per chunk. */
+/* The sample xs (in_c, H, W) as a zero-padded (in_c, Hp, Wp) array: xs itself unless copy_x,
+ * else xp, whose border (and slack) was zeroed once per chunk. */
 static const float *pad_input(const dp_conv2d_dims *d, const conv_plan *pl, const float *xs, float *xp) {
-    if (d->pad == 0) return xs;
+    if (!pl->copy_x) return xs;
     const int H = d->in_h, W = d->in_w, p = d->pad;
     for (int c = 0; c < d->in_c; c++)
         for (int i = 0; i < H; i++)
@@ -392,26 +411,34 @@ static void gemm_nn(int M, int K, int P, const float *A, const float *B, int ldb
     }
 }
 
-/* ys (M, P) = conv of the padded sample xp; stride 1, out_w a multiple of VL. */
+/* ys (M, P) = conv of the padded sample xp, stride 1. Vector v covers output row v / (OWr/VL),
+ * columns from (v % (OWr/VL)) * VL; lanes past out_w are computed and dropped. */
 static void fwd_implicit(const dp_conv2d_dims *d, const conv_plan *pl, const float *xp, const float *w,
                          const float *b, float *ys) {
-    const int M = pl->M, K = pl->K, P = pl->P, OW = d->out_w, Wp = pl->Wp, nv = P / DP_VL;
+    const int M = pl->M, K = pl->K, P = pl->P, OW = d->out_w, Wp = pl->Wp, NV = pl->NV, nvr = pl->OWr / DP_VL;
     const size_t plane = (size_t)pl->Hp * Wp;
     float tmp[2 * MRF * DP_VL];
-    for (int v = 0; v < nv; v += 2) {
-        const int two = v + 1 < nv, p0 = v * DP_VL, p1 = two ? p0 + DP_VL : p0; /* odd count: one twice */
-        const float *x0 = xp + (size_t)(p0 / OW) * Wp + p0 % OW, *x1 = xp + (size_t)(p1 / OW) * Wp + p1 % OW;
+    for (int v = 0; v < NV; v += 2) {
+        const int two = v + 1 < NV, v1 = two ? v + 1 : v; /* odd count: the last one twice */
+        const int oh0 = v / nvr, ow0 = v % nvr * DP_VL, oh1 = v1 / nvr, ow1 = v1 % nvr * DP_VL;
+        const int n0 = OW - ow0 < DP_VL ? OW - ow0 : DP_VL, n1 = !two ? 0 : OW - ow1 < DP_VL ? OW - ow1 : DP_VL;
+        const int whole = n0 == DP_VL && n1 == DP_VL;
+        const float *x0 = xp + (size_t)oh0 * Wp + ow0, *x1 = xp + (size_t)oh1 * Wp + ow1;
+        const size_t y0 = (size_t)oh0 * OW + ow0, y1 = (size_t)oh1 * OW + ow1;
         for (int m0 = 0; m0 < M; m0 += MRF) {
             const int R = M - m0 < MRF ? M - m0 : MRF;
             const float *a = w + (size_t)m0 * K, *bb = b ? b + m0 : NULL;
-            float *c0 = two ? ys + (size_t)m0 * P + p0 : tmp, *c1 = two ? c0 + DP_VL : tmp + MRF * DP_VL;
-            const int ldc = two ? P : DP_VL;
+            float *ym = ys + (size_t)m0 * P;
+            float *c0 = whole ? ym + y0 : tmp, *c1 = whole ? ym + y1 : tmp + MRF * DP_VL;
+            const int ldc = whole ? P : DP_VL;
 #define NNX_CALL(r) tile_nn_x(r, d->in_c, d->k, plane, Wp, x0, x1, a, K, bb, c0, c1, ldc)
             SWITCH6(R, NNX_CALL)
 #undef NNX_CALL
-            if (!two)
-                for (int i = 0; i < R; i++)
-                    memcpy(ys + (size_t)(m0 + i) * P + p0, tmp + i * DP_VL, sizeof(float) * DP_VL);
+            if (!whole)
+                for (int i = 0; i < R; i++) {
+                    memcpy(ym + (size_t)i * P + y0, tmp + i * DP_VL, sizeof(float) * n0);
+                    if (n1) memcpy(ym + (size_t)i * P + y1, tmp + (MRF + i) * DP_VL, sizeof(float) * n1);
+                }
         }
     }
 }
@@ -439,11 +466,12 @@ static void dw_explicit(const conv_plan *pl, const float *g, int ldg, const floa
     }
 }
 
-/* dwv (M, K, VL) += lane-wise gradient of ns samples: sample s's padded input at xp + s*xs, its
- * dy (M, P) at g + s*gs (stride 1, out_w a multiple of VL). */
+/* dwv (M, K, VL) += lane-wise gradient of ns samples (stride 1): sample s's padded input at
+ * xp + s*xs, its dy (M, out_h, OWr) at g + s*gs. */
 static void dw_implicit(const dp_conv2d_dims *d, const conv_plan *pl, int ns, const float *g, size_t gs,
                         const float *xp, size_t xs, float *dwv) {
-    const int M = pl->M, K = pl->K, P = pl->P, k = d->k, OH = d->out_h, OW = d->out_w, Wp = pl->Wp;
+    /* rows of dy are OWr long (zero past out_w): P here is the padded count */
+    const int M = pl->M, K = pl->K, P = pl->NV * DP_VL, k = d->k, OH = d->out_h, OW = pl->OWr, Wp = pl->Wp;
     const size_t plane = (size_t)pl->Hp * Wp;
     for (int c = 0; c < d->in_c; c++)
         for (int kh = 0; kh < k; kh++)
@@ -498,23 +526,25 @@ static void pack_dx_weights(const dp_conv2d_dims *d, const conv_plan *pl, const 
         }
 }
 
-/* dxp (in_c, Hp, Wp) = the input gradient of one sample with dy g (M, P): stride 1, out_w a
- * multiple of VL. */
+/* dxp (in_c, Hp, Wp) = the input gradient of one sample with dy g (M, out_h, OWr), stride 1.
+ * Lanes past out_w hold zero gradients: they add 0 to the padding (or the slack) of dxp, which
+ * is the padded buffer whenever such lanes exist (rowpad implies copy_x). */
 static void dx_implicit(const dp_conv2d_dims *d, const conv_plan *pl, const float *wg, const float *g, float *dxp) {
-    const int M = pl->M, P = pl->P, OW = d->out_w, Wp = pl->Wp, k = d->k, nq = d->in_c * k, nv = P / DP_VL;
-    const int per = (nq + MRF - 1) / MRF;
+    const int M = pl->M, ldg = pl->NV * DP_VL, Wp = pl->Wp, k = d->k, nq = d->in_c * k, NV = pl->NV;
+    const int per = (nq + MRF - 1) / MRF, nvr = pl->OWr / DP_VL;
     const size_t plane = (size_t)pl->Hp * Wp;
-    memset(dxp, 0, sizeof(float) * (size_t)d->in_c * plane);
+    memset(dxp, 0, sizeof(float) * (pl->copy_x ? pl->pin : (size_t)d->in_c * d->in_h * d->in_w));
     for (int kw = 0; kw < k; kw++)
         for (int gi = 0; gi < per; gi++) {
             const int q0 = gi * MRF, R = nq - q0 < MRF ? nq - q0 : MRF;
             size_t off[MRF];
             for (int j = 0; j < R; j++) off[j] = (size_t)(q0 + j) / k * plane + (size_t)((q0 + j) % k) * Wp + kw;
             const float *wgg = wg + (size_t)(kw * per + gi) * M * MRF;
-            for (int v = 0; v < nv; v += 2) {
-                const int two = v + 1 < nv, p0 = v * DP_VL, p1 = two ? p0 + DP_VL : p0;
-                float *x0 = dxp + (size_t)(p0 / OW) * Wp + p0 % OW, *x1 = dxp + (size_t)(p1 / OW) * Wp + p1 % OW;
-#define DX_CALL(r) tile_dx(r, M, wgg, g + p0, g + p1, P, x0, x1, off, two)
+            for (int v = 0; v < NV; v += 2) {
+                const int two = v + 1 < NV, v1 = two ? v + 1 : v;
+                float *x0 = dxp + (size_t)(v / nvr) * Wp + v % nvr * DP_VL;
+                float *x1 = dxp + (size_t)(v1 / nvr) * Wp + v1 % nvr * DP_VL;
+#define DX_CALL(r) tile_dx(r, M, wgg, g + v * DP_VL, g + v1 * DP_VL, ldg, x0, x1, off, two)
                 SWITCH6(R, DX_CALL)
 #undef DX_CALL
             }
@@ -526,8 +556,8 @@ static void dx_implicit(const dp_conv2d_dims *d, const conv_plan *pl, const floa
 static void fwd_direct(const dp_conv2d_dims *d, const conv_plan *pl, int s0, int s1, const float *x,
                        const float *w, const float *b, float *y, float *cw) {
     const size_t in_sz = (size_t)d->in_c * d->in_h * d->in_w, out_sz = (size_t)pl->M * pl->P;
-    float *xp = cw + pl->o_xp, *col = cw + pl->o_col; /* (in_c, Hp, Wp), (K, ld) */
-    if (d->pad) memset(xp, 0, sizeof(float) * (size_t)d->in_c * pl->Hp * pl->Wp);
+    float *xp = cw + pl->o_xp, *col = cw + pl->o_col; /* (pin), (K, ld) */
+    if (pl->copy_x) memset(xp, 0, sizeof(float) * pl->pin); /* border and slack stay zero */
     for (int s = s0; s < s1; s++) {
         const float *xs = pad_input(d, pl, x + s * in_sz, xp);
         if (pl->implicit) {
@@ -539,11 +569,49 @@ static void fwd_direct(const dp_conv2d_dims *d, const conv_plan *pl, int s0, int
     }
 }
 
+/* dyr (M, out_h, OWr) = g (M, out_h, out_w) with zeros past out_w. */
+static void pad_rows(const dp_conv2d_dims *d, const conv_plan *pl, const float *g, float *dyr) {
+    const int OW = d->out_w, OWr = pl->OWr;
+    for (int r = 0; r < pl->M * d->out_h; r++) {
+        memcpy(dyr + (size_t)r * OWr, g + (size_t)r * OW, sizeof(float) * OW);
+        for (int q = OW; q < OWr; q++) dyr[(size_t)r * OWr + q] = 0.0f;
+    }
+}
+
+static void bwd_implicit(const dp_conv2d_dims *d, const conv_plan *pl, int s0, int s1, const float *x,
+                         const float *w, const float *dy, float *dx, float *cw) {
+    const size_t in_sz = (size_t)d->in_c * d->in_h * d->in_w, out_sz = (size_t)pl->M * pl->P;
+    const size_t dyr_sz = (size_t)pl->M * pl->NV * DP_VL;
+    float *xp = cw + pl->o_xp, *dxp = cw + pl->o_dxp, *wg = cw + pl->o_col, *dyr = cw + pl->o_dy;
+    float *dwv = cw + pl->o_dw;
+    if (dx) pack_dx_weights(d, pl, w, wg);
+    if (pl->copy_x) memset(xp, 0, sizeof(float) * pl->pin * pl->G); /* borders and slack stay zero */
+    /* dw over groups of samples (their inputs and gradients stay in L1), then dx per sample */
+    for (int s = s0; s < s1; s += pl->G) {
+        const int ns = s1 - s < pl->G ? s1 - s : pl->G;
+        const float *xs = x + s * in_sz, *g = dy + s * out_sz;
+        if (pl->copy_x) {
+            for (int i = 0; i < ns; i++) pad_input(d, pl, x + (s + i) * in_sz, xp + i * pl->pin);
+            xs = xp;
+        }
+        if (pl->rowpad) {
+            for (int i = 0; i < ns; i++) pad_rows(d, pl, dy + (s + i) * out_sz, dyr + i * dyr_sz);
+            g = dyr;
+        }
+        dw_implicit(d, pl, ns, g, dyr_sz, xs, pl->copy_x ? pl->pin : in_sz, dwv);
+        if (dx)
+            for (int i = 0; i < ns; i++) {
+                float *dxs = dx + (s + i) * in_sz;
+                dx_implicit(d, pl, wg, g + i * dyr_sz, pl->copy_x ? dxp : dxs);
+                if (pl->copy_x) unpad(d, pl, dxp, dxs);
+            }
+    }
+}
+
 static void bwd_direct(const dp_conv2d_dims *d, const conv_plan *pl, int s0, int s1, const float *x,
                        const float *w, const float *dy, float *dx, int want_db, float *cw) {
     const int M = pl->M, K = pl->K, P = pl->P, ld = pl->ld;
     const size_t in_sz = (size_t)d->in_c * d->in_h * d->in_w, out_sz = (size_t)M * P;
-    const size_t pin = (size_t)d->in_c * pl->Hp * pl->Wp;
     float *xp = cw + pl->o_xp, *dxp = cw + pl->o_dxp, *col = cw + pl->o_col, *dyp = cw + pl->o_dy;
     float *dwv = cw + pl->o_dw, *dbv = cw + pl->o_db;
     memset(dwv, 0, sizeof(float) * (size_t)M * K * DP_VL);
@@ -559,27 +627,10 @@ static void bwd_direct(const dp_conv2d_dims *d, const conv_plan *pl, int s0, int
                 DP_VSTORE(dbv + (size_t)m * DP_VL, acc);
             }
     if (pl->implicit) {
-        /* dw over groups of samples (their inputs and gradients stay in L1), then dx per sample */
-        if (dx) pack_dx_weights(d, pl, w, col);
-        if (d->pad) memset(xp, 0, sizeof(float) * pin * pl->G); /* borders stay zero */
-        for (int s = s0; s < s1; s += pl->G) {
-            const int ns = s1 - s < pl->G ? s1 - s : pl->G;
-            const float *xs = x + s * in_sz;
-            if (d->pad) {
-                for (int i = 0; i < ns; i++) pad_input(d, pl, x + (s + i) * in_sz, xp + i * pin);
-                xs = xp;
-            }
-            dw_implicit(d, pl, ns, dy + s * out_sz, out_sz, xs, d->pad ? pin : in_sz, dwv);
-            if (dx)
-                for (int i = 0; i < ns; i++) {
-                    float *dxs = dx + (s + i) * in_sz;
-                    dx_implicit(d, pl, col, dy + (s + i) * out_sz, d->pad ? dxp : dxs);
-                    if (d->pad) unpad(d, pl, dxp, dxs);
-                }
-        }
+        bwd_implicit(d, pl, s0, s1, x, w, dy, dx, cw);
         return;
     }
-    if (d->pad) memset(xp, 0, sizeof(float) * pin);
+    if (pl->copy_x) memset(xp, 0, sizeof(float) * pl->pin);
     for (int s = s0; s < s1; s++) {
         const float *g = dy + s * out_sz; /* (M, P) */
         int ldg = P;
@@ -595,8 +646,8 @@ static void bwd_direct(const dp_conv2d_dims *d, const conv_plan *pl, int s0, int
         if (dx) {
             gemm_tn(M, K, P, w, g, ldg, col, ld); /* dcol; col is free again */
             float *dxs = dx + s * in_sz;
-            col2im(d, pl, col, ld, d->pad ? dxp : dxs);
-            if (d->pad) unpad(d, pl, dxp, dxs);
+            col2im(d, pl, col, ld, pl->copy_x ? dxp : dxs);
+            if (pl->copy_x) unpad(d, pl, dxp, dxs);
         }
     }
 }
@@ -608,7 +659,7 @@ static void fwd_blas(const dp_conv2d_dims *d, const conv_plan *pl, int s0, int s
     const int M = pl->M, K = pl->K, P = pl->P;
     const size_t in_sz = (size_t)d->in_c * d->in_h * d->in_w, out_sz = (size_t)M * P;
     float *xp = cw + pl->o_xp, *col = cw + pl->o_col, *yb = cw + pl->o_dy;
-    if (d->pad) memset(xp, 0, sizeof(float) * (size_t)d->in_c * pl->Hp * pl->Wp);
+    if (pl->copy_x) memset(xp, 0, sizeof(float) * pl->pin);
     for (int g0 = s0; g0 < s1; g0 += pl->G) {
         const int g = s1 - g0 < pl->G ? s1 - g0 : pl->G, N = g * P;
         for (int i = 0; i < g; i++)
@@ -637,7 +688,7 @@ static void bwd_blas(const dp_conv2d_dims *d, const conv_plan *pl, int s0, int s
     const int M = pl->M, K = pl->K, P = pl->P;
     const size_t in_sz = (size_t)d->in_c * d->in_h * d->in_w, out_sz = (size_t)M * P;
     float *xp = cw + pl->o_xp, *dxp = cw + pl->o_dxp, *col = cw + pl->o_col, *yb = cw + pl->o_dy;
-    if (d->pad) memset(xp, 0, sizeof(float) * (size_t)d->in_c * pl->Hp * pl->Wp);
+    if (pl->copy_x) memset(xp, 0, sizeof(float) * pl->pin);
     for (int g0 = s0; g0 < s1; g0 += pl->G) {
         const int g = s1 - g0 < pl->G ? s1 - g0 : pl->G, N = g * P;
         for (int i = 0; i < g; i++)
@@ -661,8 +712,8 @@ static void bwd_blas(const dp_conv2d_dims *d, const conv_plan *pl, int s0, int s
             cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, K, N, M, 1.0f, w, K, gy, N, 0.0f, col, N);
             for (int i = 0; i < g; i++) {
                 float *dxs = dx + (g0 + i) * in_sz;
-                col2im(d, pl, col + (size_t)i * P, N, d->pad ? dxp : dxs);
-                if (d->pad) unpad(d, pl, dxp, dxs);
+                col2im(d, pl, col + (size_t)i * P, N, pl->copy_x ? dxp : dxs);
+                if (pl->copy_x) unpad(d, pl, dxp, dxs);
             }
         }
     }
@@ -709,6 +760,37 @@ static void bwd_chunk(const dp_conv2d_dims *d, const conv_plan *pl, int batch, i
     bwd_blas(d, pl, lo, hi, x, w, dy, dx, dwt, dbt, cw);
 }
 
+/* Part r of nr of the sum of the chunks' weight gradients into dw (and, part 0, db): each
+ * element in chunk order, so the result does not depend on which thread adds it. */
+static void reduce_part(const conv_plan *pl, int nc, int r, int nr, const float *ws, float *dw, float *db) {
+    const size_t nw = (size_t)pl->M * pl->K;
+    const size_t lo = nw * r / nr, hi = nw * (r + 1) / nr;
+    if (pl->direct) { /* vector partials: add the chunks lane-wise, then the lanes */
+        for (size_t e = lo; e < hi; e++) {
+            dp_vf v = DP_VLOAD(ws + pl->o_dw + e * DP_VL);
+            for (int c = 1; c < nc; c++) v += DP_VLOAD(ws + (size_t)c * pl->per_chunk + pl->o_dw + e * DP_VL);
+            double acc = 0.0;
+            for (int l = 0; l < DP_VL; l++) acc += v[l];
+            dw[e] += (float)acc;
+        }
+        if (db && r == 0)
+            for (int m = 0; m < pl->M; m++) {
+                dp_vf v = DP_VLOAD(ws + pl->o_db + (size_t)m * DP_VL);
+                for (int c = 1; c < nc; c++) v += DP_VLOAD(ws + (size_t)c * pl->per_chunk + pl->o_db + (size_t)m * DP_VL);
+                double acc = 0.0;
+                for (int l = 0; l < DP_VL; l++) acc += v[l];
+                db[m] += (float)acc;
+            }
+        return;
+    }
+    for (int c = 1; c < nc; c++) { /* blas: chunk 0 already added itself */
+        const float *p = ws + (size_t)c * pl->per_chunk + pl->o_dw;
+        for (size_t e = lo; e < hi; e++) dw[e] += p[e];
+        if (db && r == 0)
+            for (int m = 0; m < pl->M; m++) db[m] += p[pl->o_db - pl->o_dw + m];
+    }
+}
+
 void conv2d_backward_cpu(const dp_conv2d_dims *d, int batch, const float *x, const float *w, const float *dy,
                          float *dx, float *dw, float *db, float *ws, int nthreads) {
     if (batch <= 0) return;
@@ -716,47 +798,15 @@ void conv2d_backward_cpu(const dp_conv2d_dims *d, int batch, const float *x, con
     const int nc = dp_nchunks(batch, nthreads);
     if (nc == 1) {
         bwd_chunk(d, &pl, batch, 1, 0, x, w, dy, dx, dw, db, ws);
-    } else {
-#pragma omp parallel for num_threads(nc) schedule(static)
-        for (int c = 0; c < nc; c++) bwd_chunk(d, &pl, batch, nc, c, x, w, dy, dx, dw, db, ws);
-    }
-    /* add the partials in chunk order */
-    const size_t nw = (size_t)pl.M * pl.K;
-    if (pl.direct) {
-        for (size_t e = 0; e < nw; e++) {
-            double acc = 0.0;
-            for (int c = 0; c < nc; c++) {
-                const float *v = ws + (size_t)c * pl.per_chunk + pl.o_dw + e * DP_VL;
-                for (int l = 0; l < DP_VL; l++) acc += v[l];
-            }
-            dw[e] += (float)acc;
-        }
-        if (db)
-            for (int m = 0; m < pl.M; m++) {
-                double acc = 0.0;
-                for (int c = 0; c < nc; c++) {
-                    const float *v = ws + (size_t)c * pl.per_chunk + pl.o_db + (size_t)m * DP_VL;
-                    for (int l = 0; l < DP_VL; l++) acc += v[l];
-                }
-                db[m] += (float)acc;
-            }
+        if (pl.direct) reduce_part(&pl, 1, 0, 1, ws, dw, db);
         return;
     }
-    if (nc > 1) {
-        const int nr = nw >= 65536 ? nc : 1; /* large: add in parallel, each element in chunk order */
-#pragma omp parallel for num_threads(nr) schedule(static) if (nr > 1)
-        for (int r = 0; r < nr; r++) {
-            int lo, hi;
-            dp_chunk((int)nw, nr, r, &lo, &hi);
-            for (int c = 1; c < nc; c++) {
-                const float *p = ws + (size_t)c * pl.per_chunk + pl.o_dw;
-                for (int e = lo; e < hi; e++) dw[e] += p[e];
-            }
-        }
-        if (db)
-            for (int c = 1; c < nc; c++) {
-                const float *p = ws + (size_t)c * pl.per_chunk + pl.o_db;
-                for (int m = 0; m < pl.M; m++) db[m] += p[m];
-            }
+    /* one parallel region: the chunks, a barrier, then the sum of their partials */
+#pragma omp parallel num_threads(nc)
+    {
+#pragma omp for schedule(static)
+        for (int c = 0; c < nc; c++) bwd_chunk(d, &pl, batch, nc, c, x, w, dy, dx, dw, db, ws);
+#pragma omp for schedule(static)
+        for (int r = 0; r < nc; r++) reduce_part(&pl, nc, r, nc, ws, dw, db);
     }
 }

@@ -16,7 +16,8 @@ typedef struct {
 
 /* Fills out_h/out_w; returns 0 if the shape is valid (output at least 1x1), -1 otherwise. */
 int conv2d_dims_init(dp_conv2d_dims *d);
-/* Floats of scratch the calls below need for this batch and thread count. */
+/* Floats of scratch the calls below need for this batch and thread count (enough, too, for any
+ * smaller batch or thread count). */
 size_t conv2d_workspace_floats(const dp_conv2d_dims *d, int batch, int nthreads);
 /* y (batch, out_c, out_h, out_w) = conv(x (batch, in_c, in_h, in_w), w (out_c, in_c, k, k)) + b (out_c).
  * b may be NULL. */
