@@ -77,8 +77,8 @@ void sim_reduce(float *const *bufs, int n_rep, size_t n, int root, int nthreads)
     }
 }
 
-void sim_tree_allreduce(float *const *bufs, int n_rep, size_t n, int nthreads) {
-    if (n_rep < 2 || n == 0) return;
+/* Binary tree: pairs at distance 1, 2, 4, ... add into the lower index; the sum ends in 0. */
+static void tree_reduce_to_0(float *const *bufs, int n_rep, size_t n, int nthreads) {
     for (int stride = 1; stride < n_rep; stride *= 2) {
 #pragma omp parallel for num_threads(nthreads) schedule(static) if (nthreads > 1)
         for (int r = 0; r < n_rep; r += 2 * stride) {
@@ -88,6 +88,11 @@ void sim_tree_allreduce(float *const *bufs, int n_rep, size_t n, int nthreads) {
             for (size_t i = 0; i < n; i++) d[i] += src[i];
         }
     }
+}
+
+void sim_tree_allreduce(float *const *bufs, int n_rep, size_t n, int nthreads) {
+    if (n_rep < 2 || n == 0) return;
+    tree_reduce_to_0(bufs, n_rep, n, nthreads);
     int top = 1;
     while (top < n_rep) top *= 2;
     for (int stride = top / 2; stride >= 1; stride /= 2) {
@@ -99,15 +104,7 @@ void sim_tree_allreduce(float *const *bufs, int n_rep, size_t n, int nthreads) {
 
 void sim_tree_reduce(float *const *bufs, int n_rep, size_t n, int root, int nthreads) {
     if (n_rep < 2 || n == 0) return;
-    for (int stride = 1; stride < n_rep; stride *= 2) {
-#pragma omp parallel for num_threads(nthreads) schedule(static) if (nthreads > 1)
-        for (int r = 0; r < n_rep; r += 2 * stride) {
-            if (r + stride >= n_rep) continue;
-            float *restrict d = bufs[r];
-            const float *restrict src = bufs[r + stride];
-            for (size_t i = 0; i < n; i++) d[i] += src[i];
-        }
-    }
+    tree_reduce_to_0(bufs, n_rep, n, nthreads);
     if (root != 0) memcpy(bufs[root], bufs[0], n * sizeof(float));
 }
 

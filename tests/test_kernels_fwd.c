@@ -137,8 +137,8 @@ static void test_linear_forward(void **state) {
     kr_rng r = {11};
     for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
         const int B = shapes[s][0], NI = shapes[s][1], NO = shapes[s][2];
-        float *x = kr_floats((size_t)B * NI), *w = kr_floats((size_t)NO * NI), *b = kr_floats(NO), *y = kr_floats((size_t)B * NO);
-        float *y1 = kr_floats((size_t)B * NO);
+        float *x = kr_floats((size_t)B * NI), *w = kr_floats((size_t)NO * NI), *b = kr_floats(NO);
+        float *y = kr_floats((size_t)B * NO), *y1 = kr_floats((size_t)B * NO);
         kr_fill(&r, x, (size_t)B * NI, -1, 1);
         kr_fill(&r, w, (size_t)NO * NI, -0.3, 0.3);
         kr_fill(&r, b, NO, -1, 1);
@@ -148,7 +148,8 @@ static void test_linear_forward(void **state) {
         kr_linear_fwd(B, NI, NO, xd, wd, NULL, yr0);
         for (int t = 0; t < NTHREADS; t++) {
             linear_forward_cpu(B, NI, NO, x, w, b, y, threads[t]);
-            KR_CHECK(kr_rel_err(y, yr, (size_t)B * NO), 1e-5, "linear %d x %d -> %d, %d threads", B, NI, NO, threads[t]);
+            KR_CHECK(kr_rel_err(y, yr, (size_t)B * NO), 1e-5, "linear %d x %d -> %d, %d threads", B, NI, NO,
+                     threads[t]);
             if (t == 0) memcpy(y1, y, sizeof(float) * B * NO);
             else KR_CHECK(tu_rel_diff(y, y1, (size_t)B * NO), 1e-6, "linear threads %d vs 1", threads[t]);
             linear_forward_cpu(B, NI, NO, x, w, NULL, y, threads[t]);

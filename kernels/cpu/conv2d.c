@@ -767,16 +767,18 @@ static void reduce_part(const conv_plan *pl, int nc, int r, int nr, const float 
     const size_t lo = nw * r / nr, hi = nw * (r + 1) / nr;
     if (pl->direct) { /* vector partials: add the chunks lane-wise, then the lanes */
         for (size_t e = lo; e < hi; e++) {
-            dp_vf v = DP_VLOAD(ws + pl->o_dw + e * DP_VL);
-            for (int c = 1; c < nc; c++) v += DP_VLOAD(ws + (size_t)c * pl->per_chunk + pl->o_dw + e * DP_VL);
+            const float *pw = ws + pl->o_dw + e * DP_VL;
+            dp_vf v = DP_VLOAD(pw);
+            for (int c = 1; c < nc; c++) v += DP_VLOAD(pw + (size_t)c * pl->per_chunk);
             double acc = 0.0;
             for (int l = 0; l < DP_VL; l++) acc += v[l];
             dw[e] += (float)acc;
         }
         if (db && r == 0)
             for (int m = 0; m < pl->M; m++) {
-                dp_vf v = DP_VLOAD(ws + pl->o_db + (size_t)m * DP_VL);
-                for (int c = 1; c < nc; c++) v += DP_VLOAD(ws + (size_t)c * pl->per_chunk + pl->o_db + (size_t)m * DP_VL);
+                const float *pb = ws + pl->o_db + (size_t)m * DP_VL;
+                dp_vf v = DP_VLOAD(pb);
+                for (int c = 1; c < nc; c++) v += DP_VLOAD(pb + (size_t)c * pl->per_chunk);
                 double acc = 0.0;
                 for (int l = 0; l < DP_VL; l++) acc += v[l];
                 db[m] += (float)acc;
@@ -784,10 +786,10 @@ static void reduce_part(const conv_plan *pl, int nc, int r, int nr, const float 
         return;
     }
     for (int c = 1; c < nc; c++) { /* blas: chunk 0 already added itself */
-        const float *p = ws + (size_t)c * pl->per_chunk + pl->o_dw;
-        for (size_t e = lo; e < hi; e++) dw[e] += p[e];
+        const float *pw = ws + (size_t)c * pl->per_chunk + pl->o_dw, *pb = ws + (size_t)c * pl->per_chunk + pl->o_db;
+        for (size_t e = lo; e < hi; e++) dw[e] += pw[e];
         if (db && r == 0)
-            for (int m = 0; m < pl->M; m++) db[m] += p[pl->o_db - pl->o_dw + m];
+            for (int m = 0; m < pl->M; m++) db[m] += pb[m];
     }
 }
 

@@ -75,6 +75,10 @@ struct dp_layer {
     } cfg;
 };
 
+/* Adds the tensor "<layer name>.<suffix>" to L and returns its offset in *offset. */
+dp_status dp_layer_add_tensor(dp_layout *L, const dp_layer *l, const char *suffix, size_t count, int flags,
+                              size_t *offset);
+
 /* The layer types (src/nn/layers/). */
 extern const dp_layer_ops dp_conv2d_ops, dp_linear_ops, dp_batchnorm_ops, dp_relu_ops, dp_maxpool_ops,
     dp_flatten_ops, dp_add_ops, dp_global_avgpool_ops;

@@ -6,6 +6,16 @@
 
 #include "kernels/cpu/activation.h"
 
+dp_status dp_layer_add_tensor(dp_layout *L, const dp_layer *l, const char *suffix, size_t count, int flags,
+                              size_t *offset) {
+    char name[sizeof L->tensors[0].name];
+    snprintf(name, sizeof name, "%s.%s", l->name, suffix);
+    int idx;
+    DP_TRY(dp_layout_add(L, name, count, flags, &idx));
+    *offset = L->tensors[idx].s.offset;
+    return DP_OK;
+}
+
 void dp_model_init(dp_model *m, const char *name, dp_shape input, int n_classes) {
     memset(m, 0, sizeof *m);
     snprintf(m->name, sizeof m->name, "%s", name);

@@ -54,16 +54,23 @@ static float *const *node_sync(dp_trainer *t, int node) {
     return t->ptrs;
 }
 
+/* A node's local sums on every replica (SyncBN), summed over all replicas with --sync-bn. */
+static dp_status node_sums(dp_trainer *t, int i, const dp_batch *b, int global_batch, int backward) {
+    const dp_model *m = &t->model;
+    if (!dp_node_has_sums(m, i)) return DP_OK;
+    FOR_REPLICAS(t, r) {
+        dp_exec x = exec_of(t, r, b, global_batch, 1);
+        if (backward) dp_node_backward_sums(m, i, &t->rep[r].acts, &x, b[r].x);
+        else dp_node_forward_sums(m, i, &t->rep[r].acts, &x, b[r].x);
+    }
+    if (t->cfg.sync_bn) DP_TRY(dp_allreduce(t->backend, node_sync(t, i), m->nodes[i].sync_floats, DP_SUM));
+    return DP_OK;
+}
+
 static dp_status forward_all(dp_trainer *t, const dp_batch *b, int global_batch, dp_status *st) {
     const dp_model *m = &t->model;
     for (int i = 0; i < m->n_nodes; i++) {
-        if (dp_node_has_sums(m, i)) {
-            FOR_REPLICAS(t, r) {
-                dp_exec x = exec_of(t, r, b, global_batch, 1);
-                dp_node_forward_sums(m, i, &t->rep[r].acts, &x, b[r].x);
-            }
-            if (t->cfg.sync_bn) DP_TRY(dp_allreduce(t->backend, node_sync(t, i), m->nodes[i].sync_floats, DP_SUM));
-        }
+        DP_TRY(node_sums(t, i, b, global_batch, 0));
         FOR_REPLICAS(t, r) {
             dp_exec x = exec_of(t, r, b, global_batch, 1);
             st[r] = dp_node_forward(m, i, &t->rep[r].acts, &x, b[r].x);
@@ -81,13 +88,7 @@ static dp_status backward_all(dp_trainer *t, const dp_batch *b, int global_batch
     const dp_layout *L = &m->params;
     int next_bucket = 0;
     for (int i = m->n_nodes - 1; i >= 0; i--) {
-        if (dp_node_has_sums(m, i)) {
-            FOR_REPLICAS(t, r) {
-                dp_exec x = exec_of(t, r, b, global_batch, 1);
-                dp_node_backward_sums(m, i, &t->rep[r].acts, &x, b[r].x);
-            }
-            if (t->cfg.sync_bn) DP_TRY(dp_allreduce(t->backend, node_sync(t, i), m->nodes[i].sync_floats, DP_SUM));
-        }
+        DP_TRY(node_sums(t, i, b, global_batch, 1));
         FOR_REPLICAS(t, r) {
             dp_exec x = exec_of(t, r, b, global_batch, 1);
             st[r] = dp_node_backward(m, i, &t->rep[r].acts, &x, b[r].x);

@@ -4,7 +4,6 @@
  * backward_sums so the executor can add them over replicas first (SyncBatchNorm).
  * ctx: mean[C], invstd[C], local sum_dy[C], local sum_dy_xhat[C]. sync: two sums of C. */
 #include <math.h>
-#include <stdio.h>
 
 #include "kernels/cpu/batchnorm.h"
 #include "nn/layer.h"
@@ -14,19 +13,10 @@ static int hw_of(const dp_layer *l) { return l->in_shape[0].h * l->in_shape[0].w
 static dp_status plan(dp_layer *l, dp_layout *params, dp_layout *buffers) {
     const int c = l->in_shape[0].c;
     l->out = l->in_shape[0];
-    char name[64];
-    snprintf(name, sizeof name, "%s.weight", l->name);
-    DP_TRY(dp_layout_add(params, name, (size_t)c, DP_TENSOR_BN, NULL));
-    l->poff[0] = params->tensors[params->n_tensors - 1].s.offset;
-    snprintf(name, sizeof name, "%s.bias", l->name);
-    DP_TRY(dp_layout_add(params, name, (size_t)c, DP_TENSOR_BN, NULL));
-    l->poff[1] = params->tensors[params->n_tensors - 1].s.offset;
-    snprintf(name, sizeof name, "%s.running_mean", l->name);
-    DP_TRY(dp_layout_add(buffers, name, (size_t)c, DP_TENSOR_BN, NULL));
-    l->boff[0] = buffers->tensors[buffers->n_tensors - 1].s.offset;
-    snprintf(name, sizeof name, "%s.running_var", l->name);
-    DP_TRY(dp_layout_add(buffers, name, (size_t)c, DP_TENSOR_BN, NULL));
-    l->boff[1] = buffers->tensors[buffers->n_tensors - 1].s.offset;
+    DP_TRY(dp_layer_add_tensor(params, l, "weight", (size_t)c, DP_TENSOR_BN, &l->poff[0]));
+    DP_TRY(dp_layer_add_tensor(params, l, "bias", (size_t)c, DP_TENSOR_BN, &l->poff[1]));
+    DP_TRY(dp_layer_add_tensor(buffers, l, "running_mean", (size_t)c, DP_TENSOR_BN, &l->boff[0]));
+    DP_TRY(dp_layer_add_tensor(buffers, l, "running_var", (size_t)c, DP_TENSOR_BN, &l->boff[1]));
     l->ctx_fixed = 4 * (size_t)c;
     l->sync_floats = 2 * (size_t)c;
     return DP_OK;

@@ -1,6 +1,4 @@
 /* Conv2d layer: shape planning and parameters around kernels/cpu/conv2d. */
-#include <stdio.h>
-
 #include "kernels/cpu/conv2d.h"
 #include "nn/layer.h"
 #include "nn/layers/init.h"
@@ -24,15 +22,8 @@ static dp_status plan(dp_layer *l, dp_layout *params, dp_layout *buffers) {
         return dp_fail(DP_ERR_FORMAT, "a %dx%d kernel with padding %d does not fit the input: the images are too small "
                        "for this model", k, k, l->cfg.conv.pad);
     l->out = (dp_shape){oc, d.out_h, d.out_w};
-    char name[64];
-    snprintf(name, sizeof name, "%s.weight", l->name);
-    DP_TRY(dp_layout_add(params, name, (size_t)oc * d.in_c * k * k, 0, NULL));
-    l->poff[0] = params->tensors[params->n_tensors - 1].s.offset;
-    if (l->cfg.conv.bias) {
-        snprintf(name, sizeof name, "%s.bias", l->name);
-        DP_TRY(dp_layout_add(params, name, (size_t)oc, 0, NULL));
-        l->poff[1] = params->tensors[params->n_tensors - 1].s.offset;
-    }
+    DP_TRY(dp_layer_add_tensor(params, l, "weight", (size_t)oc * d.in_c * k * k, 0, &l->poff[0]));
+    if (l->cfg.conv.bias) DP_TRY(dp_layer_add_tensor(params, l, "bias", (size_t)oc, 0, &l->poff[1]));
     return DP_OK;
 }
 

@@ -1,6 +1,4 @@
 /* Linear layer: y = x W^T + b on the flattened input, around kernels/cpu/linear. */
-#include <stdio.h>
-
 #include "kernels/cpu/linear.h"
 #include "nn/layer.h"
 #include "nn/layers/init.h"
@@ -11,15 +9,8 @@ static dp_status plan(dp_layer *l, dp_layout *params, dp_layout *buffers) {
     const size_t in_f = dp_shape_size(l->in_shape[0]);
     if (out_f < 1 || in_f < 1) return dp_fail(DP_ERR_INTERNAL, "invalid linear layer %zu -> %d", in_f, out_f);
     l->out = (dp_shape){out_f, 1, 1};
-    char name[64];
-    snprintf(name, sizeof name, "%s.weight", l->name);
-    DP_TRY(dp_layout_add(params, name, (size_t)out_f * in_f, 0, NULL));
-    l->poff[0] = params->tensors[params->n_tensors - 1].s.offset;
-    if (l->cfg.linear.bias) {
-        snprintf(name, sizeof name, "%s.bias", l->name);
-        DP_TRY(dp_layout_add(params, name, (size_t)out_f, 0, NULL));
-        l->poff[1] = params->tensors[params->n_tensors - 1].s.offset;
-    }
+    DP_TRY(dp_layer_add_tensor(params, l, "weight", (size_t)out_f * in_f, 0, &l->poff[0]));
+    if (l->cfg.linear.bias) DP_TRY(dp_layer_add_tensor(params, l, "bias", (size_t)out_f, 0, &l->poff[1]));
     return DP_OK;
 }
 
