@@ -231,9 +231,10 @@ static void test_bn_uses_shard_statistics(void **state) {
     dp_acts full, shard;
     assert_int_equal(dp_acts_create(&m, B, 1, &full), DP_OK);
     assert_int_equal(dp_acts_create(&m, half, 1, &shard), DP_OK);
-    dp_exec e = {.batch = B, .global_batch = B, .training = 1, .nthreads = 1, .params = p, .grads = g, .buffers = b};
+    dp_exec e = {.batch = B, .stat_batch = B, .training = 1, .update_stats = 1, .nthreads = 1, .params = p, .grads = g,
+                 .buffers = b};
     assert_int_equal(dp_model_forward(&m, &full, &e, x), DP_OK);
-    e.batch = e.global_batch = half;
+    e.batch = e.stat_batch = half;
     assert_int_equal(dp_model_forward(&m, &shard, &e, x), DP_OK);
     int bn1 = 1; /* conv1, bn1 */
     assert_string_equal(m.nodes[bn1].ops->kind, "bn");

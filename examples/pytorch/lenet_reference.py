@@ -84,9 +84,10 @@ def parse_args(argv=None):
 # against the generic libblas.so.3 (BLAS_INFO=generic), which the alternatives system points at OpenBLAS's
 # pthread build: its thread pool is separate from torch's OpenMP pool and torch.set_num_threads does not
 # reach it. OpenBLAS's default (one thread per core) on top of `--threads` OpenMP threads puts twice as many
-# spinning threads as cores on the machine; on the 2-core test machine that made a training step about
-# 1.5-2x slower than OPENBLAS_NUM_THREADS=1 (interleaved runs). So the default here is 1: convolutions
-# (oneDNN) and the element-wise ops use `--threads` OpenMP threads, the small fully connected GEMMs one.
+# spinning threads as cores on the machine; on the 2-core test machine (AMD EPYC, KVM, otherwise idle) that
+# made an epoch about 2x slower: 12-16 s against 6-7 s with OPENBLAS_NUM_THREADS=1, --threads 2 in both
+# (interleaved runs). So the default here is 1: convolutions (oneDNN) and the element-wise ops use
+# `--threads` OpenMP threads, the small fully connected GEMMs one.
 ARGS = parse_args()
 os.environ.setdefault("OMP_NUM_THREADS", str(ARGS.threads))
 if ARGS.blas_threads is not None:

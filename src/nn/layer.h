@@ -22,10 +22,11 @@ static inline size_t dp_shape_size(dp_shape s) { return (size_t)s.c * (size_t)s.
 typedef struct dp_layer dp_layer;
 
 typedef struct {
-    int batch;          /* samples on this replica in this step (may be 0) */
-    int global_batch;   /* samples over all replicas: the count SyncBatchNorm normalises by */
-    int training;       /* 1: batch statistics, running-stat updates; 0: eval */
-    int sync;           /* 1: the sums in `sync` were summed over all replicas (SyncBatchNorm) */
+    int batch;          /* samples in this call (may be 0) */
+    int stat_batch;     /* samples the `sync` sums cover: the call's own batch, the replica's whole
+                           batch when it is split over lanes, the global batch with SyncBN */
+    int training;       /* 1: batch statistics; 0: eval (running statistics) */
+    int update_stats;   /* training: this call updates the BN running statistics (one lane of each replica) */
     int nthreads;       /* OpenMP threads the kernels may use */
     float *ws;          /* scratch, dp_model.ws_floats(batch) floats */
     const float *params;

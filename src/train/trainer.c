@@ -105,7 +105,9 @@ static dp_status setup(dp_trainer *t) {
     DP_TRY(dp_backend_create(&bc, &t->backend));
     t->n_local = dp_backend_n_local(t->backend);
     t->world = dp_backend_world(t->backend);
-    t->kthreads = t->n_local > 1 ? 1 : c->threads;
+    /* spare threads go to lanes: each replica's batch split over single-threaded lanes */
+    t->n_lanes = t->n_local < c->threads ? c->threads / t->n_local : 1;
+    t->kthreads = 1;
     if (c->batch_size < t->world)
         return dp_fail(DP_ERR_USAGE, "--batch-size %d is smaller than the %d replicas: each replica needs a sample",
                        c->batch_size, t->world);
@@ -118,10 +120,10 @@ static dp_status setup(dp_trainer *t) {
     DP_TRY(map_buckets(t));
     DP_TRY(dp_check_consistency(t));
 
-    int max_local = (c->batch_size + t->world - 1) / t->world;
+    t->max_local = (c->batch_size + t->world - 1) / t->world;
     DP_ALLOC(t->rep, t->n_local, "replicas");
     for (int r = 0; r < t->n_local; r++)
-        DP_TRY(dp_replica_create(&t->rep[r], &t->model, dp_backend_rank(t->backend, r), max_local, t->kthreads));
+        DP_TRY(dp_replica_create(&t->rep[r], &t->model, dp_backend_rank(t->backend, r), t->max_local, t->n_lanes));
     DP_ALLOC(t->ptrs, t->n_local, "replica pointers");
     DP_ALLOC(t->metric_bufs, t->n_local, "metrics");
     for (int r = 0; r < t->n_local; r++) DP_ALLOC(t->metric_bufs[r], 4, "metrics");

@@ -25,7 +25,9 @@ typedef struct dp_trainer {
     int have_train;
     dp_backend_t backend;
     int n_local, world;
+    int n_lanes;              /* lanes per replica (replica.h) */
     int kthreads;             /* threads each kernel call may use */
+    int max_local;            /* the most samples a replica gets in a step */
     dp_replica *rep;          /* (n_local) */
     dp_sampler sampler;
     dp_loader *loader;

@@ -58,7 +58,7 @@ static dp_status forward(const dp_layer *l, const dp_exec *x, const float *const
     const float eps = l->cfg.bn.eps, mom = l->cfg.bn.momentum;
     float *rmean = x->buffers + l->boff[0], *rvar = x->buffers + l->boff[1];
     if (x->training) {
-        double count = (double)(x->sync ? x->global_batch : x->batch) * hw;
+        double count = (double)x->stat_batch * hw;
         if (count <= 0) return DP_OK;
         for (int i = 0; i < c; i++) {
             double m = sync[i] / count;
@@ -66,6 +66,7 @@ static dp_status forward(const dp_layer *l, const dp_exec *x, const float *const
             if (var < 0) var = 0; /* rounding in E[x^2] - m^2 */
             mean[i] = (float)m;
             invstd[i] = (float)(1.0 / sqrt(var + eps));
+            if (!x->update_stats) continue;
             double unbiased = count > 1 ? var * count / (count - 1) : var;
             rmean[i] = (1 - mom) * rmean[i] + mom * (float)m;
             rvar[i] = (1 - mom) * rvar[i] + mom * (float)unbiased;
@@ -111,7 +112,7 @@ static dp_status backward(const dp_layer *l, const dp_exec *x, const float *cons
     if (!din[0] || x->batch == 0) return DP_OK;
     double *s = (double *)x->ws, *s2 = s + c;
     for (int i = 0; i < c; i++) s[i] = sync[i], s2[i] = sync[c + i];
-    double count = (double)(x->sync ? x->global_batch : x->batch) * hw;
+    double count = (double)x->stat_batch * hw;
     batchnorm_backward_input_cpu(x->batch, c, hw, in[0], dout, ctx, ctx + c, x->params + l->poff[0], s, s2, count,
                                  din[0], x->nthreads);
     return DP_OK;
