@@ -16,7 +16,9 @@ Needs Debian's python3-torch (PyTorch 1.13) and python3-numpy; torchvision is no
 - After every epoch: test loss and accuracy on the 10000 test images (eval mode, batches of 1000, not
   timed), a human line on stdout and, with --log, a JSON line with the field names of dptrain's log
   (docs/logs.md): {"event":"epoch","epoch","steps","lr","train_loss","train_acc","test_loss","test_acc",
-  "seconds","eval_seconds","images_per_s"}. The log starts with {"event":"config",...} (including which
+  "seconds","eval_seconds","images_per_s"}, plus "cpu_s" (this process's CPU time in the training loop) and
+  "other_cores" (CPU used meanwhile by other processes, from /proc/stat, in cores: above ~0.1 the epoch
+  time is not from a quiet machine). The log starts with {"event":"config",...} (including which
   BLAS library the process loaded and the thread settings) and ends with {"event":"final","test_acc","per_class":[...]}.
   --log-steps adds one {"event":"step","epoch","step","loss","lr"} line per optimizer step.
 - Threads: --threads T sets torch's OpenMP pool (convolutions run in oneDNN on it); OpenBLAS, used for the
@@ -203,6 +205,16 @@ def blas_info():
     return info
 
 
+def machine_busy_s():
+    """Busy CPU seconds of the whole machine since boot, from /proc/stat (None where there is none)."""
+    try:
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:]]
+        return (v[0] + v[1] + v[2] + sum(v[5:8])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 @torch.no_grad()
 def evaluate(model, x, y, n_classes=10, batch=1000):
     model.eval()
@@ -261,6 +273,7 @@ def main(a):
         loss_sum = torch.zeros((), dtype=torch.float64)
         correct = torch.zeros((), dtype=torch.int64)
         steps = 0
+        busy0, cpu0 = machine_busy_s(), time.process_time()
         t0 = time.perf_counter()
         perm = torch.randperm(n_train, generator=gen)
         for i in range(0, n_train, a.batch_size):
@@ -280,6 +293,7 @@ def main(a):
                 emit({"event": "step", "epoch": epoch, "step": step, "loss": float("%.9g" % loss.item()),
                       "lr": a.lr})
         seconds = time.perf_counter() - t0
+        cpu_s, busy1 = time.process_time() - cpu0, machine_busy_s()
         t1 = time.perf_counter()
         test_loss, test_acc, per_class_correct, per_class_count = evaluate(model, xte, yte)
         eval_seconds = time.perf_counter() - t1
@@ -287,11 +301,14 @@ def main(a):
             "event": "epoch", "epoch": epoch, "steps": steps, "lr": a.lr,
             "train_loss": loss_sum.item() / n_train, "train_acc": correct.item() / n_train,
             "test_loss": test_loss, "test_acc": test_acc, "seconds": seconds, "eval_seconds": eval_seconds,
-            "images_per_s": n_train / seconds,
+            "images_per_s": n_train / seconds, "cpu_s": cpu_s,
         }
+        if busy0 is not None and busy1 is not None:
+            rec["other_cores"] = max(0.0, (busy1 - busy0 - cpu_s) / seconds)
         emit(rec)
-        print("epoch %2d  train_loss %.4f  train_acc %.4f  test_loss %.4f  test_acc %.4f  %.2f s  %.0f img/s"
-              % (epoch, rec["train_loss"], rec["train_acc"], test_loss, test_acc, seconds, rec["images_per_s"]),
+        print("epoch %2d  train_loss %.4f  train_acc %.4f  test_loss %.4f  test_acc %.4f  %.2f s  %.0f img/s%s"
+              % (epoch, rec["train_loss"], rec["train_acc"], test_loss, test_acc, seconds, rec["images_per_s"],
+                 "  (other processes: %.2f cores)" % rec["other_cores"] if rec.get("other_cores", 0) >= 0.1 else ""),
               flush=True)
 
     per_class = [{"class": k, "acc": (c / n if n else 0.0), "correct": c, "count": n}
