@@ -53,12 +53,15 @@ static dp_status mpi_error(mpi_impl *m, int rc, const char *what) {
  * as a probable death rather than hung on. */
 static dp_status wait_deadline(mpi_impl *m, MPI_Request *req, const char *what) {
     double start = dp_now();
-    struct timespec nap = {0, 20000}; /* 20 us: keeps a core free for the other rank */
-    for (long spins = 0;; spins++) {
+    /* OpenMPI moves a non-blocking collective forward only inside MPI calls: poll without
+     * pause for the first 10 ms (a step's collectives finish well within that), then nap
+     * between polls so a long wait for a slow or dead rank does not hold a core */
+    struct timespec nap = {0, 100000};
+    for (;;) {
         int done = 0;
         MPI_CHECK(m, MPI_Test(req, &done, MPI_STATUS_IGNORE), what);
         if (done) return DP_OK;
-        if (spins > 1000) nanosleep(&nap, NULL);
+        if (dp_now() - start > 0.01) nanosleep(&nap, NULL);
         if (dp_now() - start > m->timeout_s) {
             m->failed = 1;
             return dp_fail(DP_ERR_BACKEND,

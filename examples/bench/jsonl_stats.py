@@ -34,6 +34,7 @@ import statistics
 import sys
 
 NAMES = {"dptrain": "dptrain", "pytorch": "PyTorch"}
+QUIET = 0.1  # an epoch is "quiet" when other processes used less than this many cores meanwhile
 
 
 class LogError(Exception):
@@ -121,7 +122,8 @@ def cmd_complete(a):
         key, _, want = item.partition("=")
         have = None if config is None else config.get(key)
         try:
-            same = have is not None and float(have) == float(want)
+            # dptrain logs float32 values (lr 0.00999999978): equal to 6 significant digits is the same
+            same = have is not None and math.isclose(float(have), float(want), rel_tol=1e-6, abs_tol=1e-12)
         except (TypeError, ValueError):
             same = str(have) == want
         if not same:
@@ -213,7 +215,7 @@ def read_load(log_path):
 
 def collect_times(paths, drop):
     """Per-epoch seconds after dropping the first `drop` epochs of each log; also data_wait_s/compute_s."""
-    secs, extra, runs, config = [], {"data_wait_s": [], "compute_s": []}, [], None
+    secs, extra, runs, config = [], {"data_wait_s": [], "compute_s": [], "quiet": []}, [], None
     for p in paths:
         cfg, epochs = read_log(p)
         config = config or cfg
@@ -224,12 +226,15 @@ def collect_times(paths, drop):
         kept = [e for e in range(drop + 1, last + 1)]
         if not kept:
             raise LogError("%s: only %d epoch(s), nothing left after dropping the first %d" % (p, last, drop))
-        runs.append((p, [epochs[e]["seconds"] for e in range(1, last + 1)]))
+        runs.append((p, [(epochs[e]["seconds"], epochs[e].get("other_cores")) for e in range(1, last + 1)]))
         for e in kept:
             secs.append(epochs[e]["seconds"])
-            for k in extra:
+            for k in ("data_wait_s", "compute_s"):
                 if isinstance(epochs[e].get(k), (int, float)):
                     extra[k].append(epochs[e][k])
+            oc = epochs[e].get("other_cores")
+            if isinstance(oc, (int, float)) and oc < QUIET:
+                extra["quiet"].append(epochs[e]["seconds"])
     return secs, extra, runs, config
 
 
@@ -276,6 +281,12 @@ def cmd_epoch_time(a):
             else:
                 vals.append("")
         lines.append(row + " | ".join(vals) + " |")
+    if any(any(oc is not None for _, oc in r) for k in keys for _, r in res[k][2]):
+        vals = []
+        for k in keys:
+            q = res[k][1]["quiet"]
+            vals.append("%s (%d)" % (fmt_s(statistics.median(q)), len(q)) if q else "")
+        lines.append("| median s/epoch of the quiet epochs (n), where logged | " + " | ".join(vals) + " |")
     lines.append("")
     if "dptrain" in med and "pytorch" in med:
         r = med["pytorch"] / med["dptrain"]
@@ -288,16 +299,18 @@ def cmd_epoch_time(a):
         lines.append("- PyTorch threads: torch %s, OMP_NUM_THREADS %s, OPENBLAS_NUM_THREADS %s; BLAS loaded: %s"
                      % (pcfg.get("torch_threads"), pcfg.get("omp_num_threads"), pcfg.get("openblas_num_threads"),
                         pcfg.get("blas", "unknown")))
-    lines.append("- Seconds per epoch of every run, in epoch order (the first %d of each run not in the statistics)"
-                 "; other processes' CPU use during the run, in cores:" % a.drop)
+    lines.append("- Seconds per epoch of every run, in epoch order (the first %d of each run not in the statistics; "
+                 "[x.xx] = cores other processes used in that epoch where the log has it and it is %.1f or more), "
+                 "and the cores other processes used over the whole run:" % (a.drop, QUIET))
     others = []
     for k in keys:
-        for p, s in res[k][2]:
+        for p, r in res[k][2]:
             ld = read_load(p)
             oc = ld.get("other_cores") if ld else None
             if oc is not None:
                 others.append(oc)
-            lines.append("  - %s `%s`: %s; others %s" % (NAMES[k], os.path.basename(p), " ".join(fmt_s(x) for x in s),
+            ep = " ".join(fmt_s(x) + (" [%.2f]" % o if o is not None and o >= QUIET else "") for x, o in r)
+            lines.append("  - %s `%s`: %s; others %s" % (NAMES[k], os.path.basename(p), ep,
                                                          "%.2f" % oc if oc is not None else "not measured"))
     if others and max(others) >= 0.2:
         lines.append("- **Warning**: other processes used up to %.2f cores during a run (mean %.2f); these timings "

@@ -184,12 +184,14 @@ dp_status dp_trainer_create(const dp_config *cfg, dp_trainer **out) {
 static void log_config(dp_trainer *t) {
     char buf[2048];
     const dp_config *c = &t->cfg;
+    size_t n_params = 0; /* real parameters, not the arena's alignment padding */
+    for (int i = 0; i < t->model.params.n_tensors; i++) n_params += t->model.params.tensors[i].s.count;
     snprintf(buf, sizeof buf,
              "\"version\":\"%s\",\"model\":\"%s\",\"params\":%zu,\"dataset\":\"%s\",\"train_samples\":%d,"
              "\"test_samples\":%d,\"backend\":\"%s\",\"world\":%d,\"mode\":\"%s\",\"batch_size\":%d,\"epochs\":%d,"
              "\"lr\":%.9g,\"momentum\":%.9g,\"weight_decay\":%.9g,\"nesterov\":%d,\"seed\":%llu,\"threads\":%d,"
              "\"workers\":%d,\"buckets\":%d,\"accumulate\":%d,\"sync_bn\":%d,\"overlap\":%d",
-             DP_VERSION, t->model.name, t->model.params.n, t->test.name, t->have_train ? t->train.n : 0, t->test.n,
+             DP_VERSION, t->model.name, n_params, t->test.name, t->have_train ? t->train.n : 0, t->test.n,
              dp_backend_name(t->backend), t->world, c->mode == DP_MODE_DDP ? "ddp" : "dp", c->batch_size, c->epochs,
              c->lr, c->momentum, c->weight_decay, c->nesterov, (unsigned long long)c->seed, c->threads, c->workers,
              t->model.params.n_buckets, c->accumulate, c->sync_bn, c->overlap);
