@@ -7,7 +7,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/time.h>
-#include <sys/wait.h>
 #include <time.h>
 
 #include "io/checkpoint.h"
@@ -17,29 +16,7 @@
 #define COMMON "--model lenet --dataset synthetic --shape 1x28x28 --samples 768 --batch-size 60 --max-steps 12 " \
                "--epochs 1 --lr 0.05 --weight-decay 0.0001 --seed 3 --threads 1 --workers 0 --no-progress"
 
-static int sh(char **out, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int sh(char **out, const char *fmt, ...) {
-    char cmd[8192];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
-    char full[8300];
-    snprintf(full, sizeof full, "%s 2>&1", cmd);
-    FILE *p = popen(full, "r");
-    assert_non_null(p);
-    size_t cap = 1 << 16, len = 0;
-    char *buf = malloc(cap);
-    size_t got;
-    while ((got = fread(buf + len, 1, cap - len - 1, p)) > 0) {
-        len += got;
-        if (cap - len < 4096) buf = realloc(buf, cap *= 2);
-    }
-    buf[len] = '\0';
-    int st = pclose(p);
-    if (out) *out = buf; else free(buf);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
-}
+#define sh tu_sh
 
 static const char *bin(void) {
     const char *b = getenv("DPTRAIN");

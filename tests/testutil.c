@@ -32,16 +32,10 @@ void tu_write_gz(const char *path, const void *data, size_t n) {
     assert_int_equal(gzclose(g), Z_OK);
 }
 
-int tu_run_dptrain(char **out, const char *args_fmt, ...) {
-    const char *bin = getenv("DPTRAIN");
-    if (!bin) bin = "./dptrain";
-    char args[4096], cmd[8192];
-    va_list ap;
-    va_start(ap, args_fmt);
-    vsnprintf(args, sizeof args, args_fmt, ap);
-    va_end(ap);
-    snprintf(cmd, sizeof cmd, "%s %s 2>&1", bin, args);
-    FILE *p = popen(cmd, "r");
+static int run_captured(char **out, const char *cmd) {
+    char full[8400];
+    snprintf(full, sizeof full, "%s 2>&1", cmd);
+    FILE *p = popen(full, "r");
     assert_non_null(p);
     size_t cap = 4096, len = 0;
     char *buf = malloc(cap);
@@ -61,6 +55,27 @@ int tu_run_dptrain(char **out, const char *args_fmt, ...) {
     if (WIFEXITED(st)) return WEXITSTATUS(st);
     if (WIFSIGNALED(st)) return 128 + WTERMSIG(st);
     return -1;
+}
+
+int tu_sh(char **out, const char *fmt, ...) {
+    char cmd[8192];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    return run_captured(out, cmd);
+}
+
+int tu_run_dptrain(char **out, const char *args_fmt, ...) {
+    const char *bin = getenv("DPTRAIN");
+    if (!bin) bin = "./dptrain";
+    char args[4096], cmd[8192];
+    va_list ap;
+    va_start(ap, args_fmt);
+    vsnprintf(args, sizeof args, args_fmt, ap);
+    va_end(ap);
+    snprintf(cmd, sizeof cmd, "%s %s", bin, args);
+    return run_captured(out, cmd);
 }
 
 int tu_contains(const char *haystack, const char *needle) { return haystack && strstr(haystack, needle) != NULL; }

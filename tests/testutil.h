@@ -15,6 +15,9 @@ const char *tu_path(const char *name);
 void tu_write_file(const char *path, const void *data, size_t n);
 /* Writes n bytes gzip-compressed. */
 void tu_write_gz(const char *path, const void *data, size_t n);
+/* Runs a shell command with stdout and stderr captured into *out (malloc'd, caller frees, may be
+ * NULL). Returns the exit code (or 128+signal). */
+int tu_sh(char **out, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Runs "$DPTRAIN <args>" through /bin/sh with stdout and stderr captured into *out (malloc'd,
  * caller frees, may be NULL). Returns the exit code (or 128+signal). */
 int tu_run_dptrain(char **out, const char *args_fmt, ...) __attribute__((format(printf, 2, 3)));
