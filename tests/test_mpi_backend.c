@@ -103,6 +103,24 @@ static void test_dead_rank_does_not_hang(void **state) {
     free(out);
 }
 
+/* A rank that hangs without dying (stopped): mpirun sees nothing wrong, so the others must
+ * notice through --timeout, say so, and end the job. */
+static void test_hung_rank_times_out(void **state) {
+    (void)state;
+    char *out;
+    struct timeval t0, t1;
+    gettimeofday(&t0, NULL);
+    int rc = sh(&out, "timeout 120 env " MPIRUN " 2 sh -c 'if [ \"$OMPI_COMM_WORLD_RANK\" = 1 ]; then (sleep 2; kill -STOP $$) & "
+                "fi; exec %s --backend mpi --model lenet --dataset synthetic --shape 1x28x28 --samples 200000 --epochs 5 "
+                "--threads 1 --timeout 5 --no-progress'", bin());
+    gettimeofday(&t1, NULL);
+    double secs = (double)(t1.tv_sec - t0.tv_sec) + 1e-6 * (double)(t1.tv_usec - t0.tv_usec);
+    assert_int_not_equal(rc, 0);
+    if (secs > 60) fail_msg("took %.0f s with --timeout 5", secs);
+    if (!tu_contains(out, "--timeout 5")) fail_msg("no timeout message:\n%s", out);
+    free(out);
+}
+
 int main(void) {
     char *out;
     if (sh(&out, "command -v mpirun") != 0) {
@@ -117,6 +135,7 @@ int main(void) {
         cmocka_unit_test(test_mpi_dp_mode),
         cmocka_unit_test(test_mismatched_flags_fail_fast),
         cmocka_unit_test(test_dead_rank_does_not_hang),
+        cmocka_unit_test(test_hung_rank_times_out),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -190,11 +190,13 @@ static void log_config(dp_trainer *t) {
              "\"version\":\"%s\",\"model\":\"%s\",\"params\":%zu,\"dataset\":\"%s\",\"train_samples\":%d,"
              "\"test_samples\":%d,\"backend\":\"%s\",\"world\":%d,\"mode\":\"%s\",\"batch_size\":%d,\"epochs\":%d,"
              "\"lr\":%.9g,\"momentum\":%.9g,\"weight_decay\":%.9g,\"nesterov\":%d,\"seed\":%llu,\"threads\":%d,"
-             "\"workers\":%d,\"buckets\":%d,\"accumulate\":%d,\"sync_bn\":%d,\"overlap\":%d",
+             "\"workers\":%d,\"lanes\":%d,\"buckets\":%d,\"accumulate\":%d,\"sync_bn\":%d,\"overlap\":%d,"
+             "\"allreduce\":\"%s\"",
              DP_VERSION, t->model.name, n_params, t->test.name, t->have_train ? t->train.n : 0, t->test.n,
              dp_backend_name(t->backend), t->world, c->mode == DP_MODE_DDP ? "ddp" : "dp", c->batch_size, c->epochs,
              c->lr, c->momentum, c->weight_decay, c->nesterov, (unsigned long long)c->seed, c->threads, c->workers,
-             t->model.params.n_buckets, c->accumulate, c->sync_bn, c->overlap);
+             t->n_lanes, t->model.params.n_buckets, c->accumulate, c->sync_bn, c->overlap,
+             strcmp(c->backend, "sim") == 0 ? c->allreduce_algo : c->backend);
     dp_report_config(&t->report, buf);
 }
 
