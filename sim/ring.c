@@ -11,6 +11,11 @@
  * results independent of --bucket-mb (arenas are aligned to DP_ARENA_ALIGN_BYTES). */
 #define SIM_BLOCK 1024
 
+/* Threads for a collective of n floats per buffer: waking a team costs tens of microseconds,
+ * more than the copies and sums of a small buffer (SyncBN's sums, the metrics), so those run on
+ * the calling thread. */
+static int threads_for(size_t n, int nthreads) { return n >= 32768 ? nthreads : 1; }
+
 static size_t origin_of(const float *p) {
     return (size_t)(((uintptr_t)p % DP_ARENA_ALIGN_BYTES) / sizeof(float));
 }
@@ -50,6 +55,7 @@ static void ring_reduce_scatter(float *const *bufs, int n_rep, size_t n, int nth
 
 void sim_ring_allreduce(float *const *bufs, int n_rep, size_t n, int nthreads) {
     if (n_rep < 2 || n == 0) return;
+    nthreads = threads_for(n, nthreads);
     ring_reduce_scatter(bufs, n_rep, n, nthreads);
     /* all-gather: replica r holds the full chunk (r + 1); pass it around the ring */
     const size_t g0 = origin_of(bufs[0]);
@@ -65,6 +71,7 @@ void sim_ring_allreduce(float *const *bufs, int n_rep, size_t n, int nthreads) {
 
 void sim_reduce(float *const *bufs, int n_rep, size_t n, int root, int nthreads) {
     if (n_rep < 2 || n == 0) return;
+    nthreads = threads_for(n, nthreads);
     /* reduce-scatter as in the all-reduce (so the sums are bitwise the all-reduce's), then
      * every replica sends its finished chunk (r + 1) to the root */
     ring_reduce_scatter(bufs, n_rep, n, nthreads);
@@ -92,6 +99,7 @@ static void tree_reduce_to_0(float *const *bufs, int n_rep, size_t n, int nthrea
 
 void sim_tree_allreduce(float *const *bufs, int n_rep, size_t n, int nthreads) {
     if (n_rep < 2 || n == 0) return;
+    nthreads = threads_for(n, nthreads);
     tree_reduce_to_0(bufs, n_rep, n, nthreads);
     int top = 1;
     while (top < n_rep) top *= 2;
@@ -104,18 +112,21 @@ void sim_tree_allreduce(float *const *bufs, int n_rep, size_t n, int nthreads) {
 
 void sim_tree_reduce(float *const *bufs, int n_rep, size_t n, int root, int nthreads) {
     if (n_rep < 2 || n == 0) return;
+    nthreads = threads_for(n, nthreads);
     tree_reduce_to_0(bufs, n_rep, n, nthreads);
     if (root != 0) memcpy(bufs[root], bufs[0], n * sizeof(float));
 }
 
 void sim_broadcast(float *const *bufs, int n_rep, size_t n, int root, int nthreads) {
     if (n_rep < 2 || n == 0) return;
+    nthreads = threads_for(n, nthreads);
 #pragma omp parallel for num_threads(nthreads) schedule(static) if (nthreads > 1)
     for (int r = 0; r < n_rep; r++)
         if (r != root) memcpy(bufs[r], bufs[root], n * sizeof(float));
 }
 
 void sim_scale(float *const *bufs, int n_rep, size_t n, float s, int nthreads) {
+    nthreads = threads_for(n, nthreads);
 #pragma omp parallel for num_threads(nthreads) schedule(static) if (nthreads > 1)
     for (int r = 0; r < n_rep; r++)
         for (size_t i = 0; i < n; i++) bufs[r][i] *= s;
