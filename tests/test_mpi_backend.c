@@ -85,17 +85,24 @@ static void test_mismatched_flags_fail_fast(void **state) {
     free(out);
 }
 
+/* Two ranks of a long run; 2 s in, rank 1 gets `sig` (its shell exec'd dptrain, so $$ is
+ * dptrain). Returns mpirun's exit code; *secs how long the job took to end. */
+static int run_with_rank1_signalled(char **out, const char *sig, int timeout_s, double *secs) {
+    struct timeval t0, t1;
+    gettimeofday(&t0, NULL);
+    int rc = sh(out, "timeout 120 env " MPIRUN " 2 sh -c 'if [ \"$OMPI_COMM_WORLD_RANK\" = 1 ]; then (sleep 2; kill -%s $$) & "
+                "fi; exec %s --backend mpi --model lenet --dataset synthetic --shape 1x28x28 --samples 200000 --epochs 5 "
+                "--threads 1 --timeout %d --no-progress'", sig, bin(), timeout_s);
+    gettimeofday(&t1, NULL);
+    *secs = (double)(t1.tv_sec - t0.tv_sec) + 1e-6 * (double)(t1.tv_usec - t0.tv_usec);
+    return rc;
+}
+
 static void test_dead_rank_does_not_hang(void **state) {
     (void)state;
     char *out;
-    struct timeval t0, t1;
-    gettimeofday(&t0, NULL);
-    /* rank 1 is killed 2 s in; the run would otherwise take far longer */
-    int rc = sh(&out, MPIRUN " 2 sh -c 'if [ \"$OMPI_COMM_WORLD_RANK\" = 1 ]; then (sleep 2; kill -9 $$) & fi; exec %s "
-                "--backend mpi --model lenet --dataset synthetic --shape 1x28x28 --samples 200000 --epochs 5 "
-                "--threads 1 --timeout 20 --no-progress'", bin());
-    gettimeofday(&t1, NULL);
-    double secs = (double)(t1.tv_sec - t0.tv_sec) + 1e-6 * (double)(t1.tv_usec - t0.tv_usec);
+    double secs;
+    int rc = run_with_rank1_signalled(&out, "9", 20, &secs);
     assert_int_not_equal(rc, 0);
     if (secs > 60) fail_msg("took %.0f s to notice the dead rank", secs);
     if (!tu_contains(out, "rank 1") && !tu_contains(out, "another rank"))
@@ -108,13 +115,8 @@ static void test_dead_rank_does_not_hang(void **state) {
 static void test_hung_rank_times_out(void **state) {
     (void)state;
     char *out;
-    struct timeval t0, t1;
-    gettimeofday(&t0, NULL);
-    int rc = sh(&out, "timeout 120 env " MPIRUN " 2 sh -c 'if [ \"$OMPI_COMM_WORLD_RANK\" = 1 ]; then (sleep 2; kill -STOP $$) & "
-                "fi; exec %s --backend mpi --model lenet --dataset synthetic --shape 1x28x28 --samples 200000 --epochs 5 "
-                "--threads 1 --timeout 5 --no-progress'", bin());
-    gettimeofday(&t1, NULL);
-    double secs = (double)(t1.tv_sec - t0.tv_sec) + 1e-6 * (double)(t1.tv_usec - t0.tv_usec);
+    double secs;
+    int rc = run_with_rank1_signalled(&out, "STOP", 5, &secs);
     assert_int_not_equal(rc, 0);
     if (secs > 60) fail_msg("took %.0f s with --timeout 5", secs);
     if (!tu_contains(out, "--timeout 5")) fail_msg("no timeout message:\n%s", out);
