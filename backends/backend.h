@@ -21,6 +21,8 @@ typedef enum {
     DP_COLL_BROADCAST,
     DP_COLL_REDUCE,
     DP_COLL_ALLGATHER,
+    DP_COLL_GATHER,
+    DP_COLL_SCATTER,
     DP_COLL_BARRIER,
     DP_COLL_KINDS
 } dp_coll_kind;
@@ -49,6 +51,14 @@ struct dp_backend_i {
     dp_status (*reduce)(dp_backend_t, float *const *bufs, size_t n, dp_redop op, int root);
     /* recv[i] receives world_size * n floats: rank r's send at r * n. */
     dp_status (*allgather)(dp_backend_t, const float *const *send, float *const *recv, size_t n);
+    /* To global rank `root` only (DataParallel's gather of outputs): recv[i] of the replica that
+     * is root receives world_size * n floats, rank r's send at r * n; other recv[i] are untouched
+     * and may be NULL. */
+    dp_status (*gather)(dp_backend_t, const float *const *send, float *const *recv, size_t n, int root);
+    /* From global rank `root` (DataParallel's scatter of inputs and output gradients): the root's
+     * send[i] holds world_size * n floats; every replica's recv[i] receives its rank's n. Other
+     * send[i] may be NULL. */
+    dp_status (*scatter)(dp_backend_t, const float *const *send, float *const *recv, size_t n, int root);
     dp_status (*barrier)(dp_backend_t);
     /* (optional) non-blocking allreduce; the buffers must not be touched until wait returns. */
     dp_status (*allreduce_start)(dp_backend_t, float *const *bufs, size_t n, dp_redop op, dp_req *req);
@@ -86,10 +96,13 @@ static inline const char *dp_backend_name(dp_backend_t b) { return b->iface->nam
 static inline int dp_backend_world(dp_backend_t b) { return b->iface->world_size(b); }
 static inline int dp_backend_n_local(dp_backend_t b) { return b->iface->n_local(b); }
 static inline int dp_backend_rank(dp_backend_t b, int local) { return b->iface->rank(b, local); }
+static inline dp_device dp_backend_device(dp_backend_t b) { return b->iface->device(b); }
 dp_status dp_allreduce(dp_backend_t b, float *const *bufs, size_t n, dp_redop op);
 dp_status dp_broadcast(dp_backend_t b, float *const *bufs, size_t n, int root);
 dp_status dp_reduce(dp_backend_t b, float *const *bufs, size_t n, dp_redop op, int root);
 dp_status dp_allgather(dp_backend_t b, const float *const *send, float *const *recv, size_t n);
+dp_status dp_gather(dp_backend_t b, const float *const *send, float *const *recv, size_t n, int root);
+dp_status dp_scatter(dp_backend_t b, const float *const *send, float *const *recv, size_t n, int root);
 dp_status dp_barrier(dp_backend_t b);
 dp_status dp_allreduce_start(dp_backend_t b, float *const *bufs, size_t n, dp_redop op, dp_req *req);
 dp_status dp_wait(dp_backend_t b, dp_req req);

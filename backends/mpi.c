@@ -150,6 +150,27 @@ static dp_status mpi_allgather_op(dp_backend_t b, const float *const *send, floa
     return wait_deadline(m, &r, "all-gather");
 }
 
+static dp_status mpi_gather_op(dp_backend_t b, const float *const *send, float *const *recv, size_t n, int root) {
+    mpi_impl *m = impl_of(b);
+    if (n > (size_t)INT_MAX) return dp_fail(DP_ERR_BACKEND, "mpi gather of %zu floats: too large", n);
+    MPI_Request r;
+    /* the root's own share: in place when it already sits in its slot */
+    const int in_place = m->rank == root && send[0] == recv[0] + (size_t)root * n;
+    MPI_CHECK(m, MPI_Igather(in_place ? MPI_IN_PLACE : send[0], (int)n, MPI_FLOAT, m->rank == root ? recv[0] : NULL,
+                             (int)n, MPI_FLOAT, root, m->comm, &r), "gather");
+    return wait_deadline(m, &r, "gather");
+}
+
+static dp_status mpi_scatter_op(dp_backend_t b, const float *const *send, float *const *recv, size_t n, int root) {
+    mpi_impl *m = impl_of(b);
+    if (n > (size_t)INT_MAX) return dp_fail(DP_ERR_BACKEND, "mpi scatter of %zu floats: too large", n);
+    MPI_Request r;
+    const int in_place = m->rank == root && recv[0] == send[0] + (size_t)root * n;
+    MPI_CHECK(m, MPI_Iscatter(m->rank == root ? send[0] : NULL, (int)n, MPI_FLOAT, in_place ? MPI_IN_PLACE : recv[0],
+                              (int)n, MPI_FLOAT, root, m->comm, &r), "scatter");
+    return wait_deadline(m, &r, "scatter");
+}
+
 static dp_status mpi_barrier_op(dp_backend_t b) {
     mpi_impl *m = impl_of(b);
     MPI_Request r;
@@ -202,6 +223,8 @@ static const struct dp_backend_i mpi_iface = {
     .broadcast = mpi_broadcast_op,
     .reduce = mpi_reduce_op,
     .allgather = mpi_allgather_op,
+    .gather = mpi_gather_op,
+    .scatter = mpi_scatter_op,
     .barrier = mpi_barrier_op,
     .allreduce_start = mpi_allreduce_start,
     .wait = mpi_wait,

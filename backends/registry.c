@@ -78,6 +78,17 @@ dp_status dp_allgather(dp_backend_t b, const float *const *send, float *const *r
     TIMED(DP_COLL_ALLGATHER, n, (double)(w - 1) * n, b->iface->allgather(b, send, recv, n));
 }
 
+/* The root's link carries the n - 1 other shares. */
+dp_status dp_gather(dp_backend_t b, const float *const *send, float *const *recv, size_t n, int root) {
+    int w = b->iface->world_size(b);
+    TIMED(DP_COLL_GATHER, n, (double)(w - 1) * n, b->iface->gather(b, send, recv, n, root));
+}
+
+dp_status dp_scatter(dp_backend_t b, const float *const *send, float *const *recv, size_t n, int root) {
+    int w = b->iface->world_size(b);
+    TIMED(DP_COLL_SCATTER, n, (double)(w - 1) * n, b->iface->scatter(b, send, recv, n, root));
+}
+
 dp_status dp_barrier(dp_backend_t b) { TIMED(DP_COLL_BARRIER, 0, 0, b->iface->barrier(b)); }
 
 dp_status dp_allreduce_start(dp_backend_t b, float *const *bufs, size_t n, dp_redop op, dp_req *req) {

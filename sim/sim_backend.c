@@ -60,6 +60,22 @@ static dp_status sim_allgather(dp_backend_t b, const float *const *send, float *
     return DP_OK;
 }
 
+static dp_status sim_gather(dp_backend_t b, const float *const *send, float *const *recv, size_t n, int root) {
+    sim_impl *s = impl_of(b);
+    if (root < 0 || root >= s->n) return dp_fail(DP_ERR_INTERNAL, "sim gather: root %d of %d", root, s->n);
+    for (int r = 0; r < s->n; r++)
+        if (recv[root] + (size_t)r * n != send[r]) memcpy(recv[root] + (size_t)r * n, send[r], n * sizeof(float));
+    return DP_OK;
+}
+
+static dp_status sim_scatter(dp_backend_t b, const float *const *send, float *const *recv, size_t n, int root) {
+    sim_impl *s = impl_of(b);
+    if (root < 0 || root >= s->n) return dp_fail(DP_ERR_INTERNAL, "sim scatter: root %d of %d", root, s->n);
+    for (int r = 0; r < s->n; r++)
+        if (recv[r] != send[root] + (size_t)r * n) memcpy(recv[r], send[root] + (size_t)r * n, n * sizeof(float));
+    return DP_OK;
+}
+
 static dp_status sim_barrier(dp_backend_t b) {
     (void)b; /* the replicas advance in lockstep inside one process */
     return DP_OK;
@@ -80,6 +96,8 @@ static const struct dp_backend_i sim_iface = {
     .broadcast = sim_broadcast_op,
     .reduce = sim_reduce_op,
     .allgather = sim_allgather,
+    .gather = sim_gather,
+    .scatter = sim_scatter,
     .barrier = sim_barrier,
     .allreduce_start = NULL, /* runs at once: the registry falls back to the blocking call */
     .wait = NULL,

@@ -2,9 +2,11 @@
  * code: 0 success, 2 bad usage, 1 any failure at run time. */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "cli/options.h"
+#include "sim/calibrate.h"
 #include "train/trainer.h"
 
 /* OpenMP threads spin at barriers by default (libgomp: up to ~300k iterations). When another
@@ -19,6 +21,22 @@ static void bound_openmp_spinning(char **argv) {
     execv("/proc/self/exe", argv);
     /* exec failed (no /proc): carry on with the defaults */
     unsetenv("GOMP_SPINCOUNT");
+}
+
+/* `dptrain calibrate`: the backend's all-reduce sweep, a topology file for the model. */
+static int calibrate(const dp_config *c) {
+    dp_backend_config bc = {.name = c->backend, .replicas = c->replicas, .nthreads = c->threads > 0 ? c->threads : 1,
+                            .algorithm = c->allreduce_algo, .timeout_s = c->timeout_s, .argc = c->argc,
+                            .argv = c->argv};
+    dp_backend_t b = NULL;
+    dp_status s = dp_backend_create(&bc, &b);
+    if (s == DP_OK) s = dp_calibrate(b, strcmp(c->backend, "sim") == 0 ? "sim" : "host", c->calibrate_out, stdout);
+    if (s != DP_OK) {
+        fprintf(stderr, "dptrain: %s\n", dp_last_error());
+        if (b) b->failed = 1;
+    }
+    dp_backend_destroy(b);
+    return dp_exit_code(s);
 }
 
 int main(int argc, char **argv) {
@@ -41,6 +59,7 @@ int main(int argc, char **argv) {
     }
     cfg.argc = &argc;
     cfg.argv = &argv;
+    if (cfg.calibrate) return calibrate(&cfg);
     dp_trainer *t = NULL;
     s = dp_trainer_create(&cfg, &t);
     if (s == DP_OK) s = dp_trainer_run(t);

@@ -96,7 +96,7 @@ enum {
     OPT_BATCH, OPT_LR, OPT_MOMENTUM, OPT_WD, OPT_NESTEROV, OPT_LR_STEPS, OPT_LR_GAMMA, OPT_LR_SCALE, OPT_LR_REF,
     OPT_WARMUP, OPT_SEED, OPT_WORKERS, OPT_THREADS, OPT_NO_SHUFFLE, OPT_DROP_LAST, OPT_AUGMENT, OPT_BACKEND,
     OPT_REPLICAS, OPT_MODE, OPT_BUCKET, OPT_NO_OVERLAP, OPT_ACCUM, OPT_SYNC_BN, OPT_ALLREDUCE, OPT_TIMEOUT, OPT_LOG,
-    OPT_SAVE, OPT_LOAD, OPT_PROGRESS, OPT_NO_PROGRESS, OPT_QUIET, OPT_HELP, OPT_VERSION
+    OPT_SAVE, OPT_LOAD, OPT_PREDICT, OPT_TOPOLOGY, OPT_SAVE_PROFILE, OPT_COMPUTE, OPT_PLOT, OPT_OUT, OPT_PROGRESS, OPT_NO_PROGRESS, OPT_QUIET, OPT_HELP, OPT_VERSION
 };
 
 static const struct option long_opts[] = {
@@ -136,6 +136,12 @@ static const struct option long_opts[] = {
     {"log", required_argument, 0, OPT_LOG},
     {"save", required_argument, 0, OPT_SAVE},
     {"load", required_argument, 0, OPT_LOAD},
+    {"predict", required_argument, 0, OPT_PREDICT},
+    {"topology", required_argument, 0, OPT_TOPOLOGY},
+    {"save-profile", required_argument, 0, OPT_SAVE_PROFILE},
+    {"compute", required_argument, 0, OPT_COMPUTE},
+    {"plot", required_argument, 0, OPT_PLOT},
+    {"out", required_argument, 0, OPT_OUT},
     {"progress", no_argument, 0, OPT_PROGRESS},
     {"no-progress", no_argument, 0, OPT_NO_PROGRESS},
     {"quiet", no_argument, 0, OPT_QUIET},
@@ -146,9 +152,9 @@ static const struct option long_opts[] = {
 
 void dp_print_usage(FILE *f) {
     fprintf(f,
-"usage: dptrain [train|eval] [options]\n"
+"usage: dptrain [train|eval|predict|calibrate] [options]\n"
 "\n"
-"Trains (or evaluates) a CNN with data parallelism over N replicas.\n"
+"Trains (or evaluates) a CNN with data parallelism over N replicas; predicts and calibrates.\n"
 "\n"
 "model and data:\n"
 "  --model M           %s (default lenet)\n"
@@ -187,7 +193,19 @@ void dp_print_usage(FILE *f) {
 "  --log FILE          JSON lines: config, step, epoch, final events\n"
 "  --save FILE         checkpoint at the end    --load FILE  start from (train) or evaluate (eval) a checkpoint\n"
 "  --progress / --no-progress   progress bar (default: on a terminal)   --quiet  no console output\n"
-"  --help, --version\n",
+"  --help, --version\n"
+"\n"
+"overhead model (docs/overhead-model.md):\n"
+"  --predict T1,T2     after training: predicted step and epoch times for DP and DDP on 1, 2, 4, 8\n"
+"                      devices of each topology (presets: pcie4, pcie4-p2p, nvlink3, nvlink4, ib, host;\n"
+"                      or a path to a topology file)\n"
+"  --save-profile F    write the measured per-node compute profile\n"
+"  --compute F         predict with a saved profile's compute (a path, or a device name next to the presets)\n"
+"  --plot F.svg        predicted speedup against devices, per mode and topology\n"
+"  dptrain predict --model M --batch-size B [--replicas N] --topology T1,T2 [--plot F.svg]\n"
+"                      the same without training (a short timing run of the model here)\n"
+"  dptrain calibrate --backend sim|mpi [--out FILE]\n"
+"                      all-reduce latency and bandwidth over a sweep of sizes; writes a topology file\n",
             dp_model_names());
 }
 
@@ -210,7 +228,10 @@ dp_status dp_parse_args(int argc, char **argv, dp_config *c, dp_action *action) 
     if (argc > 1 && argv[1][0] != '-') {
         if (strcmp(argv[1], "train") == 0) c->eval_only = 0;
         else if (strcmp(argv[1], "eval") == 0) c->eval_only = 1;
-        else return dp_fail(DP_ERR_USAGE, "unknown command '%s' (expected train or eval; see dptrain --help)", argv[1]);
+        else if (strcmp(argv[1], "predict") == 0) c->predict_only = 1;
+        else if (strcmp(argv[1], "calibrate") == 0) c->calibrate = 1;
+        else return dp_fail(DP_ERR_USAGE, "unknown command '%s' (expected train, eval, predict or calibrate; see "
+                            "dptrain --help)", argv[1]);
         argi = 2;
     }
     optind = argi;
@@ -274,6 +295,15 @@ dp_status dp_parse_args(int argc, char **argv, dp_config *c, dp_action *action) 
         case OPT_LOG: c->log_path = v; break;
         case OPT_SAVE: c->save_path = v; break;
         case OPT_LOAD: c->load_path = v; break;
+        case OPT_PREDICT:
+        case OPT_TOPOLOGY:
+            if (!*v) return dp_fail(DP_ERR_USAGE, "--%s: expected topology names or paths", opt == OPT_PREDICT ? "predict" : "topology");
+            c->predict_topos = v;
+            break;
+        case OPT_SAVE_PROFILE: c->save_profile = v; break;
+        case OPT_COMPUTE: c->compute_profile = v; break;
+        case OPT_PLOT: c->plot_path = v; break;
+        case OPT_OUT: c->calibrate_out = v; break;
         case OPT_PROGRESS: c->progress = 1; break;
         case OPT_NO_PROGRESS: c->progress = 0; break;
         case OPT_QUIET: c->quiet = 1; break;
@@ -302,6 +332,18 @@ dp_status dp_parse_args(int argc, char **argv, dp_config *c, dp_action *action) 
     if (!have_data) c->data.dir = dp_dataset_default_dir(c->data.name);
     if (c->nesterov && c->momentum <= 0)
         return dp_fail(DP_ERR_USAGE, "--nesterov needs a --momentum above 0 (as torch.optim.SGD)");
+    if (c->predict_only) {
+        if (!c->predict_topos) return dp_fail(DP_ERR_USAGE, "predict: --topology T[,T...] is required (presets: pcie4, "
+                                              "pcie4-p2p, nvlink3, nvlink4, ib, host)");
+        if (strcmp(c->backend, "sim") != 0) return dp_fail(DP_ERR_USAGE, "predict: runs on the sim backend only");
+        c->predict_replicas = c->replicas, c->replicas = 1; /* the timing run needs one replica */
+    }
+    if ((c->plot_path || c->compute_profile) && !c->predict_topos)
+        return dp_fail(DP_ERR_USAGE, "--%s needs --predict T (or dptrain predict --topology T)",
+                       c->plot_path ? "plot" : "compute");
+    if (c->calibrate_out && !c->calibrate) return dp_fail(DP_ERR_USAGE, "--out is for dptrain calibrate");
+    if (c->predict_topos && c->mode == DP_MODE_DDP && c->accumulate > 1)
+        return dp_fail(DP_ERR_USAGE, "--predict: the model predicts steps without --accumulate");
     if (strcmp(c->backend, "sim") != 0 && c->replicas != 1)
         return dp_fail(DP_ERR_USAGE, "--replicas is for --backend sim; with %s the number of processes or devices "
                        "sets the replica count", c->backend);

@@ -88,7 +88,8 @@ void dp_report_epoch(dp_reporter *r, const dp_epoch_report *e) {
                 "\"comm_hidden_frac\":%.6f",
                 e->epoch, e->steps, e->lr, e->train_loss, e->train_acc, e->test_loss, e->test_acc, e->seconds,
                 e->eval_seconds, e->images_per_s, e->data_wait_s, e->compute_s, calls, bytes, comm_s, hidden);
-        static const char *const names[DP_COLL_KINDS] = {"allreduce", "broadcast", "reduce", "allgather", "barrier"};
+        static const char *const names[DP_COLL_KINDS] = {"allreduce", "broadcast", "reduce", "allgather", "gather",
+                                                             "scatter", "barrier"};
         for (int k = 0; k < DP_COLL_KINDS; k++)
             if (e->comm.calls[k])
                 fprintf(r->log, ",\"%s_calls\":%ld,\"%s_bytes\":%.0f,\"%s_link_bytes\":%.0f,\"%s_s\":%.6f", names[k],

@@ -43,6 +43,15 @@ typedef struct {
     const char *load_path;
     int progress;             /* -1 auto (a terminal), 0 off, 1 on */
     int quiet;                /* no console output (tests) */
+    /* the overhead model (docs/overhead-model.md) */
+    const char *predict_topos;   /* --predict / --topology: comma-separated presets or paths */
+    const char *save_profile;    /* --save-profile FILE: the compute profile measured here */
+    const char *compute_profile; /* --compute FILE|DEVICE: predict with that profile's compute */
+    const char *plot_path;       /* --plot FILE.svg */
+    int predict_only;            /* `dptrain predict`: a short timing run, no training */
+    int predict_replicas;        /* `dptrain predict --replicas N`: N is predicted besides 1, 2, 4, 8 */
+    int calibrate;               /* `dptrain calibrate`: measure the backend's collectives */
+    const char *calibrate_out;   /* --out FILE: the topology file calibrate writes */
     int *argc;                /* for backends that take the command line (MPI_Init) */
     char ***argv;
 } dp_config;

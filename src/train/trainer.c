@@ -266,12 +266,14 @@ static dp_status run_epoch(dp_trainer *t, int epoch, int *stop) {
 static dp_status run(dp_trainer *t) {
     log_config(t);
     if (t->cfg.eval_only) return final_eval(t, NULL);
+    if (t->cfg.predict_only) return dp_trainer_predict(t);
     int stop = 0;
     for (int epoch = 1; epoch <= t->cfg.epochs && !stop; epoch++) DP_TRY(run_epoch(t, epoch, &stop));
     DP_TRY(final_eval(t, NULL));
     if (t->cfg.save_path && holds_rank0(t))
         DP_TRY(dp_checkpoint_save(t->cfg.save_path, &t->model, t->rep[0].params, t->rep[0].buffers,
                                   t->rep[0].momentum, t->epoch, t->step));
+    if (holds_rank0(t)) DP_TRY(dp_trainer_predict(t));
     return DP_OK;
 }
 

@@ -64,6 +64,9 @@ dp_status dp_check_consistency(dp_trainer *t);
 dp_status dp_strategy_alloc(dp_trainer *t);
 /* Makes every replica hold the master's parameters (DP) before evaluation or a checkpoint. */
 dp_status dp_strategy_finish(dp_trainer *t);
+/* The overhead model after a run (--predict, --save-profile) or instead of one (dptrain
+ * predict): times the model here (or reads --compute), predicts, reports (src/train/predict.c). */
+dp_status dp_trainer_predict(dp_trainer *t);
 /* Test-set accuracy with replica 0's parameters; per_class_correct/count may be NULL. */
 dp_status dp_evaluate(dp_trainer *t, const dp_dataset *d, dp_step_metrics *m, long *per_class_correct,
                       long *per_class_count);

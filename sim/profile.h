@@ -1,0 +1,59 @@
+/* profile.h: the compute side of the overhead model: per-node forward and backward seconds of
+ * one worker (a GPU, or one CPU core) at some batch sizes, the loss and the optimizer step, and
+ * the shape of the work (parameter and buffer floats, gradient buckets and the node after whose
+ * backward each is ready, input and output floats per sample). A sim run or `dptrain predict`
+ * measures one; `--save-profile` writes it and `--compute FILE` reads it, so a CPU-only machine
+ * can predict GPUs from a profile recorded on one. Text format: see dp_profile_save. */
+#ifndef DP_SIM_PROFILE_H
+#define DP_SIM_PROFILE_H
+
+#include <stddef.h>
+
+#include "core/status.h"
+
+#define DP_PROFILE_MAX_NODES 256
+#define DP_PROFILE_MAX_ROWS 16
+#define DP_PROFILE_MAX_BUCKETS 256
+
+typedef struct {
+    int batch;        /* samples the worker ran per step */
+    int concurrent;   /* workers that ran at the same time (sharing the memory bus on a CPU) */
+    double fwd_s[DP_PROFILE_MAX_NODES], bwd_s[DP_PROFILE_MAX_NODES];
+    double loss_s;    /* softmax cross-entropy and its gradient over `batch` samples */
+    double opt_s;     /* one SGD step over every parameter */
+    long steps;       /* steps the figures are the median of */
+} dp_profile_row;
+
+typedef struct {
+    char model[32];
+    char device[64];  /* "cpu", "h100", ...: where the times were measured */
+    int n_nodes;
+    char node_names[DP_PROFILE_MAX_NODES][32];
+    int kernels_fwd[DP_PROFILE_MAX_NODES], kernels_bwd[DP_PROFILE_MAX_NODES]; /* launches on a GPU */
+    size_t input_floats;  /* per sample */
+    int n_classes;        /* output floats per sample */
+    size_t param_floats, buffer_floats;
+    int n_buckets;        /* DDP buckets in the order they become ready */
+    size_t bucket_floats[DP_PROFILE_MAX_BUCKETS];
+    int bucket_node[DP_PROFILE_MAX_BUCKETS]; /* node after whose backward the bucket is complete */
+    int n_rows;
+    dp_profile_row rows[DP_PROFILE_MAX_ROWS];
+} dp_profile;
+
+/* A row for (batch, concurrent), added if absent; NULL (with dp_fail) when the table is full. */
+dp_profile_row *dp_profile_row_for(dp_profile *p, int batch, int concurrent);
+/* One worker's forward / backward seconds of node i at `batch` samples with `concurrent` workers
+ * busy: from the rows of the nearest concurrency, interpolated linearly in batch between rows and
+ * proportionally outside them. Same for the loss; the optimizer step does not depend on batch. */
+void dp_profile_node(const dp_profile *p, int node, int batch, int concurrent, double *fwd, double *bwd);
+double dp_profile_loss(const dp_profile *p, int batch, int concurrent);
+double dp_profile_opt(const dp_profile *p, int concurrent);
+/* Sum over nodes of forward + backward (+ loss) at batch: one worker's compute per step. */
+double dp_profile_compute(const dp_profile *p, int batch, int concurrent);
+
+dp_status dp_profile_save(const char *path, const dp_profile *p);
+/* Reads a profile: a path, or a device name looked up with the presets (h100 -> presets/h100.profile). */
+dp_status dp_profile_load(const char *name_or_path, dp_profile *p);
+dp_status dp_profile_parse(const char *text, const char *origin, dp_profile *p);
+
+#endif

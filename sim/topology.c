@@ -1,0 +1,194 @@
+/* topology.c: reading and writing topology files, and finding presets. Units are in the key
+ * names (GB/s = 1e9 bytes/s, us) so a file reads like the data sheet it was copied from. */
+#include "sim/topology.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "dp_config.h"
+
+static int is_file(const char *p) {
+    struct stat st;
+    return stat(p, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+/* The directory of the running executable ("" if unknown). */
+static void exe_dir(char *buf, size_t n) {
+    buf[0] = '\0';
+    ssize_t k = readlink("/proc/self/exe", buf, n - 1);
+    if (k <= 0) return;
+    buf[k] = '\0';
+    char *slash = strrchr(buf, '/');
+    if (slash) *slash = '\0';
+}
+
+static int candidate_dirs(char dirs[4][512]) {
+    int k = 0;
+    const char *env = getenv("DPTRAIN_PRESETS");
+    if (env && *env) snprintf(dirs[k++], 512, "%s", env);
+    char exe[400];
+    exe_dir(exe, sizeof exe);
+    if (exe[0]) {
+        snprintf(dirs[k++], 512, "%s/presets", exe);
+        snprintf(dirs[k++], 512, "%s/../share/dptrain/presets", exe);
+    }
+    snprintf(dirs[k++], 512, "%s", DP_SOURCE_PRESETS);
+    return k;
+}
+
+void dp_topology_dirs(char *buf, size_t n) {
+    char dirs[4][512];
+    int k = candidate_dirs(dirs);
+    buf[0] = '\0';
+    for (int i = 0; i < k; i++) {
+        if (i) strncat(buf, ":", n - strlen(buf) - 1);
+        strncat(buf, dirs[i], n - strlen(buf) - 1);
+    }
+}
+
+int dp_preset_find(const char *name, char *path, size_t n) {
+    char dirs[4][512];
+    int k = candidate_dirs(dirs);
+    for (int i = 0; i < k; i++) {
+        if (snprintf(path, n, "%s/%s", dirs[i], name) >= (int)n) continue; /* too long to be a preset */
+        if (is_file(path)) return 1;
+    }
+    return 0;
+}
+
+static dp_status read_text(const char *path, char **out) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return dp_fail(DP_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    size_t cap = 4096, len = 0;
+    char *s = malloc(cap);
+    if (!s) return fclose(f), dp_fail(DP_ERR_NOMEM, "out of memory reading %s", path);
+    size_t got;
+    while ((got = fread(s + len, 1, cap - len - 1, f)) > 0) {
+        len += got;
+        if (len + 1 == cap) {
+            char *t = cap < (1u << 24) ? realloc(s, cap *= 2) : NULL;
+            if (!t) return free(s), fclose(f), dp_fail(DP_ERR_FORMAT, "%s: too large for a text file of numbers", path);
+            s = t;
+        }
+    }
+    int bad = ferror(f);
+    fclose(f);
+    if (bad) return free(s), dp_fail(DP_ERR_IO, "%s: read error", path);
+    s[len] = '\0';
+    *out = s;
+    return DP_OK;
+}
+
+dp_status dp_read_text_file(const char *path, char **out) { return read_text(path, out); }
+
+static dp_status number(const char *origin, int line, const char *key, const char *v, double lo, double *out) {
+    char *end;
+    errno = 0;
+    double d = strtod(v, &end);
+    if (end == v || *end || errno || !(d >= lo))
+        return dp_fail(DP_ERR_FORMAT, "%s:%d: %s: expected a number >= %g, got '%s'", origin, line, key, lo, v);
+    *out = d;
+    return DP_OK;
+}
+
+dp_status dp_topology_parse(const char *text, const char *origin, dp_topology *t) {
+    memset(t, 0, sizeof *t);
+    snprintf(t->device, sizeof t->device, "device");
+    t->devices = 8;
+    int have_bw = 0, line = 0;
+    for (const char *p = text; *p;) {
+        const char *eol = strchr(p, '\n');
+        size_t len = eol ? (size_t)(eol - p) : strlen(p);
+        char buf[512];
+        line++;
+        if (len >= sizeof buf) return dp_fail(DP_ERR_FORMAT, "%s:%d: line too long", origin, line);
+        memcpy(buf, p, len);
+        buf[len] = '\0';
+        p += len + (eol ? 1 : 0);
+        char *hash = strchr(buf, '#'); /* the rest of the line is the number's source */
+        if (hash) *hash = '\0';
+        char key[64], val[64], extra[8];
+        int k = sscanf(buf, "%63s %63s %7s", key, val, extra);
+        if (k <= 0) continue;
+        if (k != 2) return dp_fail(DP_ERR_FORMAT, "%s:%d: expected 'key value  # source'", origin, line);
+        double d = 0;
+        if (strcmp(key, "name") == 0) snprintf(t->name, sizeof t->name, "%s", val);
+        else if (strcmp(key, "device") == 0) snprintf(t->device, sizeof t->device, "%s", val);
+        else if (strcmp(key, "algorithm") == 0) {
+            if (strcmp(val, "ring") == 0) t->algorithm = DP_ALGO_RING;
+            else if (strcmp(val, "tree") == 0) t->algorithm = DP_ALGO_TREE;
+            else return dp_fail(DP_ERR_FORMAT, "%s:%d: algorithm: expected ring or tree, got '%s'", origin, line, val);
+        } else if (strcmp(key, "devices") == 0) {
+            DP_TRY(number(origin, line, key, val, 1, &d));
+            t->devices = (int)d;
+        } else if (strcmp(key, "bus_bandwidth_GBps") == 0) {
+            DP_TRY(number(origin, line, key, val, 1e-6, &d));
+            t->bus_bw = d * 1e9, have_bw = 1;
+        } else if (strcmp(key, "latency_us") == 0) {
+            DP_TRY(number(origin, line, key, val, 0, &d));
+            t->latency_s = d * 1e-6;
+        } else if (strcmp(key, "host_call_us") == 0) {
+            DP_TRY(number(origin, line, key, val, 0, &d));
+            t->host_call_s = d * 1e-6;
+        } else if (strcmp(key, "launch_us") == 0) {
+            DP_TRY(number(origin, line, key, val, 0, &d));
+            t->launch_s = d * 1e-6;
+        } else if (strcmp(key, "host_bandwidth_GBps") == 0) {
+            DP_TRY(number(origin, line, key, val, 1e-6, &d));
+            t->host_bw = d * 1e9;
+        } else if (strcmp(key, "host_latency_us") == 0) {
+            DP_TRY(number(origin, line, key, val, 0, &d));
+            t->host_latency_s = d * 1e-6;
+        } else if (strcmp(key, "p2p") == 0) {
+            DP_TRY(number(origin, line, key, val, 0, &d));
+            t->p2p = d != 0;
+        } else if (strcmp(key, "shared_memory_bus") == 0) {
+            DP_TRY(number(origin, line, key, val, 0, &d));
+            t->shared_memory_bus = d != 0;
+        } else {
+            return dp_fail(DP_ERR_FORMAT,
+                           "%s:%d: unknown key '%s' (expected name, device, devices, algorithm, bus_bandwidth_GBps, "
+                           "latency_us, host_call_us, launch_us, host_bandwidth_GBps, host_latency_us, p2p, "
+                           "shared_memory_bus)", origin, line, key);
+        }
+    }
+    if (!have_bw) return dp_fail(DP_ERR_FORMAT, "%s: bus_bandwidth_GBps is missing (the one number a topology needs)", origin);
+    if (!t->host_bw) t->host_bw = t->bus_bw; /* no separate host link: the same link */
+    if (!t->name[0]) snprintf(t->name, sizeof t->name, "%s", origin);
+    return DP_OK;
+}
+
+dp_status dp_topology_load(const char *name_or_path, dp_topology *t) {
+    char path[512];
+    if (strchr(name_or_path, '/') || is_file(name_or_path)) snprintf(path, sizeof path, "%s", name_or_path);
+    else if (!dp_preset_find(name_or_path, path, sizeof path)) {
+        char dirs[2048];
+        dp_topology_dirs(dirs, sizeof dirs);
+        return dp_fail(DP_ERR_USAGE, "topology '%s': no such file, and no preset of that name in %s (presets: pcie4, "
+                       "pcie4-p2p, nvlink3, nvlink4, ib, host)", name_or_path, dirs);
+    }
+    char *text = NULL;
+    DP_TRY(read_text(path, &text));
+    dp_status s = dp_topology_parse(text, path, t);
+    free(text);
+    if (s == DP_OK) snprintf(t->path, sizeof t->path, "%s", path);
+    return s;
+}
+
+dp_status dp_topology_save(const char *path, const dp_topology *t, const char *comment) {
+    FILE *f = fopen(path, "w");
+    if (!f) return dp_fail(DP_ERR_IO, "%s: cannot open for writing: %s", path, strerror(errno));
+    if (comment) fprintf(f, "%s", comment);
+    fprintf(f, "name %s\ndevice %s\ndevices %d\nalgorithm %s\n", t->name, t->device, t->devices,
+            t->algorithm == DP_ALGO_TREE ? "tree" : "ring");
+    fprintf(f, "bus_bandwidth_GBps %.6g\nlatency_us %.6g\nhost_call_us %.6g\nlaunch_us %.6g\n", t->bus_bw / 1e9,
+            t->latency_s * 1e6, t->host_call_s * 1e6, t->launch_s * 1e6);
+    fprintf(f, "host_bandwidth_GBps %.6g\nhost_latency_us %.6g\np2p %d\nshared_memory_bus %d\n", t->host_bw / 1e9,
+            t->host_latency_s * 1e6, t->p2p, t->shared_memory_bus);
+    if (fclose(f) != 0) return dp_fail(DP_ERR_IO, "%s: writing failed", path);
+    return DP_OK;
+}

@@ -1,0 +1,23 @@
+/* predict_report.h: how the overhead model's predictions are shown: a table per topology on the
+ * console, one `predict` object per (topology, mode, devices) in --log, and an SVG of predicted
+ * speedup against devices (written by hand: no Python needed). */
+#ifndef DP_PREDICT_REPORT_H
+#define DP_PREDICT_REPORT_H
+
+#include "report/report.h"
+#include "sim/model.h"
+
+typedef struct {
+    const dp_topology *topo;
+    int n;                       /* device counts */
+    const int *devices;
+    const dp_prediction *pred[2]; /* [DP_PREDICT_DDP], [DP_PREDICT_DP]: n each */
+} dp_predict_series;
+
+/* The table on the console (if r->console) and the log lines (if r->log). `what` describes the
+ * workload ("lenet, batch 64, 938 steps/epoch, compute: cpu profile"). */
+void dp_report_predictions(dp_reporter *r, const char *what, const dp_predict_series *s);
+/* Speedup against devices for every series, DDP solid and DP dashed, and the ideal line. */
+dp_status dp_plot_speedup_svg(const char *path, const char *title, const dp_predict_series *s, int n_series);
+
+#endif

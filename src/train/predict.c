@@ -1,0 +1,122 @@
+/* predict.c: the overhead model run from the trainer: the compute profile (measured here by a
+ * short timing run, or read with --compute), the topologies, the predictions for DP and DDP on
+ * 1, 2, 4, 8 devices, and their report. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "report/predict_report.h"
+#include "train/profile_run.h"
+#include "train/trainer.h"
+
+#define MAX_TOPOS 8
+#define MAX_DEVS 8
+#define TIMING_STEPS 30
+
+typedef struct {
+    int batch, concurrent;
+} row_key;
+
+/* Per device count: the workers a device runs (lanes) and how many run at once. */
+static int lanes_for(const dp_trainer *t, const dp_topology *topo, int n) {
+    if (!topo->shared_memory_bus) return 1;               /* a GPU is one worker */
+    return t->cfg.threads / n > 1 ? t->cfg.threads / n : 1; /* the cores split over the processes */
+}
+
+static dp_status split_topologies(const char *list, dp_topology *topos, int *n) {
+    char buf[1024];
+    snprintf(buf, sizeof buf, "%s", list);
+    *n = 0;
+    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        if (*n == MAX_TOPOS) return dp_fail(DP_ERR_USAGE, "--predict: at most %d topologies", MAX_TOPOS);
+        DP_TRY(dp_topology_load(tok, &topos[(*n)++]));
+    }
+    if (!*n) return dp_fail(DP_ERR_USAGE, "--predict: no topology named in '%s'", list);
+    return DP_OK;
+}
+
+/* The rows every prediction needs, measured once each. */
+static dp_status measure_rows(dp_trainer *t, const dp_topology *topos, int n_topos, const int *devs, int n_devs,
+                              dp_profile *p) {
+    row_key need[DP_PROFILE_MAX_ROWS];
+    int n_need = 0;
+    const int B = t->cfg.batch_size;
+    for (int k = 0; k < n_topos; k++)
+        for (int i = 0; i < n_devs; i++) {
+            int n = devs[i], lanes = lanes_for(t, &topos[k], n), b = (B + n - 1) / n;
+            row_key r = {(b + lanes - 1) / lanes, topos[k].shared_memory_bus ? n * lanes : 1};
+            int have = 0;
+            for (int j = 0; j < n_need; j++) have |= need[j].batch == r.batch && need[j].concurrent == r.concurrent;
+            if (!have && n_need < DP_PROFILE_MAX_ROWS) need[n_need++] = r;
+        }
+    for (int j = 0; j < n_need; j++)
+        DP_TRY(dp_profile_measure(&t->model, need[j].batch, need[j].concurrent, TIMING_STEPS, p));
+    return DP_OK;
+}
+
+dp_status dp_trainer_predict(dp_trainer *t) {
+    const dp_config *c = &t->cfg;
+    if (!c->predict_topos && !c->save_profile) return DP_OK;
+    dp_topology topos[MAX_TOPOS];
+    int n_topos = 0;
+    if (c->predict_topos) DP_TRY(split_topologies(c->predict_topos, topos, &n_topos));
+    int devs[MAX_DEVS] = {1, 2, 4, 8}, n_devs = 4;
+    if (c->predict_replicas > 1 && c->predict_replicas != 2 && c->predict_replicas != 4 && c->predict_replicas != 8) {
+        int k = n_devs++;
+        while (k > 0 && devs[k - 1] > c->predict_replicas) devs[k] = devs[k - 1], k--;
+        devs[k] = c->predict_replicas;
+    }
+    dp_profile *p = calloc(1, sizeof *p);
+    dp_prediction *pred = calloc((size_t)MAX_TOPOS * 2 * MAX_DEVS, sizeof *pred);
+    dp_status s = DP_OK;
+    if (!p || !pred) {
+        free(p), free(pred);
+        return dp_fail(DP_ERR_NOMEM, "out of memory for the overhead model");
+    }
+    if (c->compute_profile) {
+        s = dp_profile_load(c->compute_profile, p);
+        if (s == DP_OK && strcmp(p->model, t->model.name) != 0)
+            s = dp_fail(DP_ERR_USAGE, "--compute %s: a profile of model %s, but this run is %s", c->compute_profile,
+                        p->model, t->model.name);
+    } else {
+        s = dp_profile_describe(&t->model, t->bucket_node, p);
+        if (s == DP_OK && n_topos) s = measure_rows(t, topos, n_topos, devs, n_devs, p);
+        if (s == DP_OK && !n_topos) /* --save-profile alone: the rows of this run's shape */
+            for (int n = 1; n <= 8 && s == DP_OK; n *= 2)
+                s = dp_profile_measure(&t->model, (c->batch_size + n - 1) / n, 1, TIMING_STEPS, p);
+    }
+    if (s == DP_OK && c->save_profile) s = dp_profile_save(c->save_profile, p);
+    dp_predict_series series[MAX_TOPOS];
+    char what[256];
+    snprintf(what, sizeof what, "%s, global batch %d, %d steps/epoch, compute: %s profile%s%s", t->model.name,
+             c->batch_size, t->sampler.n_batches, p->device, c->compute_profile ? " " : " measured here",
+             c->compute_profile ? c->compute_profile : "");
+    for (int k = 0; k < n_topos && s == DP_OK; k++) {
+        series[k] = (dp_predict_series){.topo = &topos[k], .n = n_devs, .devices = devs};
+        for (int m = 0; m < 2 && s == DP_OK; m++) {
+            dp_prediction *out = pred + ((size_t)k * 2 + m) * MAX_DEVS;
+            for (int i = 0; i < n_devs && s == DP_OK; i++) {
+                /* lanes depend on n on a shared host: one sweep per device count, speedup vs 1 */
+                dp_predict_query q = {.mode = m ? DP_PREDICT_DP : DP_PREDICT_DDP, .devices = devs[i],
+                                      .global_batch = c->batch_size, .steps_per_epoch = t->sampler.n_batches,
+                                      .lanes = lanes_for(t, &topos[k], devs[i])};
+                dp_predict_query one = q;
+                one.devices = 1, one.lanes = lanes_for(t, &topos[k], 1);
+                dp_prediction base;
+                s = dp_predict(p, &topos[k], &one, &base);
+                if (s == DP_OK) s = dp_predict(p, &topos[k], &q, &out[i]);
+                out[i].speedup = out[i].step_s > 0 ? base.step_s / out[i].step_s : 0;
+                out[i].efficiency = out[i].speedup / devs[i];
+            }
+            series[k].pred[m] = out;
+        }
+        if (s == DP_OK) dp_report_predictions(&t->report, what, &series[k]);
+    }
+    if (s == DP_OK && c->plot_path && n_topos) {
+        char title[160];
+        snprintf(title, sizeof title, "%s, global batch %d: predicted speedup (DDP solid, DP dashed)", t->model.name,
+                 c->batch_size);
+        s = dp_plot_speedup_svg(c->plot_path, title, series, n_topos);
+    }
+    free(p), free(pred);
+    return s;
+}
