@@ -84,10 +84,11 @@ dp_status dp_profile_save(const char *path, const dp_profile *p) {
     if (!f) return dp_fail(DP_ERR_IO, "%s: cannot open for writing: %s", path, strerror(errno));
     fprintf(f, "# dptrain compute profile: seconds of one worker per node and step (docs/overhead-model.md)\n");
     fprintf(f, "model %s\ndevice %s\ninput_floats %zu\nclasses %d\nparams %zu\nbuffers %zu\nnodes %d\n", p->model,
-            p->device, p->input_floats, p->n_classes, p->param_floats, p->buffer_floats, p->n_nodes);
+            p->device[0] ? p->device : "unknown", p->input_floats, p->n_classes, p->param_floats, p->buffer_floats, p->n_nodes);
     fprintf(f, "# node INDEX NAME KERNELS_FWD KERNELS_BWD\n");
     for (int i = 0; i < p->n_nodes; i++)
-        fprintf(f, "node %d %s %d %d\n", i, p->node_names[i], p->kernels_fwd[i], p->kernels_bwd[i]);
+        fprintf(f, "node %d %s %d %d\n", i, p->node_names[i][0] ? p->node_names[i] : "-", p->kernels_fwd[i],
+                p->kernels_bwd[i]);
     fprintf(f, "buckets %d\n# bucket INDEX FLOATS READY_AFTER_NODE\n", p->n_buckets);
     for (int k = 0; k < p->n_buckets; k++) fprintf(f, "bucket %d %zu %d\n", k, p->bucket_floats[k], p->bucket_node[k]);
     fprintf(f, "# row BATCH CONCURRENT STEPS LOSS_S OPT_S, then time NODE FWD_S BWD_S per node\n");

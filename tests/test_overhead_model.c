@@ -1,0 +1,312 @@
+/* The overhead model's mechanics on synthetic inputs with answers worked out by hand: the
+ * collective formulas, DDP's bucket overlap (order, waiting for the previous bucket, exposure),
+ * DP's serial chain, topology and profile files, the alpha-beta fit, gather/scatter, and the
+ * predict command's log lines. No timing is asserted. */
+#include "testutil.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backends/backend.h"
+#include "sim/calibrate.h"
+#include "sim/model.h"
+
+#define EPS 1e-12
+
+static dp_topology topo(double alpha, double bw) {
+    dp_topology t = {0};
+    snprintf(t.name, sizeof t.name, "synthetic");
+    t.devices = 8, t.latency_s = alpha, t.bus_bw = bw, t.host_bw = bw / 2, t.host_latency_s = 2 * alpha, t.p2p = 1;
+    return t;
+}
+
+static void test_collective_formulas(void **state) {
+    (void)state;
+    dp_topology t = topo(1e-6, 1e9);
+    const double S = 1e6;
+    assert_float_equal(dp_coll_seconds(&t, DP_COLL_ALLREDUCE, S, 1), 0, EPS);
+    /* ring: 2(N-1) alpha + 2(N-1)/N S/B */
+    assert_float_equal(dp_coll_seconds(&t, DP_COLL_ALLREDUCE, S, 4), 6e-6 + 1.5e-3, EPS);
+    assert_float_equal(dp_coll_seconds(&t, DP_COLL_BROADCAST, S, 4), 3e-6 + 1e-3, EPS);
+    assert_float_equal(dp_coll_seconds(&t, DP_COLL_REDUCE, S, 8), 7e-6 + 1e-3, EPS);
+    assert_float_equal(dp_coll_seconds(&t, DP_COLL_GATHER, S, 4), 3 * (1e-6 + 1e-3), EPS);
+    /* no P2P: every share crosses the host link twice */
+    t.p2p = 0;
+    assert_float_equal(dp_coll_seconds(&t, DP_COLL_SCATTER, S, 4), 3 * 2 * (2e-6 + 2e-3), EPS);
+    /* input from host memory: N copies, N-1 when the devices share the host's memory */
+    assert_float_equal(dp_host_scatter_seconds(&t, S, 4), 4 * (2e-6 + 2e-3), EPS);
+    t.shared_memory_bus = 1;
+    assert_float_equal(dp_host_scatter_seconds(&t, S, 4), 3 * (2e-6 + 2e-3), EPS);
+    /* tree: 2 log2(N) alpha + 2 S/B */
+    t.algorithm = DP_ALGO_TREE;
+    assert_float_equal(dp_coll_seconds(&t, DP_COLL_ALLREDUCE, S, 8), 6e-6 + 2e-3, EPS);
+    assert_float_equal(dp_coll_seconds(&t, DP_COLL_ALLREDUCE, S, 5), 6e-6 + 2e-3, EPS);
+}
+
+static void test_ddp_overlap(void **state) {
+    (void)state;
+    /* backward runs node 3, 2, 1, 0 for 1 s each; bucket 0 ready after node 3 (t=1), bucket 1
+     * after node 1 (t=3) */
+    const double bwd[4] = {1, 1, 1, 1};
+    const int ready[2] = {3, 1};
+    double exposed;
+    /* short first bucket: 1..1.5; the second starts when ready, 3..5: 1 s past backward's 4 */
+    double end = dp_ddp_overlap(bwd, 4, ready, (const double[]){0.5, 2}, 2, &exposed);
+    assert_float_equal(end, 5, EPS);
+    assert_float_equal(exposed, 1, EPS);
+    /* long first bucket 1..4: the second waits for it (one stream), 4..6 */
+    end = dp_ddp_overlap(bwd, 4, ready, (const double[]){3, 2}, 2, &exposed);
+    assert_float_equal(end, 6, EPS);
+    assert_float_equal(exposed, 2, EPS);
+    /* everything hidden */
+    end = dp_ddp_overlap(bwd, 4, ready, (const double[]){0.5, 0.5}, 2, &exposed);
+    assert_float_equal(end, 3.5, EPS);
+    assert_float_equal(exposed, 0, EPS);
+    /* a bucket ready only at the end (node 0) is fully exposed */
+    end = dp_ddp_overlap(bwd, 4, (const int[]){0}, (const double[]){0.25}, 1, &exposed);
+    assert_float_equal(exposed, 0.25, EPS);
+}
+
+/* Two nodes: forward 1 + 2 ms, backward 3 + 4 ms at 8 samples per worker, linear in batch. */
+static dp_profile *synthetic_profile(void) {
+    dp_profile *p = calloc(1, sizeof *p);
+    assert_non_null(p);
+    snprintf(p->model, sizeof p->model, "toy");
+    p->n_nodes = 2;
+    p->input_floats = 100, p->n_classes = 10, p->param_floats = 1000000, p->buffer_floats = 0;
+    p->n_buckets = 2;
+    p->bucket_floats[0] = 250000, p->bucket_node[0] = 1; /* ready after node 1's backward (first) */
+    p->bucket_floats[1] = 750000, p->bucket_node[1] = 0;
+    dp_profile_row *r = dp_profile_row_for(p, 8, 1);
+    r->fwd_s[0] = 1e-3, r->fwd_s[1] = 2e-3, r->bwd_s[0] = 3e-3, r->bwd_s[1] = 4e-3;
+    r->loss_s = 0.5e-3, r->opt_s = 1e-3;
+    return p;
+}
+
+static void test_profile_interpolation(void **state) {
+    (void)state;
+    dp_profile *p = synthetic_profile();
+    double f, b;
+    dp_profile_node(p, 1, 16, 1, &f, &b); /* one row: proportional */
+    assert_float_equal(f, 4e-3, EPS);
+    assert_float_equal(b, 8e-3, EPS);
+    dp_profile_row *r = dp_profile_row_for(p, 16, 1);
+    r->fwd_s[1] = 3e-3, r->bwd_s[1] = 5e-3;
+    dp_profile_node(p, 1, 12, 1, &f, &b); /* between rows: linear */
+    assert_float_equal(f, 2.5e-3, EPS);
+    assert_float_equal(b, 4.5e-3, EPS);
+    /* save and read back */
+    const char *path = tu_path("toy.profile");
+    assert_int_equal(dp_profile_save(path, p), DP_OK);
+    dp_profile *q = calloc(1, sizeof *q);
+    assert_int_equal(dp_profile_load(path, q), DP_OK);
+    assert_string_equal(q->model, "toy");
+    assert_int_equal(q->n_rows, 2);
+    assert_int_equal(q->bucket_node[0], 1);
+    assert_int_equal((int)q->bucket_floats[1], 750000);
+    dp_profile_node(q, 1, 12, 1, &f, &b);
+    assert_float_equal(f, 2.5e-3, 1e-9);
+    free(p), free(q);
+}
+
+static void test_ddp_prediction(void **state) {
+    (void)state;
+    dp_profile *p = synthetic_profile();
+    dp_topology t = topo(0, 1e9); /* no latency: times are bytes / bandwidth */
+    dp_predict_query q = {.mode = DP_PREDICT_DDP, .devices = 2, .global_batch = 16, .steps_per_epoch = 10, .lanes = 1};
+    dp_prediction o;
+    assert_int_equal(dp_predict(p, &t, &q, &o), DP_OK);
+    /* 8 samples per device: compute 1+2 + 0.5 + 3+4 + opt 1 = 11.5 ms. Backward: node 1 (4 ms)
+     * then node 0 (3 ms). Bucket 0 (1 MB): ready at 4, ring 2(N-1)/N = 1 -> 1 ms, ends 5;
+     * bucket 1 (3 MB) ready at 7, ends 10: 3 ms past backward; the metrics all-reduce 12 B. */
+    assert_float_equal(o.compute_s, 11.5e-3, 1e-12);
+    assert_float_equal(o.exposed_comm_s, 3e-3 + 12e-9, 1e-12);
+    assert_float_equal(o.step_s, 11.5e-3 + 3e-3 + 12e-9, 1e-12);
+    assert_float_equal(o.epoch_s, 10 * o.step_s, 1e-12);
+    assert_int_equal(o.collectives, 3);
+    /* one device: no communication */
+    q.devices = 1;
+    assert_int_equal(dp_predict(p, &t, &q, &o), DP_OK);
+    assert_float_equal(o.step_s, 2 * (3e-3 + 7e-3 + 0.5e-3) + 1e-3, 1e-12);
+    assert_float_equal(o.exposed_comm_s, 0, EPS);
+    free(p);
+}
+
+static void test_dp_chain(void **state) {
+    (void)state;
+    dp_profile *p = synthetic_profile();
+    dp_topology t = topo(0, 1e9);
+    t.host_latency_s = 0;
+    dp_predict_query q = {.mode = DP_PREDICT_DP, .devices = 2, .global_batch = 16, .steps_per_epoch = 1, .lanes = 1};
+    dp_prediction o;
+    assert_int_equal(dp_predict(p, &t, &q, &o), DP_OK);
+    /* replicate 4 MB in one chunk: S/B = 4 ms; input scatter 2 x 3200 B / 0.5 GB/s = 12.8 us;
+     * gather 8 x 11 x 4 B = 352 ns; scatter 320 ns; reduce 4 ms; metrics 12 ns */
+    double serial = 4e-3 + 12.8e-6 + 352e-9 + 320e-9 + 4e-3 + 12e-9;
+    assert_float_equal(o.serial_s, serial, 1e-12);
+    /* compute: forward and backward at 8 samples, the loss on the master over all 16, the master's step */
+    assert_float_equal(o.compute_s, 3e-3 + 7e-3 + 1e-3 + 1e-3, 1e-12);
+    assert_float_equal(o.step_s, o.compute_s + serial, 1e-12);
+    assert_float_equal(o.exposed_comm_s, 0, EPS); /* nothing overlaps: it is all serial */
+    /* parameters above 10 MiB go in 10 MiB chunks: 3 chunks for 24 MiB */
+    p->param_floats = 6 * 1024 * 1024;
+    assert_int_equal(dp_predict(p, &t, &q, &o), DP_OK);
+    assert_int_equal(o.collectives, 3 + 3 + 3 + 1);
+    /* launches: one host thread launches for both devices */
+    p->param_floats = 1000000;
+    t.launch_s = 1e-3;
+    p->kernels_fwd[0] = 2;
+    assert_int_equal(dp_predict(p, &t, &q, &o), DP_OK);
+    /* node 0's forward: 2 kernels x 2 devices x 1 ms = 4 ms of launching for 1 ms of work */
+    assert_float_equal(o.host_s, 3e-3, 1e-12);
+    assert_float_equal(o.compute_s, 3e-3 + 3e-3 + 7e-3 + 1e-3 + 1e-3, 1e-12);
+    free(p);
+}
+
+static void test_sweep_speedup(void **state) {
+    (void)state;
+    dp_profile *p = synthetic_profile();
+    dp_topology t = topo(0, 1e15); /* free links: DDP speedup is compute-bound */
+    dp_predict_query q = {.mode = DP_PREDICT_DDP, .global_batch = 64, .steps_per_epoch = 1, .lanes = 1};
+    const int devs[3] = {1, 2, 4};
+    dp_prediction o[3];
+    assert_int_equal(dp_predict_sweep(p, &t, &q, devs, 3, o), DP_OK);
+    assert_float_equal(o[0].speedup, 1, 1e-12);
+    /* compute scales 1/N except the optimizer step (1 ms of 1 + 10.5 x 8 ms) */
+    double one = 1e-3 + 10.5e-3 * 8, four = 1e-3 + 10.5e-3 * 2;
+    assert_float_equal(o[2].speedup, one / four, 1e-6);
+    assert_float_equal(o[2].efficiency, one / four / 4, 1e-6);
+    free(p);
+}
+
+static void test_topology_files(void **state) {
+    (void)state;
+    static const char *const presets[] = {"pcie4", "pcie4-p2p", "nvlink3", "nvlink4", "ib", "host"};
+    for (int i = 0; i < 6; i++) {
+        dp_topology t;
+        if (dp_topology_load(presets[i], &t) != DP_OK) fail_msg("preset %s: %s", presets[i], dp_last_error());
+        assert_string_equal(t.name, presets[i]);
+        assert_true(t.bus_bw > 0);
+    }
+    dp_topology t;
+    assert_int_equal(dp_topology_load("nvlink4", &t), DP_OK);
+    assert_float_equal(t.bus_bw, 370e9, 1);
+    assert_int_equal(t.p2p, 1);
+    const char *path = tu_path("my.topo");
+    const char *text = "# mine\nname mine\nbus_bandwidth_GBps 10 # a source\nlatency_us 3\nalgorithm tree\n";
+    tu_write_file(path, text, strlen(text));
+    assert_int_equal(dp_topology_load(path, &t), DP_OK);
+    assert_string_equal(t.name, "mine");
+    assert_int_equal(t.algorithm, DP_ALGO_TREE);
+    assert_float_equal(t.latency_s, 3e-6, 1e-15);
+    assert_float_equal(t.host_bw, 10e9, 1); /* no separate host link: the same */
+    /* round trip through the writer */
+    const char *out = tu_path("mine2.topo");
+    assert_int_equal(dp_topology_save(out, &t, "# test\n"), DP_OK);
+    dp_topology u;
+    assert_int_equal(dp_topology_load(out, &u), DP_OK);
+    assert_float_equal(u.latency_s, t.latency_s, 1e-15);
+    assert_int_equal(dp_topology_parse("bus_bandwidth_GBps 1\nspeed 3\n", "x", &u), DP_ERR_FORMAT);
+    assert_true(tu_contains(dp_last_error(), "x:2: unknown key 'speed'"));
+    assert_int_equal(dp_topology_parse("latency_us 3\n", "y", &u), DP_ERR_FORMAT);
+    assert_true(tu_contains(dp_last_error(), "bus_bandwidth_GBps is missing"));
+    assert_int_equal(dp_topology_parse("bus_bandwidth_GBps -1\n", "z", &u), DP_ERR_FORMAT);
+    assert_int_equal(dp_topology_load("no-such-preset", &u), DP_ERR_USAGE);
+    assert_true(tu_contains(dp_last_error(), "no preset of that name"));
+}
+
+static void test_alpha_beta_fit(void **state) {
+    (void)state;
+    double bytes[8], secs[8];
+    const int N = 4;
+    for (int i = 0; i < 8; i++) {
+        bytes[i] = 4.0 * (1 << (3 * i));
+        secs[i] = 2.0 * (N - 1) * 5e-6 + 2.0 * (N - 1) / N * bytes[i] / 3e9;
+    }
+    double a, b;
+    assert_int_equal(dp_fit_alpha_beta(bytes, secs, 8, N, &a, &b), DP_OK);
+    assert_float_equal(a, 5e-6, 1e-12);
+    assert_float_equal(b / 3e9, 1, 1e-9);
+    assert_int_equal(dp_fit_alpha_beta(bytes, secs, 8, 1, &a, &b), DP_ERR_USAGE);
+}
+
+static void test_gather_scatter(void **state) {
+    (void)state;
+    for (int n = 1; n <= 5; n++) {
+        dp_backend_config cfg = {.name = "sim", .replicas = n, .nthreads = 2};
+        dp_backend_t b;
+        assert_int_equal(dp_backend_create(&cfg, &b), DP_OK);
+        const size_t k = 7;
+        float send[8][7], all[8 * 7], back[8][7];
+        const float *sp[8];
+        float *rp[8], *bp[8];
+        for (int r = 0; r < n; r++) {
+            for (size_t i = 0; i < k; i++) send[r][i] = (float)(100 * r + (int)i);
+            sp[r] = send[r], rp[r] = r == n - 1 ? all : NULL, bp[r] = back[r];
+        }
+        const int root = n - 1;
+        assert_int_equal(dp_gather(b, sp, rp, k, root), DP_OK);
+        for (int r = 0; r < n; r++)
+            for (size_t i = 0; i < k; i++) assert_float_equal(all[r * k + i], 100 * r + (int)i, 0);
+        const float *from[8] = {0};
+        from[root] = all;
+        assert_int_equal(dp_scatter(b, from, bp, k, root), DP_OK);
+        for (int r = 0; r < n; r++) assert_memory_equal(back[r], send[r], k * sizeof(float));
+        assert_int_equal(b->stats.calls[DP_COLL_GATHER], 1);
+        assert_int_equal(b->stats.calls[DP_COLL_SCATTER], 1);
+        assert_float_equal(b->stats.link_bytes[DP_COLL_GATHER], 4.0 * k * (n - 1), 0);
+        dp_backend_destroy(b);
+    }
+}
+
+static void test_predict_command(void **state) {
+    (void)state;
+    const char *log = tu_path("predict.jsonl"), *svg = tu_path("predict.svg"), *prof = tu_path("lenet.profile");
+    char *out = NULL;
+    int rc = tu_run_dptrain(&out, "predict --dataset synthetic --shape 1x28x28 --samples 640 --batch-size 64 "
+                                  "--replicas 3 --threads 2 --topology nvlink4,pcie4 --log %s --plot %s "
+                                  "--save-profile %s", log, svg, prof);
+    if (rc != 0) fail_msg("predict failed (%d): %s", rc, out ? out : "");
+    assert_true(tu_contains(out, "predicted on nvlink4"));
+    free(out);
+    char *text = NULL;
+    assert_int_equal(tu_sh(&text, "grep -c '\"event\":\"predict\"' %s", log), 0);
+    assert_int_equal(atoi(text), 2 * 2 * 5); /* 2 topologies x 2 modes x N = 1, 2, 3, 4, 8 */
+    free(text);
+    assert_int_equal(tu_sh(&text, "grep '\"topology\":\"pcie4\",\"mode\":\"dp\",\"devices\":4' %s", log), 0);
+    const char *fields[] = {"\"step_s\":", "\"epoch_s\":", "\"speedup\":", "\"compute_s\":", "\"exposed_comm_s\":",
+                            "\"serial_s\":", "\"host_s\":"};
+    for (int i = 0; i < 7; i++) assert_true(tu_contains(text, fields[i]));
+    free(text);
+    assert_int_equal(tu_sh(NULL, "grep -q '<svg' %s && grep -q 'nvlink4 DP' %s", svg, svg), 0);
+    /* the saved profile predicts again without a timing run */
+    rc = tu_run_dptrain(&out, "predict --dataset synthetic --shape 1x28x28 --samples 640 --batch-size 64 "
+                              "--topology host --compute %s", prof);
+    if (rc != 0) fail_msg("predict --compute failed (%d): %s", rc, out ? out : "");
+    free(out);
+    rc = tu_run_dptrain(&out, "predict --dataset synthetic --topology nosuch");
+    assert_int_equal(rc, 2);
+    assert_true(tu_contains(out, "topology 'nosuch'"));
+    free(out);
+    rc = tu_run_dptrain(&out, "predict --dataset synthetic");
+    assert_int_equal(rc, 2);
+    assert_true(tu_contains(out, "--topology"));
+    free(out);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_collective_formulas),
+        cmocka_unit_test(test_ddp_overlap),
+        cmocka_unit_test(test_profile_interpolation),
+        cmocka_unit_test(test_ddp_prediction),
+        cmocka_unit_test(test_dp_chain),
+        cmocka_unit_test(test_sweep_speedup),
+        cmocka_unit_test(test_topology_files),
+        cmocka_unit_test(test_alpha_beta_fit),
+        cmocka_unit_test(test_gather_scatter),
+        cmocka_unit_test(test_predict_command),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
