@@ -9,6 +9,9 @@
 #include "backends/backend.h"
 #include "sim/topology.h"
 
+/* The largest message the fit uses (the sweep goes on to 64 MiB for the table). */
+#define DP_CALIBRATE_FIT_BYTES (1024.0 * 1024.0)
+
 /* Fits time = 2(N-1) alpha + (2(N-1)/N) bytes / bus_bw to n (bytes, seconds) points, weighting
  * each by 1/seconds^2 (relative error), so small and large messages count alike. */
 dp_status dp_fit_alpha_beta(const double *bytes, const double *seconds, int n, int world, double *alpha,

@@ -117,10 +117,10 @@ static void predict_ddp(const dp_profile *p, const dp_topology *t, const dp_pred
     o->compute_s = c.fwd + c.loss + c.bwd + opt;
     o->exposed_comm_s = exposed;
     o->serial_s = 0;
-    o->host_s = calls * t->host_call_s + c.launch_excess;
+    o->host_s = calls * t->host_call_s + c.launch_excess + p->step_overhead_s;
     o->comm_s = comm_total;
     o->collectives = calls;
-    o->step_s = o->compute_s + o->exposed_comm_s + calls * t->host_call_s;
+    o->step_s = o->compute_s + o->exposed_comm_s + calls * t->host_call_s + p->step_overhead_s;
 }
 
 /* DataParallel: one process drives every device and nothing overlaps: replicate (parameters
@@ -151,10 +151,10 @@ static void predict_dp(const dp_profile *p, const dp_topology *t, const dp_predi
     o->compute_s = c.fwd + loss + c.bwd + opt;
     o->exposed_comm_s = 0;
     o->serial_s = serial;
-    o->host_s = calls * t->host_call_s + c.launch_excess;
+    o->host_s = calls * t->host_call_s + c.launch_excess + p->step_overhead_s;
     o->comm_s = serial;
     o->collectives = calls;
-    o->step_s = o->compute_s + serial + calls * t->host_call_s;
+    o->step_s = o->compute_s + serial + calls * t->host_call_s + p->step_overhead_s;
 }
 
 dp_status dp_predict(const dp_profile *p, const dp_topology *t, const dp_predict_query *q, dp_prediction *out) {

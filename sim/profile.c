@@ -85,6 +85,7 @@ dp_status dp_profile_save(const char *path, const dp_profile *p) {
     fprintf(f, "# dptrain compute profile: seconds of one worker per node and step (docs/overhead-model.md)\n");
     fprintf(f, "model %s\ndevice %s\ninput_floats %zu\nclasses %d\nparams %zu\nbuffers %zu\nnodes %d\n", p->model,
             p->device[0] ? p->device : "unknown", p->input_floats, p->n_classes, p->param_floats, p->buffer_floats, p->n_nodes);
+    fprintf(f, "step_overhead_s %.6e\n", p->step_overhead_s);
     fprintf(f, "# node INDEX NAME KERNELS_FWD KERNELS_BWD\n");
     for (int i = 0; i < p->n_nodes; i++)
         fprintf(f, "node %d %s %d %d\n", i, p->node_names[i][0] ? p->node_names[i] : "-", p->kernels_fwd[i],
@@ -128,6 +129,7 @@ dp_status dp_profile_parse(const char *text, const char *origin, dp_profile *p) 
         else if (!strcmp(key, "input_floats")) ok = sscanf(buf, "%*s %zu", &p->input_floats) == 1;
         else if (!strcmp(key, "classes")) ok = sscanf(buf, "%*s %d", &p->n_classes) == 1;
         else if (!strcmp(key, "params")) ok = sscanf(buf, "%*s %zu", &p->param_floats) == 1;
+        else if (!strcmp(key, "step_overhead_s")) ok = sscanf(buf, "%*s %lf", &p->step_overhead_s) == 1;
         else if (!strcmp(key, "buffers")) ok = sscanf(buf, "%*s %zu", &p->buffer_floats) == 1;
         else if (!strcmp(key, "nodes"))
             ok = sscanf(buf, "%*s %d", &p->n_nodes) == 1 && p->n_nodes > 0 && p->n_nodes <= DP_PROFILE_MAX_NODES;

@@ -36,6 +36,9 @@ typedef struct {
     int n_buckets;        /* DDP buckets in the order they become ready */
     size_t bucket_floats[DP_PROFILE_MAX_BUCKETS];
     int bucket_node[DP_PROFILE_MAX_BUCKETS]; /* node after whose backward the bucket is complete */
+    /* the trainer's own cost per step beyond the nodes' compute (data hand-off, gradient sums
+       over lanes, thread wake-ups, logging): measured on the device at hand, added as host time */
+    double step_overhead_s;
     int n_rows;
     dp_profile_row rows[DP_PROFILE_MAX_ROWS];
 } dp_profile;

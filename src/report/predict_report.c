@@ -85,8 +85,9 @@ dp_status dp_plot_speedup_svg(const char *path, const char *title, const dp_pred
     fprintf(f, "<text x=\"18\" y=\"%.1f\" text-anchor=\"middle\" transform=\"rotate(-90 18 %.1f)\">predicted speedup "
                "(epoch time of 1 device / N devices)</text>\n", (H - B + T) / 2, (H - B + T) / 2);
     /* ideal, and 1x */
-    fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#888\" stroke-dasharray=\"2,3\"/>\n",
-            X(1), Y(1), X(nmax), Y(nmax));
+    fprintf(f, "<polyline fill=\"none\" stroke=\"#888\" stroke-dasharray=\"2,3\" points=\"");
+    for (int n = 1; n <= nmax; n *= 2) fprintf(f, "%.1f,%.1f ", X(n), Y(n));
+    fprintf(f, "\"/>\n");
     fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#444\"/>\n", L, Y(1), W - R, Y(1));
     double ly = T + 10;
     for (int k = 0; k < n_series; k++) {

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/timer.h"
 #include "report/predict_report.h"
 #include "train/profile_run.h"
 #include "train/trainer.h"
@@ -53,6 +54,37 @@ static dp_status measure_rows(dp_trainer *t, const dp_topology *topos, int n_top
     return DP_OK;
 }
 
+/* The trainer's cost per step beyond the nodes: a few real steps of this run's configuration
+ * (its loader, lanes and trainer), their median period, less the profile's compute for it. */
+static dp_status measure_step_overhead(dp_trainer *t, dp_profile *p) {
+    const int warm = 5, steps = 40;
+    if (!t->loader || t->n_local != 1 || t->world != 1) return DP_OK; /* one replica here: what a device runs */
+    const int B = t->cfg.batch_size, lanes = t->n_lanes;
+    DP_TRY(dp_profile_measure(&t->model, (B + lanes - 1) / lanes, lanes, TIMING_STEPS, p));
+    DP_TRY(dp_loader_start_epoch(t->loader, 0));
+    double period[steps], last = 0;
+    int k = 0;
+    const dp_batch *batches;
+    dp_status s;
+    for (int b = 0; k < steps && (s = dp_loader_next(t->loader, &batches, NULL)) == DP_OK; b++) {
+        double now = dp_now();
+        if (b > warm) period[k++] = now - last;
+        last = now;
+        dp_step_metrics m = {0};
+        DP_TRY(dp_train_micro(t, batches, dp_sampler_batch_size(&t->sampler, b), 0, 1, t->cfg.lr, &m));
+    }
+    if (k < 5) return DP_OK; /* too few batches in an epoch to tell */
+    for (int i = 1; i < k; i++) /* insertion sort: k is small */
+        for (int j = i; j > 0 && period[j] < period[j - 1]; j--) {
+            double x = period[j];
+            period[j] = period[j - 1], period[j - 1] = x;
+        }
+    double step = period[k / 2];
+    double compute = dp_profile_compute(p, (B + lanes - 1) / lanes, lanes) + dp_profile_opt(p, lanes);
+    p->step_overhead_s = step > compute ? step - compute : 0;
+    return DP_OK;
+}
+
 dp_status dp_trainer_predict(dp_trainer *t) {
     const dp_config *c = &t->cfg;
     if (!c->predict_topos && !c->save_profile) return DP_OK;
@@ -80,6 +112,7 @@ dp_status dp_trainer_predict(dp_trainer *t) {
     } else {
         s = dp_profile_describe(&t->model, t->bucket_node, p);
         if (s == DP_OK && n_topos) s = measure_rows(t, topos, n_topos, devs, n_devs, p);
+        if (s == DP_OK) s = measure_step_overhead(t, p);
         if (s == DP_OK && !n_topos) /* --save-profile alone: the rows of this run's shape */
             for (int n = 1; n <= 8 && s == DP_OK; n *= 2)
                 s = dp_profile_measure(&t->model, (c->batch_size + n - 1) / n, 1, TIMING_STEPS, p);
