@@ -36,6 +36,28 @@ typedef struct {
     double seconds[DP_COLL_KINDS];    /* host time spent inside the calls */
 } dp_comm_stats;
 
+/* One collective as the overhead model reads it: what, how big, by which algorithm, and when:
+ * issued at `t_issue` (seconds since the trace's t0), done after `seconds` of host time, and,
+ * for a DDP bucket, the backward node after which its bucket became ready (-1 otherwise). */
+typedef struct {
+    dp_coll_kind kind;
+    double bytes;          /* payload per replica */
+    const char *algorithm; /* "ring", "tree", or the backend's name */
+    double t_issue, seconds;
+    int ready_node;
+} dp_coll_record;
+
+/* Recording is off unless the trainer attaches a trace (--predict / --save-profile): then every
+ * wrapped call appends a record; a full trace drops further ones and counts them. */
+typedef struct {
+    dp_coll_record *recs;
+    int n, cap;
+    long dropped;
+    double t0;
+    int ready_node;        /* set by the trainer before a bucket's all-reduce; -1 otherwise */
+    const char *algorithm;
+} dp_coll_trace;
+
 typedef struct dp_backend *dp_backend_t;
 typedef int dp_req; /* a started non-blocking collective; backends define the meaning */
 
@@ -70,6 +92,7 @@ struct dp_backend {
     const struct dp_backend_i *iface;
     void *impl;
     dp_comm_stats stats;
+    dp_coll_trace *trace; /* NULL: not recording (the default; one branch per call) */
     int failed;   /* set by the trainer when this process fails: a multi-process backend then
                      aborts the job on destroy rather than leave the other ranks waiting */
 };

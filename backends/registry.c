@@ -44,12 +44,24 @@ void dp_backend_describe(char *buf, size_t n) {
              DP_HAVE_NCCL ? "NCCL found, backend not yet implemented" : "not built");
 }
 
-/* Times the call and counts its bytes. */
+static void record(dp_backend_t b, dp_coll_kind kind, double bytes, double t0, double t1) {
+    dp_coll_trace *tr = b->trace;
+    if (tr->n == tr->cap) {
+        tr->dropped++;
+        return;
+    }
+    tr->recs[tr->n++] = (dp_coll_record){.kind = kind, .bytes = bytes, .algorithm = tr->algorithm,
+                                         .t_issue = t0 - tr->t0, .seconds = t1 - t0, .ready_node = tr->ready_node};
+}
+
+/* Times the call and counts its bytes (and records it when a trace is attached). */
 #define TIMED(kind, nfloats, linkf, call)                                   \
     do {                                                                    \
         double t0_ = dp_now();                                              \
         dp_status s_ = (call);                                              \
-        b->stats.seconds[kind] += dp_now() - t0_;                           \
+        double t1_ = dp_now();                                              \
+        b->stats.seconds[kind] += t1_ - t0_;                                \
+        if (b->trace) record(b, kind, 4.0 * (double)(nfloats), t0_, t1_);   \
         b->stats.calls[kind]++;                                             \
         b->stats.bytes[kind] += 4.0 * (double)(nfloats);                    \
         b->stats.link_bytes[kind] += 4.0 * (double)(linkf);                 \

@@ -295,6 +295,26 @@ static void test_predict_command(void **state) {
     free(out);
 }
 
+/* A sim run with --predict records its collectives (the last step's go into the log) and predicts
+ * from a profile it measures. */
+static void test_run_records(void **state) {
+    (void)state;
+    const char *log = tu_path("run.jsonl");
+    char *out = NULL;
+    int rc = tu_run_dptrain(&out, "train --dataset synthetic --shape 1x28x28 --samples 256 --batch-size 64 "
+                                  "--replicas 2 --threads 2 --epochs 1 --mode dp --predict host --quiet --log %s", log);
+    if (rc != 0) fail_msg("train --predict failed (%d): %s", rc, out ? out : "");
+    free(out);
+    char *text = NULL;
+    assert_int_equal(tu_sh(&text, "grep '\"event\":\"collective\"' %s", log), 0);
+    assert_true(tu_contains(text, "\"kind\":\"broadcast\""));
+    assert_true(tu_contains(text, "\"kind\":\"reduce\",\"bytes\":"));
+    assert_true(tu_contains(text, "\"algorithm\":\"ring\""));
+    free(text);
+    assert_int_equal(tu_sh(NULL, "grep -q '\"event\":\"predict\",\"topology\":\"host\",\"mode\":\"dp\",\"devices\":2' %s",
+                           log), 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_collective_formulas),
@@ -307,6 +327,7 @@ int main(void) {
         cmocka_unit_test(test_alpha_beta_fit),
         cmocka_unit_test(test_gather_scatter),
         cmocka_unit_test(test_predict_command),
+        cmocka_unit_test(test_run_records),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -54,11 +54,25 @@ static dp_status measure_rows(dp_trainer *t, const dp_topology *topos, int n_top
     return DP_OK;
 }
 
+static dp_status measure_step_overhead(dp_trainer *t, dp_profile *p);
+
 /* The trainer's cost per step beyond the nodes: a few real steps of this run's configuration
  * (its loader, lanes and trainer), their median period, less the profile's compute for it. */
 static dp_status measure_step_overhead(dp_trainer *t, dp_profile *p) {
     const int warm = 5, steps = 40;
-    if (!t->loader || t->n_local != 1 || t->world != 1) return DP_OK; /* one replica here: what a device runs */
+    if (!t->loader) return DP_OK;
+    if (t->n_local != 1 || t->world != 1) {
+        /* this run is several replicas: time the steps of a one-replica trainer on the sim backend */
+        dp_config one = t->cfg;
+        one.backend = "sim", one.replicas = 1, one.log_path = one.save_path = one.load_path = NULL;
+        one.predict_topos = one.save_profile = one.compute_profile = one.plot_path = NULL;
+        one.quiet = 1, one.progress = 0, one.epochs = 1;
+        dp_trainer *t1 = NULL;
+        dp_status s = dp_trainer_create(&one, &t1);
+        if (s == DP_OK) s = measure_step_overhead(t1, p);
+        dp_trainer_destroy(t1);
+        return s;
+    }
     const int B = t->cfg.batch_size, lanes = t->n_lanes;
     DP_TRY(dp_profile_measure(&t->model, (B + lanes - 1) / lanes, lanes, TIMING_STEPS, p));
     DP_TRY(dp_loader_start_epoch(t->loader, 0));
@@ -85,9 +99,25 @@ static dp_status measure_step_overhead(dp_trainer *t, dp_profile *p) {
     return DP_OK;
 }
 
+/* The run's last step's collectives, as recorded, into the log. */
+static void log_collectives(dp_trainer *t) {
+    static const char *const kinds[DP_COLL_KINDS] = {"allreduce", "broadcast", "reduce", "allgather", "gather",
+                                                     "scatter", "barrier"};
+    FILE *f = t->report.log;
+    if (!f || t->cfg.predict_only) return;
+    for (int i = 0; i < t->trace.n; i++) {
+        const dp_coll_record *r = &t->trace.recs[i];
+        fprintf(f, "{\"event\":\"collective\",\"step\":%ld,\"index\":%d,\"kind\":\"%s\",\"bytes\":%.0f,"
+                   "\"algorithm\":\"%s\",\"t_issue_s\":%.9g,\"seconds\":%.9g,\"ready_node\":%d}\n",
+                t->step, i, kinds[r->kind], r->bytes, r->algorithm ? r->algorithm : "", r->t_issue, r->seconds,
+                r->ready_node);
+    }
+}
+
 dp_status dp_trainer_predict(dp_trainer *t) {
     const dp_config *c = &t->cfg;
     if (!c->predict_topos && !c->save_profile) return DP_OK;
+    log_collectives(t);
     dp_topology topos[MAX_TOPOS];
     int n_topos = 0;
     if (c->predict_topos) DP_TRY(split_topologies(c->predict_topos, topos, &n_topos));

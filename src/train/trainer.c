@@ -130,6 +130,13 @@ static dp_status setup(dp_trainer *t) {
     DP_TRY(init_params(t));
     DP_TRY(dp_strategy_alloc(t));
     memset(&t->backend->stats, 0, sizeof t->backend->stats);
+    if (c->predict_topos || c->save_profile) { /* record each step's collectives for the model */
+        t->trace.cap = 1024;
+        DP_ALLOC(t->trace.recs, t->trace.cap, "collective records");
+        t->trace.ready_node = -1;
+        t->trace.algorithm = strcmp(c->backend, "sim") == 0 ? c->allreduce_algo : c->backend;
+        t->backend->trace = &t->trace;
+    }
 
     if (t->have_train) {
         DP_TRY(dp_sampler_init(&t->sampler, t->train.n, t->world, c->batch_size, c->shuffle, c->drop_last, c->seed));
@@ -230,6 +237,7 @@ static dp_status run_epoch(dp_trainer *t, int epoch, int *stop) {
         int micro = b % K, n_micro = nb - (b - micro) < K ? nb - (b - micro) : K;
         lr = dp_schedule_lr(&t->sched, epoch, t->step);
         double tc = dp_now();
+        if (t->backend->trace && micro == 0) t->trace.n = 0, t->trace.dropped = 0, t->trace.t0 = tc;
         DP_TRY(dp_train_micro(t, batches, dp_sampler_batch_size(&t->sampler, b), micro, n_micro, lr, &sm));
         compute += dp_now() - tc;
         if (micro != n_micro - 1) continue;
@@ -302,10 +310,12 @@ void dp_trainer_destroy(dp_trainer *t) {
     free(t->bucket_req);
     free(t->dp_send);
     free(t->dp_recv);
+    free(t->trace.recs);
     if (t->report.log) fclose(t->report.log);
     dp_model_free(&t->model);
     if (t->have_train) dp_dataset_free(&t->train);
     dp_dataset_free(&t->test);
+    if (t->backend) t->backend->trace = NULL;
     dp_backend_destroy(t->backend);
     free(t);
 }

@@ -42,6 +42,7 @@ typedef struct dp_trainer {
     int *bucket_node;         /* (n_buckets) node after whose backward the bucket is complete */
     dp_req *bucket_req;       /* (n_buckets) the bucket's all-reduce in flight */
     float **metric_bufs;      /* (n_local) [loss_sum, correct, count] per replica */
+    dp_coll_trace trace;      /* --predict / --save-profile: the collectives of the latest step */
     double comm_overlap_s;    /* host time of collectives issued during backward (could hide behind it) */
 } dp_trainer;
 
