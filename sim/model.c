@@ -56,35 +56,51 @@ double dp_ddp_overlap(const double *bwd, int n_nodes, const int *ready_node, con
 /* One device's share of the global batch (the largest, which sets the pace). */
 static int share_of(int global_batch, int n) { return (global_batch + n - 1) / n; }
 
-/* A node's time on a device with `lanes` single-threaded workers: the worker's time at its
- * slice; on a GPU not less than the host needs to launch its kernels (launch_mult devices'
- * worth when one host thread launches for several, as DataParallel's does). */
+/* A device's compute. On a CPU its share of b samples is cut into `lanes` chunks of
+ * ceil(b / lanes) samples; `workers` threads run them, so a node takes ceil(lanes / workers)
+ * lane-times, and the lanes' gradients are then added with the lane tree: lanes - 1 additions
+ * of the gradient arena. On a GPU (lanes = workers = 1) a node takes at least its kernels'
+ * launches (launch_mult devices' worth when one host thread launches for several, as
+ * DataParallel's does); the launch time above the kernels' own is host time. */
 typedef struct {
-    double fwd, bwd, loss, launch_excess;
+    double fwd, bwd, loss, lane_sums, launch_excess;
     double bwd_nodes[DP_PROFILE_MAX_NODES];
 } compute_t;
 
-static compute_t compute_of(const dp_profile *p, const dp_topology *t, int batch, int lanes, int concurrent,
-                            int launch_mult) {
+static compute_t compute_of(const dp_profile *p, const dp_topology *t, int batch, int lanes, int workers,
+                            int concurrent, int launch_mult) {
     compute_t c = {0};
-    int worker = (batch + lanes - 1) / lanes;
+    if (lanes < 1) lanes = 1;
+    if (workers < 1) workers = 1;
+    const int lane_batch = (batch + lanes - 1) / lanes, rounds = (lanes + workers - 1) / workers;
     for (int i = 0; i < p->n_nodes; i++) {
         double f, b;
-        dp_profile_node(p, i, worker, concurrent, &f, &b);
+        dp_profile_node(p, i, lane_batch, concurrent, &f, &b);
+        f *= rounds, b *= rounds;
         double lf = launch_mult * p->kernels_fwd[i] * t->launch_s, lb = launch_mult * p->kernels_bwd[i] * t->launch_s;
         if (lf > f) c.launch_excess += lf - f, f = lf;
         if (lb > b) c.launch_excess += lb - b, b = lb;
         c.fwd += f, c.bwd += b;
         c.bwd_nodes[i] = b;
     }
-    c.loss = dp_profile_loss(p, worker, concurrent);
+    c.loss = rounds * dp_profile_loss(p, lane_batch, concurrent);
+    c.lane_sums = (lanes - 1) * dp_profile_lane_sum(p, concurrent);
+    /* the trainer splits a large lane tree over its threads (step.c: sum_lanes) */
+    if ((double)p->param_floats * lanes > 262144) c.lane_sums /= workers;
     /* more workers than the shared host has cores: they take turns */
     if (t->shared_memory_bus && concurrent > t->devices) {
         double f = (double)concurrent / t->devices;
-        c.fwd *= f, c.bwd *= f, c.loss *= f;
+        c.fwd *= f, c.bwd *= f, c.loss *= f, c.lane_sums *= f;
         for (int i = 0; i < p->n_nodes; i++) c.bwd_nodes[i] *= f;
     }
     return c;
+}
+
+/* Workers busy at once: all devices' threads on a shared host, one per GPU otherwise. */
+static int concurrency(const dp_topology *t, const dp_predict_query *q) {
+    if (!t->shared_memory_bus) return 1;
+    int lanes = q->lanes > 0 ? q->lanes : 1, workers = q->workers > 0 ? q->workers : 1;
+    return q->devices * (workers < lanes ? workers : lanes);
 }
 
 static dp_status check(const dp_profile *p, const dp_predict_query *q) {
@@ -98,9 +114,8 @@ static dp_status check(const dp_profile *p, const dp_predict_query *q) {
 /* DDP: buffers broadcast, forward, loss, backward with bucketed all-reduces overlapping it on a
  * communication stream, every replica steps; plus dptrain's per-step metrics all-reduce. */
 static void predict_ddp(const dp_profile *p, const dp_topology *t, const dp_predict_query *q, dp_prediction *o) {
-    const int n = q->devices, lanes = q->lanes > 0 ? q->lanes : 1;
-    const int conc = t->shared_memory_bus ? n * lanes : 1;
-    compute_t c = compute_of(p, t, share_of(q->global_batch, n), lanes, conc, 1);
+    const int n = q->devices, conc = concurrency(t, q);
+    compute_t c = compute_of(p, t, share_of(q->global_batch, n), q->lanes, q->workers, conc, 1);
     double opt = dp_profile_opt(p, conc);
     double comm[DP_PROFILE_MAX_BUCKETS], exposed = 0, comm_total = 0;
     long calls = 0;
@@ -114,7 +129,8 @@ static void predict_ddp(const dp_profile *p, const dp_topology *t, const dp_pred
         calls += (p->buffer_floats ? 1 : 0) + 1;
         exposed += bb + metrics, comm_total += bb + metrics;
     }
-    o->compute_s = c.fwd + c.loss + c.bwd + opt;
+    /* the lane sums of the buckets finish before their all-reduces start: on the critical path */
+    o->compute_s = c.fwd + c.loss + c.bwd + c.lane_sums + opt;
     o->exposed_comm_s = exposed;
     o->serial_s = 0;
     o->host_s = calls * t->host_call_s + c.launch_excess + p->step_overhead_s;
@@ -128,11 +144,10 @@ static void predict_ddp(const dp_profile *p, const dp_topology *t, const dp_pred
  * the outputs to the master, loss there over the whole batch, scatter the output gradients,
  * backward, reduce the gradients to the master (10 MiB chunks), the master steps alone. */
 static void predict_dp(const dp_profile *p, const dp_topology *t, const dp_predict_query *q, dp_prediction *o) {
-    const int n = q->devices, lanes = q->lanes > 0 ? q->lanes : 1;
-    const int conc = t->shared_memory_bus ? n * lanes : 1;
+    const int n = q->devices, conc = concurrency(t, q);
     const int b = share_of(q->global_batch, n);
     /* one host thread launches for all devices: n devices' launches per node */
-    compute_t c = compute_of(p, t, b, lanes, conc, t->shared_memory_bus ? 1 : n);
+    compute_t c = compute_of(p, t, b, q->lanes, q->workers, conc, t->shared_memory_bus ? 1 : n);
     double loss = n > 1 ? dp_profile_loss(p, q->global_batch, 1) : c.loss;
     double opt = dp_profile_opt(p, 1);
     double serial = 0;
@@ -148,7 +163,7 @@ static void predict_dp(const dp_profile *p, const dp_topology *t, const dp_predi
         serial += dp_coll_seconds(t, DP_COLL_ALLREDUCE, 12, n); /* dptrain's per-step metrics */
         calls = (long)chunks + 3 + (long)gchunks + 1;
     }
-    o->compute_s = c.fwd + loss + c.bwd + opt;
+    o->compute_s = c.fwd + loss + c.bwd + c.lane_sums + opt;
     o->exposed_comm_s = 0;
     o->serial_s = serial;
     o->host_s = calls * t->host_call_s + c.launch_excess + p->step_overhead_s;

@@ -20,7 +20,9 @@ typedef struct {
     int devices;
     int global_batch;
     long steps_per_epoch;
-    int lanes;            /* CPU: single-threaded workers per device (1 on a GPU) */
+    int lanes;            /* CPU: fixed chunks of a device's share, each summed apart and then added with
+                             the lane tree (data/chunks.h); 1 on a GPU */
+    int workers;          /* CPU: threads per device that run the lanes, single-threaded each; 1 on a GPU */
 } dp_predict_query;
 
 /* Seconds of one collective of `bytes` per replica over n devices (0 for n = 1). For gather and

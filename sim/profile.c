@@ -69,6 +69,12 @@ double dp_profile_opt(const dp_profile *p, int concurrent) {
     return a ? a->opt_s : 0;
 }
 
+double dp_profile_lane_sum(const dp_profile *p, int concurrent) {
+    const dp_profile_row *a, *b;
+    bracket(p, 1 << 30, concurrent, &a, &b);
+    return a ? a->sum_s : 0;
+}
+
 double dp_profile_compute(const dp_profile *p, int batch, int concurrent) {
     double s = dp_profile_loss(p, batch, concurrent);
     for (int i = 0; i < p->n_nodes; i++) {
@@ -92,10 +98,11 @@ dp_status dp_profile_save(const char *path, const dp_profile *p) {
                 p->kernels_bwd[i]);
     fprintf(f, "buckets %d\n# bucket INDEX FLOATS READY_AFTER_NODE\n", p->n_buckets);
     for (int k = 0; k < p->n_buckets; k++) fprintf(f, "bucket %d %zu %d\n", k, p->bucket_floats[k], p->bucket_node[k]);
-    fprintf(f, "# row BATCH CONCURRENT STEPS LOSS_S OPT_S, then time NODE FWD_S BWD_S per node\n");
+    fprintf(f, "# row BATCH CONCURRENT STEPS LOSS_S OPT_S LANE_SUM_S, then time NODE FWD_S BWD_S per node\n");
     for (int r = 0; r < p->n_rows; r++) {
         const dp_profile_row *w = &p->rows[r];
-        fprintf(f, "row %d %d %ld %.6e %.6e\n", w->batch, w->concurrent, w->steps, w->loss_s, w->opt_s);
+        fprintf(f, "row %d %d %ld %.6e %.6e %.6e\n", w->batch, w->concurrent, w->steps, w->loss_s, w->opt_s,
+                w->sum_s);
         for (int i = 0; i < p->n_nodes; i++) fprintf(f, "time %d %.6e %.6e\n", i, w->fwd_s[i], w->bwd_s[i]);
     }
     if (fclose(f) != 0) return dp_fail(DP_ERR_IO, "%s: writing failed", path);
@@ -143,9 +150,10 @@ dp_status dp_profile_parse(const char *text, const char *origin, dp_profile *p) 
             ok = sscanf(buf, "%*s %d %zu %d", &i, &z, &a) == 3 && i >= 0 && i < p->n_buckets && a >= 0 && a < p->n_nodes;
             if (ok) p->bucket_floats[i] = z, p->bucket_node[i] = a;
         } else if (!strcmp(key, "row")) {
-            ok = sscanf(buf, "%*s %d %d %ld %lf %lf", &a, &b, &steps, &x, &y) == 5 && a > 0 && b > 0;
+            double sum = 0; /* optional: profiles without lanes */
+            ok = sscanf(buf, "%*s %d %d %ld %lf %lf %lf", &a, &b, &steps, &x, &y, &sum) >= 5 && a > 0 && b > 0;
             if (ok && !(row = dp_profile_row_for(p, a, b))) return DP_ERR_FORMAT;
-            if (ok) row->steps = steps, row->loss_s = x, row->opt_s = y;
+            if (ok) row->steps = steps, row->loss_s = x, row->opt_s = y, row->sum_s = sum;
         } else if (!strcmp(key, "time")) {
             ok = row && sscanf(buf, "%*s %d %lf %lf", &i, &x, &y) == 3 && i >= 0 && i < p->n_nodes && x >= 0 && y >= 0;
             if (ok) row->fwd_s[i] = x, row->bwd_s[i] = y;

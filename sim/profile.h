@@ -21,6 +21,7 @@ typedef struct {
     double fwd_s[DP_PROFILE_MAX_NODES], bwd_s[DP_PROFILE_MAX_NODES];
     double loss_s;    /* softmax cross-entropy and its gradient over `batch` samples */
     double opt_s;     /* one SGD step over every parameter */
+    double sum_s;     /* one lane's gradients added into another's (and cleared): the lane tree's unit */
     long steps;       /* steps the figures are the median of */
 } dp_profile_row;
 
@@ -51,6 +52,7 @@ dp_profile_row *dp_profile_row_for(dp_profile *p, int batch, int concurrent);
 void dp_profile_node(const dp_profile *p, int node, int batch, int concurrent, double *fwd, double *bwd);
 double dp_profile_loss(const dp_profile *p, int batch, int concurrent);
 double dp_profile_opt(const dp_profile *p, int concurrent);
+double dp_profile_lane_sum(const dp_profile *p, int concurrent);
 /* Sum over nodes of forward + backward (+ loss) at batch: one worker's compute per step. */
 double dp_profile_compute(const dp_profile *p, int batch, int concurrent);
 

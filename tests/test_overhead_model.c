@@ -309,7 +309,7 @@ static void test_run_records(void **state) {
     assert_int_equal(tu_sh(&text, "grep '\"event\":\"collective\"' %s", log), 0);
     assert_true(tu_contains(text, "\"kind\":\"broadcast\""));
     assert_true(tu_contains(text, "\"kind\":\"reduce\",\"bytes\":"));
-    assert_true(tu_contains(text, "\"algorithm\":\"ring\""));
+    assert_true(tu_contains(text, "\"algorithm\":\"ordered\""));
     free(text);
     assert_int_equal(tu_sh(NULL, "grep -q '\"event\":\"predict\",\"topology\":\"host\",\"mode\":\"dp\",\"devices\":2' %s",
                            log), 0);

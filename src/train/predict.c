@@ -17,11 +17,20 @@ typedef struct {
     int batch, concurrent;
 } row_key;
 
-/* Per device count: the workers a device runs (lanes) and how many run at once. */
+/* Per device count on a shared host (CPU processes): the lanes of a device's share (the
+ * --chunks plan: C / N when N divides C) and the threads that run them (the cores split over
+ * the processes). A GPU runs its share as one lane. */
 static int lanes_for(const dp_trainer *t, const dp_topology *topo, int n) {
-    if (!topo->shared_memory_bus) return 1;               /* a GPU is one worker */
-    return t->cfg.threads / n > 1 ? t->cfg.threads / n : 1; /* the cores split over the processes */
+    if (!topo->shared_memory_bus) return 1;
+    return t->cfg.chunks / n > 1 ? t->cfg.chunks / n : 1;
 }
+
+static int workers_for(const dp_trainer *t, const dp_topology *topo, int n) {
+    if (!topo->shared_memory_bus) return 1;
+    return t->cfg.threads / n > 1 ? t->cfg.threads / n : 1;
+}
+
+static int min_int(int a, int b) { return a < b ? a : b; }
 
 static dp_status split_topologies(const char *list, dp_topology *topos, int *n) {
     char buf[1024];
@@ -44,7 +53,8 @@ static dp_status measure_rows(dp_trainer *t, const dp_topology *topos, int n_top
     for (int k = 0; k < n_topos; k++)
         for (int i = 0; i < n_devs; i++) {
             int n = devs[i], lanes = lanes_for(t, &topos[k], n), b = (B + n - 1) / n;
-            row_key r = {(b + lanes - 1) / lanes, topos[k].shared_memory_bus ? n * lanes : 1};
+            int workers = min_int(workers_for(t, &topos[k], n), lanes);
+            row_key r = {(b + lanes - 1) / lanes, topos[k].shared_memory_bus ? n * workers : 1};
             int have = 0;
             for (int j = 0; j < n_need; j++) have |= need[j].batch == r.batch && need[j].concurrent == r.concurrent;
             if (!have && n_need < DP_PROFILE_MAX_ROWS) need[n_need++] = r;
@@ -73,8 +83,9 @@ static dp_status measure_step_overhead(dp_trainer *t, dp_profile *p) {
         dp_trainer_destroy(t1);
         return s;
     }
-    const int B = t->cfg.batch_size, lanes = t->n_lanes;
-    DP_TRY(dp_profile_measure(&t->model, (B + lanes - 1) / lanes, lanes, TIMING_STEPS, p));
+    const int B = t->cfg.batch_size, lanes = t->n_lanes, workers = min_int(t->cfg.threads, lanes);
+    const int lane_batch = (B + lanes - 1) / lanes;
+    DP_TRY(dp_profile_measure(&t->model, lane_batch, workers, TIMING_STEPS, p));
     DP_TRY(dp_loader_start_epoch(t->loader, 0));
     double period[steps], last = 0;
     int k = 0;
@@ -85,7 +96,7 @@ static dp_status measure_step_overhead(dp_trainer *t, dp_profile *p) {
         if (b > warm) period[k++] = now - last;
         last = now;
         dp_step_metrics m = {0};
-        DP_TRY(dp_train_micro(t, batches, dp_sampler_batch_size(&t->sampler, b), 0, 1, t->cfg.lr, &m));
+        DP_TRY(dp_train_micro(t, batches, b, t->cfg.lr, &m));
     }
     if (k < 5) return DP_OK; /* too few batches in an epoch to tell */
     for (int i = 1; i < k; i++) /* insertion sort: k is small */
@@ -94,7 +105,14 @@ static dp_status measure_step_overhead(dp_trainer *t, dp_profile *p) {
             period[j] = period[j - 1], period[j - 1] = x;
         }
     double step = period[k / 2];
-    double compute = dp_profile_compute(p, (B + lanes - 1) / lanes, lanes) + dp_profile_opt(p, lanes);
+    /* the model's compute for this configuration: one device, its lanes over its threads */
+    const dp_topology here = {.bus_bw = 1, .host_bw = 1, .devices = t->cfg.threads, .shared_memory_bus = 1};
+    const dp_predict_query q = {.mode = DP_PREDICT_DDP, .devices = 1, .global_batch = B, .steps_per_epoch = 1,
+                                .lanes = lanes, .workers = t->cfg.threads};
+    dp_prediction pr;
+    p->step_overhead_s = 0;
+    DP_TRY(dp_predict(p, &here, &q, &pr));
+    double compute = pr.step_s;
     p->step_overhead_s = step > compute ? step - compute : 0;
     return DP_OK;
 }
@@ -161,9 +179,10 @@ dp_status dp_trainer_predict(dp_trainer *t) {
                 /* lanes depend on n on a shared host: one sweep per device count, speedup vs 1 */
                 dp_predict_query q = {.mode = m ? DP_PREDICT_DP : DP_PREDICT_DDP, .devices = devs[i],
                                       .global_batch = c->batch_size, .steps_per_epoch = t->sampler.n_batches,
-                                      .lanes = lanes_for(t, &topos[k], devs[i])};
+                                      .lanes = lanes_for(t, &topos[k], devs[i]),
+                                      .workers = workers_for(t, &topos[k], devs[i])};
                 dp_predict_query one = q;
-                one.devices = 1, one.lanes = lanes_for(t, &topos[k], 1);
+                one.devices = 1, one.lanes = lanes_for(t, &topos[k], 1), one.workers = workers_for(t, &topos[k], 1);
                 dp_prediction base;
                 s = dp_predict(p, &topos[k], &one, &base);
                 if (s == DP_OK) s = dp_predict(p, &topos[k], &q, &out[i]);

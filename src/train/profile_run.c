@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core/timer.h"
+#include "core/treesum.h"
 #include "kernels/cpu/loss.h"
 #include "optim/sgd.h"
 #include "train/replica.h"
@@ -48,12 +49,13 @@ static double median(double *v, int n) {
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-/* One worker: its own replica; times[s][slot] per step s, slots: fwd nodes, bwd nodes, loss, opt. */
+/* One worker: its own replica; times[s][slot] per step s, slots: fwd nodes, bwd nodes, loss, opt,
+ * one lane's gradients added into another's (the lane tree's unit, with clearing). */
 static dp_status worker_run(const dp_model *m, int batch, int steps, int warm, double *times, int w) {
-    const int nn = m->n_nodes, slots = 2 * nn + 2;
+    const int nn = m->n_nodes, slots = 2 * nn + 3;
     /* every worker passes the same barriers even when it failed, so no other waits forever */
     dp_replica rep;
-    dp_status st = dp_replica_create(&rep, m, w, batch, 1);
+    dp_status st = dp_replica_create(&rep, m, w, batch, 2, 1);
     if (st != DP_OK) {
         for (int s = 0; s < warm + steps; s++) {
 #pragma omp barrier
@@ -63,8 +65,8 @@ static dp_status worker_run(const dp_model *m, int batch, int steps, int warm, d
     dp_rng rng;
     dp_rng_seed(&rng, 7, (uint64_t)w);
     dp_model_init_params(m, rep.params, rep.buffers, &rng);
-    dp_lane *ln = &rep.lanes[0];
-    ln->lo = 0, ln->n = batch;
+    dp_replica_assign(&rep, 0, 1, &batch);
+    dp_slot *ln = &rep.slots[0];
     const size_t in_n = (size_t)batch * dp_shape_size(m->input);
     float *x = malloc(in_n * sizeof *x);
     int32_t *y = malloc((size_t)batch * sizeof *y);
@@ -99,13 +101,16 @@ static dp_status worker_run(const dp_model *m, int batch, int steps, int warm, d
         t0 = dp_now();
         dp_sgd_step(&sgd, &m->params, rep.params, rep.grads, rep.momentum, sgd.lr);
         if (t) t[2 * nn + 1] = dp_now() - t0;
+        t0 = dp_now();
+        dp_tree_sum(rep.lane_grads, 2, 0, m->params.n, 1);
+        if (t) t[2 * nn + 2] = dp_now() - t0;
     }
     free(x), free(y), dp_replica_free(&rep);
     return st;
 }
 
 dp_status dp_profile_measure(const dp_model *m, int batch, int concurrent, int steps, dp_profile *p) {
-    const int nn = m->n_nodes, slots = 2 * nn + 2, warm = 2;
+    const int nn = m->n_nodes, slots = 2 * nn + 3, warm = 2;
     if (nn > DP_PROFILE_MAX_NODES) return dp_fail(DP_ERR_UNSUPPORTED, "compute profile: too many nodes (%d)", nn);
     if (steps < 1 || batch < 1 || concurrent < 1)
         return dp_fail(DP_ERR_USAGE, "timing run: batch %d, %d workers, %d steps: all must be positive", batch,
@@ -144,7 +149,8 @@ dp_status dp_profile_measure(const dp_model *m, int batch, int concurrent, int s
         if (k < nn) row->fwd_s[k] = mean;
         else if (k < 2 * nn) row->bwd_s[k - nn] = mean;
         else if (k == 2 * nn) row->loss_s = mean;
-        else row->opt_s = mean;
+        else if (k == 2 * nn + 1) row->opt_s = mean;
+        else row->sum_s = mean;
     }
     row->steps = steps;
     free(times);

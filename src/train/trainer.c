@@ -35,7 +35,8 @@ void dp_config_defaults(dp_config *c) {
     c->bucket_mb = 25.0;
     c->overlap = 1;
     c->accumulate = 1;
-    c->allreduce_algo = "ring";
+    c->allreduce_algo = "ordered";
+    c->chunks = DP_CHUNKS_DEFAULT;
     c->timeout_s = 300;
     c->progress = -1;
 }
@@ -105,9 +106,6 @@ static dp_status setup(dp_trainer *t) {
     DP_TRY(dp_backend_create(&bc, &t->backend));
     t->n_local = dp_backend_n_local(t->backend);
     t->world = dp_backend_world(t->backend);
-    /* spare threads go to lanes: each replica's batch split over single-threaded lanes */
-    t->n_lanes = t->n_local < c->threads ? c->threads / t->n_local : 1;
-    t->kthreads = 1;
     if (c->batch_size < t->world)
         return dp_fail(DP_ERR_USAGE, "--batch-size %d is smaller than the %d replicas: each replica needs a sample",
                        c->batch_size, t->world);
@@ -120,10 +118,28 @@ static dp_status setup(dp_trainer *t) {
     DP_TRY(map_buckets(t));
     DP_TRY(dp_check_consistency(t));
 
-    t->max_local = (c->batch_size + t->world - 1) / t->world;
+    /* the sampler fixes the lanes: which samples each lane sums, so which additions happen */
+    int lane_batch, n_slots;
+    if (t->have_train) {
+        DP_TRY(dp_sampler_init(&t->sampler, t->train.n, t->world, c->batch_size, c->shuffle, c->drop_last, c->seed));
+        if (t->sampler.n_batches < 1)
+            return dp_fail(DP_ERR_USAGE, "--batch-size %d: the %d training samples give no full batch with --drop-last",
+                           c->batch_size, t->train.n);
+        dp_sampler_set_plan(&t->sampler, c->chunks, c->accumulate);
+        t->n_lanes = t->sampler.plan.lanes;
+        n_slots = t->sampler.max_lanes;
+        lane_batch = dp_chunk_max_lane(&t->sampler.plan);
+        t->max_local = dp_sampler_max_local(&t->sampler);
+    } else { /* evaluation only: slots for the threads, batches of the training size */
+        t->n_lanes = 1;
+        n_slots = t->n_local < c->threads ? c->threads / t->n_local : 1;
+        lane_batch = (c->batch_size + t->world - 1) / t->world;
+        t->max_local = lane_batch;
+    }
     DP_ALLOC(t->rep, t->n_local, "replicas");
     for (int r = 0; r < t->n_local; r++)
-        DP_TRY(dp_replica_create(&t->rep[r], &t->model, dp_backend_rank(t->backend, r), t->max_local, t->n_lanes));
+        DP_TRY(dp_replica_create(&t->rep[r], &t->model, dp_backend_rank(t->backend, r), lane_batch, t->n_lanes,
+                                 n_slots));
     DP_ALLOC(t->ptrs, t->n_local, "replica pointers");
     DP_ALLOC(t->metric_bufs, t->n_local, "metrics");
     for (int r = 0; r < t->n_local; r++) DP_ALLOC(t->metric_bufs[r], 4, "metrics");
@@ -139,10 +155,6 @@ static dp_status setup(dp_trainer *t) {
     }
 
     if (t->have_train) {
-        DP_TRY(dp_sampler_init(&t->sampler, t->train.n, t->world, c->batch_size, c->shuffle, c->drop_last, c->seed));
-        if (t->sampler.n_batches < 1)
-            return dp_fail(DP_ERR_USAGE, "--batch-size %d: the %d training samples give no full batch with --drop-last",
-                           c->batch_size, t->train.n);
         int ranks[t->n_local];
         for (int r = 0; r < t->n_local; r++) ranks[r] = t->rep[r].rank;
         dp_loader_config lc = {.data = &t->train, .sampler = &t->sampler, .n_local = t->n_local, .ranks = ranks,
@@ -188,6 +200,13 @@ dp_status dp_trainer_create(const dp_config *cfg, dp_trainer **out) {
     return DP_OK;
 }
 
+/* Whether this run sums in the canonical order (data/chunks.h): bitwise equal to every other
+ * replica count that divides --chunks. */
+static int canonical_order(const dp_trainer *t) {
+    const int sim_algo_ok = strcmp(t->cfg.backend, "sim") != 0 || strcmp(t->cfg.allreduce_algo, "ordered") == 0;
+    return t->have_train && t->sampler.plan.canonical && sim_algo_ok;
+}
+
 static void log_config(dp_trainer *t) {
     char buf[2048];
     const dp_config *c = &t->cfg;
@@ -198,13 +217,20 @@ static void log_config(dp_trainer *t) {
              "\"test_samples\":%d,\"backend\":\"%s\",\"world\":%d,\"mode\":\"%s\",\"batch_size\":%d,\"epochs\":%d,"
              "\"lr\":%.9g,\"momentum\":%.9g,\"weight_decay\":%.9g,\"nesterov\":%d,\"seed\":%llu,\"threads\":%d,"
              "\"workers\":%d,\"lanes\":%d,\"buckets\":%d,\"accumulate\":%d,\"sync_bn\":%d,\"overlap\":%d,"
-             "\"allreduce\":\"%s\"",
+             "\"allreduce\":\"%s\",\"chunks\":%d,\"canonical_order\":%d",
              DP_VERSION, t->model.name, n_params, t->test.name, t->have_train ? t->train.n : 0, t->test.n,
              dp_backend_name(t->backend), t->world, c->mode == DP_MODE_DDP ? "ddp" : "dp", c->batch_size, c->epochs,
              c->lr, c->momentum, c->weight_decay, c->nesterov, (unsigned long long)c->seed, c->threads, c->workers,
              t->n_lanes, t->model.params.n_buckets, c->accumulate, c->sync_bn, c->overlap,
-             strcmp(c->backend, "sim") == 0 ? c->allreduce_algo : c->backend);
+             strcmp(c->backend, "sim") == 0 ? c->allreduce_algo : c->backend, c->chunks, canonical_order(t));
     dp_report_config(&t->report, buf);
+    if (t->report.console && t->have_train && !canonical_order(t))
+        printf("note: %s, so results equal other replica counts only within float rounding (bitwise for every "
+               "replica count that divides --chunks %d, with --allreduce ordered)\n",
+               strcmp(c->allreduce_algo, "ordered") != 0 && strcmp(c->backend, "sim") == 0
+                   ? "--allreduce ring/tree sums in its own order"
+                   : "the replica count does not divide --chunks",
+               c->chunks);
 }
 
 static dp_status final_eval(dp_trainer *t, double *acc_out) {
@@ -234,13 +260,12 @@ static dp_status run_epoch(dp_trainer *t, int epoch, int *stop) {
     dp_status s;
     for (int b = 0; (s = dp_loader_next(t->loader, &batches, &wait)) == DP_OK; b++) {
         wait_total += wait;
-        int micro = b % K, n_micro = nb - (b - micro) < K ? nb - (b - micro) : K;
         lr = dp_schedule_lr(&t->sched, epoch, t->step);
         double tc = dp_now();
-        if (t->backend->trace && micro == 0) t->trace.n = 0, t->trace.dropped = 0, t->trace.t0 = tc;
-        DP_TRY(dp_train_micro(t, batches, dp_sampler_batch_size(&t->sampler, b), micro, n_micro, lr, &sm));
+        if (t->backend->trace && b % K == 0) t->trace.n = 0, t->trace.dropped = 0, t->trace.t0 = tc;
+        DP_TRY(dp_train_micro(t, batches, b, lr, &sm));
         compute += dp_now() - tc;
-        if (micro != n_micro - 1) continue;
+        if (b % K != dp_sampler_step_micro(&t->sampler, b) - 1) continue;
         t->step++;
         dp_report_step(&t->report, epoch, t->step, sm.loss_sum / sm.count, lr);
         em.loss_sum += sm.loss_sum, em.correct += sm.correct, em.count += sm.count;
@@ -308,6 +333,9 @@ void dp_trainer_destroy(dp_trainer *t) {
     free(t->ptrs);
     free(t->bucket_node);
     free(t->bucket_req);
+    free(t->lane_loss);
+    free(t->lane_correct);
+    free(t->step_count);
     free(t->dp_send);
     free(t->dp_recv);
     free(t->trace.recs);
