@@ -3,9 +3,10 @@
  *   DDP: buffers broadcast from rank 0, forward, loss, backward with each gradient bucket
  *        all-reduced (sum; the loss is already scaled by 1/global batch) as soon as it is
  *        complete, then every replica steps its own optimizer.
- *   DP:  parameters and buffers replicated from rank 0, forward, logits gathered to rank 0,
- *        loss there over the whole batch, logit gradients sent back, backward, gradients
- *        reduced to rank 0, only rank 0 steps. */
+ *   DP:  parameters and buffers replicated from rank 0 (10 MiB chunks), the input scattered
+ *        from it, forward, logits gathered to rank 0 only, loss there over the whole batch,
+ *        logit gradients scattered back, backward, gradients reduced to rank 0, only rank 0
+ *        steps: what PyTorch's DataParallel moves. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -301,9 +302,46 @@ dp_status dp_strategy_alloc(dp_trainer *t) {
     DP_ALLOC(t->lane_correct, lanes, "lane accuracy counts");
     DP_ALLOC(t->step_count, t->n_local, "step sample counts");
     if (t->cfg.mode != DP_MODE_DP) return DP_OK;
-    size_t rec = dp_record_floats(t);
+    size_t rec = dp_record_floats(t), in = (size_t)t->max_local * dp_shape_size(t->model.input);
     DP_ALLOC(t->dp_send, (size_t)t->n_local * rec, "DataParallel gather buffers");
     DP_ALLOC(t->dp_recv, (size_t)t->n_local * rec * (size_t)t->world, "DataParallel gather buffers");
+    DP_ALLOC(t->dp_in, (size_t)t->n_local * in, "DataParallel input scatter buffers");
+    DP_ALLOC(t->dp_in_all, (size_t)t->world * in, "DataParallel input scatter buffers");
+    return DP_OK;
+}
+
+/* PyTorch coalesces DataParallel's broadcasts (and gradient reduces) in chunks of 10 MiB. */
+#define DP_COALESCE_FLOATS ((size_t)10 * 1024 * 1024 / sizeof(float))
+
+static dp_status broadcast_coalesced(dp_trainer *t, int which, size_t n) {
+    for (size_t off = 0; off < n; off += DP_COALESCE_FLOATS)
+        DP_TRY(dp_broadcast(t->backend, slices(t, which, off), n - off < DP_COALESCE_FLOATS ? n - off : DP_COALESCE_FLOATS,
+                            0));
+    return DP_OK;
+}
+
+/* DataParallel's scatter of the input from the master: the master's copy of the batch goes out
+ * in shares, one per replica. A process that holds every replica (sim) packs the real shares
+ * and every replica computes on what it received. With one replica per process (MPI) each rank
+ * reads its own shard from its data files, so the master holds only its own: the scatter still
+ * moves a share's bytes to every rank (its cost is measured), and each rank keeps its own
+ * shard, the same samples. *in receives the batches to compute on. */
+static dp_status scatter_input(dp_trainer *t, const dp_batch *b, dp_batch *in) {
+    const size_t per = dp_shape_size(t->model.input), share = (size_t)t->max_local * per;
+    const int all_here = t->n_local == t->world;
+    const float *send[t->n_local];
+    float *recv[t->n_local];
+    for (int r = 0; r < t->n_local; r++) {
+        in[r] = b[r];
+        if (t->rep[r].rank == 0)
+            for (int q = 0; q < t->n_local; q++)
+                memcpy(t->dp_in_all + (size_t)t->rep[q].rank * share, b[q].x, (size_t)b[q].n * per * sizeof(float));
+        send[r] = t->rep[r].rank == 0 ? t->dp_in_all : NULL;
+        recv[r] = t->dp_in + (size_t)r * share;
+    }
+    DP_TRY(dp_scatter(t->backend, send, recv, share, 0));
+    if (all_here)
+        for (int r = 0; r < t->n_local; r++) in[r].x = recv[r];
     return DP_OK;
 }
 
@@ -345,9 +383,12 @@ static dp_status dp_micro(dp_trainer *t, const dp_batch *b, const micro_info *mi
     dp_status st[t->n_local * t->rep[0].n_active + 1];
     int count[t->n_local];
     /* replicate: the master's parameters and buffers to every replica, every step */
+    dp_batch in[t->n_local];
     if (t->world > 1) {
-        DP_TRY(dp_broadcast(t->backend, slices(t, ARENA_PARAMS, 0), md->params.n, 0));
-        if (md->buffers.n) DP_TRY(dp_broadcast(t->backend, slices(t, ARENA_BUFFERS, 0), md->buffers.n, 0));
+        DP_TRY(broadcast_coalesced(t, ARENA_PARAMS, md->params.n));
+        if (md->buffers.n) DP_TRY(broadcast_coalesced(t, ARENA_BUFFERS, md->buffers.n));
+        DP_TRY(scatter_input(t, b, in));
+        b = in;
     }
     zero_grads(t);
     /* the slots' own loss is not used: the master computes it over the whole batch */
@@ -366,8 +407,8 @@ static dp_status dp_micro(dp_trainer *t, const dp_batch *b, const micro_info *mi
         send[r] = s;
         recv[r] = t->dp_recv + (size_t)r * all;
     }
-    DP_TRY(dp_allgather(t->backend, send, recv, rec));
-    /* the loss over the whole batch, on the master; its logit gradients go back to every replica */
+    DP_TRY(dp_gather(t->backend, send, recv, rec, 0));
+    /* the loss over the whole batch, on the master; its logit gradients are scattered back */
     int master = -1;
     for (int r = 0; r < t->n_local; r++) {
         for (int l = 0; l < t->n_lanes; l++) t->lane_loss[(size_t)r * t->n_lanes + l] = 0;
@@ -386,12 +427,17 @@ static dp_status dp_micro(dp_trainer *t, const dp_batch *b, const micro_info *mi
                            "0 in DP mode): training stopped (try a smaller --lr)", isnan(loss) ? "NaN" : "Inf",
                            t->epoch, t->step + 1);
     }
-    DP_TRY(dp_broadcast(t->backend, recv, all, 0));
+    const float *from[t->n_local];
+    float *back[t->n_local];
+    for (int r = 0; r < t->n_local; r++) {
+        from[r] = r == master ? recv[r] : NULL;
+        back[r] = t->dp_send + (size_t)r * rec; /* sent already: reused for the gradients */
+    }
+    DP_TRY(dp_scatter(t->backend, from, back, rec, 0));
     for (int r = 0; r < t->n_local; r++)
         for (int l = 0; l < t->rep[r].n_active; l++) {
             dp_slot *sl = &t->rep[r].slots[l];
-            memcpy(sl->acts.dout[md->output], recv[r] + (size_t)t->rep[r].rank * rec + (size_t)sl->lo * K,
-                   (size_t)sl->n * K * sizeof(float));
+            memcpy(sl->acts.dout[md->output], back[r] + (size_t)sl->lo * K, (size_t)sl->n * K * sizeof(float));
         }
     DP_TRY(backward_all(t, b, mi, 0, st));
     DP_TRY(add_metrics(t, count, m));

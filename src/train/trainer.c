@@ -338,6 +338,8 @@ void dp_trainer_destroy(dp_trainer *t) {
     free(t->step_count);
     free(t->dp_send);
     free(t->dp_recv);
+    free(t->dp_in);
+    free(t->dp_in_all);
     free(t->trace.recs);
     if (t->report.log) fclose(t->report.log);
     dp_model_free(&t->model);

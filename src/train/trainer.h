@@ -37,6 +37,7 @@ typedef struct dp_trainer {
     dp_reporter report;
     /* DP: per local replica, its gather record and the gathered records of all replicas */
     float *dp_send, *dp_recv;
+    float *dp_in, *dp_in_all; /* DP: each local replica's scattered input; the master's whole batch */
     float **ptrs;             /* (n_local) scratch for collectives over per-replica pointers */
     int *bucket_node;         /* (n_buckets) node after whose backward the bucket is complete */
     dp_req *bucket_req;       /* (n_buckets) the bucket's all-reduce in flight */
