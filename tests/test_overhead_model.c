@@ -299,20 +299,48 @@ static void test_predict_command(void **state) {
  * from a profile it measures. */
 static void test_run_records(void **state) {
     (void)state;
-    const char *log = tu_path("run.jsonl");
+    const char *log = tu_path("run.jsonl"), *prof = tu_path("run.profile");
     char *out = NULL;
     int rc = tu_run_dptrain(&out, "train --dataset synthetic --shape 1x28x28 --samples 256 --batch-size 64 "
-                                  "--replicas 2 --threads 2 --epochs 1 --mode dp --predict host --quiet --log %s", log);
+                                  "--replicas 2 --threads 2 --epochs 1 --mode dp --predict host --quiet --log %s "
+                                  "--save-profile %s", log, prof);
     if (rc != 0) fail_msg("train --predict failed (%d): %s", rc, out ? out : "");
     free(out);
     char *text = NULL;
     assert_int_equal(tu_sh(&text, "grep '\"event\":\"collective\"' %s", log), 0);
-    assert_true(tu_contains(text, "\"kind\":\"broadcast\""));
-    assert_true(tu_contains(text, "\"kind\":\"reduce\",\"bytes\":"));
+    /* DataParallel's moves: replicate, input scatter, gather to the master, scatter back, reduce */
+    assert_true(tu_contains(text, "\"index\":0,\"kind\":\"broadcast\",\"bytes\":177920"));
+    assert_true(tu_contains(text, "\"index\":1,\"kind\":\"scatter\",\"bytes\":100352"));
+    assert_true(tu_contains(text, "\"index\":2,\"kind\":\"gather\""));
+    assert_true(tu_contains(text, "\"index\":3,\"kind\":\"scatter\""));
+    assert_true(tu_contains(text, "\"index\":4,\"kind\":\"reduce\",\"bytes\":177920"));
+    assert_false(tu_contains(text, "allgather"));
     assert_true(tu_contains(text, "\"algorithm\":\"ordered\""));
     free(text);
     assert_int_equal(tu_sh(NULL, "grep -q '\"event\":\"predict\",\"topology\":\"host\",\"mode\":\"dp\",\"devices\":2' %s",
                            log), 0);
+    /* the row of the run's own lanes (8 samples, 2 threads) holds the run's per-node times: 4 steps */
+    assert_int_equal(tu_sh(NULL, "grep -q '^device cpu-run' %s && grep -q '^row 8 2 4 ' %s", prof, prof), 0);
+}
+
+/* DDP buckets record the backward node after which they were ready. */
+static void test_bucket_ready_node(void **state) {
+    (void)state;
+    const char *log = tu_path("ddp.jsonl");
+    char *out = NULL;
+    /* 1 KB buckets: LeNet's fc3 (850 floats) alone is ready first, after the last node's backward */
+    int rc = tu_run_dptrain(&out, "train --dataset synthetic --shape 1x28x28 --samples 128 --batch-size 64 "
+                                  "--replicas 2 --threads 2 --epochs 1 --bucket-mb 0.001 --predict host --quiet --log %s",
+                            log);
+    if (rc != 0) fail_msg("train failed (%d): %s", rc, out ? out : "");
+    free(out);
+    char *text = NULL;
+    assert_int_equal(tu_sh(&text, "grep '\"kind\":\"allreduce\"' %s | head -1", log), 0);
+    assert_true(tu_contains(text, "\"ready_node\":11"));
+    free(text);
+    assert_int_equal(tu_sh(&text, "grep '\"kind\":\"allreduce\"' %s | tail -1", log), 0);
+    assert_true(tu_contains(text, "\"ready_node\":0"));
+    free(text);
 }
 
 int main(void) {
@@ -328,6 +356,7 @@ int main(void) {
         cmocka_unit_test(test_gather_scatter),
         cmocka_unit_test(test_predict_command),
         cmocka_unit_test(test_run_records),
+        cmocka_unit_test(test_bucket_ready_node),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

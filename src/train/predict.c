@@ -59,8 +59,12 @@ static dp_status measure_rows(dp_trainer *t, const dp_topology *topos, int n_top
             for (int j = 0; j < n_need; j++) have |= need[j].batch == r.batch && need[j].concurrent == r.concurrent;
             if (!have && n_need < DP_PROFILE_MAX_ROWS) need[n_need++] = r;
         }
-    for (int j = 0; j < n_need; j++)
-        DP_TRY(dp_profile_measure(&t->model, need[j].batch, need[j].concurrent, TIMING_STEPS, p));
+    for (int j = 0; j < n_need; j++) {
+        int have = 0; /* a row from the training run itself is kept */
+        for (int i = 0; i < p->n_rows; i++)
+            have |= p->rows[i].batch == need[j].batch && p->rows[i].concurrent == need[j].concurrent;
+        if (!have) DP_TRY(dp_profile_measure(&t->model, need[j].batch, need[j].concurrent, TIMING_STEPS, p));
+    }
     return DP_OK;
 }
 
@@ -85,7 +89,9 @@ static dp_status measure_step_overhead(dp_trainer *t, dp_profile *p) {
     }
     const int B = t->cfg.batch_size, lanes = t->n_lanes, workers = min_int(t->cfg.threads, lanes);
     const int lane_batch = (B + lanes - 1) / lanes;
-    DP_TRY(dp_profile_measure(&t->model, lane_batch, workers, TIMING_STEPS, p));
+    int have = 0; /* a row from the training run itself is kept */
+    for (int i = 0; i < p->n_rows; i++) have |= p->rows[i].batch == lane_batch && p->rows[i].concurrent == workers;
+    if (!have) DP_TRY(dp_profile_measure(&t->model, lane_batch, workers, TIMING_STEPS, p));
     DP_TRY(dp_loader_start_epoch(t->loader, 0));
     double period[steps], last = 0;
     int k = 0;
@@ -132,6 +138,27 @@ static void log_collectives(dp_trainer *t) {
     }
 }
 
+/* The training run's own per-node times, as the row of its lane size and concurrency: each
+ * lane's work on its own, timed around every node call (step.c), averaged over the run. */
+static dp_status row_from_run(dp_trainer *t, dp_profile *p) {
+    if (!t->node_s || t->node_runs < 1 || t->cfg.predict_only) return DP_OK;
+    const int nn = t->model.n_nodes, slots = t->n_local * t->rep[0].n_slots;
+    const int lane_batch = (int)((t->node_samples + t->node_runs / 2) / t->node_runs);
+    const int conc = min_int(t->cfg.threads, slots);
+    /* the loss, the optimizer step and the lane sum of that row come from the timing run */
+    DP_TRY(dp_profile_measure(&t->model, lane_batch, conc, TIMING_STEPS, p));
+    dp_profile_row *row = dp_profile_row_for(p, lane_batch, conc);
+    if (!row) return DP_ERR_INTERNAL;
+    for (int i = 0; i < nn; i++) {
+        double f = 0, b = 0;
+        for (int q = 0; q < slots; q++) f += t->node_s[((size_t)q * 2) * nn + i], b += t->node_s[((size_t)q * 2 + 1) * nn + i];
+        row->fwd_s[i] = f / t->node_runs, row->bwd_s[i] = b / t->node_runs;
+    }
+    row->steps = t->step;
+    snprintf(p->device, sizeof p->device, "cpu-run");
+    return DP_OK;
+}
+
 dp_status dp_trainer_predict(dp_trainer *t) {
     const dp_config *c = &t->cfg;
     if (!c->predict_topos && !c->save_profile) return DP_OK;
@@ -159,6 +186,7 @@ dp_status dp_trainer_predict(dp_trainer *t) {
                         p->model, t->model.name);
     } else {
         s = dp_profile_describe(&t->model, t->bucket_node, p);
+        if (s == DP_OK) s = row_from_run(t, p);
         if (s == DP_OK && n_topos) s = measure_rows(t, topos, n_topos, devs, n_devs, p);
         if (s == DP_OK) s = measure_step_overhead(t, p);
         if (s == DP_OK && !n_topos) /* --save-profile alone: the rows of this run's shape */

@@ -99,6 +99,11 @@ static float lane_loss(int n, int K, const float *logits, const int32_t *y, floa
 static dp_status forward_all(dp_trainer *t, const dp_batch *b, const micro_info *mi, float scale, dp_status *st) {
     const dp_model *m = &t->model;
     const int nq = t->n_local * t->rep[0].n_active;
+    if (t->node_s) { /* the lanes this micro-step runs, for the per-node means */
+        t->node_runs += nq;
+        for (int r = 0; r < t->n_local; r++)
+            for (int l = 0; l < t->rep[r].n_active; l++) t->node_samples += t->rep[r].slots[l].n;
+    }
     if (dp_node_has_sums(m, 0)) {
         FOR_SLOTS(t, r, l) {
             dp_exec x = exec_of(t, r, l, b, mi, 1);
@@ -114,7 +119,11 @@ static dp_status forward_all(dp_trainer *t, const dp_batch *b, const micro_info 
             dp_exec x = exec_of(t, r, l, b, mi, 1);
             const float *in = slot_input(t, b, r, l);
             st[q_] = DP_OK;
-            for (int k = i; k < j && st[q_] == DP_OK; k++) st[q_] = dp_node_forward(m, k, &sl->acts, &x, in);
+            for (int k = i; k < j && st[q_] == DP_OK; k++) {
+                const double t0 = t->node_s ? dp_now() : 0; /* the clock only when the model asks */
+                st[q_] = dp_node_forward(m, k, &sl->acts, &x, in);
+                if (t->node_s) t->node_s[(size_t)q_ * 2 * m->n_nodes + k] += dp_now() - t0;
+            }
             if (j < m->n_nodes) {
                 dp_node_forward_sums(m, j, &sl->acts, &x, in);
             } else {
@@ -191,7 +200,11 @@ static dp_status backward_all(dp_trainer *t, const dp_batch *b, const micro_info
             dp_exec x = exec_of(t, r, l, b, mi, 1);
             const float *in = slot_input(t, b, r, l);
             st[q_] = DP_OK;
-            for (int k = i; k > j && st[q_] == DP_OK; k--) st[q_] = dp_node_backward(m, k, &sl->acts, &x, in);
+            for (int k = i; k > j && st[q_] == DP_OK; k--) {
+                const double t0 = t->node_s ? dp_now() : 0;
+                st[q_] = dp_node_backward(m, k, &sl->acts, &x, in);
+                if (t->node_s) t->node_s[((size_t)q_ * 2 + 1) * m->n_nodes + k] += dp_now() - t0;
+            }
             if (j >= 0 && dp_node_has_sums(m, j)) dp_node_backward_sums(m, j, &sl->acts, &x, in);
         }
         DP_TRY(first_error(st, nq));
@@ -200,8 +213,11 @@ static dp_status backward_all(dp_trainer *t, const dp_batch *b, const micro_info
             if (!allreduce || !t->cfg.overlap) continue;
             const dp_slice *s = &L->buckets[next];
             double t0 = dp_now();
-            DP_TRY(dp_allreduce_start(t->backend, slices(t, ARENA_GRADS, s->offset), s->count, DP_SUM,
-                                      &t->bucket_req[next]));
+            if (t->backend->trace) t->backend->trace->ready_node = j + 1; /* the node that completed it */
+            dp_status ss = dp_allreduce_start(t->backend, slices(t, ARENA_GRADS, s->offset), s->count, DP_SUM,
+                                              &t->bucket_req[next]);
+            if (t->backend->trace) t->backend->trace->ready_node = -1;
+            DP_TRY(ss);
             if (j >= 0) t->comm_overlap_s += dp_now() - t0; /* backward work remained to hide it */
         }
         if (j >= 0 && dp_node_has_sums(m, j)) DP_TRY(reduce_sums(t, j));
@@ -211,6 +227,7 @@ static dp_status backward_all(dp_trainer *t, const dp_batch *b, const micro_info
     if (!last || !allreduce) return DP_OK;
     for (int k = 0; k < L->n_buckets && !t->cfg.overlap; k++) {
         const dp_slice *s = &L->buckets[k];
+        if (t->backend->trace) t->backend->trace->ready_node = 0; /* --no-overlap: after the last node */
         DP_TRY(dp_allreduce_start(t->backend, slices(t, ARENA_GRADS, s->offset), s->count, DP_SUM,
                                   &t->bucket_req[k]));
     }

@@ -152,6 +152,7 @@ static dp_status setup(dp_trainer *t) {
         t->trace.ready_node = -1;
         t->trace.algorithm = strcmp(c->backend, "sim") == 0 ? c->allreduce_algo : c->backend;
         t->backend->trace = &t->trace;
+        DP_ALLOC(t->node_s, (size_t)t->n_local * t->rep[0].n_slots * 2 * t->model.n_nodes, "per-node times");
     }
 
     if (t->have_train) {
@@ -341,6 +342,7 @@ void dp_trainer_destroy(dp_trainer *t) {
     free(t->dp_in);
     free(t->dp_in_all);
     free(t->trace.recs);
+    free(t->node_s);
     if (t->report.log) fclose(t->report.log);
     dp_model_free(&t->model);
     if (t->have_train) dp_dataset_free(&t->train);

@@ -46,6 +46,10 @@ typedef struct dp_trainer {
     int *lane_correct;        /* (n_local, n_lanes) */
     int *step_count;          /* (n_local) samples so far this step */
     int lanes_clear;          /* lanes 1.. hold zeros (the last step's tree cleared them) */
+    /* --predict / --save-profile: per slot q, node i's forward (q, 0, i) and backward (q, 1, i)
+       seconds summed over the run, timed around each node call; NULL: not timing */
+    double *node_s;
+    long node_runs, node_samples; /* lane-runs timed, and the samples they held */
     dp_coll_trace trace;      /* --predict / --save-profile: the collectives of the latest step */
     double comm_overlap_s;    /* host time of collectives issued during backward (could hide behind it) */
 } dp_trainer;
