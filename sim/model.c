@@ -111,6 +111,13 @@ static dp_status check(const dp_profile *p, const dp_predict_query *q) {
     return DP_OK;
 }
 
+/* The CPU trainer's step overhead for a process of this query's lanes and threads: only for
+ * CPU processes (shared-memory topologies); a GPU's host costs are its launches and calls. */
+static double overhead(const dp_profile *p, const dp_topology *t, const dp_predict_query *q) {
+    if (!t->shared_memory_bus) return 0;
+    return dp_profile_overhead(p, q->lanes > 0 ? q->lanes : 1, q->workers > 0 ? q->workers : 1);
+}
+
 /* DDP: buffers broadcast, forward, loss, backward with bucketed all-reduces overlapping it on a
  * communication stream, every replica steps; plus dptrain's per-step metrics all-reduce. */
 static void predict_ddp(const dp_profile *p, const dp_topology *t, const dp_predict_query *q, dp_prediction *o) {
@@ -133,10 +140,11 @@ static void predict_ddp(const dp_profile *p, const dp_topology *t, const dp_pred
     o->compute_s = c.fwd + c.loss + c.bwd + c.lane_sums + opt;
     o->exposed_comm_s = exposed;
     o->serial_s = 0;
-    o->host_s = calls * t->host_call_s + c.launch_excess + p->step_overhead_s;
+    const double over = overhead(p, t, q);
+    o->host_s = calls * t->host_call_s + c.launch_excess + over;
     o->comm_s = comm_total;
     o->collectives = calls;
-    o->step_s = o->compute_s + o->exposed_comm_s + calls * t->host_call_s + p->step_overhead_s;
+    o->step_s = o->compute_s + o->exposed_comm_s + calls * t->host_call_s + over;
 }
 
 /* DataParallel: one process drives every device and nothing overlaps: replicate (parameters
@@ -166,10 +174,11 @@ static void predict_dp(const dp_profile *p, const dp_topology *t, const dp_predi
     o->compute_s = c.fwd + loss + c.bwd + c.lane_sums + opt;
     o->exposed_comm_s = 0;
     o->serial_s = serial;
-    o->host_s = calls * t->host_call_s + c.launch_excess + p->step_overhead_s;
+    const double over = overhead(p, t, q);
+    o->host_s = calls * t->host_call_s + c.launch_excess + over;
     o->comm_s = serial;
     o->collectives = calls;
-    o->step_s = o->compute_s + serial + calls * t->host_call_s + p->step_overhead_s;
+    o->step_s = o->compute_s + serial + calls * t->host_call_s + over;
 }
 
 dp_status dp_predict(const dp_profile *p, const dp_topology *t, const dp_predict_query *q, dp_prediction *out) {

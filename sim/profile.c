@@ -75,6 +75,32 @@ double dp_profile_lane_sum(const dp_profile *p, int concurrent) {
     return a ? a->sum_s : 0;
 }
 
+double dp_profile_overhead(const dp_profile *p, int lanes, int workers) {
+    int best = -1;
+    double s = 0;
+    for (int i = 0; i < p->n_overheads; i++) {
+        int d = abs(p->overheads[i].lanes - lanes) + abs(p->overheads[i].workers - workers);
+        if (best < 0 || d < best) best = d, s = p->overheads[i].seconds;
+    }
+    return s;
+}
+
+int dp_profile_has_overhead(const dp_profile *p, int lanes, int workers) {
+    for (int i = 0; i < p->n_overheads; i++)
+        if (p->overheads[i].lanes == lanes && p->overheads[i].workers == workers) return 1;
+    return 0;
+}
+
+dp_status dp_profile_set_overhead(dp_profile *p, int lanes, int workers, double seconds) {
+    int i = 0;
+    while (i < p->n_overheads && !(p->overheads[i].lanes == lanes && p->overheads[i].workers == workers)) i++;
+    if (i == DP_PROFILE_MAX_ROWS)
+        return dp_fail(DP_ERR_INTERNAL, "compute profile: more than %d step overheads", DP_PROFILE_MAX_ROWS);
+    if (i == p->n_overheads) p->n_overheads++;
+    p->overheads[i].lanes = lanes, p->overheads[i].workers = workers, p->overheads[i].seconds = seconds;
+    return DP_OK;
+}
+
 double dp_profile_compute(const dp_profile *p, int batch, int concurrent) {
     double s = dp_profile_loss(p, batch, concurrent);
     for (int i = 0; i < p->n_nodes; i++) {
@@ -91,7 +117,9 @@ dp_status dp_profile_save(const char *path, const dp_profile *p) {
     fprintf(f, "# dptrain compute profile: seconds of one worker per node and step (docs/overhead-model.md)\n");
     fprintf(f, "model %s\ndevice %s\ninput_floats %zu\nclasses %d\nparams %zu\nbuffers %zu\nnodes %d\n", p->model,
             p->device[0] ? p->device : "unknown", p->input_floats, p->n_classes, p->param_floats, p->buffer_floats, p->n_nodes);
-    fprintf(f, "step_overhead_s %.6e\n", p->step_overhead_s);
+    fprintf(f, "# overhead LANES THREADS SECONDS: the CPU trainer's cost per step beyond the nodes\n");
+    for (int i = 0; i < p->n_overheads; i++)
+        fprintf(f, "overhead %d %d %.6e\n", p->overheads[i].lanes, p->overheads[i].workers, p->overheads[i].seconds);
     fprintf(f, "# node INDEX NAME KERNELS_FWD KERNELS_BWD\n");
     for (int i = 0; i < p->n_nodes; i++)
         fprintf(f, "node %d %s %d %d\n", i, p->node_names[i][0] ? p->node_names[i] : "-", p->kernels_fwd[i],
@@ -136,7 +164,10 @@ dp_status dp_profile_parse(const char *text, const char *origin, dp_profile *p) 
         else if (!strcmp(key, "input_floats")) ok = sscanf(buf, "%*s %zu", &p->input_floats) == 1;
         else if (!strcmp(key, "classes")) ok = sscanf(buf, "%*s %d", &p->n_classes) == 1;
         else if (!strcmp(key, "params")) ok = sscanf(buf, "%*s %zu", &p->param_floats) == 1;
-        else if (!strcmp(key, "step_overhead_s")) ok = sscanf(buf, "%*s %lf", &p->step_overhead_s) == 1;
+        else if (!strcmp(key, "overhead")) {
+            ok = sscanf(buf, "%*s %d %d %lf", &a, &b, &x) == 3 && a > 0 && b > 0 && x >= 0;
+            if (ok) DP_TRY(dp_profile_set_overhead(p, a, b, x));
+        }
         else if (!strcmp(key, "buffers")) ok = sscanf(buf, "%*s %zu", &p->buffer_floats) == 1;
         else if (!strcmp(key, "nodes"))
             ok = sscanf(buf, "%*s %d", &p->n_nodes) == 1 && p->n_nodes > 0 && p->n_nodes <= DP_PROFILE_MAX_NODES;

@@ -37,9 +37,14 @@ typedef struct {
     int n_buckets;        /* DDP buckets in the order they become ready */
     size_t bucket_floats[DP_PROFILE_MAX_BUCKETS];
     int bucket_node[DP_PROFILE_MAX_BUCKETS]; /* node after whose backward the bucket is complete */
-    /* the trainer's own cost per step beyond the nodes' compute (data hand-off, gradient sums
-       over lanes, thread wake-ups, logging): measured on the device at hand, added as host time */
-    double step_overhead_s;
+    /* the CPU trainer's own cost per step beyond the nodes' compute (data hand-off, thread
+       wake-ups and barriers, logging), per (lanes, threads) of a process: measured by real
+       steps on the host at hand; the model adds it on shared-memory (CPU process) topologies */
+    int n_overheads;
+    struct {
+        int lanes, workers;
+        double seconds;
+    } overheads[DP_PROFILE_MAX_ROWS];
     int n_rows;
     dp_profile_row rows[DP_PROFILE_MAX_ROWS];
 } dp_profile;
@@ -53,6 +58,12 @@ void dp_profile_node(const dp_profile *p, int node, int batch, int concurrent, d
 double dp_profile_loss(const dp_profile *p, int batch, int concurrent);
 double dp_profile_opt(const dp_profile *p, int concurrent);
 double dp_profile_lane_sum(const dp_profile *p, int concurrent);
+/* The step overhead of a process running `lanes` lanes on `workers` threads: the entry with the
+ * nearest (lanes, workers); 0 when the profile has none. */
+double dp_profile_overhead(const dp_profile *p, int lanes, int workers);
+/* Sets (or replaces) that entry; fails when the table is full. */
+dp_status dp_profile_set_overhead(dp_profile *p, int lanes, int workers, double seconds);
+int dp_profile_has_overhead(const dp_profile *p, int lanes, int workers);
 /* Sum over nodes of forward + backward (+ loss) at batch: one worker's compute per step. */
 double dp_profile_compute(const dp_profile *p, int batch, int concurrent);
 

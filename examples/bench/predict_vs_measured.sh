@@ -34,6 +34,7 @@ if [ -z "$TOPO" ]; then
     "${MPIRUN[@]}" -np 2 "$DPTRAIN" calibrate --backend mpi --threads 1 --out "$TOPO" | tee "$OUT/calibrate.txt"
 fi
 common=(--epochs "$EPOCHS" --batch-size 64 --no-progress)
+load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 for r in $(seq "$ROUNDS"); do
     "$DPTRAIN" predict --batch-size 64 --threads "$THREADS" --topology "$TOPO" --log "$OUT/predict-r$r.jsonl" \
         --save-profile "$OUT/profile-r$r" > /dev/null
@@ -75,5 +76,6 @@ for n in ns:
               f"{'within' if abs(err) <= target else 'OUTSIDE'} {int(100*target)}% |")
 PY
 echo
+echo "load average (1, 5, 15 min) before: $load_before; after: $(cut -d' ' -f1-3 /proc/loadavg) (other users of the machine)"
 echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores; $(date -u +%Y-%m-%d); mpirun $(mpirun --version | head -1 | awk '{print $NF}')"
 echo "command: examples/bench/predict_vs_measured.sh --rounds $ROUNDS --epochs $EPOCHS --threads $THREADS --ns \"$NS\""

@@ -36,8 +36,8 @@ for line in open(src):
         kf[int(w[1])], kb[int(w[1])] = int(w[3]), int(w[4])
     if w and w[0] == "device":
         line = "device assumed-gpu\n"
-    elif w and w[0] == "step_overhead_s":
-        line = "step_overhead_s 0\n"
+    elif w and w[0] == "overhead":   # the CPU trainer's overhead: not a GPU's
+        continue
     elif w and w[0] == "row":   # loss: one kernel; SGD: one fused kernel per tensor group, say 2
         line = f"row {w[1]} {w[2]} {w[3]} {floor + float(w[4]) / ratio:.6e} {2 * floor + float(w[5]) / ratio:.6e}\n"
     elif w and w[0] == "time":

@@ -68,58 +68,70 @@ static dp_status measure_rows(dp_trainer *t, const dp_topology *topos, int n_top
     return DP_OK;
 }
 
-static dp_status measure_step_overhead(dp_trainer *t, dp_profile *p);
-
-/* The trainer's cost per step beyond the nodes: a few real steps of this run's configuration
- * (its loader, lanes and trainer), their median period, less the profile's compute for it. */
-static dp_status measure_step_overhead(dp_trainer *t, dp_profile *p) {
-    const int warm = 5, steps = 40;
-    if (!t->loader) return DP_OK;
-    if (t->n_local != 1 || t->world != 1) {
-        /* this run is several replicas: time the steps of a one-replica trainer on the sim backend */
-        dp_config one = t->cfg;
-        one.backend = "sim", one.replicas = 1, one.log_path = one.save_path = one.load_path = NULL;
-        one.predict_topos = one.save_profile = one.compute_profile = one.plot_path = NULL;
-        one.quiet = 1, one.progress = 0, one.epochs = 1;
-        dp_trainer *t1 = NULL;
-        dp_status s = dp_trainer_create(&one, &t1);
-        if (s == DP_OK) s = measure_step_overhead(t1, p);
-        dp_trainer_destroy(t1);
-        return s;
-    }
-    const int B = t->cfg.batch_size, lanes = t->n_lanes, workers = min_int(t->cfg.threads, lanes);
-    const int lane_batch = (B + lanes - 1) / lanes;
-    int have = 0; /* a row from the training run itself is kept */
-    for (int i = 0; i < p->n_rows; i++) have |= p->rows[i].batch == lane_batch && p->rows[i].concurrent == workers;
-    if (!have) DP_TRY(dp_profile_measure(&t->model, lane_batch, workers, TIMING_STEPS, p));
-    DP_TRY(dp_loader_start_epoch(t->loader, 0));
-    double period[steps], last = 0;
+/* Real steps of a one-replica trainer t: their median period. */
+static dp_status step_period(dp_trainer *t, double *out) {
+    enum { WARM = 5, STEPS = 150 };
+    double period[STEPS], last = 0;
     int k = 0;
     const dp_batch *batches;
     dp_status s;
-    for (int b = 0; k < steps && (s = dp_loader_next(t->loader, &batches, NULL)) == DP_OK; b++) {
+    *out = 0;
+    DP_TRY(dp_loader_start_epoch(t->loader, 0));
+    for (int b = 0; k < STEPS && (s = dp_loader_next(t->loader, &batches, NULL)) == DP_OK; b++) {
         double now = dp_now();
-        if (b > warm) period[k++] = now - last;
+        if (b > WARM) period[k++] = now - last;
         last = now;
         dp_step_metrics m = {0};
         DP_TRY(dp_train_micro(t, batches, b, t->cfg.lr, &m));
     }
+    if (s != DP_OK && s != DP_DONE) return s;
     if (k < 5) return DP_OK; /* too few batches in an epoch to tell */
     for (int i = 1; i < k; i++) /* insertion sort: k is small */
         for (int j = i; j > 0 && period[j] < period[j - 1]; j--) {
             double x = period[j];
             period[j] = period[j - 1], period[j - 1] = x;
         }
-    double step = period[k / 2];
-    /* the model's compute for this configuration: one device, its lanes over its threads */
-    const dp_topology here = {.bus_bw = 1, .host_bw = 1, .devices = t->cfg.threads, .shared_memory_bus = 1};
+    *out = period[k / 2];
+    return DP_OK;
+}
+
+/* The CPU trainer's cost per step beyond the nodes, for a process that runs `lanes` lanes on
+ * `workers` threads (one device of a shared-memory topology): a one-replica sim trainer of
+ * that shape (--chunks lanes, --threads workers) runs 150 real steps (loader, lane trees,
+ * thread barriers, logging included); their median period less the model's compute for the
+ * same shape, alone on the host, is the overhead. */
+static dp_status measure_step_overhead(dp_trainer *t, dp_profile *p, int lanes, int workers) {
+    if (dp_profile_has_overhead(p, lanes, workers) || !t->have_train) return DP_OK;
+    dp_config one = t->cfg;
+    one.backend = "sim", one.replicas = 1, one.chunks = lanes, one.threads = workers, one.accumulate = 1;
+    one.log_path = one.save_path = one.load_path = NULL;
+    one.predict_topos = one.save_profile = one.compute_profile = one.plot_path = NULL;
+    one.predict_only = 0, one.quiet = 1, one.progress = 0, one.epochs = 1;
+    dp_trainer *t1 = NULL;
+    double step = 0;
+    dp_status s = dp_trainer_create(&one, &t1);
+    const int B = one.batch_size, conc = min_int(workers, lanes), lane_batch = (B + lanes - 1) / lanes;
+    int have = 0;
+    for (int i = 0; i < p->n_rows; i++) have |= p->rows[i].batch == lane_batch && p->rows[i].concurrent == conc;
+    if (s == DP_OK && !have) s = dp_profile_measure(&t->model, lane_batch, conc, TIMING_STEPS, p);
+    if (s == DP_OK) s = step_period(t1, &step);
+    dp_trainer_destroy(t1);
+    DP_TRY(s);
+    const dp_topology here = {.bus_bw = 1, .host_bw = 1, .devices = workers, .shared_memory_bus = 1};
     const dp_predict_query q = {.mode = DP_PREDICT_DDP, .devices = 1, .global_batch = B, .steps_per_epoch = 1,
-                                .lanes = lanes, .workers = t->cfg.threads};
+                                .lanes = lanes, .workers = workers};
     dp_prediction pr;
-    p->step_overhead_s = 0;
+    DP_TRY(dp_profile_set_overhead(p, lanes, workers, 0));
     DP_TRY(dp_predict(p, &here, &q, &pr));
-    double compute = pr.step_s;
-    p->step_overhead_s = step > compute ? step - compute : 0;
+    return dp_profile_set_overhead(p, lanes, workers, step > pr.step_s ? step - pr.step_s : 0);
+}
+
+/* Overheads for every device count of every shared-memory topology. */
+static dp_status measure_overheads(dp_trainer *t, const dp_topology *topos, int n_topos, const int *devs, int n_devs,
+                                   dp_profile *p) {
+    for (int k = 0; k < n_topos; k++)
+        for (int i = 0; i < n_devs && topos[k].shared_memory_bus; i++)
+            DP_TRY(measure_step_overhead(t, p, lanes_for(t, &topos[k], devs[i]), workers_for(t, &topos[k], devs[i])));
     return DP_OK;
 }
 
@@ -188,7 +200,7 @@ dp_status dp_trainer_predict(dp_trainer *t) {
         s = dp_profile_describe(&t->model, t->bucket_node, p);
         if (s == DP_OK) s = row_from_run(t, p);
         if (s == DP_OK && n_topos) s = measure_rows(t, topos, n_topos, devs, n_devs, p);
-        if (s == DP_OK) s = measure_step_overhead(t, p);
+        if (s == DP_OK && n_topos) s = measure_overheads(t, topos, n_topos, devs, n_devs, p);
         if (s == DP_OK && !n_topos) /* --save-profile alone: the rows of this run's shape */
             for (int n = 1; n <= 8 && s == DP_OK; n *= 2)
                 s = dp_profile_measure(&t->model, (c->batch_size + n - 1) / n, 1, TIMING_STEPS, p);
