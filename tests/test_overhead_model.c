@@ -180,6 +180,48 @@ static void test_sweep_speedup(void **state) {
     free(p);
 }
 
+/* CPU processes on a shared host: a device's lanes run over its threads, the lane tree adds
+ * lanes - 1 gradient arenas, and the trainer's step overhead of that process shape is host time. */
+static void test_cpu_lanes(void **state) {
+    (void)state;
+    dp_profile *p = synthetic_profile(); /* row (8 samples, 1 worker): compute 10.5 ms + opt 1 ms */
+    p->rows[0].sum_s = 0.1e-3;
+    dp_profile_row *r2 = dp_profile_row_for(p, 8, 2); /* with 2 workers busy: everything 2x slower */
+    *r2 = p->rows[0];
+    r2->concurrent = 2;
+    for (int i = 0; i < 2; i++) r2->fwd_s[i] *= 2, r2->bwd_s[i] *= 2;
+    r2->loss_s *= 2, r2->sum_s *= 2;
+    assert_int_equal(dp_profile_set_overhead(p, 4, 1, 0.5e-3), DP_OK);
+    assert_int_equal(dp_profile_set_overhead(p, 8, 2, 2e-3), DP_OK);
+    dp_topology t = topo(0, 1e15);
+    t.shared_memory_bus = 1, t.devices = 2;
+    /* one device, 8 lanes of 8 samples on 2 threads: 4 rounds at concurrency 2 (2 x 10.5 ms
+     * each), 7 lane sums (0.2 ms, split over the 2 threads as the arena x lanes is large), the step,
+     * and the (8 lanes, 2 threads) overhead */
+    dp_predict_query q = {.mode = DP_PREDICT_DDP, .devices = 1, .global_batch = 64, .steps_per_epoch = 1, .lanes = 8,
+                          .workers = 2};
+    dp_prediction o;
+    assert_int_equal(dp_predict(p, &t, &q, &o), DP_OK);
+    assert_float_equal(o.compute_s, 4 * 2 * 10.5e-3 + 7 * 0.2e-3 / 2 + 1e-3, 1e-12);
+    assert_float_equal(o.host_s, 2e-3, 1e-12);
+    /* two processes of one thread and 4 lanes each: 4 rounds at concurrency 2, 3 lane sums */
+    q.devices = 2, q.lanes = 4, q.workers = 1;
+    assert_int_equal(dp_predict(p, &t, &q, &o), DP_OK);
+    assert_float_equal(o.compute_s, 4 * 2 * 10.5e-3 + 3 * 0.2e-3 + 1e-3, 1e-12);
+    assert_float_equal(o.host_s, 0.5e-3, 1e-12);
+    /* more workers than cores take turns: 4 devices x 1 thread on 2 cores, row of concurrency 2
+     * (the nearest) times 4/2 */
+    q.devices = 4, q.lanes = 2;
+    assert_int_equal(dp_predict(p, &t, &q, &o), DP_OK);
+    assert_float_equal(o.compute_s, 2 * (2 * 2 * 10.5e-3 + 0.2e-3) + 1e-3, 1e-12);
+    /* GPUs: no CPU trainer overhead */
+    t.shared_memory_bus = 0;
+    q.devices = 2, q.lanes = 1, q.workers = 1;
+    assert_int_equal(dp_predict(p, &t, &q, &o), DP_OK);
+    assert_float_equal(o.host_s, 0, 1e-15);
+    free(p);
+}
+
 static void test_topology_files(void **state) {
     (void)state;
     static const char *const presets[] = {"pcie4", "pcie4-p2p", "nvlink3", "nvlink4", "ib", "host"};
@@ -351,6 +393,7 @@ int main(void) {
         cmocka_unit_test(test_ddp_prediction),
         cmocka_unit_test(test_dp_chain),
         cmocka_unit_test(test_sweep_speedup),
+        cmocka_unit_test(test_cpu_lanes),
         cmocka_unit_test(test_topology_files),
         cmocka_unit_test(test_alpha_beta_fit),
         cmocka_unit_test(test_gather_scatter),
