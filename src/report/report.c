@@ -32,10 +32,10 @@ void dp_report_config(dp_reporter *r, const char *json_fields) {
     if (r->log) fprintf(r->log, "{\"event\":\"config\",%s}\n", json_fields);
 }
 
-void dp_report_step(dp_reporter *r, int epoch, long step, double loss, double lr) {
+void dp_report_step(dp_reporter *r, int epoch, long step, double loss, double lr, double seconds) {
     if (r->log)
-        fprintf(r->log, "{\"event\":\"step\",\"epoch\":%d,\"step\":%ld,\"loss\":%.9g,\"lr\":%.9g}\n", epoch, step,
-                (float)loss, (float)lr);
+        fprintf(r->log, "{\"event\":\"step\",\"epoch\":%d,\"step\":%ld,\"loss\":%.9g,\"lr\":%.9g,\"seconds\":%.6g}\n",
+                epoch, step, (float)loss, (float)lr, seconds);
 }
 
 static void clear_bar(dp_reporter *r) {

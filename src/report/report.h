@@ -33,7 +33,8 @@ typedef struct {
 dp_status dp_report_open(dp_reporter *r, const char *log_path, int console, int progress);
 /* The run's settings as the first log object (a JSON object body without braces). */
 void dp_report_config(dp_reporter *r, const char *json_fields);
-void dp_report_step(dp_reporter *r, int epoch, long step, double loss, double lr);
+/* seconds: the step's wall time, from the end of the previous step (data wait included). */
+void dp_report_step(dp_reporter *r, int epoch, long step, double loss, double lr, double seconds);
 /* Redraws the progress bar at most ten times a second. */
 void dp_report_progress(dp_reporter *r, int epoch, int batch, int n_batches, double running_loss, double images_per_s);
 void dp_report_epoch(dp_reporter *r, const dp_epoch_report *e);
