@@ -35,12 +35,13 @@ if [ -z "$TOPO" ]; then
 fi
 common=(--epochs "$EPOCHS" --batch-size 64 --no-progress)
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
+# each measurement right after its own prediction: on a shared machine the load drifts
 for r in $(seq "$ROUNDS"); do
-    "$DPTRAIN" predict --batch-size 64 --threads "$THREADS" --topology "$TOPO" --log "$OUT/predict-r$r.jsonl" \
-        --save-profile "$OUT/profile-r$r" > /dev/null
     for n in $NS; do
         per=$(( THREADS / n > 0 ? THREADS / n : 1 ))
         for mode in ddp dp; do
+            "$DPTRAIN" predict --batch-size 64 --threads "$THREADS" --topology "$TOPO" \
+                --log "$OUT/predict-n$n-$mode-r$r.jsonl" --save-profile "$OUT/profile-n$n-$mode-r$r" > /dev/null
             "${MPIRUN[@]}" -np "$n" "$DPTRAIN" train "${common[@]}" --backend mpi --mode "$mode" --threads "$per" \
                 --log "$OUT/mpi-n$n-$mode-r$r.jsonl" > /dev/null
         done
@@ -50,11 +51,13 @@ python3 - "$OUT" "$NS" <<'PY'
 import glob, json, statistics, sys
 out, ns = sys.argv[1], sys.argv[2].split()
 pred = {}
-for f in sorted(glob.glob(f"{out}/predict-r*.jsonl")):
-    for l in open(f):
-        e = json.loads(l)
-        if e.get("event") == "predict":
-            pred.setdefault((e["mode"], e["devices"]), []).append(e)
+for n in ns:
+    for mode in ("ddp", "dp"):
+        for f in sorted(glob.glob(f"{out}/predict-n{n}-{mode}-r*.jsonl")):
+            for l in open(f):
+                e = json.loads(l)
+                if e.get("event") == "predict" and e["mode"] == mode and e["devices"] == int(n):
+                    pred.setdefault((mode, int(n)), []).append(e)
 print("| N | mode | predicted s/epoch | measured s/epoch | error | measured typical epoch (median step x steps) | error | predicted ms/step: compute / exposed comm / DP serial / host | measured comm_s/epoch | target |")
 print("|---:|---|---:|---:|---:|---:|---:|---|---:|---:|")
 for n in ns:

@@ -70,7 +70,7 @@ static dp_status measure_rows(dp_trainer *t, const dp_topology *topos, int n_top
 
 /* Real steps of a one-replica trainer t: their median period. */
 static dp_status step_period(dp_trainer *t, double *out) {
-    enum { WARM = 5, STEPS = 150 };
+    enum { WARM = 5, STEPS = 400 };
     double period[STEPS], last = 0;
     int k = 0;
     const dp_batch *batches;
@@ -97,7 +97,7 @@ static dp_status step_period(dp_trainer *t, double *out) {
 
 /* The CPU trainer's cost per step beyond the nodes, for a process that runs `lanes` lanes on
  * `workers` threads (one device of a shared-memory topology): a one-replica sim trainer of
- * that shape (--chunks lanes, --threads workers) runs 150 real steps (loader, lane trees,
+ * that shape (--chunks lanes, --threads workers) runs 400 real steps (loader, lane trees,
  * thread barriers, logging included); their median period less the model's compute for the
  * same shape, alone on the host, is the overhead. */
 static dp_status measure_step_overhead(dp_trainer *t, dp_profile *p, int lanes, int workers) {
