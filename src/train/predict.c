@@ -126,11 +126,12 @@ static dp_status measure_step_overhead(dp_trainer *t, dp_profile *p, int lanes, 
     return dp_profile_set_overhead(p, lanes, workers, step > pr.step_s ? step - pr.step_s : 0);
 }
 
-/* Overheads for every device count of every shared-memory topology. */
+/* Overheads for every device count of every shared-memory topology up to its cores (beyond,
+ * processes take turns on the cores and the nearest shape's overhead is used). */
 static dp_status measure_overheads(dp_trainer *t, const dp_topology *topos, int n_topos, const int *devs, int n_devs,
                                    dp_profile *p) {
     for (int k = 0; k < n_topos; k++)
-        for (int i = 0; i < n_devs && topos[k].shared_memory_bus; i++)
+        for (int i = 0; i < n_devs && topos[k].shared_memory_bus && devs[i] <= topos[k].devices; i++)
             DP_TRY(measure_step_overhead(t, p, lanes_for(t, &topos[k], devs[i]), workers_for(t, &topos[k], devs[i])));
     return DP_OK;
 }
