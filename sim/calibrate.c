@@ -54,23 +54,32 @@ dp_status dp_calibrate(dp_backend_t b, const char *name, const char *path, FILE 
     for (size_t floats = 1; floats <= max_floats && n < 16 && s == DP_OK; floats *= 4) {
         double bytes = 4.0 * floats;
         /* the same iteration count on every rank: from the size alone */
-        int iters = (int)fmin(400, fmax(3, 1e7 / bytes));
+        int iters = (int)fmin(200, fmax(3, 1e7 / bytes));
         for (int w = 0; w < 3 && s == DP_OK; w++) s = dp_allreduce(b, bufs, floats, DP_SUM);
-        /* the median of 5 trials: a shared machine's bursts hit some trials, not the median */
-        double trial[5];
-        for (int k = 0; k < 5; k++) {
-            if (s == DP_OK) s = dp_barrier(b);
-            double t0 = dp_now();
-            for (int i = 0; i < iters && s == DP_OK; i++) s = dp_allreduce(b, bufs, floats, DP_SUM);
-            if (s == DP_OK) s = dp_barrier(b);
-            trial[k] = (dp_now() - t0) / iters;
+        /* the median call: each call is timed on its own, so a shared machine's preemptions (a
+           rank waiting for a descheduled partner) hit some calls, not the median */
+        enum { TRIALS = 5 };
+        double *each = malloc((size_t)TRIALS * (size_t)iters * sizeof *each);
+        if (!each) {
+            s = dp_fail(DP_ERR_NOMEM, "calibrate: out of memory");
+            break;
         }
-        for (int i = 1; i < 5; i++) /* insertion sort of 5 */
-            for (int j = i; j > 0 && trial[j] < trial[j - 1]; j--) {
-                double x = trial[j];
-                trial[j] = trial[j - 1], trial[j - 1] = x;
+        int k = 0;
+        for (int tr = 0; tr < TRIALS && s == DP_OK; tr++) {
+            s = dp_barrier(b);
+            for (int i = 0; i < iters && s == DP_OK; i++) {
+                double t0 = dp_now();
+                s = dp_allreduce(b, bufs, floats, DP_SUM);
+                each[k++] = dp_now() - t0;
             }
-        double t = trial[2];
+        }
+        for (int i = 1; i < k; i++) /* insertion sort: at most a few thousand */
+            for (int j = i; j > 0 && each[j] < each[j - 1]; j--) {
+                double x = each[j];
+                each[j] = each[j - 1], each[j - 1] = x;
+            }
+        double t = k ? each[k / 2] : 0;
+        free(each);
         for (int r = 0; r < nl; r++) memset(bufs[r], 0, floats * sizeof(float)); /* keep sums finite */
         sizes[n] = bytes, secs[n] = t, n++;
         if (lead && out)
