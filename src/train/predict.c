@@ -95,15 +95,16 @@ static dp_status step_period(dp_trainer *t, double *out) {
     return DP_OK;
 }
 
-/* The CPU trainer's cost per step beyond the nodes, for a process that runs `lanes` lanes on
- * `workers` threads (one device of a shared-memory topology): a one-replica sim trainer of
- * that shape (--chunks lanes, --threads workers) runs 400 real steps (loader, lane trees,
- * thread barriers, logging included); their median period less the model's compute for the
- * same shape, alone on the host, is the overhead. */
-static dp_status measure_step_overhead(dp_trainer *t, dp_profile *p, int lanes, int workers) {
+/* The CPU trainer's cost per step beyond the nodes, for a process that runs `lanes` lanes of
+ * its `batch` samples on `workers` threads (one device of a shared-memory topology): a
+ * one-replica sim trainer of that shape (--batch-size batch --chunks lanes --threads workers)
+ * runs 400 real steps (loader, lane trees, thread barriers, logging included); their median
+ * period less the model's compute for the same shape, alone on the host, is the overhead. */
+static dp_status measure_step_overhead(dp_trainer *t, dp_profile *p, int batch, int lanes, int workers) {
     if (dp_profile_has_overhead(p, lanes, workers) || !t->have_train) return DP_OK;
     dp_config one = t->cfg;
     one.backend = "sim", one.replicas = 1, one.chunks = lanes, one.threads = workers, one.accumulate = 1;
+    one.batch_size = batch;
     one.log_path = one.save_path = one.load_path = NULL;
     one.predict_topos = one.save_profile = one.compute_profile = one.plot_path = NULL;
     one.predict_only = 0, one.quiet = 1, one.progress = 0, one.epochs = 1;
@@ -132,7 +133,8 @@ static dp_status measure_overheads(dp_trainer *t, const dp_topology *topos, int 
                                    dp_profile *p) {
     for (int k = 0; k < n_topos; k++)
         for (int i = 0; i < n_devs && topos[k].shared_memory_bus && devs[i] <= topos[k].devices; i++)
-            DP_TRY(measure_step_overhead(t, p, lanes_for(t, &topos[k], devs[i]), workers_for(t, &topos[k], devs[i])));
+            DP_TRY(measure_step_overhead(t, p, (t->cfg.batch_size + devs[i] - 1) / devs[i], lanes_for(t, &topos[k], devs[i]),
+                                         workers_for(t, &topos[k], devs[i])));
     return DP_OK;
 }
 
