@@ -1,5 +1,6 @@
 /* dptrain: the command-line entry point. The only place that turns a status into an exit
  * code: 0 success, 2 bad usage, 1 any failure at run time. */
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -23,6 +24,9 @@ static void bound_openmp_spinning(char **argv) {
 
 int main(int argc, char **argv) {
     bound_openmp_spinning(argv);
+    /* a closed stdout (`dptrain | head`, a dead mpirun forwarder) is an EPIPE the reporter
+     * turns into a message and a clean stop, not a silent kill */
+    signal(SIGPIPE, SIG_IGN);
     dp_config cfg;
     dp_config_defaults(&cfg);
     dp_action action;

@@ -13,6 +13,7 @@
 #include "core/timer.h"
 #include "dp_config.h"
 #include "io/checkpoint.h"
+#include "report/progress.h"
 
 void dp_config_defaults(dp_config *c) {
     memset(c, 0, sizeof *c);
@@ -97,6 +98,8 @@ static int holds_rank0(const dp_trainer *t) {
 static dp_status setup(dp_trainer *t) {
     dp_config *c = &t->cfg;
     if (c->threads <= 0) c->threads = omp_get_num_procs();
+    /* before any data is read: a log that cannot be created is a start-time error */
+    DP_TRY(dp_report_check_path(c->log_path));
     openblas_set_num_threads(1); /* parallelism is ours: over samples or over replicas */
 
     dp_backend_config bc = {.name = c->backend, .replicas = c->replicas, .nthreads = c->threads,
@@ -153,7 +156,7 @@ static dp_status setup(dp_trainer *t) {
     /* Last: the log file, so that no bad flag or file leaves one behind. */
     int rank0 = holds_rank0(t);
     int console = rank0 && !c->quiet;
-    int progress = console && (c->progress == 1 || (c->progress == -1 && isatty(STDOUT_FILENO)));
+    int progress = console && dp_progress_wanted(c->progress, STDOUT_FILENO);
     DP_TRY(dp_report_open(&t->report, rank0 ? c->log_path : NULL, console, progress));
     return DP_OK;
 }
@@ -181,23 +184,32 @@ dp_status dp_trainer_create(const dp_config *cfg, dp_trainer **out) {
     return DP_OK;
 }
 
-static void log_config(dp_trainer *t) {
-    char buf[2048];
+/* Every string goes through the JSON escaper: a path or name may hold any byte. */
+static dp_status log_config(dp_trainer *t) {
     const dp_config *c = &t->cfg;
     size_t n_params = 0; /* real parameters, not the arena's alignment padding */
     for (int i = 0; i < t->model.params.n_tensors; i++) n_params += t->model.params.tensors[i].s.count;
-    snprintf(buf, sizeof buf,
-             "\"version\":\"%s\",\"model\":\"%s\",\"params\":%zu,\"dataset\":\"%s\",\"train_samples\":%d,"
-             "\"test_samples\":%d,\"backend\":\"%s\",\"world\":%d,\"mode\":\"%s\",\"batch_size\":%d,\"epochs\":%d,"
-             "\"lr\":%.9g,\"momentum\":%.9g,\"weight_decay\":%.9g,\"nesterov\":%d,\"seed\":%llu,\"threads\":%d,"
-             "\"workers\":%d,\"lanes\":%d,\"buckets\":%d,\"accumulate\":%d,\"sync_bn\":%d,\"overlap\":%d,"
-             "\"allreduce\":\"%s\"",
-             DP_VERSION, t->model.name, n_params, t->test.name, t->have_train ? t->train.n : 0, t->test.n,
-             dp_backend_name(t->backend), t->world, c->mode == DP_MODE_DDP ? "ddp" : "dp", c->batch_size, c->epochs,
-             c->lr, c->momentum, c->weight_decay, c->nesterov, (unsigned long long)c->seed, c->threads, c->workers,
-             t->n_lanes, t->model.params.n_buckets, c->accumulate, c->sync_bn, c->overlap,
-             strcmp(c->backend, "sim") == 0 ? c->allreduce_algo : c->backend);
-    dp_report_config(&t->report, buf);
+    dp_jbuf b = {0};
+    dp_jbuf_kv_string(&b, "version", DP_VERSION, 1);
+    dp_jbuf_kv_string(&b, "model", t->model.name, 0);
+    dp_jbuf_printf(&b, ",\"params\":%zu", n_params);
+    dp_jbuf_kv_string(&b, "dataset", t->test.name, 0);
+    dp_jbuf_kv_string(&b, "data", strcmp(c->data.name, "synthetic") == 0 ? "" : c->data.dir, 0);
+    dp_jbuf_printf(&b, ",\"train_samples\":%d,\"test_samples\":%d", t->have_train ? t->train.n : 0, t->test.n);
+    dp_jbuf_kv_string(&b, "backend", dp_backend_name(t->backend), 0);
+    dp_jbuf_printf(&b, ",\"world\":%d", t->world);
+    dp_jbuf_kv_string(&b, "mode", c->mode == DP_MODE_DDP ? "ddp" : "dp", 0);
+    dp_jbuf_printf(&b,
+                   ",\"batch_size\":%d,\"epochs\":%d,\"lr\":%.9g,\"momentum\":%.9g,\"weight_decay\":%.9g,"
+                   "\"nesterov\":%d,\"seed\":%llu,\"threads\":%d,\"workers\":%d,\"lanes\":%d,\"buckets\":%d,"
+                   "\"accumulate\":%d,\"sync_bn\":%d,\"overlap\":%d",
+                   c->batch_size, c->epochs, c->lr, c->momentum, c->weight_decay, c->nesterov,
+                   (unsigned long long)c->seed, c->threads, c->workers, t->n_lanes, t->model.params.n_buckets,
+                   c->accumulate, c->sync_bn, c->overlap);
+    dp_jbuf_kv_string(&b, "allreduce", strcmp(c->backend, "sim") == 0 ? c->allreduce_algo : c->backend, 0);
+    dp_status s = dp_report_config(&t->report, &b);
+    dp_jbuf_free(&b);
+    return s;
 }
 
 static dp_status final_eval(dp_trainer *t, double *acc_out) {
@@ -206,7 +218,7 @@ static dp_status final_eval(dp_trainer *t, double *acc_out) {
     dp_step_metrics m;
     DP_TRY(dp_evaluate(t, &t->test, &m, correct, count));
     double acc = m.count ? (double)m.correct / m.count : 0;
-    dp_report_final(&t->report, t->test.name, acc, K, correct, count, t->test.class_names);
+    DP_TRY(dp_report_final(&t->report, t->test.name, acc, K, correct, count, t->test.class_names));
     if (acc_out) *acc_out = acc;
     return DP_OK;
 }
@@ -234,11 +246,12 @@ static dp_status run_epoch(dp_trainer *t, int epoch, int *stop) {
         compute += dp_now() - tc;
         if (micro != n_micro - 1) continue;
         t->step++;
-        dp_report_step(&t->report, epoch, t->step, sm.loss_sum / sm.count, lr);
+        DP_TRY(dp_report_step(&t->report, epoch, t->step, sm.loss_sum / sm.count, lr));
         em.loss_sum += sm.loss_sum, em.correct += sm.correct, em.count += sm.count;
         memset(&sm, 0, sizeof sm);
         double el = dp_now() - t0;
-        dp_report_progress(&t->report, epoch, b + 1, nb, em.loss_sum / em.count, el > 0 ? em.count / el : 0);
+        DP_TRY(dp_report_progress(&t->report, epoch, c->epochs, b + 1, nb, em.loss_sum / em.count,
+                                  el > 0 ? em.count / el : 0, el));
         if (c->max_steps && t->step >= c->max_steps) {
             *stop = 1;
             break;
@@ -259,12 +272,12 @@ static dp_status run_epoch(dp_trainer *t, int epoch, int *stop) {
     e.eval_seconds = dp_now() - te;
     e.test_acc = tm.count ? (double)tm.correct / tm.count : 0;
     e.test_loss = tm.count ? tm.loss_sum / tm.count : 0;
-    dp_report_epoch(&t->report, &e);
+    DP_TRY(dp_report_epoch(&t->report, &e));
     return DP_OK;
 }
 
 static dp_status run(dp_trainer *t) {
-    log_config(t);
+    DP_TRY(log_config(t));
     if (t->cfg.eval_only) return final_eval(t, NULL);
     int stop = 0;
     for (int epoch = 1; epoch <= t->cfg.epochs && !stop; epoch++) DP_TRY(run_epoch(t, epoch, &stop));
@@ -281,7 +294,7 @@ dp_status dp_trainer_run(dp_trainer *t) {
         dp_report_error(&t->report, dp_last_error());
         t->backend->failed = 1;
     }
-    dp_status cs = dp_report_close(&t->report, t->cfg.log_path);
+    dp_status cs = dp_report_close(&t->report);
     return s != DP_OK ? s : cs;
 }
 
@@ -300,7 +313,7 @@ void dp_trainer_destroy(dp_trainer *t) {
     free(t->bucket_req);
     free(t->dp_send);
     free(t->dp_recv);
-    if (t->report.log) fclose(t->report.log);
+    dp_report_discard(&t->report);
     dp_model_free(&t->model);
     if (t->have_train) dp_dataset_free(&t->train);
     dp_dataset_free(&t->test);
