@@ -14,6 +14,7 @@
 #include "dp_config.h"
 #include "io/checkpoint.h"
 #include "report/progress.h"
+#include "train/memory.h"
 
 void dp_config_defaults(dp_config *c) {
     memset(c, 0, sizeof *c);
@@ -89,6 +90,32 @@ static dp_status init_params(dp_trainer *t) {
     return DP_OK;
 }
 
+static dp_status check_memory(dp_trainer *t, const dp_model *m, const dp_dataset *train, const dp_dataset *test,
+                              int data_loaded) {
+    const dp_config *c = &t->cfg;
+    dp_mem_estimate me;
+    int max_local = (c->batch_size + t->world - 1) / t->world;
+    int slots = train ? (c->workers > 0 ? 2 * c->workers + 1 : 1) : 0;
+    dp_estimate_memory(m, train, test, t->n_local, t->n_lanes, max_local, slots, &me);
+    return dp_check_memory(&me, data_loaded, t->n_local, t->n_lanes, max_local);
+}
+
+/* Synthetic data's size is known from the flags: estimate the whole run before generating
+ * gigabytes of it (files are checked by their readers, then the run after loading). */
+static dp_status precheck_synthetic(dp_trainer *t) {
+    const dp_config *c = &t->cfg;
+    if (strcmp(c->data.name, "synthetic") != 0) return DP_OK;
+    dp_dataset train = {.n = c->data.samples, .c = c->data.c, .h = c->data.h, .w = c->data.w};
+    dp_dataset test = train;
+    test.n = c->data.samples / 5 > 0 ? c->data.samples / 5 : 1;
+    dp_model m;
+    dp_status s = dp_model_build(c->model, (dp_shape){c->data.c, c->data.h, c->data.w}, c->data.n_classes, &m);
+    if (s != DP_OK) return DP_OK; /* the same build after loading reports it, with the data's shape */
+    s = check_memory(t, &m, c->eval_only ? NULL : &train, &test, 0);
+    dp_model_free(&m);
+    return s;
+}
+
 static int holds_rank0(const dp_trainer *t) {
     for (int r = 0; r < t->n_local; r++)
         if (t->rep[r].rank == 0) return 1;
@@ -115,6 +142,7 @@ static dp_status setup(dp_trainer *t) {
         return dp_fail(DP_ERR_USAGE, "--batch-size %d is smaller than the %d replicas: each replica needs a sample",
                        c->batch_size, t->world);
 
+    DP_TRY(precheck_synthetic(t));
     DP_TRY(load_data(t));
     const dp_dataset *shape_src = t->have_train ? &t->train : &t->test;
     dp_shape in = {shape_src->c, shape_src->h, shape_src->w};
@@ -124,6 +152,7 @@ static dp_status setup(dp_trainer *t) {
     DP_TRY(dp_check_consistency(t));
 
     t->max_local = (c->batch_size + t->world - 1) / t->world;
+    DP_TRY(check_memory(t, &t->model, t->have_train ? &t->train : NULL, &t->test, 1));
     DP_ALLOC(t->rep, t->n_local, "replicas");
     for (int r = 0; r < t->n_local; r++)
         DP_TRY(dp_replica_create(&t->rep[r], &t->model, dp_backend_rank(t->backend, r), t->max_local, t->n_lanes));
