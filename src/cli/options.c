@@ -13,6 +13,7 @@
 #include "backends/backend.h"
 #include "cli/options.h"
 #include "dp_config.h"
+#include "kernels/cpu/dispatch.h"
 #include "nn/model.h"
 
 typedef enum {
@@ -227,8 +228,8 @@ void dp_print_usage(FILE *f) {
 void dp_print_version(FILE *f) {
     char be[256];
     dp_backend_describe(be, sizeof be);
-    fprintf(f, "dptrain %s\nbackends: %s\ndevices: cpu (OpenMP)%s\n", DP_VERSION, be,
-            DP_HAVE_CUDA ? ", cuda (toolkit found at build time; kernels not in this version)" : "");
+    fprintf(f, "dptrain %s\nbackends: %s\ndevices: cpu (OpenMP)%s\ncpu kernels: %s\n", DP_VERSION, be,
+            DP_HAVE_CUDA ? ", cuda (toolkit found at build time; kernels not in this version)" : "", dp_cpu_kernels());
 }
 
 /* Stores one flag's value; *action set by --help / --version. */
