@@ -98,6 +98,8 @@ static void test_help_ranges_match_parser(void **state) {
     expect_code("--shape", "4x8x8", 2);
     expect_code("--shape", "3x1025x8", 2);
     expect_code("--shape", "3x0x8", 2);
+    expect_code("--chunks", "3", 2); /* inside 1..256 but not a power of two, as --help says */
+    expect_code("--chunks", "64", 0);
     expect_code("--lr-steps", "1,1000000", 0);
     expect_code("--lr-steps", "0", 2);
     expect_code("--lr-steps", "1000001", 2);

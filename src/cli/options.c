@@ -12,6 +12,7 @@
 
 #include "backends/backend.h"
 #include "cli/options.h"
+#include "data/chunks.h"
 #include "dp_config.h"
 #include "kernels/cpu/dispatch.h"
 #include "nn/model.h"
@@ -35,6 +36,7 @@ typedef struct {
     double lo, hi;            /* numeric range */
     int lo_open, hi_open;     /* reals: the bound itself is excluded */
     long long ilo, ihi;       /* integer range (a double cannot hold 2^63-1) */
+    int pow2;                 /* integers: powers of two only */
     const char *const *choices;
     size_t off;               /* offsetof(dp_config, field) */
     int set;                  /* K_SET: the value stored */
@@ -48,7 +50,7 @@ static const char *const datasets[] = {"fashion-mnist", "mnist", "cifar10", "syn
 static const char *const backends[] = {"sim", "mpi", "nccl", NULL};
 static const char *const modes[] = {"ddp", "dp", NULL};
 static const char *const scales[] = {"none", "linear", NULL};
-static const char *const algos[] = {"ring", "tree", NULL};
+static const char *const algos[] = {"ordered", "ring", "tree", NULL};
 
 /* Limits of the flags with their own parsers, shared by the parser and the help text. */
 #define SHAPE_MAX_C 3
@@ -98,7 +100,11 @@ static const opt_spec opts[] = {
     {"no-overlap", NULL, K_SET, .off = OFF(overlap), .set = 0, .help = "DDP: all-reduce after backward instead of during it"},
     {"accumulate", "K", K_INT, .ilo = 1, .ihi = 1024, .off = OFF(accumulate), .def = "1", .help = "micro-batches per optimizer step (DDP no_sync)"},
     {"sync-bn", NULL, K_SET, .off = OFF(sync_bn), .set = 1, .help = "BatchNorm statistics over the global batch"},
-    {"allreduce", "ALG", K_CHOICE, .choices = algos, .off = OFF(allreduce_algo), .def = "ring", .help = "sim: all-reduce algorithm"},
+    {"allreduce", "ALG", K_CHOICE, .choices = algos, .off = OFF(allreduce_algo), .def = "ordered",
+     .help = "sim: all-reduce algorithm (ordered: the fixed tree that makes any replica count give the same bits)"},
+    {"chunks", "C", K_INT, .ilo = 1, .ihi = DP_CHUNKS_MAX, .pow2 = 1, .off = OFF(chunks), .def = STR(DP_CHUNKS_DEFAULT),
+     .help = "gradients are summed in C fixed chunks of each step: bitwise equal results for every replica "
+             "count dividing C"},
     {"threads", "T", K_INT, .ilo = 1, .ihi = 1024, .off = OFF(threads), .def = "all cores", .help = "compute threads"},
     {"timeout", "S", K_DOUBLE, 0, 86400, 1, 0, .off = OFF(timeout_s), .def = "300", .help = "mpi: seconds to wait for a dead rank"},
     {"log", "FILE", K_STRING, .off = OFF(log_path), .help = "JSON lines: config, step, epoch, final events", .section = "output"},
@@ -118,7 +124,7 @@ static int is_real(opt_kind k) { return k == K_FLOAT || k == K_DOUBLE; }
 
 /* "1..100000" or "(0, 100]": what --help shows and what a bad value's message quotes. */
 static void range_text(const opt_spec *o, char *buf, size_t cap) {
-    if (is_integer(o->kind)) snprintf(buf, cap, "%lld..%lld", o->ilo, o->ihi);
+    if (is_integer(o->kind)) snprintf(buf, cap, "%lld..%lld%s", o->ilo, o->ihi, o->pow2 ? ", a power of two" : "");
     else if (is_real(o->kind))
         snprintf(buf, cap, "%s%g, %g%s", o->lo_open ? "(" : "[", o->lo, o->hi, o->hi_open ? ")" : "]");
     else buf[0] = '\0';
@@ -136,7 +142,7 @@ static dp_status parse_integer(const opt_spec *o, const char *s, long long *out)
     char *end, r[64];
     errno = 0;
     long long v = strtoll(s, &end, 10);
-    if (!*s || *end || errno == ERANGE || v < o->ilo || v > o->ihi) {
+    if (!*s || *end || errno == ERANGE || v < o->ilo || v > o->ihi || (o->pow2 && (v & (v - 1)))) {
         range_text(o, r, sizeof r);
         return dp_fail(DP_ERR_USAGE, "--%s: expected an integer in %s, got '%s'", o->name, r, s);
     }

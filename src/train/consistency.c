@@ -87,6 +87,7 @@ static void canonical_flags(const dp_config *c, char *buf, size_t cap) {
     BOOL("--no-overlap", !c->overlap);
     LINE("with --accumulate %d\n", c->accumulate);
     BOOL("--sync-bn", c->sync_bn);
+    LINE("with --chunks %d\n", c->chunks);
 #undef LINE
 #undef NUM
 #undef BOOL

@@ -9,33 +9,33 @@ static unsigned long long set_bytes(const dp_dataset *d) {
     return d ? (unsigned long long)d->n * ((unsigned long long)d->c * d->h * d->w + 1) : 0;
 }
 
-void dp_estimate_memory(const dp_model *m, const dp_dataset *train, const dp_dataset *test, int n_local, int n_lanes,
-                        int max_local, int slots, dp_mem_estimate *out) {
+void dp_estimate_memory(const dp_model *m, const dp_dataset *train, const dp_dataset *test, const dp_mem_shape *sh,
+                        dp_mem_estimate *out) {
     const unsigned long long F = sizeof(float), in = dp_shape_size(m->input);
-    int per_lane = (max_local + n_lanes - 1) / n_lanes;
+    const unsigned long long lb = (unsigned long long)sh->lane_batch;
     out->data = set_bytes(train) + set_bytes(test);
     /* as dp_replica_create: three arenas of the parameters' size, the buffers, and a gradient
-     * arena for every lane but the first */
-    out->arenas = F * ((3ull + (unsigned long long)(n_lanes - 1)) * m->params.n + m->buffers.n);
-    out->acts = (unsigned long long)n_lanes *
-                (F * dp_acts_floats(m, per_lane, 1) + F * (unsigned long long)per_lane * in + 4ull * per_lane);
-    out->loader = (unsigned long long)slots * n_local * (F * (unsigned long long)max_local * in + 4ull * max_local);
-    out->total = out->data + (unsigned long long)n_local * (out->arenas + out->acts) + out->loader;
+     * partial for every lane but the first */
+    out->arenas = F * ((3ull + (unsigned long long)(sh->n_lanes - 1)) * m->params.n + m->buffers.n);
+    out->acts = (unsigned long long)sh->n_slots * (F * dp_acts_floats(m, sh->lane_batch, 1) + F * lb * in + 4ull * lb);
+    out->loader = (unsigned long long)sh->loader_slots * sh->n_local *
+                  (F * (unsigned long long)sh->max_local * in + 4ull * sh->max_local);
+    out->total = out->data + (unsigned long long)sh->n_local * (out->arenas + out->acts) + out->loader;
 }
 
-dp_status dp_check_memory(const dp_mem_estimate *e, int data_loaded, int n_local, int n_lanes, int max_local) {
+dp_status dp_check_memory(const dp_mem_estimate *e, const dp_mem_shape *sh, int data_loaded) {
     dp_mem_avail a;
     dp_memory_available(&a);
     unsigned long long still = data_loaded ? e->total - e->data : e->total; /* loaded data is in MemAvailable */
     if (!a.bytes || still <= a.bytes) return DP_OK;
     char t[32], d[32], ar[32], ac[32], ld[32], av[32];
-    int per_lane = (max_local + n_lanes - 1) / n_lanes;
     return dp_fail(DP_ERR_NOMEM,
-                   "this run needs about %s of memory: data %s, %d replica%s x (arenas %s + %d lane%s x activations "
-                   "for %d samples: %s), loader %s; only %s is available (%s)%s: reduce "
-                   "--batch-size, --replicas, --workers or the image size",
-                   dp_format_bytes(e->total, t, sizeof t), dp_format_bytes(e->data, d, sizeof d), n_local,
-                   n_local == 1 ? "" : "s", dp_format_bytes(e->arenas, ar, sizeof ar), n_lanes, n_lanes == 1 ? "" : "s",
-                   per_lane, dp_format_bytes(e->acts, ac, sizeof ac), dp_format_bytes(e->loader, ld, sizeof ld),
-                   dp_format_bytes(a.bytes, av, sizeof av), a.source, data_loaded ? " with the data loaded" : "");
+                   "this run needs about %s of memory: data %s, %d replica%s x (arenas %s + %d activation slot%s "
+                   "for %d samples each: %s), loader %s; only %s is available (%s)%s: reduce --batch-size, "
+                   "--replicas, --workers or the image size",
+                   dp_format_bytes(e->total, t, sizeof t), dp_format_bytes(e->data, d, sizeof d), sh->n_local,
+                   sh->n_local == 1 ? "" : "s", dp_format_bytes(e->arenas, ar, sizeof ar), sh->n_slots,
+                   sh->n_slots == 1 ? "" : "s", sh->lane_batch, dp_format_bytes(e->acts, ac, sizeof ac),
+                   dp_format_bytes(e->loader, ld, sizeof ld), dp_format_bytes(a.bytes, av, sizeof av), a.source,
+                   data_loaded ? " with the data loaded" : "");
 }

@@ -13,17 +13,22 @@
 typedef struct {
     unsigned long long data;        /* the data sets in memory (uint8) */
     unsigned long long arenas;      /* per replica: parameters, gradients, momentum, buffers, lanes' gradients */
-    unsigned long long acts;        /* per replica: every lane's activations and evaluation batch */
+    unsigned long long acts;        /* per replica: every slot's activations and evaluation batch */
     unsigned long long loader;      /* the loader's prefetched batches (floats) */
     unsigned long long total;
 } dp_mem_estimate;
 
-/* n_local replicas in this process, each split over n_lanes lanes of up to
- * ceil(max_local / n_lanes) samples; slots: the loader's prefetched batches. */
-void dp_estimate_memory(const dp_model *m, const dp_dataset *train, const dp_dataset *test, int n_local, int n_lanes,
-                        int max_local, int slots, dp_mem_estimate *out);
+/* How the replicas of this process are laid out (train/replica.h): n_lanes gradient partials
+ * and n_slots activation slots of up to lane_batch samples each per replica; max_local samples a
+ * replica gets in a micro-step; loader_slots batches the loader prefetches. */
+typedef struct {
+    int n_local, n_lanes, n_slots, lane_batch, max_local, loader_slots;
+} dp_mem_shape;
+
+void dp_estimate_memory(const dp_model *m, const dp_dataset *train, const dp_dataset *test, const dp_mem_shape *sh,
+                        dp_mem_estimate *out);
 /* Fails (DP_ERR_NOMEM) when what is still to be allocated (the estimate, less the data when
  * data_loaded) exceeds the memory available, naming every part and the limit's source. */
-dp_status dp_check_memory(const dp_mem_estimate *e, int data_loaded, int n_local, int n_lanes, int max_local);
+dp_status dp_check_memory(const dp_mem_estimate *e, const dp_mem_shape *sh, int data_loaded);
 
 #endif

@@ -37,7 +37,8 @@ void dp_config_defaults(dp_config *c) {
     c->bucket_mb = 25.0;
     c->overlap = 1;
     c->accumulate = 1;
-    c->allreduce_algo = "ring";
+    c->allreduce_algo = "ordered";
+    c->chunks = DP_CHUNKS_DEFAULT;
     c->timeout_s = 300;
     c->progress = -1;
 }
@@ -90,14 +91,40 @@ static dp_status init_params(dp_trainer *t) {
     return DP_OK;
 }
 
+/* The lanes, activation slots and samples per slot the replicas need: from the sampler's plan
+ * when training (n_train > 0; s is initialised), from the thread count for evaluation only. */
+typedef struct { int lanes, slots, lane_batch, max_local; } lane_plan;
+
+static dp_status plan_lanes(dp_trainer *t, dp_sampler *s, int n_train, lane_plan *p) {
+    const dp_config *c = &t->cfg;
+    if (n_train > 0) {
+        DP_TRY(dp_sampler_init(s, n_train, t->world, c->batch_size, c->shuffle, c->drop_last, c->seed));
+        if (s->n_batches < 1)
+            return dp_fail(DP_ERR_USAGE, "--batch-size %d: the %d training samples give no full batch with --drop-last",
+                           c->batch_size, n_train);
+        dp_sampler_set_plan(s, c->chunks, c->accumulate);
+        p->lanes = s->plan.lanes;
+        p->slots = s->max_lanes;
+        p->lane_batch = dp_chunk_max_lane(&s->plan);
+        p->max_local = dp_sampler_max_local(s);
+    } else { /* evaluation only: slots for the threads, batches of the training size */
+        p->lanes = 1;
+        p->slots = t->n_local < c->threads ? c->threads / t->n_local : 1;
+        p->lane_batch = (c->batch_size + t->world - 1) / t->world;
+        p->max_local = p->lane_batch;
+    }
+    return DP_OK;
+}
+
 static dp_status check_memory(dp_trainer *t, const dp_model *m, const dp_dataset *train, const dp_dataset *test,
-                              int data_loaded) {
+                              const lane_plan *p, int data_loaded) {
     const dp_config *c = &t->cfg;
     dp_mem_estimate me;
-    int max_local = (c->batch_size + t->world - 1) / t->world;
-    int slots = train ? (c->workers > 0 ? 2 * c->workers + 1 : 1) : 0;
-    dp_estimate_memory(m, train, test, t->n_local, t->n_lanes, max_local, slots, &me);
-    return dp_check_memory(&me, data_loaded, t->n_local, t->n_lanes, max_local);
+    dp_mem_shape sh = {.n_local = t->n_local, .n_lanes = p->lanes, .n_slots = p->slots, .lane_batch = p->lane_batch,
+                       .max_local = p->max_local,
+                       .loader_slots = train ? (c->workers > 0 ? 2 * c->workers + 1 : 1) : 0};
+    dp_estimate_memory(m, train, test, &sh, &me);
+    return dp_check_memory(&me, &sh, data_loaded);
 }
 
 /* Synthetic data's size is known from the flags: estimate the whole run before generating
@@ -109,9 +136,13 @@ static dp_status precheck_synthetic(dp_trainer *t) {
     dp_dataset test = train;
     test.n = c->data.samples / 5 > 0 ? c->data.samples / 5 : 1;
     dp_model m;
-    dp_status s = dp_model_build(c->model, (dp_shape){c->data.c, c->data.h, c->data.w}, c->data.n_classes, &m);
-    if (s != DP_OK) return DP_OK; /* the same build after loading reports it, with the data's shape */
-    s = check_memory(t, &m, c->eval_only ? NULL : &train, &test, 0);
+    if (dp_model_build(c->model, (dp_shape){c->data.c, c->data.h, c->data.w}, c->data.n_classes, &m) != DP_OK)
+        return DP_OK; /* the same build after loading reports it, with the data's shape */
+    dp_sampler tmp;
+    lane_plan lp;
+    dp_status s = plan_lanes(t, &tmp, c->eval_only ? 0 : train.n, &lp);
+    if (!c->eval_only) dp_sampler_free(&tmp);
+    if (s == DP_OK) s = check_memory(t, &m, c->eval_only ? NULL : &train, &test, &lp, 0);
     dp_model_free(&m);
     return s;
 }
@@ -135,9 +166,6 @@ static dp_status setup(dp_trainer *t) {
     DP_TRY(dp_backend_create(&bc, &t->backend));
     t->n_local = dp_backend_n_local(t->backend);
     t->world = dp_backend_world(t->backend);
-    /* spare threads go to lanes: each replica's batch split over single-threaded lanes */
-    t->n_lanes = t->n_local < c->threads ? c->threads / t->n_local : 1;
-    t->kthreads = 1;
     if (c->batch_size < t->world)
         return dp_fail(DP_ERR_USAGE, "--batch-size %d is smaller than the %d replicas: each replica needs a sample",
                        c->batch_size, t->world);
@@ -151,11 +179,16 @@ static dp_status setup(dp_trainer *t) {
     DP_TRY(map_buckets(t));
     DP_TRY(dp_check_consistency(t));
 
-    t->max_local = (c->batch_size + t->world - 1) / t->world;
-    DP_TRY(check_memory(t, &t->model, t->have_train ? &t->train : NULL, &t->test, 1));
+    /* the sampler fixes the lanes: which samples each lane sums, so which additions happen */
+    lane_plan lp;
+    DP_TRY(plan_lanes(t, &t->sampler, t->have_train ? t->train.n : 0, &lp));
+    t->n_lanes = lp.lanes, t->max_local = lp.max_local;
+    int lane_batch = lp.lane_batch, n_slots = lp.slots;
+    DP_TRY(check_memory(t, &t->model, t->have_train ? &t->train : NULL, &t->test, &lp, 1));
     DP_ALLOC(t->rep, t->n_local, "replicas");
     for (int r = 0; r < t->n_local; r++)
-        DP_TRY(dp_replica_create(&t->rep[r], &t->model, dp_backend_rank(t->backend, r), t->max_local, t->n_lanes));
+        DP_TRY(dp_replica_create(&t->rep[r], &t->model, dp_backend_rank(t->backend, r), lane_batch, t->n_lanes,
+                                 n_slots));
     DP_ALLOC(t->ptrs, t->n_local, "replica pointers");
     DP_ALLOC(t->metric_bufs, t->n_local, "metrics");
     for (int r = 0; r < t->n_local; r++) DP_ALLOC(t->metric_bufs[r], 4, "metrics");
@@ -164,10 +197,6 @@ static dp_status setup(dp_trainer *t) {
     memset(&t->backend->stats, 0, sizeof t->backend->stats);
 
     if (t->have_train) {
-        DP_TRY(dp_sampler_init(&t->sampler, t->train.n, t->world, c->batch_size, c->shuffle, c->drop_last, c->seed));
-        if (t->sampler.n_batches < 1)
-            return dp_fail(DP_ERR_USAGE, "--batch-size %d: the %d training samples give no full batch with --drop-last",
-                           c->batch_size, t->train.n);
         int ranks[t->n_local];
         for (int r = 0; r < t->n_local; r++) ranks[r] = t->rep[r].rank;
         dp_loader_config lc = {.data = &t->train, .sampler = &t->sampler, .n_local = t->n_local, .ranks = ranks,
@@ -213,6 +242,13 @@ dp_status dp_trainer_create(const dp_config *cfg, dp_trainer **out) {
     return DP_OK;
 }
 
+/* Whether this run sums in the canonical order (data/chunks.h): bitwise equal to every other
+ * replica count that divides --chunks. */
+static int canonical_order(const dp_trainer *t) {
+    const int sim_algo_ok = strcmp(t->cfg.backend, "sim") != 0 || strcmp(t->cfg.allreduce_algo, "ordered") == 0;
+    return t->have_train && t->sampler.plan.canonical && sim_algo_ok;
+}
+
 /* Every string goes through the JSON escaper: a path or name may hold any byte. */
 static dp_status log_config(dp_trainer *t) {
     const dp_config *c = &t->cfg;
@@ -236,9 +272,18 @@ static dp_status log_config(dp_trainer *t) {
                    (unsigned long long)c->seed, c->threads, c->workers, t->n_lanes, t->model.params.n_buckets,
                    c->accumulate, c->sync_bn, c->overlap);
     dp_jbuf_kv_string(&b, "allreduce", strcmp(c->backend, "sim") == 0 ? c->allreduce_algo : c->backend, 0);
+    dp_jbuf_printf(&b, ",\"chunks\":%d,\"canonical_order\":%d", c->chunks, canonical_order(t));
     dp_status s = dp_report_config(&t->report, &b);
     dp_jbuf_free(&b);
-    return s;
+    DP_TRY(s);
+    if (t->report.console && t->have_train && !canonical_order(t))
+        printf("note: %s, so results equal other replica counts only within float rounding (bitwise for every "
+               "replica count that divides --chunks %d, with --allreduce ordered)\n",
+               strcmp(c->allreduce_algo, "ordered") != 0 && strcmp(c->backend, "sim") == 0
+                   ? "--allreduce ring/tree sums in its own order"
+                   : "the replica count does not divide --chunks",
+               c->chunks);
+    return DP_OK;
 }
 
 static dp_status final_eval(dp_trainer *t, double *acc_out) {
@@ -268,12 +313,11 @@ static dp_status run_epoch(dp_trainer *t, int epoch, int *stop) {
     dp_status s;
     for (int b = 0; (s = dp_loader_next(t->loader, &batches, &wait)) == DP_OK; b++) {
         wait_total += wait;
-        int micro = b % K, n_micro = nb - (b - micro) < K ? nb - (b - micro) : K;
         lr = dp_schedule_lr(&t->sched, epoch, t->step);
         double tc = dp_now();
-        DP_TRY(dp_train_micro(t, batches, dp_sampler_batch_size(&t->sampler, b), micro, n_micro, lr, &sm));
+        DP_TRY(dp_train_micro(t, batches, b, lr, &sm));
         compute += dp_now() - tc;
-        if (micro != n_micro - 1) continue;
+        if (b % K != dp_sampler_step_micro(&t->sampler, b) - 1) continue;
         t->step++;
         DP_TRY(dp_report_step(&t->report, epoch, t->step, sm.loss_sum / sm.count, lr));
         em.loss_sum += sm.loss_sum, em.correct += sm.correct, em.count += sm.count;
@@ -340,6 +384,9 @@ void dp_trainer_destroy(dp_trainer *t) {
     free(t->ptrs);
     free(t->bucket_node);
     free(t->bucket_req);
+    free(t->lane_loss);
+    free(t->lane_correct);
+    free(t->step_count);
     free(t->dp_send);
     free(t->dp_recv);
     dp_report_discard(&t->report);
