@@ -25,7 +25,8 @@ int dp_progress_render(char *buf, size_t cap, int width, const dp_progress *p) {
     if ((size_t)room > cap - 1) room = (int)(cap - 1);
     char head[48], count[48], loss[32], speed[32], eta[32];
     snprintf(head, sizeof head, "epoch %d/%d", p->epoch, p->epochs);
-    snprintf(count, sizeof count, "%d/%d", p->batch, p->n_batches);
+    int digits = snprintf(NULL, 0, "%d", p->n_batches); /* a fixed width: the bar does not jitter */
+    snprintf(count, sizeof count, "%*d/%d", digits, p->batch, p->n_batches);
     snprintf(loss, sizeof loss, "loss %.4f", p->loss);
     snprintf(speed, sizeof speed, "%.0f img/s", p->images_per_s);
     double eta_s = p->batch > 0 && p->n_batches >= p->batch

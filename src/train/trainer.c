@@ -156,8 +156,6 @@ static int holds_rank0(const dp_trainer *t) {
 static dp_status setup(dp_trainer *t) {
     dp_config *c = &t->cfg;
     if (c->threads <= 0) c->threads = omp_get_num_procs();
-    /* before any data is read: a log that cannot be created is a start-time error */
-    DP_TRY(dp_report_check_path(c->log_path));
     openblas_set_num_threads(1); /* parallelism is ours: over samples or over replicas */
 
     dp_backend_config bc = {.name = c->backend, .replicas = c->replicas, .nthreads = c->threads,
@@ -166,6 +164,8 @@ static dp_status setup(dp_trainer *t) {
     DP_TRY(dp_backend_create(&bc, &t->backend));
     t->n_local = dp_backend_n_local(t->backend);
     t->world = dp_backend_world(t->backend);
+    /* before any data is read: a log that cannot be created is a start-time error (rank 0 writes it) */
+    if (dp_backend_rank(t->backend, 0) == 0) DP_TRY(dp_report_check_path(c->log_path));
     if (c->batch_size < t->world)
         return dp_fail(DP_ERR_USAGE, "--batch-size %d is smaller than the %d replicas: each replica needs a sample",
                        c->batch_size, t->world);
