@@ -1,5 +1,5 @@
 /* The console and the --log file as a user meets them: JSON escaping of any byte (a data
- * directory named with byte 0xff), a log on a full device or a full small file system (a clear
+ * directory named with byte 0xff), a log on a full device or a full 4 KiB tmpfs (a clear
  * message, exit 1, only complete lines kept), the start-time check of the log's directory, a
  * closed stdout (EPIPE: a message, no silent kill), and the progress bar's layout at any
  * terminal width. */
@@ -106,19 +106,19 @@ static void test_log_directory_checked_at_start(void **state) {
     free(out);
 }
 
-/* A 16 KiB tmpfs fills during the first epoch: the run stops there with a message and the file
+/* A one-page (4 KiB) tmpfs fills during the first epoch: the run stops there with a message and the file
  * holds complete lines only. Needs root (mount); skipped otherwise. */
 static void test_log_full_filesystem(void **state) {
     (void)state;
     char mnt[600], log[700], *out;
-    snprintf(mnt, sizeof mnt, "%s", tu_path("tmpfs16k"));
+    snprintf(mnt, sizeof mnt, "%s", tu_path("tmpfs4k"));
     mkdir(mnt, 0755);
-    if (mount("tmpfs", mnt, "tmpfs", 0, "size=16k") != 0) {
+    if (mount("tmpfs", mnt, "tmpfs", 0, "size=4k") != 0) {
         rmdir(mnt);
         skip(); /* not root, or no mount rights in this container */
     }
     snprintf(log, sizeof log, "%s/run.jsonl", mnt);
-    int rc = tu_run_dptrain(&out, "train " SYNTH " --samples 6400 --batch-size 16 --epochs 3 --log %s", log);
+    int rc = tu_run_dptrain(&out, "train " SYNTH " --samples 400 --batch-size 4 --epochs 3 --log %s", log);
     int ok = rc == 1 && tu_contains(out, "writing failed after") && tu_contains(out, log) &&
              !tu_contains(out, "epoch 2/3");
     if (!ok) print_message("exit %d:\n%s\n", rc, out);

@@ -211,7 +211,7 @@ void dp_print_usage(FILE *f) {
     for (int i = 0; i < N_OPTS; i++) {
         const opt_spec *o = &opts[i];
         if (o->section) fprintf(f, "\n%s:\n", o->section);
-        char left[64], range[96] = "", list[256];
+        char left[64], range[320] = "", list[256];
         snprintf(left, sizeof left, "--%s%s%s", o->name, o->meta ? " " : "", o->meta ? o->meta : "");
         if (is_integer(o->kind) || is_real(o->kind)) {
             char r[64];
