@@ -93,7 +93,8 @@ static void test_other_variants_agree(void **state) {
     kr_rng r = {42};
     float *x = kr_floats((size_t)B * in_f), *w = kr_floats((size_t)out_f * in_f), *b = kr_floats(out_f);
     float *y0 = kr_floats((size_t)B * out_f), *y1 = kr_floats((size_t)B * out_f);
-    kr_fill(&r, x, (size_t)B * in_f, -1, 1), kr_fill(&r, w, (size_t)out_f * in_f, -0.1, 0.1), kr_fill(&r, b, out_f, -1, 1);
+    kr_fill(&r, x, (size_t)B * in_f, -1, 1), kr_fill(&r, w, (size_t)out_f * in_f, -0.1, 0.1);
+    kr_fill(&r, b, out_f, -1, 1);
     linear_forward_cpu_base(B, in_f, out_f, x, w, b, y0, nt);
     linear_forward_cpu_v3(B, in_f, out_f, x, w, b, y1, nt);
     assert_true(tu_rel_diff(y0, y1, (size_t)B * out_f) <= 1e-5);

@@ -33,7 +33,8 @@ void dp_memory_available(dp_mem_avail *out) {
         char line[256];
         unsigned long long kb;
         while (fgets(line, sizeof line, f))
-            if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) consider(out, kb * 1024, "MemAvailable in /proc/meminfo");
+            if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1)
+                consider(out, kb * 1024, "MemAvailable in /proc/meminfo");
         fclose(f);
     }
     if (!out->bytes) {
