@@ -10,16 +10,17 @@
 
 /* OpenMP threads spin at barriers and between parallel regions (libgomp: 300000 iterations by
  * default). When another process holds one of the cores, a spinning thread burns the time slice
- * its partner needs: a 2-thread LeNet epoch beside `yes > /dev/null` took 5-21 s instead of
- * 2-4 s with a bound of 10000. libgomp reads the bound once, in its own constructor; the build
+ * its partner needs: a 2-thread LeNet epoch beside `yes > /dev/null` took 7-59 s unbounded,
+ * 5-10 s with a bound of 10000 and 3-5 s with 1000 (docs/design.md), the bound libgomp itself
+ * uses when threads outnumber cores. libgomp reads it once, in its own constructor; the build
  * links libgomp statically (CMakeLists.txt), so that constructor is in this executable's
- * .init_array and runs after this one (priority 101 goes first). A constructor here could not
- * do it with libgomp.so (shared libraries are initialised before the executable), nor could a
- * .preinit_array entry (libc's initialiser then resets environ to the original one), which is
- * why an earlier version re-executed itself. A user's own setting is left alone. */
+ * .init_array and runs after this one (priority 101 goes first). With libgomp.so a constructor
+ * here would run too late (shared libraries are initialised first), and a .preinit_array entry
+ * too early (libc's initialiser then resets environ), which is why an earlier version
+ * re-executed itself. A user's own setting is left alone. */
 __attribute__((constructor(101))) static void bound_openmp_spinning(void) {
     if (getenv("OMP_WAIT_POLICY") || getenv("GOMP_SPINCOUNT")) return;
-    setenv("GOMP_SPINCOUNT", "10000", 1);
+    setenv("GOMP_SPINCOUNT", "1000", 1);
 }
 
 int main(int argc, char **argv) {
