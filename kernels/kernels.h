@@ -17,6 +17,7 @@
 typedef struct {
     int nthreads;   /* CPU: OpenMP threads the call may use */
     void *stream;   /* CUDA: the cudaStream_t to enqueue on (NULL: the default stream) */
+    void *blas;     /* CUDA: a cublasHandle_t bound to that stream (NULL: the table's own) */
 } dp_kctx;
 
 typedef struct dp_kernels {
@@ -74,5 +75,8 @@ typedef struct dp_kernels {
 } dp_kernels;
 
 extern const dp_kernels dp_cpu_kernels;
+/* The CUDA table (kernels/cuda/), in builds with the CUDA toolkit; pointers are device memory,
+ * softmax_xent's loss and correct included. */
+extern const dp_kernels dp_cuda_kernels;
 
 #endif
