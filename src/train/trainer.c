@@ -157,6 +157,8 @@ static dp_status setup(dp_trainer *t) {
     dp_config *c = &t->cfg;
     if (c->threads <= 0) c->threads = omp_get_num_procs();
     openblas_set_num_threads(1); /* parallelism is ours: over samples or over replicas */
+    t->k = &dp_cpu_kernels;
+    t->kc = (dp_kctx){.nthreads = 1, .stream = NULL};
 
     dp_backend_config bc = {.name = c->backend, .replicas = c->replicas, .nthreads = c->threads,
                             .algorithm = c->allreduce_algo, .timeout_s = c->timeout_s,
@@ -209,7 +211,8 @@ static dp_status setup(dp_trainer *t) {
                                  .gamma = c->lr_gamma,
                                  .warmup_steps = (long)ceil(c->warmup_epochs * steps_per_epoch)};
         memcpy(t->sched.milestones, c->lr_steps, sizeof c->lr_steps);
-        t->sgd = (dp_sgd){.lr = c->lr, .momentum = c->momentum, .weight_decay = c->weight_decay, .nesterov = c->nesterov};
+        t->sgd = (dp_sgd){.lr = c->lr, .momentum = c->momentum, .weight_decay = c->weight_decay, .nesterov = c->nesterov,
+                          .k = t->k, .stream = t->kc.stream};
     }
     /* Last: the log file, so that no bad flag or file leaves one behind. */
     int rank0 = holds_rank0(t);
