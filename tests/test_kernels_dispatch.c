@@ -35,7 +35,7 @@ static int v3_supported(void) {
 static int setup(void **state) {
     (void)state;
     if (!conv2d_forward_cpu_base || !conv2d_forward_cpu_v3) {
-        print_message("one kernel variant in this build (%s): nothing to compare\n", dp_cpu_kernels());
+        print_message("one kernel variant in this build (%s): nothing to compare\n", dp_cpu_kernel_variant());
         return -1;
     }
     return 0;
@@ -43,7 +43,7 @@ static int setup(void **state) {
 
 static void test_dispatch_picks_supported_variant(void **state) {
     (void)state;
-    assert_true(tu_contains(dp_cpu_kernels(), v3_supported() ? "x86-64-v3" : "baseline"));
+    assert_true(tu_contains(dp_cpu_kernel_variant(), v3_supported() ? "x86-64-v3" : "baseline"));
 }
 
 /* LeNet's conv1 and conv2 shapes (the direct path) and a wide one (the BLAS path). */

@@ -13,6 +13,7 @@
 #include "kernels/cpu/linear.h"
 #include "kernels/cpu/loss.h"
 #include "kernels/cpu/pool.h"
+#include "kernels/cpu/sgd.h"
 
 int dp_conv2d_force_path = 0; /* one copy, shared by the variants */
 
@@ -40,6 +41,10 @@ DP_DISPATCH(batchnorm_stats_cpu)
 DP_DISPATCH(batchnorm_apply_cpu)
 DP_DISPATCH(batchnorm_backward_reduce_cpu)
 DP_DISPATCH(batchnorm_backward_input_cpu)
+DP_DISPATCH(batchnorm_sums_cpu)
+DP_DISPATCH(batchnorm_finalize_cpu)
+DP_DISPATCH(batchnorm_backward_sums_cpu)
+DP_DISPATCH(batchnorm_backward_cpu)
 DP_DISPATCH(conv2d_dims_init)
 DP_DISPATCH(conv2d_workspace_floats)
 DP_DISPATCH(conv2d_forward_cpu)
@@ -52,13 +57,14 @@ DP_DISPATCH(maxpool2d_forward_cpu)
 DP_DISPATCH(maxpool2d_backward_cpu)
 DP_DISPATCH(global_avgpool_forward_cpu)
 DP_DISPATCH(global_avgpool_backward_cpu)
+DP_DISPATCH(sgd_step_cpu)
 
-const char *dp_cpu_kernels(void) {
+const char *dp_cpu_kernel_variant(void) {
     return cpu_is_v3() ? "x86-64-v3 (AVX2, FMA; chosen at run time)" : "x86-64 baseline (SSE2; chosen at run time)";
 }
 
 #else
 
-const char *dp_cpu_kernels(void) { return "compiled for this build's -march (DP_NATIVE=ON or not x86-64)"; }
+const char *dp_cpu_kernel_variant(void) { return "compiled for this build's -march (DP_NATIVE=ON or not x86-64)"; }
 
 #endif

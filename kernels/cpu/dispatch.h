@@ -4,6 +4,6 @@
 
 /* "x86-64-v3 (AVX2, FMA; chosen at run time)", "x86-64 baseline (chosen at run time)" or
  * "-march=native build" for --version and the log. */
-const char *dp_cpu_kernels(void);
+const char *dp_cpu_kernel_variant(void);
 
 #endif

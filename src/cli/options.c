@@ -247,7 +247,8 @@ void dp_print_version(FILE *f) {
     char be[256];
     dp_backend_describe(be, sizeof be);
     fprintf(f, "dptrain %s\nbackends: %s\ndevices: cpu (OpenMP)%s\ncpu kernels: %s\n", DP_VERSION, be,
-            DP_HAVE_CUDA ? ", cuda (toolkit found at build time; kernels not in this version)" : "", dp_cpu_kernels());
+            DP_HAVE_CUDA ? ", cuda (toolkit found at build time; kernels not in this version)" : "",
+            dp_cpu_kernel_variant());
 }
 
 /* Stores one flag's value; *action set by --help / --version. */
