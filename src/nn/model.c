@@ -4,7 +4,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/cpu/activation.h"
 
 dp_status dp_layer_add_tensor(dp_layout *L, const dp_layer *l, const char *suffix, size_t count, int flags,
                               size_t *offset) {
@@ -154,9 +153,8 @@ static size_t out_floats(const dp_layer *l, int batch) { return (size_t)batch * 
 static size_t ctx_floats(const dp_layer *l, int batch) { return l->ctx_fixed + (size_t)batch * l->ctx_per_sample; }
 static size_t round16(size_t n) { return (n + 15) / 16 * 16; }
 
-dp_status dp_acts_create(const dp_model *m, int max_batch, int nthreads, dp_acts *a) {
-    memset(a, 0, sizeof *a);
-    a->max_batch = max_batch;
+/* The one sum of what dp_acts_create allocates, so the memory estimate cannot drift from it. */
+static size_t acts_floats(const dp_model *m, int max_batch, int nthreads, size_t *ws_out) {
     size_t total = 0, ws = 0, maxact = 0;
     for (int i = 0; i < m->n_nodes; i++) {
         const dp_layer *l = &m->nodes[i];
@@ -167,8 +165,17 @@ dp_status dp_acts_create(const dp_model *m, int max_batch, int nthreads, dp_acts
         }
         if (out_floats(l, max_batch) > maxact) maxact = out_floats(l, max_batch);
     }
+    if (ws_out) *ws_out = ws;
+    return total + round16(ws) + round16(maxact);
+}
+
+size_t dp_acts_floats(const dp_model *m, int max_batch, int nthreads) { return acts_floats(m, max_batch, nthreads, NULL); }
+
+dp_status dp_acts_create(const dp_model *m, int max_batch, int nthreads, dp_acts *a) {
+    memset(a, 0, sizeof *a);
+    a->max_batch = max_batch;
+    size_t ws = 0, total = acts_floats(m, max_batch, nthreads, &ws);
     a->ws_floats = ws;
-    total += round16(ws) + round16(maxact);
     a->out = calloc((size_t)m->n_nodes, sizeof *a->out);
     a->dout = calloc((size_t)m->n_nodes, sizeof *a->dout);
     a->ctx = calloc((size_t)m->n_nodes, sizeof *a->ctx);
@@ -264,7 +271,8 @@ dp_status dp_node_backward(const dp_model *m, int node, dp_acts *a, const dp_exe
         const dp_layer *src = &m->nodes[l->in[tmp_used]];
         size_t n = (size_t)x->batch * dp_shape_size(src->out);
         float *dst = a->dout[l->in[tmp_used]];
-        add_forward_cpu(n, dst, a->din_tmp, dst, x->nthreads);
+        const dp_kctx c = dp_exec_kctx(x);
+        dp_exec_kernels(x)->add(&c, n, dst, a->din_tmp, dst);
     }
     return DP_OK;
 }

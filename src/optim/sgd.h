@@ -9,9 +9,13 @@
 
 #include "core/arena.h"
 
+struct dp_kernels;
+
 typedef struct {
     float lr, momentum, weight_decay;
     int nesterov;
+    const struct dp_kernels *k; /* the device's kernels (NULL: the CPU's) */
+    void *stream;               /* and its stream */
 } dp_sgd;
 
 /* momentum_buf may be NULL when momentum == 0. */

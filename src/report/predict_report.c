@@ -7,7 +7,7 @@
 
 static const char *const mode_names[2] = {"ddp", "dp"};
 
-void dp_report_predictions(dp_reporter *r, const char *what, const dp_predict_series *s) {
+dp_status dp_report_predictions(dp_reporter *r, const char *what, const dp_predict_series *s) {
     const dp_topology *t = s->topo;
     if (r->console) {
         printf("predicted on %s (%s, up to %d devices): %s\n", t->name, t->device, t->devices, what);
@@ -21,19 +21,21 @@ void dp_report_predictions(dp_reporter *r, const char *what, const dp_predict_se
                        1e3 * p->step_s, p->epoch_s, p->speedup, p->efficiency, 1e3 * p->compute_s,
                        1e3 * p->exposed_comm_s, 1e3 * p->serial_s, 1e3 * p->host_s,
                        s->devices[i] > t->devices ? "  (more devices than the topology has)" : "");
-            if (r->log) {
-                fprintf(r->log, "{\"event\":\"predict\",\"topology\":");
-                dp_json_string(r->log, t->name);
-                fprintf(r->log,
+            dp_jbuf *j = dp_report_line(r);
+            if (j) {
+                dp_jbuf_printf(j, "{\"event\":\"predict\",\"topology\":");
+                dp_jbuf_string(j, t->name);
+                dp_jbuf_printf(j,
                         ",\"mode\":\"%s\",\"devices\":%d,\"step_s\":%.9g,\"epoch_s\":%.9g,\"speedup\":%.6g,"
                         "\"efficiency\":%.6g,\"compute_s\":%.9g,\"exposed_comm_s\":%.9g,\"serial_s\":%.9g,"
-                        "\"host_s\":%.9g,\"comm_s\":%.9g,\"collectives\":%ld}\n",
+                        "\"host_s\":%.9g,\"comm_s\":%.9g,\"collectives\":%ld}",
                         mode_names[m], s->devices[i], p->step_s, p->epoch_s, p->speedup, p->efficiency, p->compute_s,
                         p->exposed_comm_s, p->serial_s, p->host_s, p->comm_s, p->collectives);
+                DP_TRY(dp_report_commit(r));
             }
         }
     if (r->console) fflush(stdout);
-    if (r->log) fflush(r->log);
+    return DP_OK;
 }
 
 static void xml_text(FILE *f, const char *s) {

@@ -16,7 +16,7 @@ typedef struct {
 
 /* The table on the console (if r->console) and the log lines (if r->log). `what` describes the
  * workload ("lenet, batch 64, 938 steps/epoch, compute: cpu profile"). */
-void dp_report_predictions(dp_reporter *r, const char *what, const dp_predict_series *s);
+dp_status dp_report_predictions(dp_reporter *r, const char *what, const dp_predict_series *s);
 /* Speedup against devices for every series, DDP solid and DP dashed, and the ideal line. */
 dp_status dp_plot_speedup_svg(const char *path, const char *title, const dp_predict_series *s, int n_series);
 

@@ -8,7 +8,6 @@
 #include <string.h>
 
 #include "core/treesum.h"
-#include "kernels/cpu/loss.h"
 #include "train/trainer.h"
 
 dp_status dp_evaluate(dp_trainer *t, const dp_dataset *d, dp_step_metrics *m, long *per_class_correct,
@@ -33,7 +32,7 @@ dp_status dp_evaluate(dp_trainer *t, const dp_dataset *d, dp_step_metrics *m, lo
         dp_slot *sl = &t->rep[r].slots[q % ns];
         float *s = stats + (size_t)r * nstat;
         int *my_idx = idx + (size_t)q * piece;
-        dp_exec x = {.training = 0, .nthreads = 1, .params = t->rep[0].params, .buffers = t->rep[0].buffers};
+        dp_exec x = {.training = 0, .nthreads = 1, .k = t->k, .params = t->rep[0].params, .buffers = t->rep[0].buffers};
         const int worker = t->rep[r].rank * ns + q % ns;
         for (int c = worker; c < n_pieces && st[q] == DP_OK; c += t->world * ns) {
             int n = d->n - c * piece < piece ? d->n - c * piece : piece;
@@ -43,7 +42,8 @@ dp_status dp_evaluate(dp_trainer *t, const dp_dataset *d, dp_step_metrics *m, lo
             st[q] = dp_model_forward(md, &sl->acts, &x, sl->eval_x);
             if (st[q] != DP_OK) break;
             const float *logits = sl->acts.out[md->output];
-            s[2 * (size_t)K + (size_t)c] = (float)softmax_xent_cpu(n, K, logits, sl->eval_y, 0.0f, NULL, NULL);
+            int32_t hits;
+            t->k->softmax_xent(&t->kc, n, K, logits, sl->eval_y, 0.0f, NULL, &s[2 * (size_t)K + (size_t)c], &hits);
             /* the slots of a replica share its counters: whole numbers, exact in any order */
             for (int i = 0; i < n; i++) {
                 const float *z = logits + (size_t)i * K;

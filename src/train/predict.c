@@ -139,18 +139,22 @@ static dp_status measure_overheads(dp_trainer *t, const dp_topology *topos, int 
 }
 
 /* The run's last step's collectives, as recorded, into the log. */
-static void log_collectives(dp_trainer *t) {
+static dp_status log_collectives(dp_trainer *t) {
     static const char *const kinds[DP_COLL_KINDS] = {"allreduce", "broadcast", "reduce", "allgather", "gather",
                                                      "scatter", "barrier"};
-    FILE *f = t->report.log;
-    if (!f || t->cfg.predict_only) return;
+    if (t->cfg.predict_only) return DP_OK;
     for (int i = 0; i < t->trace.n; i++) {
         const dp_coll_record *r = &t->trace.recs[i];
-        fprintf(f, "{\"event\":\"collective\",\"step\":%ld,\"index\":%d,\"kind\":\"%s\",\"bytes\":%.0f,"
-                   "\"algorithm\":\"%s\",\"t_issue_s\":%.9g,\"seconds\":%.9g,\"ready_node\":%d}\n",
-                t->step, i, kinds[r->kind], r->bytes, r->algorithm ? r->algorithm : "", r->t_issue, r->seconds,
-                r->ready_node);
+        dp_jbuf *j = dp_report_line(&t->report);
+        if (!j) return DP_OK;
+        dp_jbuf_printf(j, "{\"event\":\"collective\",\"step\":%ld,\"index\":%d,\"kind\":\"%s\",\"bytes\":%.0f,"
+                          "\"algorithm\":", t->step, i, kinds[r->kind], r->bytes);
+        dp_jbuf_string(j, r->algorithm ? r->algorithm : "");
+        dp_jbuf_printf(j, ",\"t_issue_s\":%.9g,\"seconds\":%.9g,\"ready_node\":%d}", r->t_issue, r->seconds,
+                       r->ready_node);
+        DP_TRY(dp_report_commit(&t->report));
     }
+    return DP_OK;
 }
 
 /* The training run's own per-node times, as the row of its lane size and concurrency: each
@@ -177,7 +181,7 @@ static dp_status row_from_run(dp_trainer *t, dp_profile *p) {
 dp_status dp_trainer_predict(dp_trainer *t) {
     const dp_config *c = &t->cfg;
     if (!c->predict_topos && !c->save_profile) return DP_OK;
-    log_collectives(t);
+    DP_TRY(log_collectives(t));
     dp_topology topos[MAX_TOPOS];
     int n_topos = 0;
     if (c->predict_topos) DP_TRY(split_topologies(c->predict_topos, topos, &n_topos));
@@ -234,7 +238,7 @@ dp_status dp_trainer_predict(dp_trainer *t) {
             }
             series[k].pred[m] = out;
         }
-        if (s == DP_OK) dp_report_predictions(&t->report, what, &series[k]);
+        if (s == DP_OK) s = dp_report_predictions(&t->report, what, &series[k]);
     }
     if (s == DP_OK && c->plot_path && n_topos) {
         char title[160];

@@ -13,16 +13,22 @@
 
 #include "core/timer.h"
 #include "core/treesum.h"
-#include "kernels/cpu/loss.h"
 #include "train/trainer.h"
 
 /* Runs the body for every active slot q = (replica r, slot l) of every local replica, in
  * parallel over slots (the trainer must be named t). Which thread runs which slot changes no
  * result: each slot runs one lane, single-threaded, into its own arenas. */
 #define FOR_SLOTS(t, r, l)                                                                              \
-    _Pragma("omp parallel for num_threads(t->cfg.threads) schedule(static) if (t->n_local * t->rep[0].n_active > 1)") \
+    _Pragma("omp parallel for num_threads(team(t)) schedule(static) if (t->n_local * t->rep[0].n_active > 1)") \
     for (int q_ = 0; q_ < t->n_local * t->rep[0].n_active; q_++)                                       \
         for (int r = q_ / t->rep[0].n_active, l = q_ % t->rep[0].n_active, once_ = 1; once_; once_ = 0)
+
+/* Threads for the active slots: no more than there are slots (a woken thread with nothing to
+ * do still costs its wake-up, and spins where it could have left the core to another). */
+static int team(const dp_trainer *t) {
+    const int nq = t->n_local * t->rep[0].n_active;
+    return nq < t->cfg.threads ? nq : t->cfg.threads;
+}
 
 /* What a micro-step is: batch b of the epoch, its share of its optimizer step. */
 typedef struct {
@@ -40,6 +46,7 @@ static dp_exec exec_of(const dp_trainer *t, int r, int l, const dp_batch *b, con
     x.training = training;
     x.update_stats = l == 0;
     x.nthreads = 1;
+    x.k = t->k;
     x.params = rep->params;
     x.grads = rep->slots[l].grads;
     x.buffers = rep->buffers;
@@ -76,20 +83,23 @@ static dp_status reduce_sums(dp_trainer *t, int i) {
     for (int r = 0; r < t->n_local; r++) {
         float *v[na];
         for (int l = 0; l < na; l++) v[l] = t->rep[r].slots[l].acts.sync[i];
-        dp_tree_sum(v, na, 0, n, 0);
+        t->k->tree_sum(&t->kc, v, na, 0, n, 0);
         t->ptrs[r] = v[0];
     }
     if (t->cfg.sync_bn) DP_TRY(dp_allreduce(t->backend, t->ptrs, n, DP_SUM));
     for (int r = 0; r < t->n_local; r++)
-        for (int l = 1; l < na; l++)
-            memcpy(t->rep[r].slots[l].acts.sync[i], t->rep[r].slots[0].acts.sync[i], n * sizeof(float));
+        for (int l = 1; l < na; l++) t->k->copy(&t->kc, n, t->rep[r].slots[0].acts.sync[i], t->rep[r].slots[l].acts.sync[i]);
     return DP_OK;
 }
 
 /* The loss of one lane: its samples' losses summed in order, as a float (the unit the trees add). */
-static float lane_loss(int n, int K, const float *logits, const int32_t *y, float scale, float *dlogits, int *correct) {
-    *correct = 0;
-    return n ? (float)softmax_xent_cpu(n, K, logits, y, scale, dlogits, correct) : 0.0f;
+static float lane_loss(const dp_trainer *t, int n, int K, const float *logits, const int32_t *y, float scale,
+                       float *dlogits, int *correct) {
+    float loss;
+    int32_t ok;
+    t->k->softmax_xent(&t->kc, n, K, logits, y, scale, dlogits, &loss, &ok);
+    *correct = ok;
+    return loss;
 }
 
 /* Forward and loss. The slots run independently between synchronisation points, which are
@@ -128,7 +138,7 @@ static dp_status forward_all(dp_trainer *t, const dp_batch *b, const micro_info 
                 dp_node_forward_sums(m, j, &sl->acts, &x, in);
             } else {
                 const size_t at = (size_t)r * t->n_lanes + (size_t)sl->lane;
-                t->lane_loss[at] = lane_loss(sl->n, m->n_classes, sl->acts.out[m->output], b[r].y + sl->lo, scale,
+                t->lane_loss[at] = lane_loss(t, sl->n, m->n_classes, sl->acts.out[m->output], b[r].y + sl->lo, scale,
                                              sl->acts.dout[m->output], &t->lane_correct[at]);
             }
         }
@@ -160,7 +170,8 @@ static void sum_lanes(dp_trainer *t, int k) {
     for (long q = 0; q < total; q++) {
         const int r = (int)(q / (long)n_pieces);
         const size_t lo = (size_t)(q % (long)n_pieces) * piece;
-        dp_tree_sum(t->rep[r].lane_grads, L, s->offset + lo, lo + piece < s->count ? piece : s->count - lo, 1);
+        t->k->tree_sum(&t->kc, t->rep[r].lane_grads, L, s->offset + lo, lo + piece < s->count ? piece : s->count - lo,
+                       1);
     }
 }
 
@@ -381,7 +392,7 @@ static float master_loss(dp_trainer *t, float *g, size_t rec, const micro_info *
         for (int i = 0, lo = 0; i < count; i++) {
             const int ni = dp_chunk_lane_count(&sp->plan, mi->step_samples, q, first + i);
             int c = 0;
-            lanes[i] = lane_loss(ni, K, rq + (size_t)lo * K, labels + lo, 1.0f / (float)mi->step_samples, dlogits, &c);
+            lanes[i] = lane_loss(t, ni, K, rq + (size_t)lo * K, labels + lo, 1.0f / (float)mi->step_samples, dlogits, &c);
             memcpy(rq + (size_t)lo * K, dlogits, (size_t)ni * K * sizeof(float)); /* logits become their gradients */
             *correct += c;
             lo += ni;

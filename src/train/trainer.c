@@ -13,6 +13,8 @@
 #include "core/timer.h"
 #include "dp_config.h"
 #include "io/checkpoint.h"
+#include "report/progress.h"
+#include "train/memory.h"
 
 void dp_config_defaults(dp_config *c) {
     memset(c, 0, sizeof *c);
@@ -89,6 +91,62 @@ static dp_status init_params(dp_trainer *t) {
     return DP_OK;
 }
 
+/* The lanes, activation slots and samples per slot the replicas need: from the sampler's plan
+ * when training (n_train > 0; s is initialised), from the thread count for evaluation only. */
+typedef struct { int lanes, slots, lane_batch, max_local; } lane_plan;
+
+static dp_status plan_lanes(dp_trainer *t, dp_sampler *s, int n_train, lane_plan *p) {
+    const dp_config *c = &t->cfg;
+    if (n_train > 0) {
+        DP_TRY(dp_sampler_init(s, n_train, t->world, c->batch_size, c->shuffle, c->drop_last, c->seed));
+        if (s->n_batches < 1)
+            return dp_fail(DP_ERR_USAGE, "--batch-size %d: the %d training samples give no full batch with --drop-last",
+                           c->batch_size, n_train);
+        dp_sampler_set_plan(s, c->chunks, c->accumulate);
+        p->lanes = s->plan.lanes;
+        p->slots = s->max_lanes;
+        p->lane_batch = dp_chunk_max_lane(&s->plan);
+        p->max_local = dp_sampler_max_local(s);
+    } else { /* evaluation only: slots for the threads, batches of the training size */
+        p->lanes = 1;
+        p->slots = t->n_local < c->threads ? c->threads / t->n_local : 1;
+        p->lane_batch = (c->batch_size + t->world - 1) / t->world;
+        p->max_local = p->lane_batch;
+    }
+    return DP_OK;
+}
+
+static dp_status check_memory(dp_trainer *t, const dp_model *m, const dp_dataset *train, const dp_dataset *test,
+                              const lane_plan *p, int data_loaded) {
+    const dp_config *c = &t->cfg;
+    dp_mem_estimate me;
+    dp_mem_shape sh = {.n_local = t->n_local, .n_lanes = p->lanes, .n_slots = p->slots, .lane_batch = p->lane_batch,
+                       .max_local = p->max_local,
+                       .loader_slots = train ? (c->workers > 0 ? 2 * c->workers + 1 : 1) : 0};
+    dp_estimate_memory(m, train, test, &sh, &me);
+    return dp_check_memory(&me, &sh, data_loaded);
+}
+
+/* Synthetic data's size is known from the flags: estimate the whole run before generating
+ * gigabytes of it (files are checked by their readers, then the run after loading). */
+static dp_status precheck_synthetic(dp_trainer *t) {
+    const dp_config *c = &t->cfg;
+    if (strcmp(c->data.name, "synthetic") != 0) return DP_OK;
+    dp_dataset train = {.n = c->data.samples, .c = c->data.c, .h = c->data.h, .w = c->data.w};
+    dp_dataset test = train;
+    test.n = c->data.samples / 5 > 0 ? c->data.samples / 5 : 1;
+    dp_model m;
+    if (dp_model_build(c->model, (dp_shape){c->data.c, c->data.h, c->data.w}, c->data.n_classes, &m) != DP_OK)
+        return DP_OK; /* the same build after loading reports it, with the data's shape */
+    dp_sampler tmp;
+    lane_plan lp;
+    dp_status s = plan_lanes(t, &tmp, c->eval_only ? 0 : train.n, &lp);
+    if (!c->eval_only) dp_sampler_free(&tmp);
+    if (s == DP_OK) s = check_memory(t, &m, c->eval_only ? NULL : &train, &test, &lp, 0);
+    dp_model_free(&m);
+    return s;
+}
+
 static int holds_rank0(const dp_trainer *t) {
     for (int r = 0; r < t->n_local; r++)
         if (t->rep[r].rank == 0) return 1;
@@ -99,6 +157,8 @@ static dp_status setup(dp_trainer *t) {
     dp_config *c = &t->cfg;
     if (c->threads <= 0) c->threads = omp_get_num_procs();
     openblas_set_num_threads(1); /* parallelism is ours: over samples or over replicas */
+    t->k = &dp_cpu_kernels;
+    t->kc = (dp_kctx){.nthreads = 1, .stream = NULL};
 
     dp_backend_config bc = {.name = c->backend, .replicas = c->replicas, .nthreads = c->threads,
                             .algorithm = c->allreduce_algo, .timeout_s = c->timeout_s,
@@ -106,10 +166,13 @@ static dp_status setup(dp_trainer *t) {
     DP_TRY(dp_backend_create(&bc, &t->backend));
     t->n_local = dp_backend_n_local(t->backend);
     t->world = dp_backend_world(t->backend);
+    /* before any data is read: a log that cannot be created is a start-time error (rank 0 writes it) */
+    if (dp_backend_rank(t->backend, 0) == 0) DP_TRY(dp_report_check_path(c->log_path));
     if (c->batch_size < t->world)
         return dp_fail(DP_ERR_USAGE, "--batch-size %d is smaller than the %d replicas: each replica needs a sample",
                        c->batch_size, t->world);
 
+    DP_TRY(precheck_synthetic(t));
     DP_TRY(load_data(t));
     const dp_dataset *shape_src = t->have_train ? &t->train : &t->test;
     dp_shape in = {shape_src->c, shape_src->h, shape_src->w};
@@ -119,23 +182,11 @@ static dp_status setup(dp_trainer *t) {
     DP_TRY(dp_check_consistency(t));
 
     /* the sampler fixes the lanes: which samples each lane sums, so which additions happen */
-    int lane_batch, n_slots;
-    if (t->have_train) {
-        DP_TRY(dp_sampler_init(&t->sampler, t->train.n, t->world, c->batch_size, c->shuffle, c->drop_last, c->seed));
-        if (t->sampler.n_batches < 1)
-            return dp_fail(DP_ERR_USAGE, "--batch-size %d: the %d training samples give no full batch with --drop-last",
-                           c->batch_size, t->train.n);
-        dp_sampler_set_plan(&t->sampler, c->chunks, c->accumulate);
-        t->n_lanes = t->sampler.plan.lanes;
-        n_slots = t->sampler.max_lanes;
-        lane_batch = dp_chunk_max_lane(&t->sampler.plan);
-        t->max_local = dp_sampler_max_local(&t->sampler);
-    } else { /* evaluation only: slots for the threads, batches of the training size */
-        t->n_lanes = 1;
-        n_slots = t->n_local < c->threads ? c->threads / t->n_local : 1;
-        lane_batch = (c->batch_size + t->world - 1) / t->world;
-        t->max_local = lane_batch;
-    }
+    lane_plan lp;
+    DP_TRY(plan_lanes(t, &t->sampler, t->have_train ? t->train.n : 0, &lp));
+    t->n_lanes = lp.lanes, t->max_local = lp.max_local;
+    int lane_batch = lp.lane_batch, n_slots = lp.slots;
+    DP_TRY(check_memory(t, &t->model, t->have_train ? &t->train : NULL, &t->test, &lp, 1));
     DP_ALLOC(t->rep, t->n_local, "replicas");
     for (int r = 0; r < t->n_local; r++)
         DP_TRY(dp_replica_create(&t->rep[r], &t->model, dp_backend_rank(t->backend, r), lane_batch, t->n_lanes,
@@ -168,12 +219,13 @@ static dp_status setup(dp_trainer *t) {
                                  .gamma = c->lr_gamma,
                                  .warmup_steps = (long)ceil(c->warmup_epochs * steps_per_epoch)};
         memcpy(t->sched.milestones, c->lr_steps, sizeof c->lr_steps);
-        t->sgd = (dp_sgd){.lr = c->lr, .momentum = c->momentum, .weight_decay = c->weight_decay, .nesterov = c->nesterov};
+        t->sgd = (dp_sgd){.lr = c->lr, .momentum = c->momentum, .weight_decay = c->weight_decay, .nesterov = c->nesterov,
+                          .k = t->k, .stream = t->kc.stream};
     }
     /* Last: the log file, so that no bad flag or file leaves one behind. */
     int rank0 = holds_rank0(t);
     int console = rank0 && !c->quiet;
-    int progress = console && (c->progress == 1 || (c->progress == -1 && isatty(STDOUT_FILENO)));
+    int progress = console && dp_progress_wanted(c->progress, STDOUT_FILENO);
     DP_TRY(dp_report_open(&t->report, rank0 ? c->log_path : NULL, console, progress));
     return DP_OK;
 }
@@ -208,23 +260,33 @@ static int canonical_order(const dp_trainer *t) {
     return t->have_train && t->sampler.plan.canonical && sim_algo_ok;
 }
 
-static void log_config(dp_trainer *t) {
-    char buf[2048];
+/* Every string goes through the JSON escaper: a path or name may hold any byte. */
+static dp_status log_config(dp_trainer *t) {
     const dp_config *c = &t->cfg;
     size_t n_params = 0; /* real parameters, not the arena's alignment padding */
     for (int i = 0; i < t->model.params.n_tensors; i++) n_params += t->model.params.tensors[i].s.count;
-    snprintf(buf, sizeof buf,
-             "\"version\":\"%s\",\"model\":\"%s\",\"params\":%zu,\"dataset\":\"%s\",\"train_samples\":%d,"
-             "\"test_samples\":%d,\"backend\":\"%s\",\"world\":%d,\"mode\":\"%s\",\"batch_size\":%d,\"epochs\":%d,"
-             "\"lr\":%.9g,\"momentum\":%.9g,\"weight_decay\":%.9g,\"nesterov\":%d,\"seed\":%llu,\"threads\":%d,"
-             "\"workers\":%d,\"lanes\":%d,\"buckets\":%d,\"accumulate\":%d,\"sync_bn\":%d,\"overlap\":%d,"
-             "\"allreduce\":\"%s\",\"chunks\":%d,\"canonical_order\":%d",
-             DP_VERSION, t->model.name, n_params, t->test.name, t->have_train ? t->train.n : 0, t->test.n,
-             dp_backend_name(t->backend), t->world, c->mode == DP_MODE_DDP ? "ddp" : "dp", c->batch_size, c->epochs,
-             c->lr, c->momentum, c->weight_decay, c->nesterov, (unsigned long long)c->seed, c->threads, c->workers,
-             t->n_lanes, t->model.params.n_buckets, c->accumulate, c->sync_bn, c->overlap,
-             strcmp(c->backend, "sim") == 0 ? c->allreduce_algo : c->backend, c->chunks, canonical_order(t));
-    dp_report_config(&t->report, buf);
+    dp_jbuf b = {0};
+    dp_jbuf_kv_string(&b, "version", DP_VERSION, 1);
+    dp_jbuf_kv_string(&b, "model", t->model.name, 0);
+    dp_jbuf_printf(&b, ",\"params\":%zu", n_params);
+    dp_jbuf_kv_string(&b, "dataset", t->test.name, 0);
+    dp_jbuf_kv_string(&b, "data", strcmp(c->data.name, "synthetic") == 0 ? "" : c->data.dir, 0);
+    dp_jbuf_printf(&b, ",\"train_samples\":%d,\"test_samples\":%d", t->have_train ? t->train.n : 0, t->test.n);
+    dp_jbuf_kv_string(&b, "backend", dp_backend_name(t->backend), 0);
+    dp_jbuf_printf(&b, ",\"world\":%d", t->world);
+    dp_jbuf_kv_string(&b, "mode", c->mode == DP_MODE_DDP ? "ddp" : "dp", 0);
+    dp_jbuf_printf(&b,
+                   ",\"batch_size\":%d,\"epochs\":%d,\"lr\":%.9g,\"momentum\":%.9g,\"weight_decay\":%.9g,"
+                   "\"nesterov\":%d,\"seed\":%llu,\"threads\":%d,\"workers\":%d,\"lanes\":%d,\"buckets\":%d,"
+                   "\"accumulate\":%d,\"sync_bn\":%d,\"overlap\":%d",
+                   c->batch_size, c->epochs, c->lr, c->momentum, c->weight_decay, c->nesterov,
+                   (unsigned long long)c->seed, c->threads, c->workers, t->n_lanes, t->model.params.n_buckets,
+                   c->accumulate, c->sync_bn, c->overlap);
+    dp_jbuf_kv_string(&b, "allreduce", strcmp(c->backend, "sim") == 0 ? c->allreduce_algo : c->backend, 0);
+    dp_jbuf_printf(&b, ",\"chunks\":%d,\"canonical_order\":%d", c->chunks, canonical_order(t));
+    dp_status s = dp_report_config(&t->report, &b);
+    dp_jbuf_free(&b);
+    DP_TRY(s);
     if (t->report.console && t->have_train && !canonical_order(t))
         printf("note: %s, so results equal other replica counts only within float rounding (bitwise for every "
                "replica count that divides --chunks %d, with --allreduce ordered)\n",
@@ -232,6 +294,7 @@ static void log_config(dp_trainer *t) {
                    ? "--allreduce ring/tree sums in its own order"
                    : "the replica count does not divide --chunks",
                c->chunks);
+    return DP_OK;
 }
 
 static dp_status final_eval(dp_trainer *t, double *acc_out) {
@@ -240,7 +303,7 @@ static dp_status final_eval(dp_trainer *t, double *acc_out) {
     dp_step_metrics m;
     DP_TRY(dp_evaluate(t, &t->test, &m, correct, count));
     double acc = m.count ? (double)m.correct / m.count : 0;
-    dp_report_final(&t->report, t->test.name, acc, K, correct, count, t->test.class_names);
+    DP_TRY(dp_report_final(&t->report, t->test.name, acc, K, correct, count, t->test.class_names));
     if (acc_out) *acc_out = acc;
     return DP_OK;
 }
@@ -269,12 +332,13 @@ static dp_status run_epoch(dp_trainer *t, int epoch, int *stop) {
         if (b % K != dp_sampler_step_micro(&t->sampler, b) - 1) continue;
         t->step++;
         const double now = dp_now(); /* per-step times: a median the overhead model's check can use */
-        dp_report_step(&t->report, epoch, t->step, sm.loss_sum / sm.count, lr, now - last_end);
+        DP_TRY(dp_report_step(&t->report, epoch, t->step, sm.loss_sum / sm.count, lr, now - last_end));
         last_end = now;
         em.loss_sum += sm.loss_sum, em.correct += sm.correct, em.count += sm.count;
         memset(&sm, 0, sizeof sm);
         double el = dp_now() - t0;
-        dp_report_progress(&t->report, epoch, b + 1, nb, em.loss_sum / em.count, el > 0 ? em.count / el : 0);
+        DP_TRY(dp_report_progress(&t->report, epoch, c->epochs, b + 1, nb, em.loss_sum / em.count,
+                                  el > 0 ? em.count / el : 0, el));
         if (c->max_steps && t->step >= c->max_steps) {
             *stop = 1;
             break;
@@ -295,12 +359,12 @@ static dp_status run_epoch(dp_trainer *t, int epoch, int *stop) {
     e.eval_seconds = dp_now() - te;
     e.test_acc = tm.count ? (double)tm.correct / tm.count : 0;
     e.test_loss = tm.count ? tm.loss_sum / tm.count : 0;
-    dp_report_epoch(&t->report, &e);
+    DP_TRY(dp_report_epoch(&t->report, &e));
     return DP_OK;
 }
 
 static dp_status run(dp_trainer *t) {
-    log_config(t);
+    DP_TRY(log_config(t));
     if (t->cfg.eval_only) return final_eval(t, NULL);
     if (t->cfg.predict_only) return dp_trainer_predict(t);
     int stop = 0;
@@ -319,7 +383,7 @@ dp_status dp_trainer_run(dp_trainer *t) {
         dp_report_error(&t->report, dp_last_error());
         t->backend->failed = 1;
     }
-    dp_status cs = dp_report_close(&t->report, t->cfg.log_path);
+    dp_status cs = dp_report_close(&t->report);
     return s != DP_OK ? s : cs;
 }
 
@@ -345,7 +409,7 @@ void dp_trainer_destroy(dp_trainer *t) {
     free(t->dp_in_all);
     free(t->trace.recs);
     free(t->node_s);
-    if (t->report.log) fclose(t->report.log);
+    dp_report_discard(&t->report);
     dp_model_free(&t->model);
     if (t->have_train) dp_dataset_free(&t->train);
     dp_dataset_free(&t->test);

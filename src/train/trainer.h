@@ -24,6 +24,8 @@ typedef struct dp_trainer {
     dp_dataset train, test;
     int have_train;
     dp_backend_t backend;
+    const dp_kernels *k;      /* the device's kernel table */
+    dp_kctx kc;               /* and the context of the trainer's own kernel calls */
     int n_local, world;
     int n_lanes;              /* lanes (gradient partials) per replica and step (replica.h) */
     int max_local;            /* the most samples a replica gets in a micro-step */
