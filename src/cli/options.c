@@ -4,10 +4,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "backends/backend.h"
 #include "cli/options.h"
 #include "dp_config.h"
+#include "io/atomic.h"
 #include "nn/model.h"
 
 static dp_status parse_long(const char *flag, const char *s, long lo, long hi, long *out) {
@@ -80,6 +82,22 @@ static dp_status parse_lr_steps(const char *s, dp_config *c) {
     return DP_OK;
 }
 
+/* --save-every N (steps) or Ne (epochs). */
+static dp_status parse_save_every(const char *s, dp_config *c) {
+    char num[32];
+    size_t n = strlen(s);
+    int epochs = n > 1 && s[n - 1] == 'e';
+    if (n == 0 || n >= sizeof num)
+        return dp_fail(DP_ERR_USAGE, "--save-every: expected N (steps) or Ne (epochs), N in 1..1000000000, got '%s'", s);
+    snprintf(num, sizeof num, "%.*s", (int)(n - (size_t)epochs), s);
+    long v = 0;
+    if (parse_long("--save-every", num, 1, 1000000000L, &v) != DP_OK)
+        return dp_fail(DP_ERR_USAGE, "--save-every: expected N (steps) or Ne (epochs), N in 1..1000000000, got '%s'", s);
+    c->save_every = epochs ? 0 : v;
+    c->save_every_epochs = epochs ? (int)v : 0;
+    return DP_OK;
+}
+
 static dp_status one_of(const char *flag, const char *v, const char *const *allowed, int n, int *idx) {
     for (int i = 0; i < n; i++)
         if (strcmp(v, allowed[i]) == 0) return *idx = i, DP_OK;
@@ -96,7 +114,7 @@ enum {
     OPT_BATCH, OPT_LR, OPT_MOMENTUM, OPT_WD, OPT_NESTEROV, OPT_LR_STEPS, OPT_LR_GAMMA, OPT_LR_SCALE, OPT_LR_REF,
     OPT_WARMUP, OPT_SEED, OPT_WORKERS, OPT_THREADS, OPT_NO_SHUFFLE, OPT_DROP_LAST, OPT_AUGMENT, OPT_BACKEND,
     OPT_REPLICAS, OPT_MODE, OPT_BUCKET, OPT_NO_OVERLAP, OPT_ACCUM, OPT_SYNC_BN, OPT_ALLREDUCE, OPT_TIMEOUT, OPT_LOG,
-    OPT_SAVE, OPT_LOAD, OPT_PROGRESS, OPT_NO_PROGRESS, OPT_QUIET, OPT_HELP, OPT_VERSION
+    OPT_SAVE, OPT_LOAD, OPT_INIT_FROM, OPT_CHECKPOINT, OPT_SAVE_EVERY, OPT_KEEP, OPT_RESUME, OPT_ON_NAN, OPT_PROGRESS, OPT_NO_PROGRESS, OPT_QUIET, OPT_HELP, OPT_VERSION
 };
 
 static const struct option long_opts[] = {
@@ -136,6 +154,12 @@ static const struct option long_opts[] = {
     {"log", required_argument, 0, OPT_LOG},
     {"save", required_argument, 0, OPT_SAVE},
     {"load", required_argument, 0, OPT_LOAD},
+    {"init-from", required_argument, 0, OPT_INIT_FROM},
+    {"checkpoint", required_argument, 0, OPT_CHECKPOINT},
+    {"save-every", required_argument, 0, OPT_SAVE_EVERY},
+    {"keep", required_argument, 0, OPT_KEEP},
+    {"resume", required_argument, 0, OPT_RESUME},
+    {"on-nan", required_argument, 0, OPT_ON_NAN},
     {"progress", no_argument, 0, OPT_PROGRESS},
     {"no-progress", no_argument, 0, OPT_NO_PROGRESS},
     {"quiet", no_argument, 0, OPT_QUIET},
@@ -185,7 +209,22 @@ void dp_print_usage(FILE *f) {
 "\n"
 "output:\n"
 "  --log FILE          JSON lines: config, step, epoch, final events\n"
-"  --save FILE         checkpoint at the end    --load FILE  start from (train) or evaluate (eval) a checkpoint\n"
+"  --save FILE         write a checkpoint (safetensors) at the end of training\n"
+"  --load FILE         eval: the checkpoint to evaluate (train: same as --init-from)\n"
+"\n"
+"checkpoints and failures (docs/reliability.md):\n"
+"  --checkpoint DIR    write checkpoints into DIR (created if missing; its parent must exist)\n"
+"  --save-every N|Ne   every N optimizer steps, or every N epochs with Ne; N in 1..1000000000 (default 1e)\n"
+"  --keep K            checkpoints kept in DIR, 1..1000000 (default 3)\n"
+"  --resume DIR|FILE   continue from the newest good checkpoint in DIR (damaged ones are skipped with a\n"
+"                      warning) or from FILE: bitwise the run that was never stopped; implies\n"
+"                      --checkpoint DIR when no --checkpoint is given\n"
+"  --init-from FILE    initial weights and BN statistics from a safetensors state_dict (PyTorch's\n"
+"                      names; a dptrain checkpoint or one PyTorch wrote); epochs and momentum start afresh\n"
+"  --on-nan stop|skip  a NaN/Inf loss or gradient: stop (default; the last checkpoint stays the newest)\n"
+"                      or skip the step without updating (counted in the epoch line and log)\n"
+"  Ctrl-C / SIGTERM    finish the step, write a checkpoint (with --checkpoint), exit 130 / 143;\n"
+"                      a second Ctrl-C exits at once\n"
 "  --progress / --no-progress   progress bar (default: on a terminal)   --quiet  no console output\n"
 "  --help, --version\n",
             dp_model_names());
@@ -274,6 +313,17 @@ dp_status dp_parse_args(int argc, char **argv, dp_config *c, dp_action *action) 
         case OPT_LOG: c->log_path = v; break;
         case OPT_SAVE: c->save_path = v; break;
         case OPT_LOAD: c->load_path = v; break;
+        case OPT_INIT_FROM: c->init_path = v; break;
+        case OPT_CHECKPOINT: c->checkpoint_dir = v; break;
+        case OPT_SAVE_EVERY: DP_TRY(parse_save_every(v, c)); break;
+        case OPT_KEEP: DP_TRY(parse_int("--keep", v, 1, 1000000, &c->keep)); break;
+        case OPT_RESUME: c->resume_path = v; break;
+        case OPT_ON_NAN: {
+            static const char *const nan_modes[] = {"stop", "skip"};
+            DP_TRY(one_of("--on-nan", v, nan_modes, 2, &k));
+            c->on_nan_skip = k;
+            break;
+        }
         case OPT_PROGRESS: c->progress = 1; break;
         case OPT_NO_PROGRESS: c->progress = 0; break;
         case OPT_QUIET: c->quiet = 1; break;
@@ -305,15 +355,52 @@ dp_status dp_parse_args(int argc, char **argv, dp_config *c, dp_action *action) 
     if (strcmp(c->backend, "sim") != 0 && c->replicas != 1)
         return dp_fail(DP_ERR_USAGE, "--replicas is for --backend sim; with %s the number of processes or devices "
                        "sets the replica count", c->backend);
-    if (c->eval_only && !c->load_path)
-        return dp_fail(DP_ERR_USAGE, "eval: --load FILE is required (a checkpoint written by train --save)");
+    if (c->eval_only) {
+        if (!c->load_path)
+            return dp_fail(DP_ERR_USAGE, "eval: --load FILE is required (a checkpoint written by train --save or "
+                           "--checkpoint, or a safetensors state_dict)");
+        /* eval changes no weight: a --save there would write nothing new, so say so instead of ignoring it */
+        const char *bad = c->save_path ? "--save" : c->checkpoint_dir ? "--checkpoint" : c->resume_path ? "--resume"
+                          : c->init_path ? "--init-from" : c->save_every || c->save_every_epochs ? "--save-every" : NULL;
+        if (bad)
+            return dp_fail(DP_ERR_USAGE, "eval: %s is for train (eval writes no checkpoint; copy the file given to "
+                           "--load instead)", bad);
+    } else if (c->load_path) {
+        if (c->init_path) return dp_fail(DP_ERR_USAGE, "train: give --init-from or --load, not both");
+        /* the old meaning, said out loud: weights only, not a continuation */
+        fprintf(stderr, "dptrain: note: train --load FILE is --init-from FILE: weights and BN statistics are loaded, "
+                "epochs, LR schedule and momentum start afresh (to continue a run exactly: --checkpoint DIR, then "
+                "--resume DIR)\n");
+        c->init_path = c->load_path;
+        c->load_path = NULL;
+    }
+    if (c->resume_path && c->init_path)
+        return dp_fail(DP_ERR_USAGE, "--resume and --init-from exclude each other (--resume restores the weights too)");
+    if ((c->save_every || c->save_every_epochs || c->keep) && !c->checkpoint_dir && !c->resume_path)
+        return dp_fail(DP_ERR_USAGE, "--%s needs --checkpoint DIR", c->keep ? "keep" : "save-every");
+    if (c->resume_path && !c->checkpoint_dir) {
+        struct stat st;
+        if (stat(c->resume_path, &st) == 0 && S_ISDIR(st.st_mode)) c->checkpoint_dir = c->resume_path;
+    }
+    if (c->checkpoint_dir && !c->save_every && !c->save_every_epochs) c->save_every_epochs = 1;
+    if (!c->keep) c->keep = 3;
+    if (c->on_nan_skip && c->accumulate > 1)
+        return dp_fail(DP_ERR_USAGE, "--on-nan skip needs --accumulate 1 (a step of several micro-batches cannot be "
+                       "skipped halfway)");
     if (c->mode == DP_MODE_DP && c->accumulate > 1)
         return dp_fail(DP_ERR_USAGE, "--accumulate is for --mode ddp (DataParallel has no no_sync)");
     if (c->mode == DP_MODE_DP && c->sync_bn)
         return dp_fail(DP_ERR_USAGE, "--sync-bn is for --mode ddp (DataParallel has no SyncBatchNorm)");
-    if (c->log_path && c->save_path && strcmp(c->log_path, c->save_path) == 0)
-        return dp_fail(DP_ERR_USAGE, "--log and --save name the same file '%s'", c->log_path);
-    if (c->log_path && c->load_path && strcmp(c->log_path, c->load_path) == 0)
-        return dp_fail(DP_ERR_USAGE, "--log would overwrite the checkpoint given to --load ('%s')", c->log_path);
+    const char *outs[2] = {c->save_path, NULL};
+    const char *ins[3] = {c->load_path, c->init_path, c->resume_path};
+    if (c->log_path) {
+        for (int i = 0; i < 1; i++)
+            if (outs[i] && dp_same_file(c->log_path, outs[i]))
+                return dp_fail(DP_ERR_USAGE, "--log and --save name the same file ('%s' and '%s')", c->log_path, outs[i]);
+        for (int i = 0; i < 3; i++)
+            if (ins[i] && dp_same_file(c->log_path, ins[i]))
+                return dp_fail(DP_ERR_USAGE, "--log would overwrite the checkpoint given to %s ('%s')",
+                               i == 0 ? "--load" : i == 1 ? "--init-from" : "--resume", c->log_path);
+    }
     return DP_OK;
 }

@@ -5,12 +5,12 @@
 
 #include "core/timer.h"
 
-dp_status dp_report_open(dp_reporter *r, const char *log_path, int console, int progress) {
+dp_status dp_report_open(dp_reporter *r, const char *log_path, int append, int console, int progress) {
     memset(r, 0, sizeof *r);
     r->console = console;
     r->progress = progress;
     if (log_path) {
-        r->log = fopen(log_path, "w");
+        r->log = fopen(log_path, append ? "a" : "w");
         if (!r->log) return dp_fail(DP_ERR_IO, "--log %s: cannot open for writing: %s", log_path, strerror(errno));
     }
     return DP_OK;
@@ -77,7 +77,9 @@ void dp_report_epoch(dp_reporter *r, const dp_epoch_report *e) {
                e->epoch, e->epochs, e->train_loss, e->train_acc, e->test_acc, e->seconds, e->images_per_s,
                e->data_wait_s, e->compute_s);
         if (calls) printf(", comm %ld calls %.1f MB %.2f s, %.0f%% during backward", calls, bytes / 1e6, comm_s, 100 * hidden);
-        printf(")\n");
+        printf(")");
+        if (e->skipped_steps) printf("  NaN/Inf steps skipped: %ld", e->skipped_steps);
+        printf("\n");
         fflush(stdout);
     }
     if (r->log) {
@@ -85,9 +87,9 @@ void dp_report_epoch(dp_reporter *r, const dp_epoch_report *e) {
                 "{\"event\":\"epoch\",\"epoch\":%d,\"steps\":%ld,\"lr\":%.9g,\"train_loss\":%.9g,\"train_acc\":%.6f,"
                 "\"test_loss\":%.9g,\"test_acc\":%.6f,\"seconds\":%.6f,\"eval_seconds\":%.6f,\"images_per_s\":%.3f,"
                 "\"data_wait_s\":%.6f,\"compute_s\":%.6f,\"comm_calls\":%ld,\"comm_bytes\":%.0f,\"comm_s\":%.6f,"
-                "\"comm_hidden_frac\":%.6f",
+                "\"comm_hidden_frac\":%.6f,\"skipped_steps\":%ld",
                 e->epoch, e->steps, e->lr, e->train_loss, e->train_acc, e->test_loss, e->test_acc, e->seconds,
-                e->eval_seconds, e->images_per_s, e->data_wait_s, e->compute_s, calls, bytes, comm_s, hidden);
+                e->eval_seconds, e->images_per_s, e->data_wait_s, e->compute_s, calls, bytes, comm_s, hidden, e->skipped_steps);
         static const char *const names[DP_COLL_KINDS] = {"allreduce", "broadcast", "reduce", "allgather", "barrier"};
         for (int k = 0; k < DP_COLL_KINDS; k++)
             if (e->comm.calls[k])
@@ -143,4 +145,10 @@ dp_status dp_report_close(dp_reporter *r, const char *log_path) {
     r->log = NULL;
     if (bad) return dp_fail(DP_ERR_IO, "--log %s: writing failed (disk full?)", log_path ? log_path : "");
     return DP_OK;
+}
+
+void dp_report_event(dp_reporter *r, const char *event, const char *json_fields) {
+    if (!r->log) return;
+    fprintf(r->log, "{\"event\":\"%s\",%s}\n", event, json_fields);
+    fflush(r->log);
 }

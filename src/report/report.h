@@ -27,10 +27,12 @@ typedef struct {
     double data_wait_s, compute_s;
     dp_comm_stats comm;     /* this epoch's collectives */
     double comm_hidden_s;   /* collectives issued while backward work remained */
+    long skipped_steps;     /* steps skipped for a NaN/Inf so far (--on-nan skip) */
 } dp_epoch_report;
 
-/* Opens the log (if path != NULL) for writing; nothing is created when this fails. */
-dp_status dp_report_open(dp_reporter *r, const char *log_path, int console, int progress);
+/* Opens the log (if path != NULL) for writing, or appending (a resumed run continues its log);
+ * nothing is created when this fails. */
+dp_status dp_report_open(dp_reporter *r, const char *log_path, int append, int console, int progress);
 /* The run's settings as the first log object (a JSON object body without braces). */
 void dp_report_config(dp_reporter *r, const char *json_fields);
 void dp_report_step(dp_reporter *r, int epoch, long step, double loss, double lr);
@@ -40,6 +42,8 @@ void dp_report_epoch(dp_reporter *r, const dp_epoch_report *e);
 void dp_report_final(dp_reporter *r, const char *dataset, double test_acc, int n_classes, const long *correct,
                      const long *count, const char *const *class_names);
 void dp_report_error(dp_reporter *r, const char *message);
+/* A log object {"event":event,<json_fields>} (checkpoint, resume, stopped), flushed at once. */
+void dp_report_event(dp_reporter *r, const char *event, const char *json_fields);
 /* Flushes and closes the log; fails if the data could not be written (disk full). */
 dp_status dp_report_close(dp_reporter *r, const char *log_path);
 /* Writes s as a JSON string literal (quotes included). */
