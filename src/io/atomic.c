@@ -60,6 +60,16 @@ dp_status dp_atomic_write(const char *flag, const char *path, dp_write_fn fill, 
     char tmp[PATH_MAX];
     int fd = make_temp(path, tmp, sizeof tmp);
     if (fd < 0) return dp_fail(DP_ERR_IO, "%s %s: cannot create a temporary file next to it: %s", flag, path, strerror(errno));
+    /* mkstemp makes 0600: give the file the target's mode, or what the umask allows a new file */
+    struct stat old;
+    mode_t mode;
+    if (stat(path, &old) == 0) mode = old.st_mode & 07777;
+    else {
+        mode_t mask = umask(0);
+        umask(mask);
+        mode = 0666 & ~mask;
+    }
+    fchmod(fd, mode);
     FILE *f = fdopen(fd, "wb");
     if (!f) {
         int e = errno;

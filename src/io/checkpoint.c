@@ -202,10 +202,11 @@ dp_status dp_checkpoint_load_resume(const char *path, const dp_model *m, float *
         if (have && strcmp(have, expect[i].value) == 0) continue;
         const char *k = expect[i].key;
         int is_arg = strncmp(k, "dptrain.arg.", 12) == 0;
+        const char *label = is_arg ? k + 12 : strcmp(k, "dptrain.train_data_crc32") == 0 ? "the training data's CRC-32" : k;
         s = dp_fail(DP_ERR_USAGE, "%s: refusing to resume: %s%s is %s%s%s in the checkpoint but %s in this run (resume "
                     "with the same value, or start afresh from its weights with --init-from)", path,
-                    is_arg ? "--" : "", is_arg ? k + 12 : k, have ? "'" : "", have ? have : "missing",
-                    have ? "'" : "", expect[i].value);
+                    is_arg ? "--" : "", label, have ? "'" : "", have ? have : "missing", have ? "'" : "",
+                    expect[i].value);
     }
     if (s == DP_OK) s = take_model(path, &f, m, params, buffers, momentum);
     if (s == DP_OK && pos) {

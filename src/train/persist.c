@@ -50,7 +50,21 @@ dp_status dp_persist_setup(dp_trainer *t) {
         snprintf(t->data_crc, sizeof t->data_crc, "%08x", (unsigned)crc);
     }
     /* only what a killed writer left: pruning to --keep waits for a new checkpoint (the newest may be damaged) */
-    if (c->checkpoint_dir && holds_rank0(t)) DP_TRY(dp_ckpt_dir_prune(c->checkpoint_dir, 1000000000));
+    if (c->checkpoint_dir && holds_rank0(t)) {
+        DP_TRY(dp_ckpt_dir_prune(c->checkpoint_dir, 1000000000));
+        char **paths;
+        int n;
+        DP_TRY(dp_ckpt_dir_list(c->checkpoint_dir, &paths, &n));
+        /* a fresh run's checkpoints would mix with another run's, and --keep would delete the new ones first */
+        if (n && !c->resume_path) {
+            dp_status e = dp_fail(DP_ERR_USAGE, "--checkpoint %s already holds %d checkpoint(s) of a run (newest %s): "
+                                  "add --resume %s to continue it, or give an empty or new directory", c->checkpoint_dir,
+                                  n, paths[0], c->checkpoint_dir);
+            dp_ckpt_dir_free(paths, n);
+            return e;
+        }
+        dp_ckpt_dir_free(paths, n);
+    }
     return DP_OK;
 }
 
