@@ -66,7 +66,7 @@ dp_status dp_ckpt_dir_list(const char *dir, char ***paths, int *n_out) {
         free(it);
         return s;
     }
-    qsort(it, (size_t)n, sizeof *it, newest_first);
+    if (n > 1) qsort(it, (size_t)n, sizeof *it, newest_first);
     for (int i = 0; i < n; i++) p[i] = it[i].path;
     free(it);
     *paths = p, *n_out = n;
