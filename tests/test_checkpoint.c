@@ -366,6 +366,31 @@ static void test_nan(void **state) {
     free(l);
 }
 
+/* --save-every Ne: one checkpoint per N epochs (plus the last state), --keep K of them. */
+static void test_save_every_epochs(void **state) {
+    (void)state;
+    const char *d = fresh_dir("ne");
+    char *o;
+    /* 512 samples, batch 32: 16 steps an epoch; every 2nd epoch of 5 is steps 32 and 64, then the end at 80 */
+    int rc = tu_run_dptrain(&o, "train " DATA " --epochs 5 --checkpoint %s --save-every 2e --keep 2", d);
+    if (rc) fail_msg("rc %d:\n%s", rc, o);
+    free(o);
+    char *ls;
+    tu_sh(&ls, "ls %s", d);
+    if (strcmp(ls, "ckpt-0000000064.safetensors\nckpt-0000000080.safetensors\n") != 0) fail_msg("%s", ls);
+    free(ls);
+    /* the next resume starts at epoch 6: nothing left with --epochs 5, one more epoch with --epochs 6 */
+    rc = tu_run_dptrain(&o, "train " DATA " --epochs 6 --checkpoint %s --save-every 2e --keep 2 --resume %s --log %s",
+                        d, d, tu_path("ne.log"));
+    if (rc) fail_msg("rc %d:\n%s", rc, o);
+    free(o);
+    char *l = slurp(tu_path("ne.log"));
+    if (!tu_contains(l, "\"event\":\"resume\",\"epoch\":6,\"next_batch\":0,\"step\":80") ||
+        !tu_contains(l, "\"epoch\":6,\"steps\":96"))
+        fail_msg("%s", l);
+    free(l);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_kill9_resume_1), cmocka_unit_test(test_kill9_resume_2),
@@ -373,6 +398,7 @@ int main(void) {
         cmocka_unit_test(test_sigterm),        cmocka_unit_test(test_damaged_skipped),
         cmocka_unit_test(test_refusals),       cmocka_unit_test(test_outputs_checked),
         cmocka_unit_test(test_disk_full),      cmocka_unit_test(test_nan),
+        cmocka_unit_test(test_save_every_epochs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

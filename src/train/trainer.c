@@ -325,6 +325,7 @@ static void say_stopped(dp_trainer *t) {
     if (!holds_rank0(t)) return;
     char cmd[8192];
     dp_persist_resume_command(t, cmd, sizeof cmd);
+    if (t->report.progress) printf("\n"); /* off the progress bar's line */
     fflush(stdout);
     if (t->cfg.checkpoint_dir)
         fprintf(stderr, "dptrain: stopped by %s after step %ld (epoch %d); checkpoint %s written; resume with: %s\n",
