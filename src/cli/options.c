@@ -391,16 +391,14 @@ dp_status dp_parse_args(int argc, char **argv, dp_config *c, dp_action *action) 
         return dp_fail(DP_ERR_USAGE, "--accumulate is for --mode ddp (DataParallel has no no_sync)");
     if (c->mode == DP_MODE_DP && c->sync_bn)
         return dp_fail(DP_ERR_USAGE, "--sync-bn is for --mode ddp (DataParallel has no SyncBatchNorm)");
-    const char *outs[2] = {c->save_path, NULL};
+    /* the same file under two spellings ("x" and "./x") counts too: compared by inode or real directory */
     const char *ins[3] = {c->load_path, c->init_path, c->resume_path};
-    if (c->log_path) {
-        for (int i = 0; i < 1; i++)
-            if (outs[i] && dp_same_file(c->log_path, outs[i]))
-                return dp_fail(DP_ERR_USAGE, "--log and --save name the same file ('%s' and '%s')", c->log_path, outs[i]);
-        for (int i = 0; i < 3; i++)
-            if (ins[i] && dp_same_file(c->log_path, ins[i]))
-                return dp_fail(DP_ERR_USAGE, "--log would overwrite the checkpoint given to %s ('%s')",
-                               i == 0 ? "--load" : i == 1 ? "--init-from" : "--resume", c->log_path);
-    }
+    static const char *const in_flags[3] = {"--load", "--init-from", "--resume"};
+    if (c->log_path && c->save_path && dp_same_file(c->log_path, c->save_path))
+        return dp_fail(DP_ERR_USAGE, "--log and --save name the same file ('%s' and '%s')", c->log_path, c->save_path);
+    for (int i = 0; i < 3 && c->log_path; i++)
+        if (ins[i] && dp_same_file(c->log_path, ins[i]))
+            return dp_fail(DP_ERR_USAGE, "--log would overwrite the checkpoint given to %s ('%s')", in_flags[i],
+                           c->log_path);
     return DP_OK;
 }

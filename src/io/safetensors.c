@@ -133,7 +133,8 @@ static dp_status parse(const char *path, dp_st_file *f) {
             t->shape[d] = (int64_t)v->valuedouble;
             count *= (double)t->shape[d];
         }
-        double b = cJSON_GetArrayItem(of, 0)->valuedouble, en = cJSON_GetArrayItem(of, 1)->valuedouble;
+        cJSON *ob = cJSON_GetArrayItem(of, 0), *oe = cJSON_GetArrayItem(of, 1);
+        double b = cJSON_IsNumber(ob) ? ob->valuedouble : -1, en = cJSON_IsNumber(oe) ? oe->valuedouble : -1;
         if (!(b >= 0 && en >= b && en <= (double)data_len))
             return dp_fail(DP_ERR_FORMAT, "%s: truncated or corrupt: tensor %s's bytes [%.0f, %.0f) lie outside the %zu "
                            "data bytes", path, t->name, b, en, data_len);
@@ -145,6 +146,18 @@ static dp_status parse(const char *path, dp_st_file *f) {
         covered += t->nbytes;
         f->n++;
     }
+    /* the tensors tile the data exactly: sorted by offset, each starts where the previous ended */
+    for (int i = 1; i < f->n; i++)
+        for (int j = i; j > 0 && f->tensors[j].data < f->tensors[j - 1].data; j--) {
+            dp_st_tensor tmp = f->tensors[j];
+            f->tensors[j] = f->tensors[j - 1];
+            f->tensors[j - 1] = tmp;
+        }
+    for (int i = 1; i < f->n; i++)
+        if ((const unsigned char *)f->tensors[i].data <
+            (const unsigned char *)f->tensors[i - 1].data + f->tensors[i - 1].nbytes)
+            return dp_fail(DP_ERR_FORMAT, "%s: corrupt: tensors %s and %s overlap", path, f->tensors[i - 1].name,
+                           f->tensors[i].name);
     if (covered != data_len)
         return dp_fail(DP_ERR_FORMAT, "%s: truncated or corrupt: the tensors cover %zu of the %zu data bytes", path,
                        covered, data_len);

@@ -153,7 +153,7 @@ dp_status dp_persist_save(dp_trainer *t, const char *flag, const char *path) {
         fprintf(t->report.log, "}\n");
         fflush(t->report.log);
     }
-    if (!path || path == buf) DP_TRY(dp_ckpt_dir_prune(t->cfg.checkpoint_dir, t->cfg.keep));
+    if (path == buf) DP_TRY(dp_ckpt_dir_prune(t->cfg.checkpoint_dir, t->cfg.keep));
     return DP_OK;
 }
 
