@@ -140,6 +140,12 @@ static void test_init_from_pytorch(void **state) {
         if (!(rel < 1e-5) || !(moved > 1e-4)) fail_msg("%s: relative difference %g, moved %g", b.tensors[i].name, rel, moved);
     }
     dp_st_free(&a), dp_st_free(&b), dp_st_free(&z);
+    /* a BN model PyTorch wrote (num_batches_tracked: int64 scalars) initialises dptrain's */
+    const char *bn = tu_path("pbn.safetensors");
+    rc = tu_sh(&o, "%s %s init --model lenet-bn --seed 2 --out %s && %s train --model lenet-bn --init-from %s --dataset "
+               "synthetic --shape 1x28x28 --samples 64 --max-steps 2 --epochs 1 --quiet", python, script, bn, bin(), bn);
+    if (rc) fail_msg("%s", o);
+    free(o);
 }
 
 int main(void) {

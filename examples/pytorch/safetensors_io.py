@@ -51,7 +51,7 @@ def save_file(path, tensors, metadata=None):
         header["__metadata__"] = {str(k): str(v) for k, v in metadata.items()}
     for name, t in tensors.items():
         a = t.detach().cpu().numpy() if hasattr(t, "detach") else np.asarray(t)
-        a = np.ascontiguousarray(a)
+        a = np.array(a, order="C", copy=True)  # not ascontiguousarray: it makes 0-d arrays 1-d
         key = a.dtype.newbyteorder("<").str if a.dtype.byteorder != "|" else a.dtype.str
         dtype = NAMES.get(key) or NAMES.get(a.dtype.str)
         b = a.astype(a.dtype.newbyteorder("<")).tobytes()

@@ -135,7 +135,8 @@ static dp_status take_model(const char *path, const dp_st_file *f, const dp_mode
             /* its value is not a weight: only its presence is checked (PyTorch writes it) */
             const dp_st_tensor *x = dp_st_find(f, e[i].name);
             if (!x) s = dp_fail(DP_ERR_USAGE, "%s: tensor %s is missing (is the file for model %s?)", path, e[i].name, m->name);
-            else if (x->ndim != 0) s = dp_fail(DP_ERR_USAGE, "%s: tensor %s should be a scalar", path, e[i].name);
+            else if (x->ndim > 1 || (x->ndim == 1 && x->shape[0] != 1)) /* [] as PyTorch; [1] tolerated */
+                s = dp_fail(DP_ERR_USAGE, "%s: tensor %s should be a scalar", path, e[i].name);
             continue;
         }
         s = take(path, f, e[i].name, e[i].ndim, e[i].shape, (e[i].kind == DP_SD_PARAM ? params : buffers) + e[i].offset);
