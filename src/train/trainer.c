@@ -110,6 +110,10 @@ static dp_status setup(dp_trainer *t) {
     DP_TRY(dp_backend_create(&bc, &t->backend));
     t->n_local = dp_backend_n_local(t->backend);
     t->world = dp_backend_world(t->backend);
+    if (c->on_nan_skip && t->n_local < t->world)
+        return dp_fail(DP_ERR_USAGE, "--on-nan skip is for one process (--backend sim): with %s a NaN loss is seen by its "
+                       "own rank only (the check comes before the metrics all-reduce), so the other ranks could not skip "
+                       "the same step", c->backend);
     if (dp_backend_rank(t->backend, 0) == 0) {
         /* before hours of training, not after: only rank 0 writes */
         if (c->save_path) DP_TRY(dp_check_output_file("--save", c->save_path));
