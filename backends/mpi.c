@@ -1,6 +1,10 @@
-/* mpi.c: one replica per MPI rank, on CPUs (what Gloo is to PyTorch). Collectives are MPI's
- * own, in place; DDP buckets use MPI_Iallreduce so they proceed while backward goes on. Every
- * wait polls with a deadline (--timeout): a rank that died makes the others fail with a
+/* mpi.c: one replica per MPI rank, on CPUs (what Gloo is to PyTorch). Sums are the ordered
+ * all-reduce of sim/ring.h, so that MPI runs give the sim's bits: MPI_Ialltoallv hands rank s
+ * every rank's piece of shard s, rank s adds them with the fixed tree (core/treesum.h), and
+ * MPI_Iallgatherv (or MPI_Igatherv to the root, for reduce) returns the shards; the bytes are
+ * a ring's. MPI_Allreduce's own order is OpenMPI's choice and changes with message size. DDP
+ * buckets start the all-to-all when they complete, so it proceeds while backward goes on.
+ * Every wait polls with a deadline (--timeout): a rank that died makes the others fail with a
  * message naming the collective, instead of hanging in it. */
 #include "dp_config.h"
 
@@ -17,19 +21,26 @@
 
 #include "backends/backend.h"
 #include "core/timer.h"
+#include "core/treesum.h"
 
 #define MAX_REQS 4096
 
+/* One ordered sum in flight: the all-to-all started, the tree and the gather to come. */
+typedef struct {
+    MPI_Request req;
+    float *buf;          /* the caller's buffer: its shards go out, the sums come back */
+    size_t n;
+    int avg, root;       /* root < 0: all-gather */
+    float *recv;         /* (size, shard) every rank's piece of this rank's shard */
+    int *counts, *displs, *rcounts, *rdispls;
+} ordered_op;
 typedef struct {
     MPI_Comm comm;
     int failed;             /* a collective failed: the job is aborted, not finalised */
     int rank, size;
     double timeout_s;
     int we_initialised;
-    MPI_Request reqs[MAX_REQS];
-    float *req_buf[MAX_REQS]; /* for DP_AVG: scaled when the request completes */
-    size_t req_n[MAX_REQS];
-    int req_avg[MAX_REQS];
+    ordered_op ops[MAX_REQS];
     int n_reqs;
 } mpi_impl;
 
@@ -109,15 +120,76 @@ static void scale(float *p, size_t n, float s) {
         body;                                                                    \
     }
 
-static dp_status mpi_allreduce_op(dp_backend_t b, float *const *bufs, size_t n, dp_redop op) {
-    mpi_impl *m = impl_of(b);
-    FOR_PIECES(n, off, cnt, {
-        MPI_Request r;
-        MPI_CHECK(m, MPI_Iallreduce(MPI_IN_PLACE, bufs[0] + off, cnt, MPI_FLOAT, MPI_SUM, m->comm, &r), "all-reduce");
-        DP_TRY(wait_deadline(m, &r, "all-reduce"));
-    });
-    if (op == DP_AVG) scale(bufs[0], n, 1.0f / (float)m->size);
+static void op_free(ordered_op *o) {
+    free(o->recv), free(o->counts);
+    o->recv = NULL, o->counts = NULL;
+}
+
+/* Starts an ordered sum of n floats: the all-to-all of the shards. */
+static dp_status ordered_start(mpi_impl *m, ordered_op *o, float *buf, size_t n, int avg, int root,
+                               const char *what) {
+    const int P = m->size;
+    memset(o, 0, sizeof *o);
+    o->buf = buf, o->n = n, o->avg = avg, o->root = root;
+    if (n / (size_t)P + 1 > (size_t)INT_MAX / (size_t)P)
+        return dp_fail(DP_ERR_BACKEND, "mpi rank %d: %s of %zu floats: too large", m->rank, what, n);
+    const size_t lo = n * (size_t)m->rank / (size_t)P, mine = n * (size_t)(m->rank + 1) / (size_t)P - lo;
+    o->counts = malloc(4 * (size_t)P * sizeof *o->counts);
+    o->recv = malloc((mine * (size_t)P + 1) * sizeof *o->recv);
+    if (!o->counts || !o->recv) {
+        op_free(o);
+        return dp_fail(DP_ERR_NOMEM, "mpi rank %d: out of memory for a %s of %zu floats", m->rank, what, n);
+    }
+    o->displs = o->counts + P, o->rcounts = o->counts + 2 * P, o->rdispls = o->counts + 3 * P;
+    for (int k = 0; k < P; k++) {
+        const size_t a = n * (size_t)k / (size_t)P, b = n * (size_t)(k + 1) / (size_t)P;
+        o->counts[k] = (int)(b - a), o->displs[k] = (int)a;          /* shard k goes to rank k */
+        o->rcounts[k] = (int)mine, o->rdispls[k] = (int)(mine * (size_t)k); /* rank k's piece of mine */
+    }
+    int rc = MPI_Ialltoallv(buf, o->counts, o->displs, MPI_FLOAT, o->recv, o->rcounts, o->rdispls, MPI_FLOAT,
+                            m->comm, &o->req);
+    if (rc != MPI_SUCCESS) {
+        op_free(o);
+        return mpi_error(m, rc, what);
+    }
     return DP_OK;
+}
+
+/* Waits for the all-to-all, adds the pieces with the fixed tree, returns the shards. */
+static dp_status ordered_finish(mpi_impl *m, ordered_op *o, const char *what) {
+    const int P = m->size;
+    dp_status st = wait_deadline(m, &o->req, what);
+    if (st != DP_OK) {
+        op_free(o);
+        return st;
+    }
+    const size_t mine = (size_t)o->rcounts[0];
+    float *pieces[P];
+    for (int k = 0; k < P; k++) pieces[k] = o->recv + mine * (size_t)k;
+    dp_tree_sum(pieces, P, 0, mine, 0);
+    if (o->avg) scale(pieces[0], mine, 1.0f / (float)P);
+    MPI_Request r;
+    int rc = o->root < 0 ? MPI_Iallgatherv(pieces[0], (int)mine, MPI_FLOAT, o->buf, o->counts, o->displs, MPI_FLOAT,
+                                           m->comm, &r)
+                         : MPI_Igatherv(pieces[0], (int)mine, MPI_FLOAT, o->buf, o->counts, o->displs, MPI_FLOAT,
+                                        o->root, m->comm, &r);
+    if (rc != MPI_SUCCESS) {
+        op_free(o);
+        return mpi_error(m, rc, what);
+    }
+    st = wait_deadline(m, &r, what);
+    op_free(o);
+    return st;
+}
+
+static dp_status ordered_sum(mpi_impl *m, float *buf, size_t n, int avg, int root, const char *what) {
+    ordered_op o;
+    DP_TRY(ordered_start(m, &o, buf, n, avg, root, what));
+    return ordered_finish(m, &o, what);
+}
+
+static dp_status mpi_allreduce_op(dp_backend_t b, float *const *bufs, size_t n, dp_redop op) {
+    return ordered_sum(impl_of(b), bufs[0], n, op == DP_AVG, -1, "all-reduce");
 }
 
 static dp_status mpi_broadcast_op(dp_backend_t b, float *const *bufs, size_t n, int root) {
@@ -131,15 +203,7 @@ static dp_status mpi_broadcast_op(dp_backend_t b, float *const *bufs, size_t n, 
 }
 
 static dp_status mpi_reduce_op(dp_backend_t b, float *const *bufs, size_t n, dp_redop op, int root) {
-    mpi_impl *m = impl_of(b);
-    FOR_PIECES(n, off, cnt, {
-        MPI_Request r;
-        const void *send = m->rank == root ? MPI_IN_PLACE : (const void *)(bufs[0] + off);
-        MPI_CHECK(m, MPI_Ireduce(send, bufs[0] + off, cnt, MPI_FLOAT, MPI_SUM, root, m->comm, &r), "reduce");
-        DP_TRY(wait_deadline(m, &r, "reduce"));
-    });
-    if (op == DP_AVG && m->rank == root) scale(bufs[0], n, 1.0f / (float)m->size);
-    return DP_OK;
+    return ordered_sum(impl_of(b), bufs[0], n, op == DP_AVG, root, "reduce");
 }
 
 static dp_status mpi_allgather_op(dp_backend_t b, const float *const *send, float *const *recv, size_t n) {
@@ -159,14 +223,13 @@ static dp_status mpi_barrier_op(dp_backend_t b) {
 
 static dp_status mpi_allreduce_start(dp_backend_t b, float *const *bufs, size_t n, dp_redop op, dp_req *req) {
     mpi_impl *m = impl_of(b);
-    if (n > (size_t)INT_MAX || m->n_reqs == MAX_REQS) {
+    if (m->n_reqs == MAX_REQS) {
         *req = -1;
-        return mpi_allreduce_op(b, bufs, n, op); /* rare: a bucket over 8 GiB, or too many in flight */
+        return mpi_allreduce_op(b, bufs, n, op); /* rare: too many buckets in flight */
     }
-    int k = m->n_reqs++;
-    MPI_CHECK(m, MPI_Iallreduce(MPI_IN_PLACE, bufs[0], (int)n, MPI_FLOAT, MPI_SUM, m->comm, &m->reqs[k]),
-              "all-reduce of a gradient bucket");
-    m->req_buf[k] = bufs[0], m->req_n[k] = n, m->req_avg[k] = op == DP_AVG;
+    int k = m->n_reqs;
+    DP_TRY(ordered_start(m, &m->ops[k], bufs[0], n, op == DP_AVG, -1, "all-reduce of a gradient bucket"));
+    m->n_reqs++;
     *req = k;
     return DP_OK;
 }
@@ -174,11 +237,10 @@ static dp_status mpi_allreduce_start(dp_backend_t b, float *const *bufs, size_t 
 static dp_status mpi_wait(dp_backend_t b, dp_req req) {
     mpi_impl *m = impl_of(b);
     if (req < 0 || req >= m->n_reqs) return DP_OK;
-    DP_TRY(wait_deadline(m, &m->reqs[req], "all-reduce of a gradient bucket"));
-    if (m->req_avg[req]) scale(m->req_buf[req], m->req_n[req], 1.0f / (float)m->size);
+    dp_status st = ordered_finish(m, &m->ops[req], "all-reduce of a gradient bucket");
     /* requests are handed out in order and waited for in order within a step */
-    if (req == m->n_reqs - 1) m->n_reqs = 0;
-    return DP_OK;
+    if (req == m->n_reqs - 1 || st != DP_OK) m->n_reqs = 0;
+    return st;
 }
 
 static void mpi_destroy(dp_backend_t b) {

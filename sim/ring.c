@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "core/arena.h"
+#include "core/treesum.h"
 
 /* The ring's chunk of an element follows its address: blocks of SIM_BLOCK floats counted
  * from the arena's alignment boundary, block b in chunk b mod N. An element is therefore
@@ -82,6 +83,37 @@ void sim_reduce(float *const *bufs, int n_rep, size_t n, int root, int nthreads)
         const long c = (r + 1) % n_rep;
         FOR_CHUNK(g0, n, n_rep, c, off, len, memcpy(bufs[root] + off, bufs[r] + off, len * sizeof(float)));
     }
+}
+
+/* Shard k of n floats when cut into n_rep shards. */
+static void shard(size_t n, int n_rep, int k, size_t *lo, size_t *len) {
+    *lo = n * (size_t)k / (size_t)n_rep;
+    *len = n * (size_t)(k + 1) / (size_t)n_rep - *lo;
+}
+
+/* Shard k's owner adds the pieces with the fixed tree. The tree works in place over the
+ * replicas' buffers (the sim's stand-in for the owner's receive buffers): the sum ends in
+ * bufs[0], the others' pieces are overwritten, as a reduce-scatter leaves them unspecified. */
+static void ordered_shards(float *const *bufs, int n_rep, size_t n, int nthreads, int root) {
+#pragma omp parallel for num_threads(nthreads) schedule(static) if (nthreads > 1)
+    for (int k = 0; k < n_rep; k++) {
+        size_t lo, len;
+        shard(n, n_rep, k, &lo, &len);
+        dp_tree_sum(bufs, n_rep, lo, len, 0);
+        /* all-gather (root < 0) or gather to root of the finished shard */
+        for (int r = root < 0 ? 1 : root; r < (root < 0 ? n_rep : root + 1); r++)
+            if (r != 0) memcpy(bufs[r] + lo, bufs[0] + lo, len * sizeof(float));
+    }
+}
+
+void sim_ordered_allreduce(float *const *bufs, int n_rep, size_t n, int nthreads) {
+    if (n_rep < 2 || n == 0) return;
+    ordered_shards(bufs, n_rep, n, threads_for(n, nthreads), -1);
+}
+
+void sim_ordered_reduce(float *const *bufs, int n_rep, size_t n, int root, int nthreads) {
+    if (n_rep < 2 || n == 0) return;
+    ordered_shards(bufs, n_rep, n, threads_for(n, nthreads), root);
 }
 
 /* Binary tree: pairs at distance 1, 2, 4, ... add into the lower index; the sum ends in 0. */

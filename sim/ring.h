@@ -11,6 +11,13 @@
  * c+1, c+2, ..., c (mod N), the same on every replica, so all end bitwise equal; the chunk
  * depends on the element's place in its arena only (see ring.c). */
 void sim_ring_allreduce(float *const *bufs, int n_rep, size_t n, int nthreads);
+/* The ordered all-reduce (the default): a reduce-scatter in which the owner of each shard adds
+ * the N replicas' pieces with the fixed tree of core/treesum.h, then an all-gather. It moves
+ * the bytes of the ring, and every element is summed in the one order that makes N replicas
+ * equal one (data/chunks.h), whatever the bucket it travels in. */
+void sim_ordered_allreduce(float *const *bufs, int n_rep, size_t n, int nthreads);
+/* The same sums into bufs[root] only (DP's gradient reduce): bitwise the ordered all-reduce's. */
+void sim_ordered_reduce(float *const *bufs, int n_rep, size_t n, int root, int nthreads);
 /* Binary-tree reduce to buffer 0, then a tree broadcast back. */
 void sim_tree_allreduce(float *const *bufs, int n_rep, size_t n, int nthreads);
 /* Sum into bufs[root]: the ring reduce-scatter, then the chunks sent to the root; bitwise the

@@ -10,8 +10,10 @@
 typedef struct {
     int n;
     int nthreads;
-    int tree;
+    int algo; /* ALGO_* */
 } sim_impl;
+
+enum { ALGO_ORDERED = 0, ALGO_RING, ALGO_TREE };
 
 static sim_impl *impl_of(dp_backend_t b) { return (sim_impl *)b->impl; }
 
@@ -31,8 +33,9 @@ static dp_device sim_device(dp_backend_t b) {
 
 static dp_status sim_allreduce_op(dp_backend_t b, float *const *bufs, size_t n, dp_redop op) {
     sim_impl *s = impl_of(b);
-    if (s->tree) sim_tree_allreduce(bufs, s->n, n, s->nthreads);
-    else sim_ring_allreduce(bufs, s->n, n, s->nthreads);
+    if (s->algo == ALGO_TREE) sim_tree_allreduce(bufs, s->n, n, s->nthreads);
+    else if (s->algo == ALGO_RING) sim_ring_allreduce(bufs, s->n, n, s->nthreads);
+    else sim_ordered_allreduce(bufs, s->n, n, s->nthreads);
     if (op == DP_AVG && s->n > 1) sim_scale(bufs, s->n, n, 1.0f / (float)s->n, s->nthreads);
     return DP_OK;
 }
@@ -47,8 +50,9 @@ static dp_status sim_broadcast_op(dp_backend_t b, float *const *bufs, size_t n, 
 static dp_status sim_reduce_op(dp_backend_t b, float *const *bufs, size_t n, dp_redop op, int root) {
     sim_impl *s = impl_of(b);
     if (root < 0 || root >= s->n) return dp_fail(DP_ERR_INTERNAL, "sim reduce: root %d of %d", root, s->n);
-    if (s->tree) sim_tree_reduce(bufs, s->n, n, root, s->nthreads);
-    else sim_reduce(bufs, s->n, n, root, s->nthreads);
+    if (s->algo == ALGO_TREE) sim_tree_reduce(bufs, s->n, n, root, s->nthreads);
+    else if (s->algo == ALGO_RING) sim_reduce(bufs, s->n, n, root, s->nthreads);
+    else sim_ordered_reduce(bufs, s->n, n, root, s->nthreads);
     if (op == DP_AVG && s->n > 1) sim_scale(bufs + root, 1, n, 1.0f / (float)s->n, s->nthreads);
     return DP_OK;
 }
@@ -89,10 +93,12 @@ static const struct dp_backend_i sim_iface = {
 dp_status dp_sim_backend_create(const dp_backend_config *cfg, dp_backend_t *out) {
     if (cfg->replicas < 1)
         return dp_fail(DP_ERR_USAGE, "--replicas: must be at least 1 (got %d)", cfg->replicas);
-    int tree = 0;
-    if (cfg->algorithm && strcmp(cfg->algorithm, "tree") == 0) tree = 1;
-    else if (cfg->algorithm && strcmp(cfg->algorithm, "ring") != 0)
-        return dp_fail(DP_ERR_USAGE, "--allreduce: unknown algorithm '%s' (expected ring or tree)", cfg->algorithm);
+    int algo = ALGO_ORDERED;
+    if (cfg->algorithm && strcmp(cfg->algorithm, "tree") == 0) algo = ALGO_TREE;
+    else if (cfg->algorithm && strcmp(cfg->algorithm, "ring") == 0) algo = ALGO_RING;
+    else if (cfg->algorithm && strcmp(cfg->algorithm, "ordered") != 0)
+        return dp_fail(DP_ERR_USAGE, "--allreduce: unknown algorithm '%s' (expected ordered, ring or tree)",
+                       cfg->algorithm);
     dp_backend_t b = calloc(1, sizeof *b);
     sim_impl *s = calloc(1, sizeof *s);
     if (!b || !s) {
@@ -102,7 +108,7 @@ dp_status dp_sim_backend_create(const dp_backend_config *cfg, dp_backend_t *out)
     }
     s->n = cfg->replicas;
     s->nthreads = cfg->nthreads > 0 ? cfg->nthreads : 1;
-    s->tree = tree;
+    s->algo = algo;
     b->iface = &sim_iface;
     b->impl = s;
     *out = b;

@@ -77,11 +77,14 @@ static void run_allreduce(const char *algo, int threads) {
 static void test_ring_allreduce(void **state) { (void)state; run_allreduce("ring", 1); }
 static void test_ring_allreduce_threads(void **state) { (void)state; run_allreduce("ring", 3); }
 static void test_tree_allreduce(void **state) { (void)state; run_allreduce("tree", 2); }
+static void test_ordered_allreduce(void **state) { (void)state; run_allreduce("ordered", 1); }
+static void test_ordered_allreduce_threads(void **state) { (void)state; run_allreduce("ordered", 3); }
 
 static void test_broadcast_reduce(void **state) {
     (void)state;
+    for (int a = 0; a < 2; a++)
     for (int n = 1; n <= 8; n++) {
-        dp_backend_t b = make_sim(n, "ring", 2);
+        dp_backend_t b = make_sim(n, a ? "ordered" : "ring", 2);
         for (size_t c = 0; c < sizeof counts / sizeof *counts; c++) {
             for (int root = 0; root < n; root += (n > 3 ? n - 1 : 1)) {
                 float **bufs = alloc_bufs(n, counts[c]);
@@ -122,12 +125,14 @@ static void test_allgather(void **state) {
 
 /* Random floats (so the order of additions shows): the all-reduce of a whole arena equals,
  * bitwise, the all-reduces of its pieces cut anywhere -- results do not depend on --bucket-mb;
- * and the reduce to a root gives the all-reduce's sums bitwise (DP equals DDP). */
-static void test_ring_order_independent_of_cuts(void **state) {
+ * and the reduce to a root gives the all-reduce's sums bitwise (DP equals DDP). For the ring
+ * and for the ordered all-reduce. */
+static void test_order_independent_of_cuts(void **state) {
     (void)state;
     const size_t n = 5000;
+    for (int a = 0; a < 2; a++)
     for (int nr = 3; nr <= 8; nr++) {
-        dp_backend_t b = make_sim(nr, "ring", 2);
+        dp_backend_t b = make_sim(nr, a ? "ordered" : "ring", 2);
         float *whole[8], *cut[8], *red[8];
         for (int r = 0; r < nr; r++) {
             assert_int_equal(dp_alloc_floats(&whole[r], n, "t"), DP_OK);
@@ -179,9 +184,11 @@ int main(void) {
         cmocka_unit_test(test_ring_allreduce),
         cmocka_unit_test(test_ring_allreduce_threads),
         cmocka_unit_test(test_tree_allreduce),
+        cmocka_unit_test(test_ordered_allreduce),
+        cmocka_unit_test(test_ordered_allreduce_threads),
         cmocka_unit_test(test_broadcast_reduce),
         cmocka_unit_test(test_allgather),
-        cmocka_unit_test(test_ring_order_independent_of_cuts),
+        cmocka_unit_test(test_order_independent_of_cuts),
         cmocka_unit_test(test_bad_backend_names),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

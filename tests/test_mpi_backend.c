@@ -1,5 +1,6 @@
-/* The MPI backend for real: mpirun -np N dptrain --backend mpi against the sim backend with N
- * replicas (same seed, same parameters), ranks started with different flags (refused at once,
+/* The MPI backend for real: mpirun -np N dptrain --backend mpi against the sim backend (same
+ * seed: bitwise the same parameters, for N = 2 and 4 against one replica, for N = 3 against
+ * three), ranks started with different flags (refused at once,
  * naming the ranks), and a rank killed mid-run (the others exit with a message, no hang). */
 #include "testutil.h"
 
@@ -26,41 +27,36 @@ static const char *bin(void) {
 /* The parameters section of a checkpoint. */
 static float *read_params(const char *path, size_t *n) { return tu_ckpt_params(path, n); }
 
-static void compare_backends(int n, double tol) {
+/* mpirun -np n (with extra flags) against the sim with sim_n replicas, to the bit. */
+static void compare_backends(int n, const char *extra, int sim_n) {
     char *out;
     const char *a = tu_path("mpi.ckpt"), *b = tu_path("sim.ckpt");
-    int rc = sh(&out, MPIRUN " %d %s --backend mpi " COMMON " --save %s", n, bin(), a);
+    int rc = sh(&out, MPIRUN " %d %s --backend mpi %s " COMMON " --save %s", n, bin(), extra, a);
     if (rc) fail_msg("mpirun -np %d failed (%d):\n%s", n, rc, out);
     /* only rank 0 prints */
     const char *first = strstr(out, "epoch 1/1"), *again = first ? strstr(first + 1, "epoch 1/1") : NULL;
     assert_non_null(first);
     assert_null(again);
     free(out);
-    rc = sh(&out, "%s --backend sim --replicas %d " COMMON " --save %s", bin(), n, b);
+    rc = sh(&out, "%s --backend sim --replicas %d " COMMON " --save %s", bin(), sim_n, b);
     if (rc) fail_msg("sim failed:\n%s", out);
     free(out);
     size_t na, nb;
     float *pa = read_params(a, &na), *pb = read_params(b, &nb);
     assert_int_equal(na, nb);
-    double rel = tu_rel_diff(pa, pb, na);
-    if (tol == 0 ? memcmp(pa, pb, na * sizeof(float)) != 0 : rel > tol)
-        fail_msg("mpi N=%d vs sim N=%d: relative difference %.3g (tolerance %g)", n, n, rel, tol);
+    if (memcmp(pa, pb, na * sizeof(float)) != 0)
+        fail_msg("mpi -np %d %s vs sim --replicas %d: relative difference %.3g, expected bitwise equality", n, extra,
+                 sim_n, tu_rel_diff(pa, pb, na));
     free(pa), free(pb);
 }
 
-/* Two ranks: a + b is the same sum in any order, so the backends agree bitwise. */
-static void test_mpi_matches_sim_2(void **state) { (void)state; compare_backends(2, 0); }
-/* Three ranks: MPI's reduction order differs from the ring's; float rounding only. */
-static void test_mpi_matches_sim_3(void **state) { (void)state; compare_backends(3, 1e-5); }
-
-static void test_mpi_dp_mode(void **state) {
-    (void)state;
-    char *out;
-    int rc = sh(&out, MPIRUN " 2 %s --backend mpi --mode dp " COMMON, bin());
-    if (rc) fail_msg("mpirun --mode dp failed (%d):\n%s", rc, out);
-    assert_true(tu_contains(out, "test accuracy"));
-    free(out);
-}
+/* The ordered all-reduce adds in the canonical order: -np 2 and 4 equal one replica. */
+static void test_mpi_matches_sim_2(void **state) { (void)state; compare_backends(2, "", 1); }
+static void test_mpi_matches_sim_4(void **state) { (void)state; compare_backends(4, "", 1); }
+/* Three ranks do not divide the chunks, but MPI adds in the sim's order: equal to sim N=3. */
+static void test_mpi_matches_sim_3(void **state) { (void)state; compare_backends(3, "", 3); }
+/* DataParallel over MPI: the gradient reduce to rank 0 uses the same order. */
+static void test_mpi_dp_mode(void **state) { (void)state; compare_backends(2, "--mode dp", 1); }
 
 static void test_mismatched_flags_fail_fast(void **state) {
     (void)state;
@@ -122,6 +118,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_mpi_matches_sim_2),
         cmocka_unit_test(test_mpi_matches_sim_3),
+        cmocka_unit_test(test_mpi_matches_sim_4),
         cmocka_unit_test(test_mpi_dp_mode),
         cmocka_unit_test(test_mismatched_flags_fail_fast),
         cmocka_unit_test(test_dead_rank_does_not_hang),

@@ -1,4 +1,4 @@
-/* The sampler's partition: replica r owns positions r, r+N, ...; the replicas' shares of global
+/* The sampler's partition: replica r owns positions r, r+N, ... of each batch; the replicas' shares of global
  * batch b are exactly positions [bB, (b+1)B) of the order; padding covers every sample; epochs
  * reshuffle reproducibly; drop_last gives full batches; bad sizes are refused. */
 #include "testutil.h"
@@ -48,7 +48,7 @@ static void check_partition(int n, int N, int B, int shuffle, int drop_last) {
             assert_true(cnt >= 0 && cnt <= ml);
             if (B % N == 0 && bs == B) assert_int_equal(cnt, B / N);
             for (int j = 0; j < cnt; j++) {
-                assert_int_equal(pos[j] % N, r);          /* replica r owns r, r+N, ... */
+                assert_int_equal((pos[j] - b * B) % N, r); /* replica r owns r, r+N, ... of the batch */
                 if (j) assert_int_equal(pos[j], pos[j - 1] + N);
                 assert_true(pos[j] >= b * B && pos[j] < b * B + bs);
                 assert_int_equal(idx[j], s.order[pos[j]]);

@@ -2,6 +2,8 @@
  * are taken by one thread in one fixed order: the same for every thread count. */
 #include "kernels/cpu/batchnorm.h"
 
+#include <math.h>
+
 #include "kernels/cpu/cpu_common.h"
 
 /* Sums of a channel: 16 double lanes (four vectors of 4, enough independent additions to hide
@@ -205,4 +207,63 @@ void batchnorm_backward_input_cpu(int batch, int c, int hw, const float *x, cons
     if (batch <= 0 || c <= 0 || hw <= 0 || !(count > 0)) return;
     const int nt = channel_threads(batch, c, hw, nthreads);
     CHANNELS(c, nt, input_range(c0, c1, batch, c, hw, x, dy, mean, invstd, gamma, sum_dy, sum_dy_xhat, count, dx));
+}
+
+void batchnorm_sums_cpu(int batch, int c, int hw, const float *x, float *sums, double *ws, int nthreads) {
+    double *s = ws, *s2 = ws + c;
+    if (batch > 0) {
+        batchnorm_stats_cpu(batch, c, hw, x, s, s2, nthreads);
+    } else {
+        for (int i = 0; i < 2 * c; i++) ws[i] = 0;
+    }
+    for (int i = 0; i < c; i++) sums[i] = (float)s[i], sums[c + i] = (float)s2[i];
+}
+
+void batchnorm_finalize_cpu(int c, int training, const float *sums, double count, float eps, float momentum, int update,
+                            float *mean, float *invstd, float *run_mean, float *run_var) {
+    if (!training) {
+        for (int i = 0; i < c; i++) {
+            mean[i] = run_mean[i];
+            invstd[i] = 1.0f / sqrtf(run_var[i] + eps);
+        }
+        return;
+    }
+    if (count <= 0) return;
+    for (int i = 0; i < c; i++) {
+        double m = sums[i] / count;
+        double var = sums[c + i] / count - m * m;
+        if (var < 0) var = 0; /* rounding in E[x^2] - m^2 */
+        mean[i] = (float)m;
+        invstd[i] = (float)(1.0 / sqrt(var + eps));
+        if (!update) continue;
+        double unbiased = count > 1 ? var * count / (count - 1) : var;
+        run_mean[i] = (1 - momentum) * run_mean[i] + momentum * (float)m;
+        run_var[i] = (1 - momentum) * run_var[i] + momentum * (float)unbiased;
+    }
+}
+
+void batchnorm_backward_sums_cpu(int batch, int c, int hw, const float *x, const float *dy, const float *mean,
+                                 const float *invstd, float *sums, double *ws, int nthreads) {
+    double *s = ws, *s2 = ws + c;
+    if (batch > 0) {
+        batchnorm_backward_reduce_cpu(batch, c, hw, x, dy, mean, invstd, s, s2, nthreads);
+    } else {
+        for (int i = 0; i < 2 * c; i++) ws[i] = 0;
+    }
+    for (int i = 0; i < c; i++) sums[i] = (float)s[i], sums[c + i] = (float)s2[i];
+}
+
+void batchnorm_backward_cpu(int batch, int c, int hw, const float *x, const float *dy, const float *mean,
+                            const float *invstd, const float *gamma, const float *local, const float *sums,
+                            double count, float *dx, float *dgamma, float *dbeta, double *ws, int nthreads) {
+    /* the parameter gradients use this call's own sums (DDP adds them over replicas later);
+     * dx uses the sums the executor may have added over replicas */
+    for (int i = 0; i < c; i++) {
+        dbeta[i] += local[i];
+        dgamma[i] += local[c + i];
+    }
+    if (!dx || batch == 0) return;
+    double *s = ws, *s2 = ws + c;
+    for (int i = 0; i < c; i++) s[i] = sums[i], s2[i] = sums[c + i];
+    batchnorm_backward_input_cpu(batch, c, hw, x, dy, mean, invstd, gamma, s, s2, count, dx, nthreads);
 }

@@ -20,4 +20,14 @@ void batchnorm_backward_input_cpu(int batch, int c, int hw, const float *x, cons
                                   const float *invstd, const float *gamma, const double *sum_dy,
                                   const double *sum_dy_xhat, double count, float *dx, int nthreads);
 
+/* The phases as the kernel table (kernels/kernels.h) names them, with float sums: */
+void batchnorm_sums_cpu(int batch, int c, int hw, const float *x, float *sums, double *ws, int nthreads);
+void batchnorm_finalize_cpu(int c, int training, const float *sums, double count, float eps, float momentum, int update,
+                            float *mean, float *invstd, float *run_mean, float *run_var);
+void batchnorm_backward_sums_cpu(int batch, int c, int hw, const float *x, const float *dy, const float *mean,
+                                 const float *invstd, float *sums, double *ws, int nthreads);
+void batchnorm_backward_cpu(int batch, int c, int hw, const float *x, const float *dy, const float *mean,
+                            const float *invstd, const float *gamma, const float *local, const float *sums,
+                            double count, float *dx, float *dgamma, float *dbeta, double *ws, int nthreads);
+
 #endif

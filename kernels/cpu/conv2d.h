@@ -8,14 +8,9 @@
 
 #include <stddef.h>
 
-typedef struct {
-    int in_c, in_h, in_w;
-    int out_c, k, stride, pad;
-    int out_h, out_w;   /* (in + 2 pad - k) / stride + 1, filled by conv2d_dims_init */
-} dp_conv2d_dims;
+#include "kernels/shapes.h"
 
-/* Fills out_h/out_w; returns 0 if the shape is valid (output at least 1x1), -1 otherwise. */
-int conv2d_dims_init(dp_conv2d_dims *d);
+
 /* Floats of scratch the calls below need for this batch and thread count (enough, too, for any
  * smaller batch or thread count). */
 size_t conv2d_workspace_floats(const dp_conv2d_dims *d, int batch, int nthreads);

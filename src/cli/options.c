@@ -8,6 +8,7 @@
 
 #include "backends/backend.h"
 #include "cli/options.h"
+#include "data/chunks.h"
 #include "dp_config.h"
 #include "io/atomic.h"
 #include "nn/model.h"
@@ -113,8 +114,10 @@ enum {
     OPT_MODEL = 256, OPT_DATASET, OPT_DATA, OPT_SHAPE, OPT_CLASSES, OPT_SAMPLES, OPT_EPOCHS, OPT_MAX_STEPS,
     OPT_BATCH, OPT_LR, OPT_MOMENTUM, OPT_WD, OPT_NESTEROV, OPT_LR_STEPS, OPT_LR_GAMMA, OPT_LR_SCALE, OPT_LR_REF,
     OPT_WARMUP, OPT_SEED, OPT_WORKERS, OPT_THREADS, OPT_NO_SHUFFLE, OPT_DROP_LAST, OPT_AUGMENT, OPT_BACKEND,
-    OPT_REPLICAS, OPT_MODE, OPT_BUCKET, OPT_NO_OVERLAP, OPT_ACCUM, OPT_SYNC_BN, OPT_ALLREDUCE, OPT_TIMEOUT, OPT_LOG,
-    OPT_SAVE, OPT_LOAD, OPT_INIT_FROM, OPT_CHECKPOINT, OPT_SAVE_EVERY, OPT_KEEP, OPT_RESUME, OPT_ON_NAN, OPT_PROGRESS, OPT_NO_PROGRESS, OPT_QUIET, OPT_HELP, OPT_VERSION
+    OPT_REPLICAS, OPT_MODE, OPT_BUCKET, OPT_NO_OVERLAP, OPT_ACCUM, OPT_SYNC_BN, OPT_ALLREDUCE,
+    OPT_CHUNKS, OPT_TIMEOUT, OPT_LOG,
+    OPT_SAVE, OPT_LOAD, OPT_INIT_FROM, OPT_CHECKPOINT, OPT_SAVE_EVERY, OPT_KEEP, OPT_RESUME, OPT_ON_NAN,
+    OPT_PROGRESS, OPT_NO_PROGRESS, OPT_QUIET, OPT_HELP, OPT_VERSION
 };
 
 static const struct option long_opts[] = {
@@ -150,6 +153,7 @@ static const struct option long_opts[] = {
     {"accumulate", required_argument, 0, OPT_ACCUM},
     {"sync-bn", no_argument, 0, OPT_SYNC_BN},
     {"allreduce", required_argument, 0, OPT_ALLREDUCE},
+    {"chunks", required_argument, 0, OPT_CHUNKS},
     {"timeout", required_argument, 0, OPT_TIMEOUT},
     {"log", required_argument, 0, OPT_LOG},
     {"save", required_argument, 0, OPT_SAVE},
@@ -203,7 +207,11 @@ void dp_print_usage(FILE *f) {
 "  --no-overlap        DDP: all-reduce after backward instead of during it\n"
 "  --accumulate K      K micro-batches per optimizer step (DDP no_sync)\n"
 "  --sync-bn           BatchNorm statistics over the global batch\n"
-"  --allreduce ALG     sim: ring or tree (default ring)\n"
+"  --allreduce ALG     sim: ordered, ring or tree (default ordered: the fixed tree that\n"
+"                      makes any replica count give the same bits; see --chunks)\n"
+"  --chunks C          gradients are summed in C fixed chunks of each step, so results are\n"
+"                      bitwise equal for every replica count dividing C (power of two\n"
+"                      1..256, default 8)\n"
 "  --threads T         compute threads (default: all cores)\n"
 "  --timeout S         mpi: seconds to wait for a dead rank (default 300)\n"
 "\n"
@@ -240,7 +248,7 @@ void dp_print_version(FILE *f) {
 dp_status dp_parse_args(int argc, char **argv, dp_config *c, dp_action *action) {
     static const char *const modes[] = {"ddp", "dp"};
     static const char *const scales[] = {"none", "linear"};
-    static const char *const algos[] = {"ring", "tree"};
+    static const char *const algos[] = {"ordered", "ring", "tree"};
     int have_shape = 0, have_classes = 0, have_samples = 0, have_data = 0;
     *action = DP_ACTION_RUN;
     optind = 1;
@@ -308,7 +316,12 @@ dp_status dp_parse_args(int argc, char **argv, dp_config *c, dp_action *action) 
         case OPT_NO_OVERLAP: c->overlap = 0; break;
         case OPT_ACCUM: DP_TRY(parse_int("--accumulate", v, 1, 1024, &c->accumulate)); break;
         case OPT_SYNC_BN: c->sync_bn = 1; break;
-        case OPT_ALLREDUCE: DP_TRY(one_of("--allreduce", v, algos, 2, &k)); c->allreduce_algo = v; break;
+        case OPT_ALLREDUCE: DP_TRY(one_of("--allreduce", v, algos, 3, &k)); c->allreduce_algo = v; break;
+        case OPT_CHUNKS:
+            DP_TRY(parse_int("--chunks", v, 1, DP_CHUNKS_MAX, &c->chunks));
+            if (c->chunks & (c->chunks - 1))
+                return dp_fail(DP_ERR_USAGE, "--chunks: expected a power of two from 1 to %d, got '%s'", DP_CHUNKS_MAX, v);
+            break;
         case OPT_TIMEOUT: DP_TRY(parse_double("--timeout", v, 0, 1, 86400, 0, &c->timeout_s)); break;
         case OPT_LOG: c->log_path = v; break;
         case OPT_SAVE: c->save_path = v; break;

@@ -11,6 +11,7 @@
 #include "core/arena.h"
 #include "core/rng.h"
 #include "core/status.h"
+#include "kernels/kernels.h"
 
 typedef struct { int c, h, w; } dp_shape; /* one sample, CHW; a feature vector is (F, 1, 1) */
 
@@ -28,11 +29,17 @@ typedef struct {
     int training;       /* 1: batch statistics; 0: eval (running statistics) */
     int update_stats;   /* training: this call updates the BN running statistics (one lane of each replica) */
     int nthreads;       /* OpenMP threads the kernels may use */
+    const dp_kernels *k; /* the device's kernel table (NULL: the CPU's) */
+    void *stream;       /* the device stream the kernels run on */
     float *ws;          /* scratch, dp_model.ws_floats(batch) floats */
     const float *params;
     float *grads;
     float *buffers;     /* BN running statistics */
 } dp_exec;
+
+/* The kernel table and call context of an exec. */
+static inline const dp_kernels *dp_exec_kernels(const dp_exec *x) { return x->k ? x->k : &dp_cpu_kernels; }
+static inline dp_kctx dp_exec_kctx(const dp_exec *x) { return (dp_kctx){.nthreads = x->nthreads, .stream = x->stream}; }
 
 /* Everything but plan may assume shapes were checked by plan. `in` has n_in entries.
  * din[i] may be NULL (model input: no gradient needed). Gradients of parameters accumulate. */

@@ -4,7 +4,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/cpu/activation.h"
 
 dp_status dp_layer_add_tensor(dp_layout *L, const dp_layer *l, const char *suffix, size_t count, int flags,
                               size_t *offset) {
@@ -264,7 +263,8 @@ dp_status dp_node_backward(const dp_model *m, int node, dp_acts *a, const dp_exe
         const dp_layer *src = &m->nodes[l->in[tmp_used]];
         size_t n = (size_t)x->batch * dp_shape_size(src->out);
         float *dst = a->dout[l->in[tmp_used]];
-        add_forward_cpu(n, dst, a->din_tmp, dst, x->nthreads);
+        const dp_kctx c = dp_exec_kctx(x);
+        dp_exec_kernels(x)->add(&c, n, dst, a->din_tmp, dst);
     }
     return DP_OK;
 }

@@ -14,10 +14,14 @@
 
 #include "core/arena.h"
 
+struct dp_kernels;
+
 typedef struct {
     float lr, momentum, weight_decay;
     int nesterov;
-    atomic_int *nonfinite;  /* may be NULL; set to 1 by a step that found a NaN/Inf gradient */
+    const struct dp_kernels *k; /* the device's kernels (NULL: the CPU's) */
+    void *stream;               /* and its stream */
+    atomic_int *nonfinite;      /* may be NULL; set to 1 by a step that found a NaN/Inf gradient */
 } dp_sgd;
 
 /* 1 if every one of the n floats is finite. */

@@ -37,6 +37,7 @@ typedef struct {
     int accumulate;
     int sync_bn;
     const char *allreduce_algo;
+    int chunks;               /* C: the step's samples are summed in C fixed chunks (data/chunks.h) */
     double timeout_s;
     const char *log_path;
     const char *save_path;

@@ -68,7 +68,7 @@ dp_status dp_persist_setup(dp_trainer *t) {
     return DP_OK;
 }
 
-enum { N_CHECKED = 23, N_INFO = 9, N_META = N_CHECKED + N_INFO };
+enum { N_CHECKED = 23, N_INFO = 11, N_META = N_CHECKED + N_INFO };
 
 /* The settings a checkpoint records: the first N_CHECKED must be equal to resume (they change the
  * math or the data), the rest may differ (how the same math is spread over replicas and threads). */
@@ -110,6 +110,8 @@ static int settings(const dp_trainer *t, dp_st_meta *m, char (*v)[128]) {
     SET("workers", "%d", c->workers);
     SET("bucket-mb", "%.9g", c->bucket_mb);
     SET("overlap", "%d", c->overlap);
+    SET("chunks", "%d", c->chunks);
+    SET("allreduce", "%s", c->allreduce_algo);
     SET("on-nan", "%s", c->on_nan_skip ? "skip" : "stop");
     snprintf(v[k], 128, "%s", DP_VERSION), m[k].key = "dptrain.version", m[k].value = v[k], k++;
 #undef SET

@@ -1,13 +1,12 @@
-/* replica.h: one replica's state: its four arenas (parameters, gradients, momentum, BN
- * buffers, all with the model's layouts) and its lanes.
+/* replica.h: one replica's state: its arenas (parameters, gradients, momentum, BN buffers, all
+ * with the model's layouts), its lanes' gradient partials and its activation slots.
  *
- * A lane is a single-threaded slice of the replica's batch with its own activations and
- * gradient arena (lane 0 uses the replica's). When a process has more threads than replicas,
- * each replica's batch is split over lanes that run whole layers in parallel: far fewer
- * synchronisations per step than splitting every kernel over threads, which on a 2-core
- * machine made two threads slower than one. Lanes of a replica share its BN statistics (their
- * sums are added), and their gradients are added into lane 0 bucket by bucket, so a replica
- * computes exactly what it would in one piece, up to float summation order. */
+ * A lane is a fixed chunk of the step's samples (data/chunks.h) whose weight gradients are
+ * summed into a gradient arena of its own; lane 0's is the replica's. At the end of a step
+ * the lanes' partials are added with the fixed tree (core/treesum.h), so the replica's
+ * gradient does not depend on which thread ran which lane. A slot is the activation memory
+ * that runs one lane at a time: a micro-step runs up to n_slots lanes at once, in parallel
+ * over threads, each single-threaded. */
 #ifndef DP_REPLICA_H
 #define DP_REPLICA_H
 
@@ -15,23 +14,28 @@
 
 typedef struct {
     dp_acts acts;
-    float *grads;       /* lane 0: the replica's gradient arena (not owned) */
+    float *grads;       /* the gradient arena of the lane the slot runs now (not owned) */
     float *eval_x;      /* (max_batch, c, h, w) input for evaluation */
     int32_t *eval_y;
-    int lo, n;          /* this step's slice of the replica's batch */
-} dp_lane;
+    int lane;           /* the lane it runs in this micro-step */
+    int lo, n;          /* that lane's samples in the replica's batch */
+} dp_slot;
 
 typedef struct {
     int rank;           /* global replica index */
     float *params, *grads, *momentum, *buffers;
-    dp_lane *lanes;
+    float **lane_grads; /* (n_lanes) each lane's partial; [0] is grads */
     int n_lanes;
+    dp_slot *slots;
+    int n_slots;        /* slots in use this micro-step: n_active of them */
+    int n_active;
 } dp_replica;
 
-/* max_batch: the most samples the replica gets in a step; each lane holds ceil(max_batch / n_lanes). */
-dp_status dp_replica_create(dp_replica *r, const dp_model *m, int rank, int max_batch, int n_lanes);
+/* lane_batch: the most samples a lane holds; n_lanes gradient partials, n_slots activation slots. */
+dp_status dp_replica_create(dp_replica *r, const dp_model *m, int rank, int lane_batch, int n_lanes, int n_slots);
 void dp_replica_free(dp_replica *r);
-/* Splits n samples over the lanes (contiguous, the first n % lanes one larger). */
-void dp_replica_split(dp_replica *r, int n);
+/* Assigns lanes [first, first + count) to slots for a micro-step; counts[i] samples each, in
+ * that order in the replica's batch. */
+void dp_replica_assign(dp_replica *r, int first, int count, const int *counts);
 
 #endif

@@ -37,7 +37,8 @@ void dp_config_defaults(dp_config *c) {
     c->bucket_mb = 25.0;
     c->overlap = 1;
     c->accumulate = 1;
-    c->allreduce_algo = "ring";
+    c->allreduce_algo = "ordered";
+    c->chunks = DP_CHUNKS_DEFAULT;
     c->timeout_s = 300;
     c->progress = -1;
 }
@@ -103,6 +104,8 @@ static dp_status setup(dp_trainer *t) {
     dp_config *c = &t->cfg;
     if (c->threads <= 0) c->threads = omp_get_num_procs();
     openblas_set_num_threads(1); /* parallelism is ours: over samples or over replicas */
+    t->k = &dp_cpu_kernels;
+    t->kc = (dp_kctx){.nthreads = 1, .stream = NULL};
 
     dp_backend_config bc = {.name = c->backend, .replicas = c->replicas, .nthreads = c->threads,
                             .algorithm = c->allreduce_algo, .timeout_s = c->timeout_s,
@@ -119,9 +122,6 @@ static dp_status setup(dp_trainer *t) {
         if (c->save_path) DP_TRY(dp_check_output_file("--save", c->save_path));
         if (c->checkpoint_dir) DP_TRY(dp_check_output_dir("--checkpoint", c->checkpoint_dir));
     }
-    /* spare threads go to lanes: each replica's batch split over single-threaded lanes */
-    t->n_lanes = t->n_local < c->threads ? c->threads / t->n_local : 1;
-    t->kthreads = 1;
     if (c->batch_size < t->world)
         return dp_fail(DP_ERR_USAGE, "--batch-size %d is smaller than the %d replicas: each replica needs a sample",
                        c->batch_size, t->world);
@@ -134,10 +134,28 @@ static dp_status setup(dp_trainer *t) {
     DP_TRY(map_buckets(t));
     DP_TRY(dp_check_consistency(t));
 
-    t->max_local = (c->batch_size + t->world - 1) / t->world;
+    /* the sampler fixes the lanes: which samples each lane sums, so which additions happen */
+    int lane_batch, n_slots;
+    if (t->have_train) {
+        DP_TRY(dp_sampler_init(&t->sampler, t->train.n, t->world, c->batch_size, c->shuffle, c->drop_last, c->seed));
+        if (t->sampler.n_batches < 1)
+            return dp_fail(DP_ERR_USAGE, "--batch-size %d: the %d training samples give no full batch with --drop-last",
+                           c->batch_size, t->train.n);
+        dp_sampler_set_plan(&t->sampler, c->chunks, c->accumulate);
+        t->n_lanes = t->sampler.plan.lanes;
+        n_slots = t->sampler.max_lanes;
+        lane_batch = dp_chunk_max_lane(&t->sampler.plan);
+        t->max_local = dp_sampler_max_local(&t->sampler);
+    } else { /* evaluation only: slots for the threads, batches of the training size */
+        t->n_lanes = 1;
+        n_slots = t->n_local < c->threads ? c->threads / t->n_local : 1;
+        lane_batch = (c->batch_size + t->world - 1) / t->world;
+        t->max_local = lane_batch;
+    }
     DP_ALLOC(t->rep, t->n_local, "replicas");
     for (int r = 0; r < t->n_local; r++)
-        DP_TRY(dp_replica_create(&t->rep[r], &t->model, dp_backend_rank(t->backend, r), t->max_local, t->n_lanes));
+        DP_TRY(dp_replica_create(&t->rep[r], &t->model, dp_backend_rank(t->backend, r), lane_batch, t->n_lanes,
+                                 n_slots));
     DP_ALLOC(t->ptrs, t->n_local, "replica pointers");
     DP_ALLOC(t->metric_bufs, t->n_local, "metrics");
     for (int r = 0; r < t->n_local; r++) DP_ALLOC(t->metric_bufs[r], 4, "metrics");
@@ -146,10 +164,6 @@ static dp_status setup(dp_trainer *t) {
     memset(&t->backend->stats, 0, sizeof t->backend->stats);
 
     if (t->have_train) {
-        DP_TRY(dp_sampler_init(&t->sampler, t->train.n, t->world, c->batch_size, c->shuffle, c->drop_last, c->seed));
-        if (t->sampler.n_batches < 1)
-            return dp_fail(DP_ERR_USAGE, "--batch-size %d: the %d training samples give no full batch with --drop-last",
-                           c->batch_size, t->train.n);
         int ranks[t->n_local];
         for (int r = 0; r < t->n_local; r++) ranks[r] = t->rep[r].rank;
         dp_loader_config lc = {.data = &t->train, .sampler = &t->sampler, .n_local = t->n_local, .ranks = ranks,
@@ -162,7 +176,8 @@ static dp_status setup(dp_trainer *t) {
                                  .gamma = c->lr_gamma,
                                  .warmup_steps = (long)ceil(c->warmup_epochs * steps_per_epoch)};
         memcpy(t->sched.milestones, c->lr_steps, sizeof c->lr_steps);
-        t->sgd = (dp_sgd){.lr = c->lr, .momentum = c->momentum, .weight_decay = c->weight_decay, .nesterov = c->nesterov};
+        t->sgd = (dp_sgd){.lr = c->lr, .momentum = c->momentum, .weight_decay = c->weight_decay, .nesterov = c->nesterov,
+                          .k = t->k, .stream = t->kc.stream};
     }
     DP_TRY(dp_persist_setup(t));
     if (t->have_train) DP_TRY(dp_persist_resume(t));
@@ -197,6 +212,13 @@ dp_status dp_trainer_create(const dp_config *cfg, dp_trainer **out) {
     return DP_OK;
 }
 
+/* Whether this run sums in the canonical order (data/chunks.h): bitwise equal to every other
+ * replica count that divides --chunks. */
+static int canonical_order(const dp_trainer *t) {
+    const int sim_algo_ok = strcmp(t->cfg.backend, "sim") != 0 || strcmp(t->cfg.allreduce_algo, "ordered") == 0;
+    return t->have_train && t->sampler.plan.canonical && sim_algo_ok;
+}
+
 static void log_config(dp_trainer *t) {
     char buf[2048];
     const dp_config *c = &t->cfg;
@@ -207,13 +229,20 @@ static void log_config(dp_trainer *t) {
              "\"test_samples\":%d,\"backend\":\"%s\",\"world\":%d,\"mode\":\"%s\",\"batch_size\":%d,\"epochs\":%d,"
              "\"lr\":%.9g,\"momentum\":%.9g,\"weight_decay\":%.9g,\"nesterov\":%d,\"seed\":%llu,\"threads\":%d,"
              "\"workers\":%d,\"lanes\":%d,\"buckets\":%d,\"accumulate\":%d,\"sync_bn\":%d,\"overlap\":%d,"
-             "\"allreduce\":\"%s\"",
+             "\"allreduce\":\"%s\",\"chunks\":%d,\"canonical_order\":%d",
              DP_VERSION, t->model.name, n_params, t->test.name, t->have_train ? t->train.n : 0, t->test.n,
              dp_backend_name(t->backend), t->world, c->mode == DP_MODE_DDP ? "ddp" : "dp", c->batch_size, c->epochs,
              c->lr, c->momentum, c->weight_decay, c->nesterov, (unsigned long long)c->seed, c->threads, c->workers,
              t->n_lanes, t->model.params.n_buckets, c->accumulate, c->sync_bn, c->overlap,
-             strcmp(c->backend, "sim") == 0 ? c->allreduce_algo : c->backend);
+             strcmp(c->backend, "sim") == 0 ? c->allreduce_algo : c->backend, c->chunks, canonical_order(t));
     dp_report_config(&t->report, buf);
+    if (t->report.console && t->have_train && !canonical_order(t))
+        printf("note: %s, so results equal other replica counts only within float rounding (bitwise for every "
+               "replica count that divides --chunks %d, with --allreduce ordered)\n",
+               strcmp(c->allreduce_algo, "ordered") != 0 && strcmp(c->backend, "sim") == 0
+                   ? "--allreduce ring/tree sums in its own order"
+                   : "the replica count does not divide --chunks",
+               c->chunks);
 }
 
 static dp_status final_eval(dp_trainer *t, double *acc_out) {
@@ -266,7 +295,6 @@ static dp_status run_epoch(dp_trainer *t, int epoch, int first, int *stop) {
     dp_status s;
     for (int b = first; (s = dp_loader_next(t->loader, &batches, &wait)) == DP_OK; b++) {
         wait_total += wait;
-        int micro = b % K, n_micro = nb - (b - micro) < K ? nb - (b - micro) : K;
         lr = dp_schedule_lr(&t->sched, epoch, t->step);
         if (t->bn_snapshot)
             for (int r = 0; r < t->n_local; r++)
@@ -276,10 +304,10 @@ static dp_status run_epoch(dp_trainer *t, int epoch, int first, int *stop) {
             batches[0].x[0] = NAN; /* fault injection for the tests: DPTRAIN_INJECT_NAN_STEP */
         double tc = dp_now();
         dp_step_metrics before = sm;
-        dp_status ss = dp_train_micro(t, batches, dp_sampler_batch_size(&t->sampler, b), micro, n_micro, lr, &sm);
+        dp_status ss = dp_train_micro(t, batches, b, lr, &sm);
         compute += dp_now() - tc;
         t->bn_batches++;
-        if (micro != n_micro - 1 && ss == DP_OK) continue;
+        if (b % K != dp_sampler_step_micro(&t->sampler, b) - 1 && ss == DP_OK) continue;
         long skipped = t->skipped;
         DP_TRY(nonfinite_step(t, ss, epoch));
         if (t->skipped != skipped) sm = before; /* a skipped step's loss stays out of the epoch's mean */
@@ -405,6 +433,9 @@ void dp_trainer_destroy(dp_trainer *t) {
     dp_free(t->bn_snapshot);
     free(t->bucket_node);
     free(t->bucket_req);
+    free(t->lane_loss);
+    free(t->lane_correct);
+    free(t->step_count);
     free(t->dp_send);
     free(t->dp_recv);
     if (t->report.log) fclose(t->report.log);

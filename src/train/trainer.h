@@ -27,10 +27,11 @@ typedef struct dp_trainer {
     dp_dataset train, test;
     int have_train;
     dp_backend_t backend;
+    const dp_kernels *k;      /* the device's kernel table */
+    dp_kctx kc;               /* and the context of the trainer's own kernel calls */
     int n_local, world;
-    int n_lanes;              /* lanes per replica (replica.h) */
-    int kthreads;             /* threads each kernel call may use */
-    int max_local;            /* the most samples a replica gets in a step */
+    int n_lanes;              /* lanes (gradient partials) per replica and step (replica.h) */
+    int max_local;            /* the most samples a replica gets in a micro-step */
     dp_replica *rep;          /* (n_local) */
     dp_sampler sampler;
     dp_loader *loader;
@@ -45,6 +46,10 @@ typedef struct dp_trainer {
     int *bucket_node;         /* (n_buckets) node after whose backward the bucket is complete */
     dp_req *bucket_req;       /* (n_buckets) the bucket's all-reduce in flight */
     float **metric_bufs;      /* (n_local) [loss_sum, correct, count] per replica */
+    float *lane_loss;         /* (n_local, n_lanes) each lane's loss sum this step */
+    int *lane_correct;        /* (n_local, n_lanes) */
+    int *step_count;          /* (n_local) samples so far this step */
+    int lanes_clear;          /* lanes 1.. hold zeros (the last step's tree cleared them) */
     double comm_overlap_s;    /* host time of collectives issued during backward (could hide behind it) */
     /* checkpoints and stopping (persist.c) */
     int start_epoch, start_batch; /* where training begins (a resumed run: mid-epoch) */
@@ -67,12 +72,11 @@ dp_status dp_trainer_create(const dp_config *cfg, dp_trainer **out);
 dp_status dp_trainer_run(dp_trainer *t);
 void dp_trainer_destroy(dp_trainer *t);
 
-/* Micro-step `micro` of n_micro (gradient accumulation; 0 of 1 without it) on the local
- * replicas' shares of one global batch of `global_batch` samples. The gradient is the mean of
- * the micro-batches' mean losses; the last micro-step reduces and steps with learning rate lr.
- * Adds the loss and accuracy counts of all replicas (every process) to *m. */
-dp_status dp_train_micro(dp_trainer *t, const dp_batch *batches, int global_batch, int micro, int n_micro, float lr,
-                         dp_step_metrics *m);
+/* Batch b of the epoch on the local replicas' shares (the loader's batches): one micro-step
+ * of its optimizer step (--accumulate K: K batches a step). The gradient is that of the mean
+ * loss over the step's samples; the step's last micro-step reduces and steps with learning
+ * rate lr, and adds the step's loss and accuracy counts over all replicas to *m. */
+dp_status dp_train_micro(dp_trainer *t, const dp_batch *batches, int b, float lr, dp_step_metrics *m);
 /* Fails, naming the ranks, when processes were started with different flags, model or data. */
 dp_status dp_check_consistency(dp_trainer *t);
 /* Strategy buffers (DP's gather records); called once at setup. */

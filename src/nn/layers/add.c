@@ -1,7 +1,4 @@
 /* Residual add of two nodes of the same shape. */
-#include <string.h>
-
-#include "kernels/cpu/activation.h"
 #include "nn/layer.h"
 
 static dp_status plan(dp_layer *l, dp_layout *params, dp_layout *buffers) {
@@ -17,16 +14,17 @@ static dp_status plan(dp_layer *l, dp_layout *params, dp_layout *buffers) {
 static dp_status forward(const dp_layer *l, const dp_exec *x, const float *const *in, float *out, float *ctx,
                          const float *sync) {
     (void)ctx, (void)sync;
-    add_forward_cpu((size_t)x->batch * dp_shape_size(l->out), in[0], in[1], out, x->nthreads);
+    const dp_kctx c = dp_exec_kctx(x);
+    dp_exec_kernels(x)->add(&c, (size_t)x->batch * dp_shape_size(l->out), in[0], in[1], out);
     return DP_OK;
 }
 
 static dp_status backward(const dp_layer *l, const dp_exec *x, const float *const *in, const float *out,
                           const float *dout, float *const *din, const float *ctx, const float *sync) {
     (void)in, (void)out, (void)ctx, (void)sync;
-    size_t bytes = (size_t)x->batch * dp_shape_size(l->out) * sizeof(float);
+    const dp_kctx c = dp_exec_kctx(x);
     for (int j = 0; j < 2; j++)
-        if (din[j] && bytes) memcpy(din[j], dout, bytes);
+        if (din[j]) dp_exec_kernels(x)->copy(&c, (size_t)x->batch * dp_shape_size(l->out), dout, din[j]);
     return DP_OK;
 }
 

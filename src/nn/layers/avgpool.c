@@ -1,5 +1,4 @@
 /* Global average pooling (AdaptiveAvgPool2d(1)), output (C, 1, 1). */
-#include "kernels/cpu/pool.h"
 #include "nn/layer.h"
 
 static dp_status plan(dp_layer *l, dp_layout *params, dp_layout *buffers) {
@@ -11,16 +10,17 @@ static dp_status plan(dp_layer *l, dp_layout *params, dp_layout *buffers) {
 static dp_status forward(const dp_layer *l, const dp_exec *x, const float *const *in, float *out, float *ctx,
                          const float *sync) {
     (void)ctx, (void)sync;
-    global_avgpool_forward_cpu(x->batch, l->out.c, l->in_shape[0].h * l->in_shape[0].w, in[0], out, x->nthreads);
+    const dp_kctx c = dp_exec_kctx(x);
+    dp_exec_kernels(x)->avgpool_forward(&c, x->batch, l->out.c, l->in_shape[0].h * l->in_shape[0].w, in[0], out);
     return DP_OK;
 }
 
 static dp_status backward(const dp_layer *l, const dp_exec *x, const float *const *in, const float *out,
                           const float *dout, float *const *din, const float *ctx, const float *sync) {
     (void)in, (void)out, (void)ctx, (void)sync;
+    const dp_kctx c = dp_exec_kctx(x);
     if (din[0])
-        global_avgpool_backward_cpu(x->batch, l->out.c, l->in_shape[0].h * l->in_shape[0].w, dout, din[0],
-                                    x->nthreads);
+        dp_exec_kernels(x)->avgpool_backward(&c, x->batch, l->out.c, l->in_shape[0].h * l->in_shape[0].w, dout, din[0]);
     return DP_OK;
 }
 

@@ -3,9 +3,6 @@
  * estimate (momentum 0.1), running statistics in eval. Sums come out through forward_sums /
  * backward_sums so the executor can add them over replicas first (SyncBatchNorm).
  * ctx: mean[C], invstd[C], local sum_dy[C], local sum_dy_xhat[C]. sync: two sums of C. */
-#include <math.h>
-
-#include "kernels/cpu/batchnorm.h"
 #include "nn/layer.h"
 
 static int hw_of(const dp_layer *l) { return l->in_shape[0].h * l->in_shape[0].w; }
@@ -40,81 +37,45 @@ static void init(const dp_layer *l, float *params, float *buffers, dp_rng *rng) 
 }
 
 static void forward_sums(const dp_layer *l, const dp_exec *x, const float *const *in, float *sync) {
-    const int c = l->in_shape[0].c;
-    double *s = (double *)x->ws, *s2 = s + c;
     if (!x->training) return;
-    if (x->batch > 0) {
-        batchnorm_stats_cpu(x->batch, c, hw_of(l), in[0], s, s2, x->nthreads);
-    } else {
-        for (int i = 0; i < 2 * c; i++) s[i] = 0;
-    }
-    for (int i = 0; i < c; i++) sync[i] = (float)s[i], sync[c + i] = (float)s2[i];
+    const dp_kctx c = dp_exec_kctx(x);
+    dp_exec_kernels(x)->bn_sums(&c, x->batch, l->in_shape[0].c, hw_of(l), in[0], sync, x->ws);
 }
 
 static dp_status forward(const dp_layer *l, const dp_exec *x, const float *const *in, float *out, float *ctx,
                          const float *sync) {
-    const int c = l->in_shape[0].c, hw = hw_of(l);
-    float *mean = ctx, *invstd = ctx + c;
-    const float eps = l->cfg.bn.eps, mom = l->cfg.bn.momentum;
-    float *rmean = x->buffers + l->boff[0], *rvar = x->buffers + l->boff[1];
-    if (x->training) {
-        double count = (double)x->stat_batch * hw;
-        if (count <= 0) return DP_OK;
-        for (int i = 0; i < c; i++) {
-            double m = sync[i] / count;
-            double var = sync[c + i] / count - m * m;
-            if (var < 0) var = 0; /* rounding in E[x^2] - m^2 */
-            mean[i] = (float)m;
-            invstd[i] = (float)(1.0 / sqrt(var + eps));
-            if (!x->update_stats) continue;
-            double unbiased = count > 1 ? var * count / (count - 1) : var;
-            rmean[i] = (1 - mom) * rmean[i] + mom * (float)m;
-            rvar[i] = (1 - mom) * rvar[i] + mom * (float)unbiased;
-        }
-    } else {
-        for (int i = 0; i < c; i++) {
-            mean[i] = rmean[i];
-            invstd[i] = 1.0f / sqrtf(rvar[i] + eps);
-        }
-    }
+    const int ch = l->in_shape[0].c;
+    const dp_kernels *k = dp_exec_kernels(x);
+    const dp_kctx c = dp_exec_kctx(x);
+    const double count = (double)x->stat_batch * hw_of(l);
+    if (x->training && count <= 0) return DP_OK;
+    float *mean = ctx, *invstd = ctx + ch;
+    k->bn_stats(&c, ch, x->training, sync, count, l->cfg.bn.eps, l->cfg.bn.momentum, x->update_stats, mean, invstd,
+                x->buffers + l->boff[0], x->buffers + l->boff[1]);
     if (x->batch > 0)
-        batchnorm_apply_cpu(x->batch, c, hw, in[0], mean, invstd, x->params + l->poff[0], x->params + l->poff[1], out,
-                            x->nthreads);
+        k->bn_apply(&c, x->batch, ch, hw_of(l), in[0], mean, invstd, x->params + l->poff[0], x->params + l->poff[1],
+                    out);
     return DP_OK;
 }
 
 static void backward_sums(const dp_layer *l, const dp_exec *x, const float *const *in, const float *dout, float *ctx,
                           float *sync) {
-    const int c = l->in_shape[0].c;
-    double *s = (double *)x->ws, *s2 = s + c;
-    if (x->batch > 0) {
-        batchnorm_backward_reduce_cpu(x->batch, c, hw_of(l), in[0], dout, ctx, ctx + c, s, s2, x->nthreads);
-    } else {
-        for (int i = 0; i < 2 * c; i++) s[i] = 0;
-    }
-    /* The parameter gradients use the local sums (DDP adds them over replicas later);
-     * dx uses the sums the executor may have added over replicas. */
-    for (int i = 0; i < c; i++) {
-        ctx[2 * c + i] = sync[i] = (float)s[i];
-        ctx[3 * c + i] = sync[c + i] = (float)s2[i];
-    }
+    const int ch = l->in_shape[0].c;
+    const dp_kernels *k = dp_exec_kernels(x);
+    const dp_kctx c = dp_exec_kctx(x);
+    k->bn_backward_sums(&c, x->batch, ch, hw_of(l), in[0], dout, ctx, ctx + ch, sync, x->ws);
+    /* keep this call's own sums: the parameter gradients use them, dx the summed ones */
+    k->copy(&c, 2 * (size_t)ch, sync, ctx + 2 * ch);
 }
 
 static dp_status backward(const dp_layer *l, const dp_exec *x, const float *const *in, const float *out,
                           const float *dout, float *const *din, const float *ctx, const float *sync) {
     (void)out;
-    const int c = l->in_shape[0].c, hw = hw_of(l);
-    float *dgamma = x->grads + l->poff[0], *dbeta = x->grads + l->poff[1];
-    for (int i = 0; i < c; i++) {
-        dbeta[i] += ctx[2 * c + i];
-        dgamma[i] += ctx[3 * c + i];
-    }
-    if (!din[0] || x->batch == 0) return DP_OK;
-    double *s = (double *)x->ws, *s2 = s + c;
-    for (int i = 0; i < c; i++) s[i] = sync[i], s2[i] = sync[c + i];
-    double count = (double)x->stat_batch * hw;
-    batchnorm_backward_input_cpu(x->batch, c, hw, in[0], dout, ctx, ctx + c, x->params + l->poff[0], s, s2, count,
-                                 din[0], x->nthreads);
+    const int ch = l->in_shape[0].c;
+    const dp_kctx c = dp_exec_kctx(x);
+    dp_exec_kernels(x)->bn_backward(&c, x->batch, ch, hw_of(l), in[0], dout, ctx, ctx + ch, x->params + l->poff[0],
+                                    ctx + 2 * ch, sync, (double)x->stat_batch * hw_of(l), din[0],
+                                    x->grads + l->poff[0], x->grads + l->poff[1], x->ws);
     return DP_OK;
 }
 

@@ -1,5 +1,5 @@
-/* Conv2d layer: shape planning and parameters around kernels/cpu/conv2d. */
-#include "kernels/cpu/conv2d.h"
+/* Conv2d layer: shape planning and parameters around the conv2d kernels. */
+#include "kernels/shapes.h"
 #include "nn/layer.h"
 #include "nn/layers/init.h"
 
@@ -29,7 +29,7 @@ static dp_status plan(dp_layer *l, dp_layout *params, dp_layout *buffers) {
 
 static size_t ws_floats(const dp_layer *l, int batch, int nthreads) {
     dp_conv2d_dims d = dims_of(l);
-    return conv2d_workspace_floats(&d, batch, nthreads);
+    return dp_cpu_kernels.conv2d_workspace_floats(&d, batch, nthreads);
 }
 
 static void init(const dp_layer *l, float *params, float *buffers, dp_rng *rng) {
@@ -45,8 +45,9 @@ static dp_status forward(const dp_layer *l, const dp_exec *x, const float *const
     (void)ctx, (void)sync;
     if (x->batch == 0) return DP_OK;
     dp_conv2d_dims d = dims_of(l);
-    conv2d_forward_cpu(&d, x->batch, in[0], x->params + l->poff[0], l->cfg.conv.bias ? x->params + l->poff[1] : NULL,
-                       out, x->ws, x->nthreads);
+    const dp_kctx c = dp_exec_kctx(x);
+    dp_exec_kernels(x)->conv2d_forward(&c, &d, x->batch, in[0], x->params + l->poff[0],
+                                        l->cfg.conv.bias ? x->params + l->poff[1] : NULL, out, x->ws);
     return DP_OK;
 }
 
@@ -55,8 +56,10 @@ static dp_status backward(const dp_layer *l, const dp_exec *x, const float *cons
     (void)out, (void)ctx, (void)sync;
     if (x->batch == 0) return DP_OK;
     dp_conv2d_dims d = dims_of(l);
-    conv2d_backward_cpu(&d, x->batch, in[0], x->params + l->poff[0], dout, din[0], x->grads + l->poff[0],
-                        l->cfg.conv.bias ? x->grads + l->poff[1] : NULL, x->ws, x->nthreads);
+    const dp_kctx c = dp_exec_kctx(x);
+    dp_exec_kernels(x)->conv2d_backward(&c, &d, x->batch, in[0], x->params + l->poff[0], dout, din[0],
+                                         x->grads + l->poff[0], l->cfg.conv.bias ? x->grads + l->poff[1] : NULL,
+                                         x->ws);
     return DP_OK;
 }
 

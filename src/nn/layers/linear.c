@@ -1,5 +1,4 @@
-/* Linear layer: y = x W^T + b on the flattened input, around kernels/cpu/linear. */
-#include "kernels/cpu/linear.h"
+/* Linear layer: y = x W^T + b on the flattened input, around the linear kernels. */
 #include "nn/layer.h"
 #include "nn/layers/init.h"
 
@@ -25,8 +24,10 @@ static dp_status forward(const dp_layer *l, const dp_exec *x, const float *const
                          const float *sync) {
     (void)ctx, (void)sync;
     if (x->batch == 0) return DP_OK;
-    linear_forward_cpu(x->batch, (int)dp_shape_size(l->in_shape[0]), l->cfg.linear.out_f, in[0],
-                       x->params + l->poff[0], l->cfg.linear.bias ? x->params + l->poff[1] : NULL, out, x->nthreads);
+    const dp_kctx c = dp_exec_kctx(x);
+    dp_exec_kernels(x)->linear_forward(&c, x->batch, (int)dp_shape_size(l->in_shape[0]), l->cfg.linear.out_f, in[0],
+                                        x->params + l->poff[0], l->cfg.linear.bias ? x->params + l->poff[1] : NULL,
+                                        out);
     return DP_OK;
 }
 
@@ -34,9 +35,10 @@ static dp_status backward(const dp_layer *l, const dp_exec *x, const float *cons
                           const float *dout, float *const *din, const float *ctx, const float *sync) {
     (void)out, (void)ctx, (void)sync;
     if (x->batch == 0) return DP_OK;
-    linear_backward_cpu(x->batch, (int)dp_shape_size(l->in_shape[0]), l->cfg.linear.out_f, in[0],
-                        x->params + l->poff[0], dout, din[0], x->grads + l->poff[0],
-                        l->cfg.linear.bias ? x->grads + l->poff[1] : NULL, x->nthreads);
+    const dp_kctx c = dp_exec_kctx(x);
+    dp_exec_kernels(x)->linear_backward(&c, x->batch, (int)dp_shape_size(l->in_shape[0]), l->cfg.linear.out_f, in[0],
+                                         x->params + l->poff[0], dout, din[0], x->grads + l->poff[0],
+                                         l->cfg.linear.bias ? x->grads + l->poff[1] : NULL);
     return DP_OK;
 }
 

@@ -23,8 +23,9 @@ static dp_status forward(const dp_layer *l, const dp_exec *x, const float *const
                          const float *sync) {
     (void)sync;
     const dp_shape s = l->in_shape[0];
-    maxpool2d_forward_cpu(x->batch, s.c, s.h, s.w, l->cfg.pool.k, l->cfg.pool.stride, l->cfg.pool.pad, in[0], out,
-                          (int32_t *)ctx, x->nthreads);
+    const dp_kctx c = dp_exec_kctx(x);
+    dp_exec_kernels(x)->maxpool_forward(&c, x->batch, s.c, s.h, s.w, l->cfg.pool.k, l->cfg.pool.stride, l->cfg.pool.pad,
+                                         in[0], out, (int32_t *)ctx);
     return DP_OK;
 }
 
@@ -32,9 +33,10 @@ static dp_status backward(const dp_layer *l, const dp_exec *x, const float *cons
                           const float *dout, float *const *din, const float *ctx, const float *sync) {
     (void)in, (void)out, (void)sync;
     const dp_shape s = l->in_shape[0];
+    const dp_kctx c = dp_exec_kctx(x);
     if (din[0])
-        maxpool2d_backward_cpu(x->batch, s.c, s.h, s.w, l->out.h, l->out.w, dout, (const int32_t *)ctx, din[0],
-                               x->nthreads);
+        dp_exec_kernels(x)->maxpool_backward(&c, x->batch, s.c, s.h, s.w, l->out.h, l->out.w, dout,
+                                              (const int32_t *)ctx, din[0]);
     return DP_OK;
 }
 

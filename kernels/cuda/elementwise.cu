@@ -1,0 +1,73 @@
+// elementwise.cu: ReLU, add, copy, the SGD step and the fixed-order tree sum on the GPU; the
+// arithmetic of each element is the CPU twin's (kernels/cpu/activation.c, sgd.c, core/treesum.c).
+#include "kernels/cuda/common.cuh"
+
+__global__ void relu_fwd_k(size_t n, const float *x, float *y) {
+    DP_FOR(i, n) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+}
+__global__ void relu_bwd_k(size_t n, const float *y, const float *dy, float *dx) {
+    DP_FOR(i, n) dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+}
+__global__ void add_k(size_t n, const float *a, const float *b, float *y) {
+    DP_FOR(i, n) y[i] = a[i] + b[i];
+}
+
+extern "C" void dp_cuda_relu_forward(const dp_kctx *c, size_t n, const float *x, float *y) {
+    if (!n) return;
+    relu_fwd_k<<<dp_blocks(n), DP_CUDA_THREADS, 0, dp_stream(c)>>>(n, x, y);
+    DP_LAUNCHED("relu forward");
+}
+extern "C" void dp_cuda_relu_backward(const dp_kctx *c, size_t n, const float *y, const float *dy, float *dx) {
+    if (!n) return;
+    relu_bwd_k<<<dp_blocks(n), DP_CUDA_THREADS, 0, dp_stream(c)>>>(n, y, dy, dx);
+    DP_LAUNCHED("relu backward");
+}
+extern "C" void dp_cuda_add(const dp_kctx *c, size_t n, const float *a, const float *b, float *y) {
+    if (!n) return;
+    add_k<<<dp_blocks(n), DP_CUDA_THREADS, 0, dp_stream(c)>>>(n, a, b, y);
+    DP_LAUNCHED("add");
+}
+extern "C" void dp_cuda_copy(const dp_kctx *c, size_t n, const float *x, float *y) {
+    if (!n || x == y) return;
+    DP_CUDA_NOTE(cudaMemcpyAsync(y, x, n * sizeof(float), cudaMemcpyDeviceToDevice, dp_stream(c)));
+}
+
+// __fmul_rn / __fadd_rn: no contraction into FMA, so each element rounds as the CPU's does
+// (ISO C there: -ffp-contract=off).
+__global__ void sgd_k(size_t n, float *p, const float *g, float *buf, float lr, float mom, float wd, int nesterov) {
+    DP_FOR(i, n) {
+        float d = __fadd_rn(g[i], __fmul_rn(wd, p[i]));
+        if (mom == 0.0f) {
+            p[i] = __fadd_rn(p[i], -__fmul_rn(lr, d));
+            continue;
+        }
+        float b = __fadd_rn(__fmul_rn(mom, buf[i]), d);
+        buf[i] = b;
+        float step = nesterov ? __fadd_rn(d, __fmul_rn(mom, b)) : b;
+        p[i] = __fadd_rn(p[i], -__fmul_rn(lr, step));
+    }
+}
+extern "C" void dp_cuda_sgd(const dp_kctx *c, size_t n, float *p, const float *g, float *buf, float lr, float momentum,
+                            float wd, int nesterov) {
+    if (!n) return;
+    sgd_k<<<dp_blocks(n), DP_CUDA_THREADS, 0, dp_stream(c)>>>(n, p, g, buf, lr, momentum, wd, nesterov);
+    DP_LAUNCHED("sgd");
+}
+
+// One level of the tree: a += b (and b = 0 with clear), element-wise.
+__global__ void tree_level_k(size_t n, float *a, float *b, int clear) {
+    DP_FOR(i, n) {
+        a[i] = __fadd_rn(a[i], b[i]);
+        if (clear) b[i] = 0.0f;
+    }
+}
+extern "C" void dp_cuda_tree_sum(const dp_kctx *c, float *const *v, int n, size_t lo, size_t count, int clear) {
+    if (!count) return;
+    for (int m = n; m > 1;) { // the order of core/treesum.c
+        const int h = (m + 1) / 2;
+        for (int i = 0; i < m - h; i++)
+            tree_level_k<<<dp_blocks(count), DP_CUDA_THREADS, 0, dp_stream(c)>>>(count, v[i] + lo, v[i + h] + lo, clear);
+        m = h;
+    }
+    DP_LAUNCHED("tree sum");
+}

@@ -1,0 +1,54 @@
+// loss.cu: softmax cross-entropy on the GPU, twin of kernels/cpu/loss.c: one thread a sample,
+// then the samples' losses added in sample order by one thread (a lane holds a few samples), so
+// the loss is the same sum the CPU takes. Writes the loss and the hit count to device memory.
+#include <math.h>
+
+#include "kernels/cuda/common.cuh"
+
+#define XENT_TILE 256
+
+__global__ void xent_k(int batch, int K, const float *z, const int32_t *labels, float scale, float *dz, float *loss,
+                       int32_t *correct) {
+    __shared__ double li[XENT_TILE];
+    __shared__ int hit[XENT_TILE];
+    double total = 0.0;
+    int ok = 0;
+    for (int t0 = 0; t0 < batch; t0 += XENT_TILE) {
+        const int n = t0 + (int)threadIdx.x;
+        if (n < batch) {
+            const float *zi = z + (size_t)n * K;
+            float *g = dz ? dz + (size_t)n * K : nullptr;
+            float mx = zi[0];
+            int am = 0;
+            for (int j = 1; j < K; j++)
+                if (zi[j] > mx) mx = zi[j], am = j; // first maximum wins
+            float se = 0.0f;
+            for (int j = 0; j < K; j++) {
+                const float e = expf(zi[j] - mx);
+                se = __fadd_rn(se, e);
+                if (g) g[j] = e;
+            }
+            const int32_t lab = labels[n];
+            const int valid = lab >= 0 && lab < K;
+            li[threadIdx.x] = valid ? (double)mx + log((double)se) - (double)zi[lab] : NAN;
+            hit[threadIdx.x] = valid && am == lab;
+            if (g) {
+                const float inv = __fdiv_rn(scale, se);
+                for (int j = 0; j < K; j++) g[j] = __fmul_rn(g[j], inv);
+                if (valid) g[lab] = __fadd_rn(g[lab], -scale);
+            }
+        }
+        __syncthreads();
+        if (threadIdx.x == 0)
+            for (int i = 0; i < XENT_TILE && t0 + i < batch; i++) total += li[i], ok += hit[i];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) *loss = (float)total, *correct = ok;
+}
+
+extern "C" void dp_cuda_softmax_xent(const dp_kctx *c, int batch, int classes, const float *logits,
+                                     const int32_t *labels, float grad_scale, float *dlogits, float *loss,
+                                     int32_t *correct) {
+    xent_k<<<1, XENT_TILE, 0, dp_stream(c)>>>(batch, classes, logits, labels, grad_scale, dlogits, loss, correct);
+    DP_LAUNCHED("softmax cross-entropy");
+}

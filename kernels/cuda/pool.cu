@@ -1,0 +1,82 @@
+// pool.cu: max pooling (PyTorch's window rule and NaN propagation, argmax per output) and global
+// average pooling on the GPU, twins of kernels/cpu/pool.c.
+#include <math.h>
+
+#include "kernels/cuda/common.cuh"
+
+__global__ void maxpool_fwd_k(size_t n, int h, int w, int k, int s, int p, int oh, int ow, const float *x, float *y,
+                              int32_t *am) {
+    DP_FOR(o, n) { // o = (plane, i, j)
+        const size_t pl = o / ((size_t)oh * ow);
+        const int i = (int)(o / ow % oh), j = (int)(o % ow);
+        const float *xp = x + pl * h * w;
+        int h0 = i * s - p, h1 = h0 + k, w0 = j * s - p, w1 = w0 + k;
+        h0 = h0 < 0 ? 0 : h0, w0 = w0 < 0 ? 0 : w0;
+        h1 = h1 > h ? h : h1, w1 = w1 > w ? w : w1;
+        float m = -INFINITY;
+        int32_t idx = h0 * w + w0; // PyTorch: the first element of the clipped window
+        for (int a = h0; a < h1; a++)
+            for (int b = w0; b < w1; b++) {
+                const float v = xp[a * w + b];
+                if (v > m || v != v) m = v, idx = a * w + b;
+            }
+        y[o] = m;
+        am[o] = idx;
+    }
+}
+
+// One block a plane: zero it, then one thread adds the gradients in output order, as the CPU
+// does where windows overlap (deterministic, no atomics).
+__global__ void maxpool_bwd_k(int hw, int ohw, const float *dy, const int32_t *am, float *dx) {
+    const size_t pl = blockIdx.x;
+    float *xp = dx + pl * hw;
+    for (int e = threadIdx.x; e < hw; e += blockDim.x) xp[e] = 0.0f;
+    __syncthreads();
+    if (threadIdx.x != 0) return;
+    const float *gp = dy + pl * ohw;
+    const int32_t *ap = am + pl * ohw;
+    for (int q = 0; q < ohw; q++) xp[ap[q]] += gp[q];
+}
+
+__global__ void gap_fwd_k(size_t planes, int hw, const float *x, float *y) {
+    DP_FOR(pl, planes) {
+        const float *xp = x + pl * hw;
+        double acc = 0.0;
+        for (int i = 0; i < hw; i++) acc += xp[i];
+        y[pl] = (float)(acc / hw);
+    }
+}
+
+__global__ void gap_bwd_k(size_t n, int hw, const float *dy, float *dx) {
+    DP_FOR(i, n) dx[i] = __fdiv_rn(dy[i / hw], (float)hw);
+}
+
+static int out_size(int in, int k, int s, int p) { return (in + 2 * p - k) / s + 1; }
+
+extern "C" void dp_cuda_maxpool_forward(const dp_kctx *c, int batch, int ch, int h, int w, int k, int stride, int pad,
+                                        const float *x, float *y, int32_t *argmax) {
+    const int oh = out_size(h, k, stride, pad), ow = out_size(w, k, stride, pad);
+    const size_t n = (size_t)batch * ch * oh * ow;
+    if (!n || oh <= 0 || ow <= 0) return;
+    maxpool_fwd_k<<<dp_blocks(n), DP_CUDA_THREADS, 0, dp_stream(c)>>>(n, h, w, k, stride, pad, oh, ow, x, y, argmax);
+    DP_LAUNCHED("max pool forward");
+}
+extern "C" void dp_cuda_maxpool_backward(const dp_kctx *c, int batch, int ch, int h, int w, int oh, int ow,
+                                         const float *dy, const int32_t *argmax, float *dx) {
+    const unsigned planes = (unsigned)(batch * ch);
+    if (!planes) return;
+    maxpool_bwd_k<<<planes, DP_CUDA_THREADS, 0, dp_stream(c)>>>(h * w, oh * ow, dy, argmax, dx);
+    DP_LAUNCHED("max pool backward");
+}
+extern "C" void dp_cuda_avgpool_forward(const dp_kctx *c, int batch, int ch, int hw, const float *x, float *y) {
+    const size_t planes = (size_t)batch * ch;
+    if (!planes || hw <= 0) return;
+    gap_fwd_k<<<dp_blocks(planes), DP_CUDA_THREADS, 0, dp_stream(c)>>>(planes, hw, x, y);
+    DP_LAUNCHED("average pool forward");
+}
+extern "C" void dp_cuda_avgpool_backward(const dp_kctx *c, int batch, int ch, int hw, const float *dy, float *dx) {
+    const size_t n = (size_t)batch * ch * hw;
+    if (!n) return;
+    gap_bwd_k<<<dp_blocks(n), DP_CUDA_THREADS, 0, dp_stream(c)>>>(n, hw, dy, dx);
+    DP_LAUNCHED("average pool backward");
+}

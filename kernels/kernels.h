@@ -1,0 +1,82 @@
+/* kernels.h: the kernel table, one per device: every computation a layer, the loss and the
+ * optimizer run, as plain functions with explicit shapes. Layers reach it through dp_exec
+ * (x->k), so src/nn/ names no device; kernels/cpu/table.c fills the CPU table, and a CUDA
+ * table (kernels/cuda/) fills the same entries with the same meaning, tested against the CPU
+ * twins, which stay the reference. Pointers are on the table's device. Kernels accumulate
+ * weight gradients (+=, as PyTorch's .grad) and overwrite everything else; every sum over
+ * samples is taken in sample order within one call (data/chunks.h relies on that). */
+#ifndef DP_KERNELS_H
+#define DP_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels/shapes.h"
+
+/* What a kernel call runs on: the CPU's thread count, or a device's stream. */
+typedef struct {
+    int nthreads;   /* CPU: OpenMP threads the call may use */
+    void *stream;   /* CUDA: the cudaStream_t to enqueue on (NULL: the default stream) */
+    void *blas;     /* CUDA: a cublasHandle_t bound to that stream (NULL: the table's own) */
+} dp_kctx;
+
+typedef struct dp_kernels {
+    const char *device; /* "cpu", "cuda" */
+
+    /* convolution (shapes.h): workspace floats for a batch, forward, backward (dx may be NULL) */
+    size_t (*conv2d_workspace_floats)(const dp_conv2d_dims *d, int batch, int nthreads);
+    void (*conv2d_forward)(const dp_kctx *c, const dp_conv2d_dims *d, int batch, const float *x, const float *w,
+                           const float *b, float *y, float *ws);
+    void (*conv2d_backward)(const dp_kctx *c, const dp_conv2d_dims *d, int batch, const float *x, const float *w,
+                            const float *dy, float *dx, float *dw, float *db, float *ws);
+    /* fully connected: y (batch, out_f) = x (batch, in_f) w^T (out_f, in_f) + b */
+    void (*linear_forward)(const dp_kctx *c, int batch, int in_f, int out_f, const float *x, const float *w,
+                           const float *b, float *y);
+    void (*linear_backward)(const dp_kctx *c, int batch, int in_f, int out_f, const float *x, const float *w,
+                            const float *dy, float *dx, float *dw, float *db);
+    /* element-wise over n floats: relu, its gradient from the output, y = a + b, y += x, copy */
+    void (*relu_forward)(const dp_kctx *c, size_t n, const float *x, float *y);
+    void (*relu_backward)(const dp_kctx *c, size_t n, const float *y, const float *dy, float *dx);
+    void (*add)(const dp_kctx *c, size_t n, const float *a, const float *b, float *y);
+    void (*copy)(const dp_kctx *c, size_t n, const float *x, float *y);
+    /* pooling: max (argmax saved per output), global average */
+    void (*maxpool_forward)(const dp_kctx *c, int batch, int ch, int h, int w, int k, int stride, int pad,
+                            const float *x, float *y, int32_t *argmax);
+    void (*maxpool_backward)(const dp_kctx *c, int batch, int ch, int h, int w, int oh, int ow, const float *dy,
+                             const int32_t *argmax, float *dx);
+    void (*avgpool_forward)(const dp_kctx *c, int batch, int ch, int hw, const float *x, float *y);
+    void (*avgpool_backward)(const dp_kctx *c, int batch, int ch, int hw, const float *dy, float *dx);
+    /* batch norm over x (batch, ch, hw), in the phases SyncBatchNorm needs; sums in float
+     * pairs [sum (ch), sum of squares (ch)] that the executor may add over replicas;
+     * ws: 4 * ch floats of scratch (double sums) */
+    void (*bn_sums)(const dp_kctx *c, int batch, int ch, int hw, const float *x, float *sums, float *ws);
+    /* mean, invstd from the sums over count values (training; updates the running statistics
+     * when update is set) or from the running statistics (training = 0) */
+    void (*bn_stats)(const dp_kctx *c, int ch, int training, const float *sums, double count, float eps,
+                     float momentum, int update, float *mean, float *invstd, float *run_mean, float *run_var);
+    void (*bn_apply)(const dp_kctx *c, int batch, int ch, int hw, const float *x, const float *mean,
+                     const float *invstd, const float *gamma, const float *beta, float *y);
+    /* [sum dy, sum dy * xhat] of this call's samples */
+    void (*bn_backward_sums)(const dp_kctx *c, int batch, int ch, int hw, const float *x, const float *dy,
+                             const float *mean, const float *invstd, float *sums, float *ws);
+    /* dgamma += local[ch:], dbeta += local[:ch]; dx (may be NULL) from the (summed) sums */
+    void (*bn_backward)(const dp_kctx *c, int batch, int ch, int hw, const float *x, const float *dy,
+                        const float *mean, const float *invstd, const float *gamma, const float *local,
+                        const float *sums, double count, float *dx, float *dgamma, float *dbeta, float *ws);
+    /* softmax cross-entropy of a batch: *loss = the summed loss (summed in sample order, then
+     * rounded to float), *correct = the argmax hits; dlogits (may be NULL) = grad_scale * dL/dz */
+    void (*softmax_xent)(const dp_kctx *c, int batch, int classes, const float *logits, const int32_t *labels,
+                         float grad_scale, float *dlogits, float *loss, int32_t *correct);
+    /* one torch.optim.SGD step over n floats: weight decay wd, momentum (buf) and nesterov */
+    void (*sgd)(const dp_kctx *c, size_t n, float *p, const float *g, float *buf, float lr, float momentum,
+                float wd, int nesterov);
+    /* the fixed pairwise tree of core/treesum.h over n vectors into v[0], elements [lo, lo+count) */
+    void (*tree_sum)(const dp_kctx *c, float *const *v, int n, size_t lo, size_t count, int clear);
+} dp_kernels;
+
+extern const dp_kernels dp_cpu_kernels;
+/* The CUDA table (kernels/cuda/), in builds with the CUDA toolkit; pointers are device memory,
+ * softmax_xent's loss and correct included. */
+extern const dp_kernels dp_cuda_kernels;
+
+#endif

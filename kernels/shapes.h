@@ -1,0 +1,15 @@
+/* shapes.h: the shape descriptions kernels of every device take. */
+#ifndef DP_KERNEL_SHAPES_H
+#define DP_KERNEL_SHAPES_H
+
+/* 2-D convolution, NCHW, square kernel, zero padding (PyTorch Conv2d, groups = 1). */
+typedef struct {
+    int in_c, in_h, in_w;
+    int out_c, k, stride, pad;
+    int out_h, out_w;   /* (in + 2 pad - k) / stride + 1, filled by conv2d_dims_init */
+} dp_conv2d_dims;
+
+/* Fills out_h/out_w; returns 0 if the shape is valid (output at least 1x1), -1 otherwise. */
+int conv2d_dims_init(dp_conv2d_dims *d);
+
+#endif
