@@ -366,6 +366,26 @@ static void test_nan(void **state) {
     free(l);
 }
 
+/* With the canonical summation order (--chunks), a run stopped with 4 replicas and resumed with 2 ends
+ * bitwise where a 1-replica run ends. */
+static void test_resume_other_replica_count(void **state) {
+    (void)state;
+    const char *a = fresh_dir("rc1"), *b = fresh_dir("rc4");
+    const char *args = "train " DATA " --epochs 2 --save-every 1";
+    char *o;
+    assert_int_equal(tu_run_dptrain(&o, "%s --replicas 1 --threads 1 --checkpoint %s", args, a), 0);
+    free(o);
+    assert_int_equal(tu_run_dptrain(&o, "%s --replicas 4 --threads 2 --max-steps 9 --checkpoint %s", args, b), 0);
+    free(o);
+    int rc = tu_run_dptrain(&o, "%s --replicas 2 --threads 1 --resume %s", args, b);
+    if (rc) fail_msg("rc %d:\n%s", rc, o);
+    free(o);
+    char x[1024];
+    snprintf(x, sizeof x, "%s", newest(a, NULL));
+    const char *diff = tu_ckpt_diff(x, newest(b, NULL));
+    if (diff) fail_msg("%s", diff);
+}
+
 /* --save-every Ne: one checkpoint per N epochs (plus the last state), --keep K of them. */
 static void test_save_every_epochs(void **state) {
     (void)state;
@@ -398,7 +418,7 @@ int main(void) {
         cmocka_unit_test(test_sigterm),        cmocka_unit_test(test_damaged_skipped),
         cmocka_unit_test(test_refusals),       cmocka_unit_test(test_outputs_checked),
         cmocka_unit_test(test_disk_full),      cmocka_unit_test(test_nan),
-        cmocka_unit_test(test_save_every_epochs),
+        cmocka_unit_test(test_save_every_epochs), cmocka_unit_test(test_resume_other_replica_count),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
