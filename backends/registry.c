@@ -11,6 +11,9 @@ dp_status dp_sim_backend_create(const dp_backend_config *cfg, dp_backend_t *out)
 #if DP_HAVE_MPI
 dp_status dp_mpi_backend_create(const dp_backend_config *cfg, dp_backend_t *out);
 #endif
+#if DP_HAVE_NCCL
+dp_status dp_nccl_backend_create(const dp_backend_config *cfg, dp_backend_t *out);
+#endif
 
 dp_status dp_backend_create(const dp_backend_config *cfg, dp_backend_t *out) {
     *out = NULL;
@@ -26,7 +29,7 @@ dp_status dp_backend_create(const dp_backend_config *cfg, dp_backend_t *out) {
     }
     if (strcmp(name, "nccl") == 0) {
 #if DP_HAVE_NCCL
-        return dp_fail(DP_ERR_UNSUPPORTED, "--backend nccl: not implemented in this version yet; use --backend sim");
+        return dp_nccl_backend_create(cfg, out);
 #else
         return dp_fail(DP_ERR_UNSUPPORTED, "--backend nccl: not compiled into this build (needs the CUDA toolkit and "
                                            "NCCL at build time; set NCCL_ROOT and rebuild)");
@@ -41,7 +44,7 @@ void dp_backend_destroy(dp_backend_t b) {
 
 void dp_backend_describe(char *buf, size_t n) {
     snprintf(buf, n, "sim (cpu), mpi (%s), nccl (%s)", DP_HAVE_MPI ? "cpu" : "not built",
-             DP_HAVE_NCCL ? "NCCL found, backend not yet implemented" : "not built");
+             DP_HAVE_NCCL ? "launch checks only: needs the CUDA executor" : "not built");
 }
 
 /* Times the call and counts its bytes. */

@@ -175,7 +175,9 @@ static void test_bad_backend_names(void **state) {
     assert_true(tu_contains(dp_last_error(), "butterfly"));
     cfg.name = "nccl";
     cfg.algorithm = NULL;
-    assert_int_equal(dp_backend_create(&cfg, &b), DP_ERR_UNSUPPORTED);
+    /* not built, no usable GPU, or (on a GPU machine) no CUDA executor yet: refused, naming it */
+    const dp_status s = dp_backend_create(&cfg, &b);
+    assert_true(s == DP_ERR_UNSUPPORTED || s == DP_ERR_BACKEND);
     assert_true(tu_contains(dp_last_error(), "nccl"));
 }
 

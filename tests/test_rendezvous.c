@@ -1,0 +1,195 @@
+/* The launch of a multi-process GPU job without a GPU: torchrun's variables parsed (missing,
+ * bad and inconsistent ones named), mpirun's recognised, and rank 0's blob (NCCL's unique id)
+ * handed to every rank over TCP on loopback, between real processes; a rank with another
+ * WORLD_SIZE, a rank that never starts and a rank 0 that never answers end in messages, not
+ * hangs. */
+#include "testutil.h"
+
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "backends/rendezvous.h"
+#include "dp_config.h"
+
+static const char *vars[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT",
+                             "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"};
+
+static void clear_env(void) {
+    for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) unsetenv(vars[i]);
+}
+
+static void torchrun_env(const char *rank, const char *world, const char *local, const char *addr, const char *port) {
+    clear_env();
+    if (rank) setenv("RANK", rank, 1);
+    if (world) setenv("WORLD_SIZE", world, 1);
+    if (local) setenv("LOCAL_RANK", local, 1);
+    if (addr) setenv("MASTER_ADDR", addr, 1);
+    if (port) setenv("MASTER_PORT", port, 1);
+}
+
+static void expect_refused(const char *needle) {
+    dp_launch l;
+    assert_int_equal(dp_launch_from_env(&l), DP_ERR_USAGE);
+    if (!tu_contains(dp_last_error(), needle)) fail_msg("message '%s' does not name %s", dp_last_error(), needle);
+}
+
+static void test_launch_variables(void **state) {
+    (void)state;
+    dp_launch l;
+    clear_env();
+    assert_int_equal(dp_launch_from_env(&l), DP_OK);
+    assert_int_equal(l.kind, DP_LAUNCH_SINGLE);
+    assert_int_equal(l.world, 1);
+    torchrun_env("2", "4", "0", "node7", "29500");
+    assert_int_equal(dp_launch_from_env(&l), DP_OK);
+    assert_int_equal(l.kind, DP_LAUNCH_TORCHRUN);
+    assert_int_equal(l.rank, 2), assert_int_equal(l.world, 4), assert_int_equal(l.port, 29500);
+    assert_string_equal(l.addr, "node7");
+    torchrun_env("1", "4", "1", "node7", NULL), expect_refused("MASTER_PORT");
+    torchrun_env("1", "4", "1", NULL, "29500"), expect_refused("MASTER_ADDR");
+    torchrun_env("1", "4", NULL, "node7", "29500"), expect_refused("LOCAL_RANK");
+    torchrun_env("1", NULL, "1", "node7", "29500"), expect_refused("WORLD_SIZE");
+    torchrun_env(NULL, "4", "1", "node7", "29500"), expect_refused("RANK");
+    torchrun_env("4", "4", "0", "node7", "29500"), expect_refused("RANK=4");
+    torchrun_env("x", "4", "0", "node7", "29500"), expect_refused("RANK='x'");
+    torchrun_env("1", "4", "0", "node7", "99999"), expect_refused("MASTER_PORT='99999'");
+    torchrun_env("1", "0", "0", "node7", "29500"), expect_refused("WORLD_SIZE='0'");
+    clear_env();
+    setenv("OMPI_COMM_WORLD_RANK", "1", 1), setenv("OMPI_COMM_WORLD_SIZE", "2", 1);
+    setenv("OMPI_COMM_WORLD_LOCAL_RANK", "1", 1);
+    assert_int_equal(dp_launch_from_env(&l), DP_OK);
+    assert_int_equal(l.kind, DP_LAUNCH_MPIRUN);
+    assert_int_equal(l.rank, 1), assert_int_equal(l.local_rank, 1);
+    clear_env();
+}
+
+static int free_port(void) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK), .sin_port = 0};
+    socklen_t len = sizeof a;
+    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+static dp_launch launch(int rank, int world, int port) {
+    dp_launch l = {.kind = DP_LAUNCH_TORCHRUN, .rank = rank, .world = world, .port = port};
+    snprintf(l.addr, sizeof l.addr, "127.0.0.1");
+    return l;
+}
+
+/* Starts rank r in a child process: exits 0 if it received the expected blob, 3 if the
+ * rendezvous failed (its message on stderr). */
+static pid_t start_rank(int r, int world, int port, double timeout) {
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        dp_launch l = launch(r, world, port);
+        unsigned char blob[128] = {0};
+        if (dp_rendezvous_share(&l, blob, sizeof blob, timeout) != DP_OK) {
+            fprintf(stderr, "rank %d: %s\n", r, dp_last_error());
+            _exit(3);
+        }
+        for (int i = 0; i < 128; i++)
+            if (blob[i] != (unsigned char)(i * 7 + 1)) _exit(1);
+        _exit(0);
+    }
+    return pid;
+}
+
+static int exit_of(pid_t pid) {
+    int st = 0;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static void test_blob_reaches_every_rank(void **state) {
+    (void)state;
+    const int world = 4, port = free_port();
+    pid_t kids[3];
+    for (int r = 1; r < world; r++) kids[r - 1] = start_rank(r, world, port, 10); /* before rank 0 listens */
+    unsigned char blob[128];
+    for (int i = 0; i < 128; i++) blob[i] = (unsigned char)(i * 7 + 1);
+    dp_launch l = launch(0, world, port);
+    if (dp_rendezvous_share(&l, blob, sizeof blob, 10) != DP_OK) fail_msg("rank 0: %s", dp_last_error());
+    for (int r = 1; r < world; r++) assert_int_equal(exit_of(kids[r - 1]), 0);
+}
+
+static void test_other_world_size_is_named(void **state) {
+    (void)state;
+    const int port = free_port();
+    pid_t kid = start_rank(1, 3, port, 5); /* thinks there are 3 */
+    unsigned char blob[128] = {0};
+    dp_launch l = launch(0, 2, port);
+    assert_int_equal(dp_rendezvous_share(&l, blob, sizeof blob, 5), DP_ERR_USAGE);
+    assert_true(tu_contains(dp_last_error(), "rank 1 was started with WORLD_SIZE=3, rank 0 with 2"));
+    assert_int_equal(exit_of(kid), 3);
+}
+
+static void test_missing_rank_times_out_named(void **state) {
+    (void)state;
+    const int port = free_port();
+    pid_t kid = start_rank(1, 3, port, 5);
+    unsigned char blob[128];
+    for (int i = 0; i < 128; i++) blob[i] = (unsigned char)(i * 7 + 1);
+    dp_launch l = launch(0, 3, port);
+    assert_int_equal(dp_rendezvous_share(&l, blob, sizeof blob, 1.0), DP_ERR_BACKEND);
+    if (!tu_contains(dp_last_error(), "ranks 2 did not connect")) fail_msg("%s", dp_last_error());
+    assert_int_equal(exit_of(kid), 0); /* rank 1 got its blob before rank 0 gave up */
+}
+
+static void test_absent_rank0_times_out_named(void **state) {
+    (void)state;
+    dp_launch l = launch(1, 2, free_port());
+    unsigned char blob[128];
+    assert_int_equal(dp_rendezvous_share(&l, blob, sizeof blob, 0.5), DP_ERR_BACKEND);
+    assert_true(tu_contains(dp_last_error(), "rank 0 did not answer at 127.0.0.1"));
+    snprintf(l.addr, sizeof l.addr, "no-such-host.invalid");
+    assert_int_equal(dp_rendezvous_share(&l, blob, sizeof blob, 0.5), DP_ERR_USAGE);
+    assert_true(tu_contains(dp_last_error(), "does not resolve"));
+}
+
+/* The CLI: --backend nccl on a machine without a GPU fails in one line (exit 1), and a torchrun
+ * launch with a variable missing is refused (exit 2) naming it. */
+static void test_nccl_cli_without_gpu(void **state) {
+    (void)state;
+    char *out;
+    clear_env();
+    int rc = tu_run_dptrain(&out, "train --backend nccl --dataset synthetic --samples 64 --epochs 1 --quiet");
+    if (!DP_HAVE_NCCL) {
+        assert_true(tu_contains(out, "not compiled into this build"));
+    } else if (tu_contains(out, "no usable CUDA device")) {
+        assert_int_equal(rc, 1);
+        assert_true(tu_contains(out, "rank 0"));
+    } else {
+        assert_true(tu_contains(out, "found GPU 0")); /* a GPU machine: past the checks */
+    }
+    free(out);
+    setenv("RANK", "1", 1), setenv("WORLD_SIZE", "2", 1), setenv("LOCAL_RANK", "1", 1);
+    setenv("MASTER_PORT", "29500", 1);
+    rc = tu_run_dptrain(&out, "train --backend nccl --dataset synthetic --samples 64 --epochs 1 --quiet");
+    clear_env();
+    if (DP_HAVE_NCCL) {
+        assert_int_equal(rc, 2);
+        if (!tu_contains(out, "MASTER_ADDR is not set")) fail_msg("%s", out);
+    }
+    free(out);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_launch_variables),
+        cmocka_unit_test(test_blob_reaches_every_rank),
+        cmocka_unit_test(test_other_world_size_is_named),
+        cmocka_unit_test(test_missing_rank_times_out_named),
+        cmocka_unit_test(test_absent_rank0_times_out_named),
+        cmocka_unit_test(test_nccl_cli_without_gpu),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
