@@ -313,6 +313,10 @@ static void test_outputs_checked(void **state) {
     rc = tu_run_dptrain(&o, "%s --save %s", base, link);
     if (rc != 2 || !tu_contains(o, "a symbolic link")) fail_msg("rc %d:\n%s", rc, o);
     free(o);
+    /* a checkpoint directory given where a file is expected: the newest file is named */
+    rc = tu_run_dptrain(&o, "eval " DATA " --load %s", dir);
+    if (rc != 2 || !tu_contains(o, "is a directory")) fail_msg("rc %d:\n%s", rc, o);
+    free(o);
     /* eval writes nothing: --save there is refused, not ignored */
     rc = tu_run_dptrain(&o, "eval " DATA " --load %s --save %s/y", target, dir);
     if (rc != 2 || !tu_contains(o, "eval: --save is for train")) fail_msg("rc %d:\n%s", rc, o);

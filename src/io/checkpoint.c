@@ -6,7 +6,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <sys/stat.h>
+
 #include "io/atomic.h"
+#include "io/ckpt_dir.h"
 #include "io/state_dict.h"
 
 #define MOMENTUM_PREFIX "optimizer.momentum."
@@ -161,6 +164,17 @@ static dp_status take_model(const char *path, const dp_st_file *f, const dp_mode
 
 dp_status dp_checkpoint_load_weights(const char *flag, const char *path, const dp_model *m, float *params,
                                      float *buffers) {
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) { /* a --checkpoint directory: say which file to give */
+        char **paths;
+        int n;
+        DP_TRY(dp_ckpt_dir_list(path, &paths, &n));
+        dp_status s = n ? dp_fail(DP_ERR_USAGE, "%s %s: is a directory; give a checkpoint file, e.g. %s (the newest "
+                                  "there)", flag, path, paths[0])
+                        : dp_fail(DP_ERR_USAGE, "%s %s: is a directory, not a checkpoint file", flag, path);
+        dp_ckpt_dir_free(paths, n);
+        return s;
+    }
     if (is_v1(path)) return dp_checkpoint_v1_load(path, m, params, buffers, NULL, NULL);
     dp_st_file f;
     dp_status s = dp_st_read(path, &f);
@@ -205,9 +219,9 @@ dp_status dp_checkpoint_load_resume(const char *path, const dp_model *m, float *
         int is_arg = strncmp(k, "dptrain.arg.", 12) == 0;
         const char *label = is_arg ? k + 12 : strcmp(k, "dptrain.train_data_crc32") == 0 ? "the training data's CRC-32" : k;
         s = dp_fail(DP_ERR_USAGE, "%s: refusing to resume: %s%s is %s%s%s in the checkpoint but %s in this run (resume "
-                    "with the same value, or start afresh from its weights with --init-from)", path,
+                    "with the same %s, or start afresh from its weights with --init-from)", path,
                     is_arg ? "--" : "", label, have ? "'" : "", have ? have : "missing", have ? "'" : "",
-                    expect[i].value);
+                    expect[i].value, is_arg ? "value" : "data");
     }
     if (s == DP_OK) s = take_model(path, &f, m, params, buffers, momentum);
     if (s == DP_OK && pos) {

@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <zlib.h>
 
 static const char *dtype_name(dp_st_dtype d) { return d == DP_ST_I64 ? "I64" : "F32"; }
@@ -174,6 +175,9 @@ static dp_status parse(const char *path, dp_st_file *f) {
 
 dp_status dp_st_read(const char *path, dp_st_file *out) {
     memset(out, 0, sizeof *out);
+    struct stat st;
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode))
+        return dp_fail(DP_ERR_IO, "%s: not a regular file%s", path, S_ISDIR(st.st_mode) ? " (a directory)" : "");
     FILE *fp = fopen(path, "rb");
     if (!fp) return dp_fail(DP_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     dp_status s = DP_OK;
