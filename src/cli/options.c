@@ -389,12 +389,12 @@ dp_status dp_parse_args(int argc, char **argv, dp_config *c, dp_action *action) 
     }
     if (c->resume_path && c->init_path)
         return dp_fail(DP_ERR_USAGE, "--resume and --init-from exclude each other (--resume restores the weights too)");
-    if ((c->save_every || c->save_every_epochs || c->keep) && !c->checkpoint_dir && !c->resume_path)
-        return dp_fail(DP_ERR_USAGE, "--%s needs --checkpoint DIR", c->keep ? "keep" : "save-every");
     if (c->resume_path && !c->checkpoint_dir) {
         struct stat st;
         if (stat(c->resume_path, &st) == 0 && S_ISDIR(st.st_mode)) c->checkpoint_dir = c->resume_path;
     }
+    if ((c->save_every || c->save_every_epochs || c->keep) && !c->checkpoint_dir)
+        return dp_fail(DP_ERR_USAGE, "--%s needs --checkpoint DIR", c->keep ? "keep" : "save-every");
     if (c->checkpoint_dir && !c->save_every && !c->save_every_epochs) c->save_every_epochs = 1;
     if (!c->keep) c->keep = 3;
     if (c->on_nan_skip && c->accumulate > 1)
