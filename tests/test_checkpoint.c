@@ -281,7 +281,7 @@ static void test_outputs_checked(void **state) {
         {"--checkpoint /dev/null", "exists and is not a directory"},
         {"--save-every 5", "--save-every needs --checkpoint DIR"},
         {"--save-every 0", "--save-every: expected N (steps) or Ne (epochs)"},
-        {"--keep 0", "--keep: expected an integer from 1"},
+        {"--keep 0", "--keep: expected an integer in 1..1000000"},
         {"--on-nan maybe", "--on-nan: unknown value 'maybe'"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {

@@ -65,7 +65,15 @@ static void test_mismatched_flags_fail_fast(void **state) {
     int rc = sh(&out, MPIRUN " 1 %s --backend mpi " COMMON " --timeout 60 : -np 1 %s --backend mpi " COMMON
                 " --lr 0.1 --timeout 60", bin(), bin());
     assert_int_not_equal(rc, 0);
-    if (!tu_contains(out, "rank 1") || !tu_contains(out, "flags")) fail_msg("unclear message:\n%s", out);
+    if (!tu_contains(out, "rank 1 was started with --lr 0.1, rank 0 with --lr 0.05"))
+        fail_msg("the message does not name the flag and both values:\n%s", out);
+    free(out);
+    /* a boolean flag, and two differing flags */
+    rc = sh(&out, MPIRUN " 1 %s --backend mpi " COMMON " --timeout 60 : -np 1 %s --backend mpi " COMMON
+            " --augment --seed 4 --timeout 60", bin(), bin());
+    assert_int_not_equal(rc, 0);
+    if (!tu_contains(out, "rank 1 was started with --seed 4, rank 0 with --seed 3 (and 1 other flag differs)"))
+        fail_msg("the message does not name the first flag and count the other:\n%s", out);
     free(out);
 }
 

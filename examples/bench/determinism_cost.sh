@@ -35,7 +35,7 @@ field() { sed -n 's/.*"event":"epoch".*"steps":\([0-9]*\).*"seconds":\([0-9.]*\)
 
 lenet() { "$1" train --epochs 2 --threads "$THREADS" --quiet --log "$2" && field "$2" | tail -1 | cut -d' ' -f2; }
 resnet() {
-    "$1" train --model resnet18 --dataset synthetic --shape 3x224x224 --classes 1000 --samples 256 --batch-size 32 \
+    "$1" train --model resnet18 --dataset synthetic --shape 3x224x224 --samples 256 --batch-size 32 \
         --epochs 1 --max-steps "$RESNET_STEPS" --lr 0.02 --momentum 0.9 --weight-decay 1e-4 --nesterov \
         --threads "$THREADS" --quiet --log "$2" && field "$2" | awk '{printf "%.4f\n", $2 / $1}'
 }

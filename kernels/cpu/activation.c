@@ -1,5 +1,6 @@
 /* activation.c: element-wise kernels; threads only for large tensors. Each element is computed
  * alone, so the result does not depend on the thread count. */
+#include "kernels/cpu/variant.h" /* first: renames this variant's functions */
 #include "kernels/cpu/activation.h"
 
 #include "kernels/cpu/cpu_common.h"

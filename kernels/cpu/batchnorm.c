@@ -1,5 +1,6 @@
 /* batchnorm.c: the phases of (Sync)BatchNorm. Threads split the channels, so each channel's sums
  * are taken by one thread in one fixed order: the same for every thread count. */
+#include "kernels/cpu/variant.h" /* first: renames this variant's functions */
 #include "kernels/cpu/batchnorm.h"
 
 #include <math.h>

@@ -12,6 +12,7 @@
  *   at least ~128 columns even where a sample has only 1..16 output positions.
  * The weight gradient of chunk c goes to its own partial; partials are added to dw in chunk
  * order after the parallel part, so results depend on the thread count but not on timing. */
+#include "kernels/cpu/variant.h" /* first: renames this variant's functions */
 #include "kernels/cpu/conv2d.h"
 
 #include <cblas.h>
@@ -19,7 +20,6 @@
 
 #include "kernels/cpu/cpu_common.h"
 
-int dp_conv2d_force_path = 0;
 
 #define NB (2 * DP_VL) /* columns of a micro-tile (two vectors) */
 #define MRF 6          /* rows of a forward / dcol micro-tile */

@@ -1,6 +1,7 @@
 /* linear.c: fully connected layer on single-threaded OpenBLAS GEMMs. Threads split the batch
  * for y and dx, and the output features for dw and db, so no partial sums are needed and every
  * gradient element is summed over the batch in the same order whatever the thread count. */
+#include "kernels/cpu/variant.h" /* first: renames this variant's functions */
 #include "kernels/cpu/linear.h"
 
 #include <cblas.h>

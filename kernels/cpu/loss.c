@@ -1,4 +1,5 @@
 /* loss.c: softmax cross-entropy. Single-threaded: batch x classes is tiny next to the layers. */
+#include "kernels/cpu/variant.h" /* first: renames this variant's functions */
 #include "kernels/cpu/loss.h"
 
 #include <math.h>

@@ -1,5 +1,6 @@
 /* pool.c: max and global average pooling. Threads split the (sample, channel) planes; every
  * output depends on one plane only, so results do not depend on the thread count. */
+#include "kernels/cpu/variant.h" /* first: renames this variant's functions */
 #include "kernels/cpu/pool.h"
 
 #include <math.h>

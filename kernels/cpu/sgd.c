@@ -1,3 +1,4 @@
+#include "kernels/cpu/variant.h" /* first: renames this variant's functions */
 #include "kernels/cpu/sgd.h"
 
 void sgd_step_cpu(size_t n, float *restrict p, const float *restrict g, float *restrict buf, float lr, float momentum,

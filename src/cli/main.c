@@ -1,5 +1,6 @@
 /* dptrain: the command-line entry point. The only place that turns a status into an exit
  * code: 0 success, 2 bad usage, 1 any failure at run time, 130 / 143 stopped by SIGINT / SIGTERM. */
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -7,22 +8,25 @@
 #include "cli/options.h"
 #include "train/trainer.h"
 
-/* OpenMP threads spin at barriers by default (libgomp: up to ~300k iterations). When another
- * process holds one of the cores, a spinning thread burns the time slice its partner needs,
- * and a 2-thread step on 2 cores ran 8x slower than on one thread. A short spin keeps the
- * quiet-machine speed and avoids that. libgomp reads its environment when it is loaded,
- * before main, so the setting takes a re-exec; a user's own setting is left alone. */
-static void bound_openmp_spinning(char **argv) {
-    if (getenv("OMP_WAIT_POLICY") || getenv("GOMP_SPINCOUNT") || getenv("DPTRAIN_REEXECED")) return;
-    setenv("GOMP_SPINCOUNT", "10000", 1);
-    setenv("DPTRAIN_REEXECED", "1", 1);
-    execv("/proc/self/exe", argv);
-    /* exec failed (no /proc): carry on with the defaults */
-    unsetenv("GOMP_SPINCOUNT");
+/* OpenMP threads spin at barriers and between parallel regions (libgomp: 300000 iterations by
+ * default). When another process holds one of the cores, a spinning thread burns the time slice
+ * its partner needs: a 2-thread LeNet epoch beside `yes > /dev/null` took 7-59 s unbounded,
+ * 5-10 s with a bound of 10000 and 3-5 s with 1000 (docs/design.md), the bound libgomp itself
+ * uses when threads outnumber cores. libgomp reads it once, in its own constructor; the build
+ * links libgomp statically (CMakeLists.txt), so that constructor is in this executable's
+ * .init_array and runs after this one (priority 101 goes first). With libgomp.so a constructor
+ * here would run too late (shared libraries are initialised first), and a .preinit_array entry
+ * too early (libc's initialiser then resets environ), which is why an earlier version
+ * re-executed itself. A user's own setting is left alone. */
+__attribute__((constructor(101))) static void bound_openmp_spinning(void) {
+    if (getenv("OMP_WAIT_POLICY") || getenv("GOMP_SPINCOUNT")) return;
+    setenv("GOMP_SPINCOUNT", "1000", 1);
 }
 
 int main(int argc, char **argv) {
-    bound_openmp_spinning(argv);
+    /* a closed stdout (`dptrain | head`, a dead mpirun forwarder) is an EPIPE the reporter
+     * turns into a message and a clean stop, not a silent kill */
+    signal(SIGPIPE, SIG_IGN);
     dp_config cfg;
     dp_config_defaults(&cfg);
     dp_action action;

@@ -1,6 +1,11 @@
+/* options.c: the command line -> dp_config. One table lists every flag with its kind, range,
+ * default and help text; the parser, its error messages and --help are all generated from it,
+ * so the ranges --help states are exactly the ones the parser accepts. */
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
+#include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,53 +16,201 @@
 #include "data/chunks.h"
 #include "dp_config.h"
 #include "io/atomic.h"
+#include "kernels/cpu/dispatch.h"
 #include "nn/model.h"
 
-static dp_status parse_long(const char *flag, const char *s, long lo, long hi, long *out) {
-    char *end;
+typedef enum {
+    K_INT,      /* int field, integer range [lo, hi] */
+    K_LONG,     /* long field */
+    K_U64,      /* uint64_t field, integer range */
+    K_FLOAT,    /* float field, real range with open/closed ends */
+    K_DOUBLE,   /* double field */
+    K_INDEX,    /* int field: index of the value in choices */
+    K_CHOICE,   /* const char * field: one of choices */
+    K_STRING,   /* const char * field, anything */
+    K_SET,      /* no value: stores `set` into an int field */
+    K_SPECIAL,  /* parsed by its own function (shape, lr-steps, model, dataset, help, version) */
+} opt_kind;
+
+typedef struct {
+    const char *name, *meta;  /* "epochs", "E" */
+    opt_kind kind;
+    double lo, hi;            /* numeric range */
+    int lo_open, hi_open;     /* reals: the bound itself is excluded */
+    long long ilo, ihi;       /* integer range (a double cannot hold 2^63-1) */
+    int pow2;                 /* integers: powers of two only */
+    const char *const *choices;
+    size_t off;               /* offsetof(dp_config, field) */
+    int set;                  /* K_SET: the value stored */
+    const char *def;          /* the default, as --help shows it (NULL: none) */
+    const char *help;
+    const char *section;      /* starts a new --help section when set */
+} opt_spec;
+
+#define OFF(f) offsetof(dp_config, f)
+static const char *const datasets[] = {"fashion-mnist", "mnist", "cifar10", "synthetic", NULL};
+static const char *const backends[] = {"sim", "mpi", "nccl", NULL};
+static const char *const modes[] = {"ddp", "dp", NULL};
+static const char *const scales[] = {"none", "linear", NULL};
+static const char *const algos[] = {"ordered", "ring", "tree", NULL};
+static const char *const nan_modes[] = {"stop", "skip", NULL};
+
+/* Limits of the flags with their own parsers, shared by the parser and the help text. */
+#define SHAPE_MAX_C 3
+#define SHAPE_MAX_HW 1024
+#define LR_STEP_MAX 1000000
+#define STR_(x) #x
+#define STR(x) STR_(x)
+
+enum { S_MODEL = 1, S_DATASET, S_SHAPE, S_LR_STEPS, S_SAVE_EVERY, S_HELP, S_VERSION };
+
+static const opt_spec opts[] = {
+    {"model", "M", K_SPECIAL, .set = S_MODEL, .def = "lenet", .help = "the network", .section = "model and data"},
+    {"dataset", "D", K_SPECIAL, .set = S_DATASET, .choices = datasets, .def = "fashion-mnist", .help = "the data set"},
+    {"data", "DIR", K_STRING, .off = OFF(data.dir), .def = "/usr/share/datasets/<dataset>",
+     .help = "directory of the data files"},
+    {"shape", "CxHxW", K_SPECIAL, .set = S_SHAPE, .def = "3x32x32",
+     .help = "synthetic: sample shape, C 1.." STR(SHAPE_MAX_C) ", H and W 1.." STR(SHAPE_MAX_HW)},
+    {"classes", "K", K_INT, .ilo = 2, .ihi = 256, .off = OFF(data.n_classes), .def = "10",
+     .help = "synthetic: classes"},
+    {"samples", "N", K_INT, .ilo = 1, .ihi = 100000000, .off = OFF(data.samples), .def = "10000",
+     .help = "synthetic: training samples (test set N/5)"},
+    {"augment", NULL, K_SET, .off = OFF(augment), .set = 1, .help = "random affine (28x28) or crop+flip (32x32)"},
+    {"no-shuffle", NULL, K_SET, .off = OFF(shuffle), .set = 0, .help = "keep file order"},
+    {"drop-last", NULL, K_SET, .off = OFF(drop_last), .set = 1, .help = "drop samples so that every batch is full"},
+    {"workers", "W", K_INT, .ilo = 0, .ihi = 64, .off = OFF(workers), .def = "1",
+     .help = "loader threads, 0 = load in the training thread"},
+    {"epochs", "E", K_INT, .ilo = 1, .ihi = 100000, .off = OFF(epochs), .def = "10", .help = "epochs to train",
+     .section = "optimisation (torch.optim.SGD semantics)"},
+    {"max-steps", "S", K_LONG, .ilo = 0, .ihi = 1000000000, .off = OFF(max_steps), .def = "0: no limit",
+     .help = "stop after S optimizer steps"},
+    {"batch-size", "B", K_INT, .ilo = 1, .ihi = 1 << 20, .off = OFF(batch_size), .def = "64",
+     .help = "global batch over all replicas"},
+    {"lr", "X", K_FLOAT, 0, 100, 1, 0, .off = OFF(lr), .def = "0.01", .help = "learning rate"},
+    {"momentum", "X", K_FLOAT, 0, 1, 0, 1, .off = OFF(momentum), .def = "0.9", .help = "SGD momentum"},
+    {"weight-decay", "X", K_FLOAT, 0, 1, 0, 0, .off = OFF(weight_decay), .def = "0", .help = "L2 penalty"},
+    {"nesterov", NULL, K_SET, .off = OFF(nesterov), .set = 1, .help = "Nesterov momentum (needs --momentum above 0)"},
+    {"lr-steps", "E1,E2", K_SPECIAL, .set = S_LR_STEPS,
+     .help = "multiply the LR by --lr-gamma after these epochs, increasing, range 1.." STR(LR_STEP_MAX)},
+    {"lr-gamma", "X", K_FLOAT, 0, 1, 1, 0, .off = OFF(lr_gamma), .def = "0.1",
+     .help = "factor at each --lr-steps epoch"},
+    {"lr-scale", "S", K_INDEX, .choices = scales, .off = OFF(lr_scale_linear), .def = "none",
+     .help = "LR scaling, linear = times global batch / --lr-ref-batch"},
+    {"lr-ref-batch", "B", K_INT, .ilo = 1, .ihi = 1 << 20, .off = OFF(lr_ref_batch), .def = "64",
+     .help = "reference batch of --lr-scale"},
+    {"warmup-epochs", "X", K_DOUBLE, 0, 10000, .off = OFF(warmup_epochs), .def = "0",
+     .help = "linear LR warm-up over X epochs"},
+    {"seed", "S", K_U64, .ilo = 0, .ihi = INT64_MAX, .off = OFF(seed), .def = "0",
+     .help = "initialisation, order and augmentation"},
+    {"backend", "NAME", K_CHOICE, .choices = backends, .off = OFF(backend), .def = "sim", .help = "where replicas run",
+     .section = "parallelism"},
+    {"replicas", "N", K_INT, .ilo = 1, .ihi = 1024, .off = OFF(replicas), .def = "1", .help = "sim: logical replicas"},
+    {"mode", "M", K_INDEX, .choices = modes, .off = OFF(mode), .def = "ddp",
+     .help = "DistributedDataParallel or DataParallel semantics"},
+    {"bucket-mb", "X", K_DOUBLE, 0, 4096, 1, 0, .off = OFF(bucket_mb), .def = "25", .help = "DDP gradient bucket size"},
+    {"no-overlap", NULL, K_SET, .off = OFF(overlap), .set = 0,
+     .help = "DDP: all-reduce after backward instead of during it"},
+    {"accumulate", "K", K_INT, .ilo = 1, .ihi = 1024, .off = OFF(accumulate), .def = "1",
+     .help = "micro-batches per optimizer step (DDP no_sync)"},
+    {"sync-bn", NULL, K_SET, .off = OFF(sync_bn), .set = 1, .help = "BatchNorm statistics over the global batch"},
+    {"allreduce", "ALG", K_CHOICE, .choices = algos, .off = OFF(allreduce_algo), .def = "ordered",
+     .help = "sim: all-reduce algorithm (ordered: the fixed tree that makes any replica count give the same bits)"},
+    {"chunks", "C", K_INT, .ilo = 1, .ihi = DP_CHUNKS_MAX, .pow2 = 1, .off = OFF(chunks), .def = STR(DP_CHUNKS_DEFAULT),
+     .help = "gradients are summed in C fixed chunks of each step: bitwise equal results for every replica "
+             "count dividing C"},
+    {"threads", "T", K_INT, .ilo = 1, .ihi = 1024, .off = OFF(threads), .def = "all cores", .help = "compute threads"},
+    {"timeout", "S", K_DOUBLE, 0, 86400, 1, 0, .off = OFF(timeout_s), .def = "300",
+     .help = "mpi: seconds to wait for a dead rank"},
+    {"log", "FILE", K_STRING, .off = OFF(log_path),
+     .help = "JSON lines: config, step, epoch, final events", .section = "output"},
+    {"save", "FILE", K_STRING, .off = OFF(save_path), .help = "write a checkpoint (safetensors) at the end of training"},
+    {"load", "FILE", K_STRING, .off = OFF(load_path),
+     .help = "eval: the checkpoint to evaluate (train: the same as --init-from, with a note)"},
+    {"progress", NULL, K_SET, .off = OFF(progress), .set = 1, .help = "progress bar even when not on a terminal"},
+    {"no-progress", NULL, K_SET, .off = OFF(progress), .set = 0,
+     .help = "no progress bar (default: on a terminal, not under mpirun)"},
+    {"quiet", NULL, K_SET, .off = OFF(quiet), .set = 1, .help = "no console output"},
+    {"checkpoint", "DIR", K_STRING, .off = OFF(checkpoint_dir),
+     .help = "write checkpoints into DIR (created if missing, its parent must exist); Ctrl-C or SIGTERM finishes the "
+             "step, writes one and exits 130 / 143 printing the resume command (a second Ctrl-C exits at once)",
+     .section = "checkpoints and failures (docs/reliability.md)"},
+    {"save-every", "N|Ne", K_SPECIAL, .set = S_SAVE_EVERY, .def = "1e with --checkpoint",
+     .help = "a checkpoint every N optimizer steps, or every N epochs with Ne; N 1..1000000000"},
+    {"keep", "K", K_INT, .ilo = 1, .ihi = 1000000, .off = OFF(keep), .def = "3", .help = "checkpoints kept in DIR"},
+    {"resume", "DIR|FILE", K_STRING, .off = OFF(resume_path),
+     .help = "continue from the newest good checkpoint in DIR (damaged ones skipped with a warning) or from FILE, "
+             "bitwise as the run never stopped; implies --checkpoint DIR"},
+    {"init-from", "FILE", K_STRING, .off = OFF(init_path),
+     .help = "initial weights and BN statistics from a safetensors state_dict (PyTorch's names: a dptrain "
+             "checkpoint or one PyTorch wrote); epochs and momentum start afresh"},
+    {"on-nan", "A", K_INDEX, .choices = nan_modes, .off = OFF(on_nan_skip), .def = "stop",
+     .help = "a NaN/Inf loss or gradient: stop (the last checkpoint stays the newest) or skip the step without "
+             "updating (counted in the epoch line and log)"},
+    {"help", NULL, K_SPECIAL, .set = S_HELP, .help = "this text (also -h)"},
+    {"version", NULL, K_SPECIAL, .set = S_VERSION, .help = "version, backends and devices compiled in"},
+};
+#define N_OPTS ((int)(sizeof opts / sizeof *opts))
+
+static int is_integer(opt_kind k) { return k == K_INT || k == K_LONG || k == K_U64; }
+static int is_real(opt_kind k) { return k == K_FLOAT || k == K_DOUBLE; }
+
+/* "1..100000" or "(0, 100]": what --help shows and what a bad value's message quotes. */
+static void range_text(const opt_spec *o, char *buf, size_t cap) {
+    if (is_integer(o->kind)) snprintf(buf, cap, "%lld..%lld%s", o->ilo, o->ihi, o->pow2 ? ", a power of two" : "");
+    else if (is_real(o->kind))
+        snprintf(buf, cap, "%s%g, %g%s", o->lo_open ? "(" : "[", o->lo, o->hi, o->hi_open ? ")" : "]");
+    else buf[0] = '\0';
+}
+
+static void choices_text(const char *const *c, char *buf, size_t cap) {
+    buf[0] = '\0';
+    for (int i = 0; c[i]; i++) {
+        strncat(buf, c[i], cap - strlen(buf) - 1);
+        if (c[i + 1]) strncat(buf, ", ", cap - strlen(buf) - 1);
+    }
+}
+
+static dp_status parse_integer(const opt_spec *o, const char *s, long long *out) {
+    char *end, r[64];
     errno = 0;
-    long v = strtol(s, &end, 10);
-    if (!*s || *end || errno == ERANGE || v < lo || v > hi)
-        return dp_fail(DP_ERR_USAGE, "%s: expected an integer from %ld to %ld, got '%s'", flag, lo, hi, s);
+    long long v = strtoll(s, &end, 10);
+    if (!*s || *end || errno == ERANGE || v < o->ilo || v > o->ihi || (o->pow2 && (v & (v - 1)))) {
+        range_text(o, r, sizeof r);
+        return dp_fail(DP_ERR_USAGE, "--%s: expected an integer in %s, got '%s'", o->name, r, s);
+    }
     *out = v;
     return DP_OK;
 }
 
-static dp_status parse_int(const char *flag, const char *s, long lo, long hi, int *out) {
-    long v = 0;
-    DP_TRY(parse_long(flag, s, lo, hi, &v));
-    *out = (int)v;
-    return DP_OK;
-}
-
-/* lo_open / hi_open: the bound itself is excluded. */
-static dp_status parse_double(const char *flag, const char *s, double lo, int lo_open, double hi, int hi_open,
-                              double *out) {
-    char *end;
+static dp_status parse_real(const opt_spec *o, const char *s, double *out) {
+    char *end, r[64];
     errno = 0;
     double v = strtod(s, &end);
-    int ok = *s && !*end && errno != ERANGE && isfinite(v) && (lo_open ? v > lo : v >= lo) &&
-             (hi_open ? v < hi : v <= hi);
-    if (!ok)
-        return dp_fail(DP_ERR_USAGE, "%s: expected a number in %s%g, %g%s, got '%s'", flag, lo_open ? "(" : "[", lo,
-                       hi, hi_open ? ")" : "]", s);
+    int ok = *s && !*end && errno != ERANGE && isfinite(v) && (o->lo_open ? v > o->lo : v >= o->lo) &&
+             (o->hi_open ? v < o->hi : v <= o->hi);
+    if (!ok) {
+        range_text(o, r, sizeof r);
+        return dp_fail(DP_ERR_USAGE, "--%s: expected a number in %s, got '%s'", o->name, r, s);
+    }
     *out = v;
     return DP_OK;
 }
 
-static dp_status parse_float(const char *flag, const char *s, double lo, int lo_open, double hi, int hi_open,
-                             float *out) {
-    double v = 0;
-    DP_TRY(parse_double(flag, s, lo, lo_open, hi, hi_open, &v));
-    *out = (float)v;
-    return DP_OK;
+static dp_status one_of(const char *flag, const char *v, const char *const *allowed, int *idx) {
+    for (int i = 0; allowed[i]; i++)
+        if (strcmp(v, allowed[i]) == 0) return *idx = i, DP_OK;
+    char list[256];
+    choices_text(allowed, list, sizeof list);
+    return dp_fail(DP_ERR_USAGE, "%s: unknown value '%s' (expected one of: %s)", flag, v, list);
 }
 
 static dp_status parse_shape(const char *s, dp_data_spec *d) {
     int c, h, w;
     char tail;
-    if (sscanf(s, "%dx%dx%d%c", &c, &h, &w, &tail) != 3 || c < 1 || c > 3 || h < 1 || h > 1024 || w < 1 || w > 1024)
-        return dp_fail(DP_ERR_USAGE, "--shape: expected CxHxW with C in 1..3 and H, W in 1..1024, got '%s'", s);
+    if (sscanf(s, "%dx%dx%d%c", &c, &h, &w, &tail) != 3 || c < 1 || c > SHAPE_MAX_C || h < 1 || h > SHAPE_MAX_HW ||
+        w < 1 || w > SHAPE_MAX_HW)
+        return dp_fail(DP_ERR_USAGE, "--shape: expected CxHxW with C in 1..%d and H, W in 1..%d, got '%s'", SHAPE_MAX_C,
+                       SHAPE_MAX_HW, s);
     d->c = c, d->h = h, d->w = w;
     return DP_OK;
 }
@@ -70,7 +223,7 @@ static dp_status parse_lr_steps(const char *s, dp_config *c) {
         char *end;
         errno = 0;
         long v = strtol(p, &end, 10);
-        if (end == p || errno || v < 1 || v > 1000000 || v <= prev || (*end && *end != ',') ||
+        if (end == p || errno || v < 1 || v > LR_STEP_MAX || v <= prev || (*end && *end != ',') ||
             c->n_lr_steps == DP_MAX_LR_STEPS)
             return dp_fail(DP_ERR_USAGE,
                            "--lr-steps: expected up to %d increasing epoch numbers separated by commas (e.g. 10,20), "
@@ -85,170 +238,107 @@ static dp_status parse_lr_steps(const char *s, dp_config *c) {
 
 /* --save-every N (steps) or Ne (epochs). */
 static dp_status parse_save_every(const char *s, dp_config *c) {
-    char num[32];
     size_t n = strlen(s);
     int epochs = n > 1 && s[n - 1] == 'e';
-    if (n == 0 || n >= sizeof num)
-        return dp_fail(DP_ERR_USAGE, "--save-every: expected N (steps) or Ne (epochs), N in 1..1000000000, got '%s'", s);
+    char num[32], *end;
     snprintf(num, sizeof num, "%.*s", (int)(n - (size_t)epochs), s);
-    long v = 0;
-    if (parse_long("--save-every", num, 1, 1000000000L, &v) != DP_OK)
+    errno = 0;
+    long v = strtol(num, &end, 10);
+    if (n == 0 || n >= sizeof num || !*num || *end || errno || v < 1 || v > 1000000000L)
         return dp_fail(DP_ERR_USAGE, "--save-every: expected N (steps) or Ne (epochs), N in 1..1000000000, got '%s'", s);
     c->save_every = epochs ? 0 : v;
     c->save_every_epochs = epochs ? (int)v : 0;
     return DP_OK;
 }
 
-static dp_status one_of(const char *flag, const char *v, const char *const *allowed, int n, int *idx) {
-    for (int i = 0; i < n; i++)
-        if (strcmp(v, allowed[i]) == 0) return *idx = i, DP_OK;
-    char list[256] = "";
-    for (int i = 0; i < n; i++) {
-        strncat(list, allowed[i], sizeof list - strlen(list) - 1);
-        if (i + 1 < n) strncat(list, ", ", sizeof list - strlen(list) - 1);
-    }
-    return dp_fail(DP_ERR_USAGE, "%s: unknown value '%s' (expected one of: %s)", flag, v, list);
-}
-
-enum {
-    OPT_MODEL = 256, OPT_DATASET, OPT_DATA, OPT_SHAPE, OPT_CLASSES, OPT_SAMPLES, OPT_EPOCHS, OPT_MAX_STEPS,
-    OPT_BATCH, OPT_LR, OPT_MOMENTUM, OPT_WD, OPT_NESTEROV, OPT_LR_STEPS, OPT_LR_GAMMA, OPT_LR_SCALE, OPT_LR_REF,
-    OPT_WARMUP, OPT_SEED, OPT_WORKERS, OPT_THREADS, OPT_NO_SHUFFLE, OPT_DROP_LAST, OPT_AUGMENT, OPT_BACKEND,
-    OPT_REPLICAS, OPT_MODE, OPT_BUCKET, OPT_NO_OVERLAP, OPT_ACCUM, OPT_SYNC_BN, OPT_ALLREDUCE,
-    OPT_CHUNKS, OPT_TIMEOUT, OPT_LOG,
-    OPT_SAVE, OPT_LOAD, OPT_INIT_FROM, OPT_CHECKPOINT, OPT_SAVE_EVERY, OPT_KEEP, OPT_RESUME, OPT_ON_NAN,
-    OPT_PROGRESS, OPT_NO_PROGRESS, OPT_QUIET, OPT_HELP, OPT_VERSION
-};
-
-static const struct option long_opts[] = {
-    {"model", required_argument, 0, OPT_MODEL},
-    {"dataset", required_argument, 0, OPT_DATASET},
-    {"data", required_argument, 0, OPT_DATA},
-    {"shape", required_argument, 0, OPT_SHAPE},
-    {"classes", required_argument, 0, OPT_CLASSES},
-    {"samples", required_argument, 0, OPT_SAMPLES},
-    {"epochs", required_argument, 0, OPT_EPOCHS},
-    {"max-steps", required_argument, 0, OPT_MAX_STEPS},
-    {"batch-size", required_argument, 0, OPT_BATCH},
-    {"lr", required_argument, 0, OPT_LR},
-    {"momentum", required_argument, 0, OPT_MOMENTUM},
-    {"weight-decay", required_argument, 0, OPT_WD},
-    {"nesterov", no_argument, 0, OPT_NESTEROV},
-    {"lr-steps", required_argument, 0, OPT_LR_STEPS},
-    {"lr-gamma", required_argument, 0, OPT_LR_GAMMA},
-    {"lr-scale", required_argument, 0, OPT_LR_SCALE},
-    {"lr-ref-batch", required_argument, 0, OPT_LR_REF},
-    {"warmup-epochs", required_argument, 0, OPT_WARMUP},
-    {"seed", required_argument, 0, OPT_SEED},
-    {"workers", required_argument, 0, OPT_WORKERS},
-    {"threads", required_argument, 0, OPT_THREADS},
-    {"no-shuffle", no_argument, 0, OPT_NO_SHUFFLE},
-    {"drop-last", no_argument, 0, OPT_DROP_LAST},
-    {"augment", no_argument, 0, OPT_AUGMENT},
-    {"backend", required_argument, 0, OPT_BACKEND},
-    {"replicas", required_argument, 0, OPT_REPLICAS},
-    {"mode", required_argument, 0, OPT_MODE},
-    {"bucket-mb", required_argument, 0, OPT_BUCKET},
-    {"no-overlap", no_argument, 0, OPT_NO_OVERLAP},
-    {"accumulate", required_argument, 0, OPT_ACCUM},
-    {"sync-bn", no_argument, 0, OPT_SYNC_BN},
-    {"allreduce", required_argument, 0, OPT_ALLREDUCE},
-    {"chunks", required_argument, 0, OPT_CHUNKS},
-    {"timeout", required_argument, 0, OPT_TIMEOUT},
-    {"log", required_argument, 0, OPT_LOG},
-    {"save", required_argument, 0, OPT_SAVE},
-    {"load", required_argument, 0, OPT_LOAD},
-    {"init-from", required_argument, 0, OPT_INIT_FROM},
-    {"checkpoint", required_argument, 0, OPT_CHECKPOINT},
-    {"save-every", required_argument, 0, OPT_SAVE_EVERY},
-    {"keep", required_argument, 0, OPT_KEEP},
-    {"resume", required_argument, 0, OPT_RESUME},
-    {"on-nan", required_argument, 0, OPT_ON_NAN},
-    {"progress", no_argument, 0, OPT_PROGRESS},
-    {"no-progress", no_argument, 0, OPT_NO_PROGRESS},
-    {"quiet", no_argument, 0, OPT_QUIET},
-    {"help", no_argument, 0, OPT_HELP},
-    {"version", no_argument, 0, OPT_VERSION},
-    {0, 0, 0, 0},
-};
-
 void dp_print_usage(FILE *f) {
-    fprintf(f,
-"usage: dptrain [train|eval] [options]\n"
-"\n"
-"Trains (or evaluates) a CNN with data parallelism over N replicas.\n"
-"\n"
-"model and data:\n"
-"  --model M           %s (default lenet)\n"
-"  --dataset D         fashion-mnist, mnist, cifar10, synthetic (default fashion-mnist)\n"
-"  --data DIR          directory of the data files (default /usr/share/datasets/<dataset>)\n"
-"  --shape CxHxW       synthetic: sample shape (default 3x32x32)\n"
-"  --classes K         synthetic: classes, 2..256 (default 10)\n"
-"  --samples N         synthetic: training samples (default 10000; test set N/5)\n"
-"  --augment           random affine (28x28) or crop+flip (32x32)\n"
-"  --no-shuffle        keep file order\n"
-"  --drop-last         drop samples so that every batch is full\n"
-"  --workers W         loader threads, 0 = load in the training thread (default 1)\n"
-"\n"
-"optimisation (torch.optim.SGD semantics):\n"
-"  --epochs E          (default 10)      --max-steps S   stop after S optimizer steps\n"
-"  --batch-size B      global batch over all replicas (default 64)\n"
-"  --lr X (0.01)  --momentum X (0.9)  --weight-decay X (0)  --nesterov\n"
-"  --lr-steps E1,E2    multiply the LR by --lr-gamma (0.1) after these epochs\n"
-"  --lr-scale linear   scale the LR by global batch / --lr-ref-batch (default 64)\n"
-"  --warmup-epochs X   linear LR warm-up over X epochs\n"
-"  --seed S            (default 0)\n"
-"\n"
-"parallelism:\n"
-"  --backend NAME      sim, mpi, nccl (default sim)\n"
-"  --replicas N        sim: logical replicas (default 1)\n"
-"  --mode ddp|dp       DistributedDataParallel or DataParallel semantics (default ddp)\n"
-"  --bucket-mb X       DDP gradient bucket size (default 25)\n"
-"  --no-overlap        DDP: all-reduce after backward instead of during it\n"
-"  --accumulate K      K micro-batches per optimizer step (DDP no_sync)\n"
-"  --sync-bn           BatchNorm statistics over the global batch\n"
-"  --allreduce ALG     sim: ordered, ring or tree (default ordered: the fixed tree that\n"
-"                      makes any replica count give the same bits; see --chunks)\n"
-"  --chunks C          gradients are summed in C fixed chunks of each step, so results are\n"
-"                      bitwise equal for every replica count dividing C (power of two\n"
-"                      1..256, default 8)\n"
-"  --threads T         compute threads (default: all cores)\n"
-"  --timeout S         mpi: seconds to wait for a dead rank (default 300)\n"
-"\n"
-"output:\n"
-"  --log FILE          JSON lines: config, step, epoch, final events\n"
-"  --save FILE         write a checkpoint (safetensors) at the end of training\n"
-"  --load FILE         eval: the checkpoint to evaluate (train: same as --init-from)\n"
-"\n"
-"checkpoints and failures (docs/reliability.md):\n"
-"  --checkpoint DIR    write checkpoints into DIR (created if missing; its parent must exist)\n"
-"  --save-every N|Ne   every N optimizer steps, or every N epochs with Ne; N in 1..1000000000 (default 1e)\n"
-"  --keep K            checkpoints kept in DIR, 1..1000000 (default 3)\n"
-"  --resume DIR|FILE   continue from the newest good checkpoint in DIR (damaged ones are skipped with a\n"
-"                      warning) or from FILE: bitwise the run that was never stopped; implies\n"
-"                      --checkpoint DIR when no --checkpoint is given\n"
-"  --init-from FILE    initial weights and BN statistics from a safetensors state_dict (PyTorch's\n"
-"                      names; a dptrain checkpoint or one PyTorch wrote); epochs and momentum start afresh\n"
-"  --on-nan stop|skip  a NaN/Inf loss or gradient: stop (default; the last checkpoint stays the newest)\n"
-"                      or skip the step without updating (counted in the epoch line and log)\n"
-"  Ctrl-C / SIGTERM    finish the step, write a checkpoint (with --checkpoint), exit 130 / 143;\n"
-"                      a second Ctrl-C exits at once\n"
-"  --progress / --no-progress   progress bar (default: on a terminal)   --quiet  no console output\n"
-"  --help, --version\n",
-            dp_model_names());
+    fprintf(f, "usage: dptrain [train|eval] [options]\n\n"
+               "Trains (or evaluates) a CNN with data parallelism over N replicas.\n");
+    for (int i = 0; i < N_OPTS; i++) {
+        const opt_spec *o = &opts[i];
+        if (o->section) fprintf(f, "\n%s:\n", o->section);
+        char left[64], range[320] = "", list[256];
+        snprintf(left, sizeof left, "--%s%s%s", o->name, o->meta ? " " : "", o->meta ? o->meta : "");
+        if (is_integer(o->kind) || is_real(o->kind)) {
+            char r[64];
+            range_text(o, r, sizeof r);
+            snprintf(range, sizeof range, ", range %s", r);
+        } else if (o->choices) {
+            choices_text(o->choices, list, sizeof list);
+            snprintf(range, sizeof range, ": %s", list);
+        } else if (o->kind == K_SPECIAL && o->set == S_MODEL) {
+            snprintf(range, sizeof range, ": %s", dp_model_names());
+        } else if (o->kind == K_SPECIAL && o->set == S_LR_STEPS) {
+            snprintf(range, sizeof range, ", at most %d of them", DP_MAX_LR_STEPS);
+        }
+        fprintf(f, "  %-20s %s%s", left, o->help, range);
+        if (o->def) fprintf(f, " (default %s)", o->def);
+        fputc('\n', f);
+    }
 }
 
 void dp_print_version(FILE *f) {
     char be[256];
     dp_backend_describe(be, sizeof be);
-    fprintf(f, "dptrain %s\nbackends: %s\ndevices: cpu (OpenMP)%s\n", DP_VERSION, be,
-            DP_HAVE_CUDA ? ", cuda (toolkit found at build time; kernels not in this version)" : "");
+    fprintf(f, "dptrain %s\nbackends: %s\ndevices: cpu (OpenMP)%s\ncpu kernels: %s\n", DP_VERSION, be,
+            DP_HAVE_CUDA ? ", cuda (toolkit found at build time; kernels not in this version)" : "",
+            dp_cpu_kernel_variant());
+}
+
+/* Stores one flag's value; *action set by --help / --version. */
+static dp_status apply(const opt_spec *o, const char *v, dp_config *c, dp_action *action) {
+    char *field = (char *)c + o->off;
+    char flag[64];
+    snprintf(flag, sizeof flag, "--%s", o->name);
+    long long iv;
+    double dv;
+    int k = 0;
+    switch (o->kind) {
+    case K_INT: DP_TRY(parse_integer(o, v, &iv)); *(int *)(void *)field = (int)iv; break;
+    case K_LONG: DP_TRY(parse_integer(o, v, &iv)); *(long *)(void *)field = (long)iv; break;
+    case K_U64: DP_TRY(parse_integer(o, v, &iv)); *(uint64_t *)(void *)field = (uint64_t)iv; break;
+    case K_FLOAT: DP_TRY(parse_real(o, v, &dv)); *(float *)(void *)field = (float)dv; break;
+    case K_DOUBLE: DP_TRY(parse_real(o, v, &dv)); *(double *)(void *)field = dv; break;
+    case K_INDEX: DP_TRY(one_of(flag, v, o->choices, &k)); *(int *)(void *)field = k; break;
+    case K_CHOICE: DP_TRY(one_of(flag, v, o->choices, &k)); *(const char **)(void *)field = o->choices[k]; break;
+    case K_STRING: *(const char **)(void *)field = v; break;
+    case K_SET: *(int *)(void *)field = o->set; break;
+    case K_SPECIAL:
+        switch (o->set) {
+        case S_MODEL:
+            if (!dp_model_known(v))
+                return dp_fail(DP_ERR_USAGE, "--model: unknown model '%s' (expected one of: %s)", v, dp_model_names());
+            c->model = v;
+            break;
+        case S_DATASET:
+            if (!dp_dataset_known(v)) {
+                char list[256];
+                choices_text(datasets, list, sizeof list);
+                return dp_fail(DP_ERR_USAGE, "--dataset: unknown data set '%s' (expected one of: %s)", v, list);
+            }
+            c->data.name = v;
+            break;
+        case S_SHAPE: DP_TRY(parse_shape(v, &c->data)); break;
+        case S_LR_STEPS: DP_TRY(parse_lr_steps(v, c)); break;
+        case S_SAVE_EVERY: DP_TRY(parse_save_every(v, c)); break;
+        case S_HELP: *action = DP_ACTION_HELP; break;
+        case S_VERSION: *action = DP_ACTION_VERSION; break;
+        }
+        break;
+    }
+    return DP_OK;
+}
+
+/* getopt's table, built from opts once (val = index + 256). */
+static const struct option *long_options(void) {
+    static struct option lo[N_OPTS + 1];
+    if (!lo[0].name)
+        for (int i = 0; i < N_OPTS; i++)
+            lo[i] = (struct option){opts[i].name, opts[i].meta ? required_argument : no_argument, 0, 256 + i};
+    return lo;
 }
 
 dp_status dp_parse_args(int argc, char **argv, dp_config *c, dp_action *action) {
-    static const char *const modes[] = {"ddp", "dp"};
-    static const char *const scales[] = {"none", "linear"};
-    static const char *const algos[] = {"ordered", "ring", "tree"};
     int have_shape = 0, have_classes = 0, have_samples = 0, have_data = 0;
     *action = DP_ACTION_RUN;
     optind = 1;
@@ -261,99 +351,32 @@ dp_status dp_parse_args(int argc, char **argv, dp_config *c, dp_action *action) 
         argi = 2;
     }
     optind = argi;
+    const struct option *lo = long_options();
     int opt, idx;
-    while ((opt = getopt_long(argc, argv, "h", long_opts, &idx)) != -1) {
-        const char *v = optarg;
-        int k = 0;
-        long lv = 0;
-        switch (opt) {
-        case OPT_MODEL:
-            if (!dp_model_known(v))
-                return dp_fail(DP_ERR_USAGE, "--model: unknown model '%s' (expected one of: %s)", v, dp_model_names());
-            c->model = v;
-            break;
-        case OPT_DATASET:
-            if (!dp_dataset_known(v))
-                return dp_fail(DP_ERR_USAGE,
-                               "--dataset: unknown data set '%s' (expected one of: fashion-mnist, mnist, cifar10, "
-                               "synthetic)", v);
-            c->data.name = v;
-            break;
-        case OPT_DATA: c->data.dir = v, have_data = 1; break;
-        case OPT_SHAPE: DP_TRY(parse_shape(v, &c->data)); have_shape = 1; break;
-        case OPT_CLASSES: DP_TRY(parse_int("--classes", v, 2, 256, &c->data.n_classes)); have_classes = 1; break;
-        case OPT_SAMPLES: DP_TRY(parse_int("--samples", v, 1, 100000000, &c->data.samples)); have_samples = 1; break;
-        case OPT_EPOCHS: DP_TRY(parse_int("--epochs", v, 1, 100000, &c->epochs)); break;
-        case OPT_MAX_STEPS: DP_TRY(parse_long("--max-steps", v, 0, 1000000000L, &c->max_steps)); break;
-        case OPT_BATCH: DP_TRY(parse_int("--batch-size", v, 1, 1 << 20, &c->batch_size)); break;
-        case OPT_LR: DP_TRY(parse_float("--lr", v, 0, 1, 100, 0, &c->lr)); break;
-        case OPT_MOMENTUM: DP_TRY(parse_float("--momentum", v, 0, 0, 1, 1, &c->momentum)); break;
-        case OPT_WD: DP_TRY(parse_float("--weight-decay", v, 0, 0, 1, 0, &c->weight_decay)); break;
-        case OPT_NESTEROV: c->nesterov = 1; break;
-        case OPT_LR_STEPS: DP_TRY(parse_lr_steps(v, c)); break;
-        case OPT_LR_GAMMA: DP_TRY(parse_float("--lr-gamma", v, 0, 1, 1, 0, &c->lr_gamma)); break;
-        case OPT_LR_SCALE: DP_TRY(one_of("--lr-scale", v, scales, 2, &k)); c->lr_scale_linear = k; break;
-        case OPT_LR_REF: DP_TRY(parse_int("--lr-ref-batch", v, 1, 1 << 20, &c->lr_ref_batch)); break;
-        case OPT_WARMUP: DP_TRY(parse_double("--warmup-epochs", v, 0, 0, 10000, 0, &c->warmup_epochs)); break;
-        case OPT_SEED:
-            DP_TRY(parse_long("--seed", v, 0, 0x7fffffffffffffffL, &lv));
-            c->seed = (uint64_t)lv;
-            break;
-        case OPT_WORKERS: DP_TRY(parse_int("--workers", v, 0, 64, &c->workers)); break;
-        case OPT_THREADS: DP_TRY(parse_int("--threads", v, 1, 1024, &c->threads)); break;
-        case OPT_NO_SHUFFLE: c->shuffle = 0; break;
-        case OPT_DROP_LAST: c->drop_last = 1; break;
-        case OPT_AUGMENT: c->augment = 1; break;
-        case OPT_BACKEND: {
-            static const char *const backends[] = {"sim", "mpi", "nccl"};
-            DP_TRY(one_of("--backend", v, backends, 3, &k));
-            c->backend = v;
-            break;
+    while ((opt = getopt_long(argc, argv, ":h", lo, &idx)) != -1) {
+        if (opt == 'h') {
+            *action = DP_ACTION_HELP;
+            return DP_OK;
         }
-        case OPT_REPLICAS: DP_TRY(parse_int("--replicas", v, 1, 1024, &c->replicas)); break;
-        case OPT_MODE: DP_TRY(one_of("--mode", v, modes, 2, &k)); c->mode = (dp_mode)k; break;
-        case OPT_BUCKET: DP_TRY(parse_double("--bucket-mb", v, 0, 1, 4096, 0, &c->bucket_mb)); break;
-        case OPT_NO_OVERLAP: c->overlap = 0; break;
-        case OPT_ACCUM: DP_TRY(parse_int("--accumulate", v, 1, 1024, &c->accumulate)); break;
-        case OPT_SYNC_BN: c->sync_bn = 1; break;
-        case OPT_ALLREDUCE: DP_TRY(one_of("--allreduce", v, algos, 3, &k)); c->allreduce_algo = v; break;
-        case OPT_CHUNKS:
-            DP_TRY(parse_int("--chunks", v, 1, DP_CHUNKS_MAX, &c->chunks));
-            if (c->chunks & (c->chunks - 1))
-                return dp_fail(DP_ERR_USAGE, "--chunks: expected a power of two from 1 to %d, got '%s'", DP_CHUNKS_MAX, v);
-            break;
-        case OPT_TIMEOUT: DP_TRY(parse_double("--timeout", v, 0, 1, 86400, 0, &c->timeout_s)); break;
-        case OPT_LOG: c->log_path = v; break;
-        case OPT_SAVE: c->save_path = v; break;
-        case OPT_LOAD: c->load_path = v; break;
-        case OPT_INIT_FROM: c->init_path = v; break;
-        case OPT_CHECKPOINT: c->checkpoint_dir = v; break;
-        case OPT_SAVE_EVERY: DP_TRY(parse_save_every(v, c)); break;
-        case OPT_KEEP: DP_TRY(parse_int("--keep", v, 1, 1000000, &c->keep)); break;
-        case OPT_RESUME: c->resume_path = v; break;
-        case OPT_ON_NAN: {
-            static const char *const nan_modes[] = {"stop", "skip"};
-            DP_TRY(one_of("--on-nan", v, nan_modes, 2, &k));
-            c->on_nan_skip = k;
-            break;
+        if (opt >= 256 && opt < 256 + N_OPTS) {
+            const opt_spec *o = &opts[opt - 256];
+            DP_TRY(apply(o, optarg, c, action));
+            if (*action != DP_ACTION_RUN) return DP_OK;
+            have_shape |= o->kind == K_SPECIAL && o->set == S_SHAPE;
+            have_classes |= o->off == OFF(data.n_classes) && o->kind == K_INT;
+            have_samples |= o->off == OFF(data.samples) && o->kind == K_INT;
+            have_data |= o->off == OFF(data.dir) && o->kind == K_STRING;
+            continue;
         }
-        case OPT_PROGRESS: c->progress = 1; break;
-        case OPT_NO_PROGRESS: c->progress = 0; break;
-        case OPT_QUIET: c->quiet = 1; break;
-        case 'h':
-        case OPT_HELP: *action = DP_ACTION_HELP; return DP_OK;
-        case OPT_VERSION: *action = DP_ACTION_VERSION; return DP_OK;
-        case ':':
+        if (opt == ':') {
+            /* a known long option without its value */
+            if (optopt >= 256 && optopt < 256 + N_OPTS)
+                return dp_fail(DP_ERR_USAGE, "--%s: missing value (see dptrain --help)", opts[optopt - 256].name);
             return dp_fail(DP_ERR_USAGE, "%s: missing value (see dptrain --help)", argv[optind - 1]);
-        default:
-            if (optopt && optopt < 256)
-                return dp_fail(DP_ERR_USAGE, "unknown option '-%c' (see dptrain --help)", optopt);
-            /* a known long option without its value, or an unknown one */
-            for (const struct option *o = long_opts; o->name; o++)
-                if (o->has_arg && optopt == o->val)
-                    return dp_fail(DP_ERR_USAGE, "--%s: missing value (see dptrain --help)", o->name);
-            return dp_fail(DP_ERR_USAGE, "unknown option '%s' (see dptrain --help)", argv[optind - 1]);
         }
+        if (optopt && optopt < 256)
+            return dp_fail(DP_ERR_USAGE, "unknown option '-%c' (see dptrain --help)", optopt);
+        return dp_fail(DP_ERR_USAGE, "unknown option '%s' (see dptrain --help)", argv[optind - 1]);
     }
     if (optind < argc) return dp_fail(DP_ERR_USAGE, "unexpected argument '%s' (see dptrain --help)", argv[optind]);
 
@@ -368,6 +391,10 @@ dp_status dp_parse_args(int argc, char **argv, dp_config *c, dp_action *action) 
     if (strcmp(c->backend, "sim") != 0 && c->replicas != 1)
         return dp_fail(DP_ERR_USAGE, "--replicas is for --backend sim; with %s the number of processes or devices "
                        "sets the replica count", c->backend);
+    if (c->mode == DP_MODE_DP && c->accumulate > 1)
+        return dp_fail(DP_ERR_USAGE, "--accumulate is for --mode ddp (DataParallel has no no_sync)");
+    if (c->mode == DP_MODE_DP && c->sync_bn)
+        return dp_fail(DP_ERR_USAGE, "--sync-bn is for --mode ddp (DataParallel has no SyncBatchNorm)");
     if (c->eval_only) {
         if (!c->load_path)
             return dp_fail(DP_ERR_USAGE, "eval: --load FILE is required (a checkpoint written by train --save or "
@@ -393,17 +420,10 @@ dp_status dp_parse_args(int argc, char **argv, dp_config *c, dp_action *action) 
         struct stat st;
         if (stat(c->resume_path, &st) == 0 && S_ISDIR(st.st_mode)) c->checkpoint_dir = c->resume_path;
     }
-    if ((c->save_every || c->save_every_epochs || c->keep) && !c->checkpoint_dir)
-        return dp_fail(DP_ERR_USAGE, "--%s needs --checkpoint DIR", c->keep ? "keep" : "save-every");
     if (c->checkpoint_dir && !c->save_every && !c->save_every_epochs) c->save_every_epochs = 1;
-    if (!c->keep) c->keep = 3;
     if (c->on_nan_skip && c->accumulate > 1)
         return dp_fail(DP_ERR_USAGE, "--on-nan skip needs --accumulate 1 (a step of several micro-batches cannot be "
                        "skipped halfway)");
-    if (c->mode == DP_MODE_DP && c->accumulate > 1)
-        return dp_fail(DP_ERR_USAGE, "--accumulate is for --mode ddp (DataParallel has no no_sync)");
-    if (c->mode == DP_MODE_DP && c->sync_bn)
-        return dp_fail(DP_ERR_USAGE, "--sync-bn is for --mode ddp (DataParallel has no SyncBatchNorm)");
     /* the same file under two spellings ("x" and "./x") counts too: compared by inode or real directory */
     const char *ins[3] = {c->load_path, c->init_path, c->resume_path};
     static const char *const in_flags[3] = {"--load", "--init-from", "--resume"};

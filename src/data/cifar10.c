@@ -6,22 +6,27 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include "core/sysmem.h"
 #include "data/dataset.h"
 
 #define CIFAR_PIXELS 3072
 #define CIFAR_RECORD (1 + CIFAR_PIXELS)
 #define CIFAR_MAX_FILES 5
 
+/* Anything by that name: a directory or FIFO there is then refused by name, not "not found". */
 static int is_file(const char *path) {
     struct stat st;
-    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+    return stat(path, &st) == 0;
 }
 
 /* Size of one batch file in records, refusing sizes that are not whole records. */
 static dp_status file_records(const char *path, long long *records) {
     struct stat st;
-    if (stat(path, &st) != 0) return dp_fail(DP_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    int fd;
+    DP_TRY(dp_open_regular(path, NULL, &fd, &st)); /* a directory or FIFO fails by name */
+    close(fd);
     long long size = (long long)st.st_size;
     if (size <= 0 || size % CIFAR_RECORD != 0)
         return dp_fail(DP_ERR_FORMAT,
@@ -33,8 +38,14 @@ static dp_status file_records(const char *path, long long *records) {
 
 /* Reads `records` records of one file into pixels/labels. */
 static dp_status read_file(const char *path, long long records, uint8_t *pixels, uint8_t *labels) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return dp_fail(DP_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    int fd;
+    struct stat st;
+    DP_TRY(dp_open_regular(path, NULL, &fd, &st));
+    FILE *f = fdopen(fd, "rb");
+    if (!f) {
+        close(fd);
+        return dp_fail(DP_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    }
     unsigned char rec[CIFAR_RECORD];
     dp_status s = DP_OK;
     for (long long r = 0; r < records; r++) {
@@ -88,6 +99,9 @@ static dp_status load(const char *dir, int train, dp_dataset *out) {
     }
     if (total > 100000000LL)
         return dp_fail(DP_ERR_FORMAT, "%s: %lld records in all: absurd for CIFAR-10", base, total);
+    char what[4200];
+    snprintf(what, sizeof what, "%s: %lld CIFAR-10 records", base, total);
+    DP_TRY(dp_memory_check((unsigned long long)total * CIFAR_RECORD, what));
     DP_ALLOC(out->pixels, (size_t)total * CIFAR_PIXELS, "CIFAR-10 images");
     DP_ALLOC(out->labels, total, "CIFAR-10 labels");
     long long at = 0;

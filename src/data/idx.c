@@ -6,24 +6,58 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <zlib.h>
 
+#include "core/sysmem.h"
 #include "data/dataset.h"
 
 #define IDX_IMAGES_MAGIC 0x00000803u
 #define IDX_LABELS_MAGIC 0x00000801u
 #define IDX_MAX_SIDE 4096u
 #define IDX_MAX_BYTES (8ull << 30) /* refuse headers announcing more than 8 GiB of pixels */
+#define IDX_GZ_MAX_RATIO 1100ull   /* deflate expands at most ~1032x: a bound on what a .gz can hold */
+#define IDX_FIRST_CHUNK (64ull << 20) /* a .gz body is read into a buffer grown as data arrives */
+
+typedef struct {
+    gzFile g;
+    const char *path;
+    unsigned long long file_bytes; /* on disk (compressed for .gz) */
+} idx_file;
 
 static uint32_t be32(const unsigned char *p) {
     return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | (uint32_t)p[3];
 }
 
-static dp_status open_gz(const char *path, gzFile *g) {
-    errno = 0;
-    *g = gzopen(path, "rb");
-    if (!*g) return dp_fail(DP_ERR_IO, "%s: cannot open: %s", path, errno ? strerror(errno) : "out of memory");
-    gzbuffer(*g, 1u << 17);
+/* Regular files only (a directory or FIFO fails by name instead of hanging), then zlib on the fd. */
+static dp_status open_gz(const char *path, idx_file *f) {
+    int fd;
+    struct stat st;
+    DP_TRY(dp_open_regular(path, NULL, &fd, &st));
+    f->path = path;
+    f->file_bytes = (unsigned long long)st.st_size;
+    f->g = gzdopen(fd, "rb");
+    if (!f->g) {
+        close(fd);
+        return dp_fail(DP_ERR_NOMEM, "%s: out of memory opening it", path);
+    }
+    gzbuffer(f->g, 1u << 17);
+    return DP_OK;
+}
+
+/* Before allocating: the most body bytes the file can deliver. A raw file holds exactly its size;
+ * a .gz at most IDX_GZ_MAX_RATIO times its size. A header announcing more is refused with the
+ * file's size, not after allocating what it announced. */
+static dp_status check_room(const idx_file *f, size_t hdr_bytes, unsigned long long want, const char *what) {
+    if (gzdirect(f->g)) {
+        if (f->file_bytes < hdr_bytes + want)
+            return dp_fail(DP_ERR_FORMAT, "%s: truncated: expected %llu bytes (%zu-byte header + %s), found %llu",
+                           f->path, hdr_bytes + want, hdr_bytes, what, f->file_bytes);
+    } else if (want > f->file_bytes * IDX_GZ_MAX_RATIO) {
+        return dp_fail(DP_ERR_FORMAT, "%s: truncated: the header announces %s (%llu bytes) but this %llu-byte gzip "
+                       "file cannot hold more than %llu bytes", f->path, what, want, f->file_bytes,
+                       f->file_bytes * IDX_GZ_MAX_RATIO);
+    }
     return DP_OK;
 }
 
@@ -78,9 +112,21 @@ static dp_status read_header(gzFile g, const char *path, unsigned char *hdr, siz
 }
 
 /* Reads exactly `want` body bytes after a header of hdr_bytes, refusing short and long files. */
-static dp_status read_body(gzFile g, const char *path, void *buf, size_t want, size_t hdr_bytes, const char *what) {
-    size_t got, extra;
-    DP_TRY(read_up_to(g, path, buf, want, &got));
+static dp_status read_body(gzFile g, const char *path, unsigned char **bufp, size_t want, size_t hdr_bytes,
+                           const char *what) {
+    size_t got = 0, extra, cap = 0;
+    /* grown as the data arrives: a .gz whose stream ends early costs what it held, not what the
+     * header announced */
+    while (got < want) {
+        size_t next = cap ? (cap > want / 2 ? want : 2 * cap) : (want < IDX_FIRST_CHUNK ? want : IDX_FIRST_CHUNK);
+        unsigned char *p = realloc(*bufp, next);
+        if (!p) return dp_fail(DP_ERR_NOMEM, "%s: out of memory growing the buffer to %zu bytes for %s", path, next, what);
+        *bufp = p, cap = next;
+        size_t k;
+        DP_TRY(read_up_to(g, path, p + got, cap - got, &k));
+        got += k;
+        if (got < cap) break;
+    }
     if (got < want)
         return dp_fail(DP_ERR_FORMAT, "%s: truncated: expected %zu bytes (%zu-byte header + %s), found %zu", path,
                        hdr_bytes + want, hdr_bytes, what, hdr_bytes + got);
@@ -91,7 +137,9 @@ static dp_status read_body(gzFile g, const char *path, void *buf, size_t want, s
     return DP_OK;
 }
 
-static dp_status load(const char *ipath, const char *lpath, int n_classes, gzFile gi, gzFile gl, dp_dataset *out) {
+static dp_status load(int n_classes, const idx_file *fi, const idx_file *fl, dp_dataset *out) {
+    const char *ipath = fi->path, *lpath = fl->path;
+    gzFile gi = fi->g, gl = fl->g;
     unsigned char ih[16], lh[8];
     DP_TRY(read_header(gi, ipath, ih, sizeof ih, IDX_IMAGES_MAGIC, "images (unsigned bytes, 3 dimensions)"));
     DP_TRY(read_header(gl, lpath, lh, sizeof lh, IDX_LABELS_MAGIC, "labels (unsigned bytes, 1 dimension)"));
@@ -109,13 +157,16 @@ static dp_status load(const char *ipath, const char *lpath, int n_classes, gzFil
         return dp_fail(DP_ERR_FORMAT, "%s has %u images but %s has %u labels", ipath, (unsigned)n, lpath,
                        (unsigned)nl);
 
-    DP_ALLOC(out->pixels, bytes, "IDX images");
-    DP_ALLOC(out->labels, n, "IDX labels");
-    char what[96];
+    char what[96], lwhat[64];
     snprintf(what, sizeof what, "%u images of %ux%u", (unsigned)n, (unsigned)rows, (unsigned)cols);
-    DP_TRY(read_body(gi, ipath, out->pixels, (size_t)bytes, sizeof ih, what));
-    snprintf(what, sizeof what, "%u labels", (unsigned)n);
-    DP_TRY(read_body(gl, lpath, out->labels, n, sizeof lh, what));
+    snprintf(lwhat, sizeof lwhat, "%u labels", (unsigned)n);
+    DP_TRY(check_room(fi, sizeof ih, bytes, what));
+    DP_TRY(check_room(fl, sizeof lh, n, lwhat));
+    char mwhat[4200 + 96];
+    snprintf(mwhat, sizeof mwhat, "%s (%s)", ipath, what);
+    DP_TRY(dp_memory_check(bytes + n, mwhat));
+    DP_TRY(read_body(gi, ipath, &out->pixels, (size_t)bytes, sizeof ih, what));
+    DP_TRY(read_body(gl, lpath, &out->labels, n, sizeof lh, lwhat));
     for (uint32_t i = 0; i < n; i++)
         if (out->labels[i] >= n_classes)
             return dp_fail(DP_ERR_FORMAT, "%s: byte offset %zu: label %u is out of range 0..%d", lpath,
@@ -129,16 +180,16 @@ dp_status dp_idx_load(const char *images_path, const char *labels_path, int n_cl
     if (n_classes < 1 || n_classes > 256)
         return dp_fail(DP_ERR_INTERNAL, "%s: %d classes requested; IDX byte labels allow 1..256", labels_path,
                        n_classes);
-    gzFile gi, gl;
-    DP_TRY(open_gz(images_path, &gi));
-    dp_status s = open_gz(labels_path, &gl);
+    idx_file fi, fl;
+    DP_TRY(open_gz(images_path, &fi));
+    dp_status s = open_gz(labels_path, &fl);
     if (s != DP_OK) {
-        gzclose(gi);
+        gzclose(fi.g);
         return s;
     }
-    s = load(images_path, labels_path, n_classes, gi, gl, out);
-    gzclose(gi);
-    gzclose(gl);
+    s = load(n_classes, &fi, &fl, out);
+    gzclose(fi.g);
+    gzclose(fl.g);
     if (s != DP_OK) {
         free(out->pixels), free(out->labels);
         memset(out, 0, sizeof *out);

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "core/rng.h"
+#include "core/sysmem.h"
 #include "data/dataset.h"
 
 #define SYNTH_STREAM 0x5E7A1C00ull
@@ -21,6 +22,9 @@ dp_status dp_synthetic_make(int c, int h, int w, int n_classes, int samples, uin
     if (bytes > SYNTH_MAX_BYTES)
         return dp_fail(DP_ERR_USAGE, "--samples %d of %dx%dx%d: %llu bytes of synthetic images, more than the 8 GiB limit",
                        samples, c, h, w, bytes);
+    char what[96];
+    snprintf(what, sizeof what, "--samples %d of %dx%dx%d (synthetic images)", samples, c, h, w);
+    DP_TRY(dp_memory_check(bytes + (unsigned long long)samples, what));
     DP_ALLOC(out->pixels, bytes, "synthetic images");
     out->labels = calloc((size_t)samples, 1);
     if (!out->labels) {

@@ -153,9 +153,8 @@ static size_t out_floats(const dp_layer *l, int batch) { return (size_t)batch * 
 static size_t ctx_floats(const dp_layer *l, int batch) { return l->ctx_fixed + (size_t)batch * l->ctx_per_sample; }
 static size_t round16(size_t n) { return (n + 15) / 16 * 16; }
 
-dp_status dp_acts_create(const dp_model *m, int max_batch, int nthreads, dp_acts *a) {
-    memset(a, 0, sizeof *a);
-    a->max_batch = max_batch;
+/* The one sum of what dp_acts_create allocates, so the memory estimate cannot drift from it. */
+static size_t acts_floats(const dp_model *m, int max_batch, int nthreads, size_t *ws_out) {
     size_t total = 0, ws = 0, maxact = 0;
     for (int i = 0; i < m->n_nodes; i++) {
         const dp_layer *l = &m->nodes[i];
@@ -166,8 +165,17 @@ dp_status dp_acts_create(const dp_model *m, int max_batch, int nthreads, dp_acts
         }
         if (out_floats(l, max_batch) > maxact) maxact = out_floats(l, max_batch);
     }
+    if (ws_out) *ws_out = ws;
+    return total + round16(ws) + round16(maxact);
+}
+
+size_t dp_acts_floats(const dp_model *m, int max_batch, int nthreads) { return acts_floats(m, max_batch, nthreads, NULL); }
+
+dp_status dp_acts_create(const dp_model *m, int max_batch, int nthreads, dp_acts *a) {
+    memset(a, 0, sizeof *a);
+    a->max_batch = max_batch;
+    size_t ws = 0, total = acts_floats(m, max_batch, nthreads, &ws);
     a->ws_floats = ws;
-    total += round16(ws) + round16(maxact);
     a->out = calloc((size_t)m->n_nodes, sizeof *a->out);
     a->dout = calloc((size_t)m->n_nodes, sizeof *a->dout);
     a->ctx = calloc((size_t)m->n_nodes, sizeof *a->ctx);

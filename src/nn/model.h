@@ -48,6 +48,8 @@ typedef struct {
 } dp_acts;
 
 dp_status dp_acts_create(const dp_model *m, int max_batch, int nthreads, dp_acts *a);
+/* Floats dp_acts_create allocates for these arguments (memory estimates, without allocating). */
+size_t dp_acts_floats(const dp_model *m, int max_batch, int nthreads);
 void dp_acts_free(dp_acts *a);
 
 /* One node on one replica. `input` is the model's input batch. x->ws is set from a. */

@@ -1,6 +1,11 @@
 /* report.h: what a run tells its user: one line per epoch and a final per-class report on the
  * console, a progress bar when stdout is a terminal, and JSON lines in --log for other tools.
- * Only the process that holds rank 0 reports. */
+ * Only the process that holds rank 0 reports.
+ *
+ * The log is written a whole line at a time (lines are built in memory, then handed to
+ * write(2) in batches that end at a line boundary, at the latest after every epoch): a write
+ * error (disk full) fails the run at once with the path and how much was kept, and a line the
+ * disk took only in part is cut off again, so the file holds complete lines only. */
 #ifndef DP_REPORT_H
 #define DP_REPORT_H
 
@@ -8,12 +13,21 @@
 
 #include "backends/backend.h"
 #include "core/status.h"
+#include "report/json.h"
 
 typedef struct {
-    FILE *log;
-    int console;        /* epoch lines and the final report on stdout */
-    int progress;       /* progress bar (only on a terminal unless forced) */
-    double last_draw;   /* when the bar was last drawn */
+    int has_log;            /* --log given and open (a zeroed reporter has none) */
+    int fd;
+    char path[4096];
+    dp_jbuf line;           /* the line being built */
+    dp_jbuf pending;        /* complete lines not yet written */
+    long long written;      /* bytes of complete lines in the file */
+    long lines;             /* complete lines in the file */
+    dp_status failed;       /* sticky: the log failed, later writes are skipped */
+    int console;            /* epoch lines and the final report on stdout */
+    int progress;           /* progress bar (only on a terminal unless forced) */
+    double last_draw;       /* when the bar was last drawn */
+    int bar_width;          /* the terminal's width when the bar was drawn */
 } dp_reporter;
 
 typedef struct {
@@ -30,23 +44,30 @@ typedef struct {
     long skipped_steps;     /* steps skipped for a NaN/Inf so far (--on-nan skip) */
 } dp_epoch_report;
 
+/* Checks, before any work, that the log can be created: its directory exists and is writable,
+ * and the path is not a directory. Creates nothing. */
+dp_status dp_report_check_path(const char *log_path);
 /* Opens the log (if path != NULL) for writing, or appending (a resumed run continues its log);
  * nothing is created when this fails. */
 dp_status dp_report_open(dp_reporter *r, const char *log_path, int append, int console, int progress);
-/* The run's settings as the first log object (a JSON object body without braces). */
-void dp_report_config(dp_reporter *r, const char *json_fields);
-void dp_report_step(dp_reporter *r, int epoch, long step, double loss, double lr);
+/* The run's settings as the first log object: `fields` holds the body (no braces) built with
+ * dp_jbuf_*, so every string in it is escaped. */
+dp_status dp_report_config(dp_reporter *r, const dp_jbuf *fields);
+dp_status dp_report_step(dp_reporter *r, int epoch, long step, double loss, double lr);
 /* Redraws the progress bar at most ten times a second. */
-void dp_report_progress(dp_reporter *r, int epoch, int batch, int n_batches, double running_loss, double images_per_s);
-void dp_report_epoch(dp_reporter *r, const dp_epoch_report *e);
-void dp_report_final(dp_reporter *r, const char *dataset, double test_acc, int n_classes, const long *correct,
-                     const long *count, const char *const *class_names);
+dp_status dp_report_progress(dp_reporter *r, int epoch, int epochs, int batch, int n_batches, double running_loss,
+                             double images_per_s, double elapsed_s);
+dp_status dp_report_epoch(dp_reporter *r, const dp_epoch_report *e);
+dp_status dp_report_final(dp_reporter *r, const char *dataset, double test_acc, int n_classes, const long *correct,
+                          const long *count, const char *const *class_names);
+/* A log object {"event":event,<fields>} (resume, checkpoint, stopped), written at once; fields is
+ * the body built with dp_jbuf_*. */
+dp_status dp_report_event(dp_reporter *r, const char *event, const dp_jbuf *fields);
+/* Best effort: the error line is written if the log still works. */
 void dp_report_error(dp_reporter *r, const char *message);
-/* A log object {"event":event,<json_fields>} (checkpoint, resume, stopped), flushed at once. */
-void dp_report_event(dp_reporter *r, const char *event, const char *json_fields);
-/* Flushes and closes the log; fails if the data could not be written (disk full). */
-dp_status dp_report_close(dp_reporter *r, const char *log_path);
-/* Writes s as a JSON string literal (quotes included). */
-void dp_json_string(FILE *f, const char *s);
+/* Writes what is pending and closes the log; fails if the data could not be written. */
+dp_status dp_report_close(dp_reporter *r);
+/* Closes without writing what is pending (tear-down after a failure). */
+void dp_report_discard(dp_reporter *r);
 
 #endif

@@ -1,14 +1,18 @@
 /* consistency.c: ranks launched with different flags, models or data would hang at their
- * first mismatched collective; instead every rank hashes what must agree, the hashes are
- * all-gathered, and a difference fails at once naming the ranks and what differs. */
+ * first mismatched collective; instead every rank writes the flags that must agree as one
+ * canonical text ("--lr 0.05\n--seed 3\n...") and hashes its model and data, all of it is
+ * all-gathered, and a difference fails at once on every rank with the same message naming the
+ * rank, the first differing flag and both values. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <zlib.h>
 
 #include "train/trainer.h"
 
-enum { H_FLAGS, H_MODEL, H_DATA, H_KINDS };
-static const char *const what[H_KINDS] = {"the training flags", "the model", "the data set"};
+enum { H_MODEL, H_DATA, H_KINDS };
+static const char *const what[H_KINDS] = {"the model", "the data set"};
+#define FLAGS_BYTES 2048 /* the canonical flags text; each byte travels as one float (exact) */
 
 static uint32_t crc_of(uint32_t crc, const void *p, size_t n) {
     const unsigned char *b = p;
@@ -23,48 +27,144 @@ static uint32_t crc_of(uint32_t crc, const void *p, size_t n) {
 static uint32_t crc_str(uint32_t crc, const char *s) { return s ? crc_of(crc, s, strlen(s) + 1) : crc_of(crc, "", 1); }
 
 static void hashes(const dp_trainer *t, uint32_t h[H_KINDS]) {
-    const dp_config *c = &t->cfg;
-    /* every value that changes the math or the collectives' shapes; not --log, --threads, --workers */
-    double nums[] = {c->epochs, (double)c->max_steps, c->batch_size, c->lr, c->momentum, c->weight_decay,
-                     c->nesterov, c->lr_gamma, c->lr_scale_linear, c->lr_ref_batch, c->warmup_epochs,
-                     (double)c->seed, c->shuffle, c->drop_last, c->augment, c->mode, c->bucket_mb, c->overlap,
-                     c->accumulate, c->sync_bn, c->n_lr_steps};
-    h[H_FLAGS] = crc_of(0, nums, sizeof nums);
-    h[H_FLAGS] = crc_of(h[H_FLAGS], c->lr_steps, sizeof c->lr_steps);
-    h[H_FLAGS] = crc_str(h[H_FLAGS], c->backend);
     h[H_MODEL] = crc_str(0, t->model.name);
     size_t sizes[3] = {t->model.params.n, t->model.buffers.n, (size_t)t->model.params.n_buckets};
     h[H_MODEL] = crc_of(h[H_MODEL], sizes, sizeof sizes);
-    h[H_DATA] = crc_str(0, c->data.name);
+    h[H_DATA] = crc_str(0, t->cfg.data.name);
     const dp_dataset *sets[2] = {t->have_train ? &t->train : NULL, &t->test};
     for (int i = 0; i < 2; i++) {
         if (!sets[i]) continue;
         int shape[5] = {sets[i]->n, sets[i]->c, sets[i]->h, sets[i]->w, sets[i]->n_classes};
         h[H_DATA] = crc_of(h[H_DATA], shape, sizeof shape);
         h[H_DATA] = crc_of(h[H_DATA], sets[i]->labels, (size_t)sets[i]->n);
-        h[H_DATA] = crc_of(h[H_DATA], sets[i]->pixels,
-                           (size_t)sets[i]->n * sets[i]->c * sets[i]->h * sets[i]->w);
+        h[H_DATA] = crc_of(h[H_DATA], sets[i]->pixels, (size_t)sets[i]->n * sets[i]->c * sets[i]->h * sets[i]->w);
     }
+}
+
+/* The shortest decimal that reads back as the same float ("0.1", not "0.100000001"). */
+static void fmt_float(char *out, size_t cap, double v) {
+    for (int p = 6; p <= 9; p++) {
+        snprintf(out, cap, "%.*g", p, v);
+        if ((float)strtod(out, NULL) == (float)v) return;
+    }
+}
+
+/* One line per flag that changes the math or the collectives' shapes (not --log, --threads,
+ * --workers): "with --lr 0.05" or "without --nesterov", as the message will quote it. */
+static void canonical_flags(const dp_config *c, char *buf, size_t cap) {
+    size_t n = 0;
+    char v[64];
+#define LINE(...) n += (size_t)snprintf(buf + n, n < cap ? cap - n : 0, __VA_ARGS__)
+#define NUM(flag, x) (fmt_float(v, sizeof v, (x)), LINE("with %s %s\n", flag, v))
+#define BOOL(flag, x) LINE("%s %s\n", (x) ? "with" : "without", flag)
+    LINE("with --backend %s\n", c->backend);
+    LINE("with --model %s\n", c->model);
+    LINE("with --dataset %s\n", c->data.name);
+    LINE("with --epochs %d\n", c->epochs);
+    LINE("with --max-steps %ld\n", c->max_steps);
+    LINE("with --batch-size %d\n", c->batch_size);
+    NUM("--lr", c->lr);
+    NUM("--momentum", c->momentum);
+    NUM("--weight-decay", c->weight_decay);
+    BOOL("--nesterov", c->nesterov);
+    if (c->n_lr_steps) {
+        LINE("with --lr-steps ");
+        for (int i = 0; i < c->n_lr_steps; i++) LINE("%s%d", i ? "," : "", c->lr_steps[i]);
+        LINE("\n");
+    } else {
+        LINE("without --lr-steps\n");
+    }
+    NUM("--lr-gamma", c->lr_gamma);
+    LINE("with --lr-scale %s\n", c->lr_scale_linear ? "linear" : "none");
+    LINE("with --lr-ref-batch %d\n", c->lr_ref_batch);
+    NUM("--warmup-epochs", c->warmup_epochs);
+    LINE("with --seed %llu\n", (unsigned long long)c->seed);
+    BOOL("--no-shuffle", !c->shuffle);
+    BOOL("--drop-last", c->drop_last);
+    BOOL("--augment", c->augment);
+    LINE("with --mode %s\n", c->mode == DP_MODE_DDP ? "ddp" : "dp");
+    NUM("--bucket-mb", c->bucket_mb);
+    BOOL("--no-overlap", !c->overlap);
+    LINE("with --accumulate %d\n", c->accumulate);
+    BOOL("--sync-bn", c->sync_bn);
+    LINE("with --chunks %d\n", c->chunks);
+#undef LINE
+#undef NUM
+#undef BOOL
+}
+
+/* The first line where a and b differ (copied into la / lb without the newline); 0 if none.
+ * *more: how many further lines differ. */
+static int first_difference(const char *a, const char *b, char *la, char *lb, size_t cap, int *more) {
+    int found = 0;
+    *more = 0;
+    while (*a || *b) {
+        const char *ea = strchr(a, '\n'), *eb = strchr(b, '\n');
+        size_t na = ea ? (size_t)(ea - a) : strlen(a), nb = eb ? (size_t)(eb - b) : strlen(b);
+        if (na != nb || memcmp(a, b, na) != 0) {
+            if (!found) {
+                snprintf(la, cap, "%.*s", (int)na, a);
+                snprintf(lb, cap, "%.*s", (int)nb, b);
+                found = 1;
+            } else {
+                ++*more;
+            }
+        }
+        a += na + (ea != NULL), b += nb + (eb != NULL);
+    }
+    return found;
 }
 
 dp_status dp_check_consistency(dp_trainer *t) {
     if (t->n_local == t->world) return DP_OK; /* one process: nothing can differ */
+    if (t->n_local != 1) return dp_fail(DP_ERR_INTERNAL, "consistency check expects one replica per process");
+    char text[FLAGS_BYTES];
+    memset(text, 0, sizeof text);
+    canonical_flags(&t->cfg, text, sizeof text - 1);
     uint32_t h[H_KINDS];
     hashes(t, h);
-    /* 16-bit halves as floats: exact through any float collective */
-    enum { PER = 2 * H_KINDS };
-    float send[PER];
-    for (int k = 0; k < H_KINDS; k++) send[2 * k] = (float)(h[k] >> 16), send[2 * k + 1] = (float)(h[k] & 0xffff);
-    float recv[PER * t->world];
+    /* bytes as floats, hashes as 16-bit halves: exact through any float collective */
+    enum { PER = FLAGS_BYTES + 2 * H_KINDS };
+    float *send = malloc(PER * sizeof *send), *recv = malloc((size_t)PER * t->world * sizeof *recv);
+    if (!send || !recv) {
+        free(send), free(recv);
+        return dp_fail(DP_ERR_NOMEM, "out of memory for the start-up consistency check");
+    }
+    for (int i = 0; i < FLAGS_BYTES; i++) send[i] = (float)(unsigned char)text[i];
+    for (int k = 0; k < H_KINDS; k++)
+        send[FLAGS_BYTES + 2 * k] = (float)(h[k] >> 16), send[FLAGS_BYTES + 2 * k + 1] = (float)(h[k] & 0xffff);
     const float *sp[1] = {send};
     float *rp[1] = {recv};
-    if (t->n_local != 1) return dp_fail(DP_ERR_INTERNAL, "consistency check expects one replica per process");
-    DP_TRY(t->backend->iface->allgather(t->backend, sp, rp, PER));
-    for (int r = 1; r < t->world; r++)
-        for (int k = 0; k < H_KINDS; k++)
-            if (recv[r * PER + 2 * k] != recv[2 * k] || recv[r * PER + 2 * k + 1] != recv[2 * k + 1])
-                return dp_fail(DP_ERR_USAGE,
-                               "rank %d and rank 0 were started with different %s (checked at start, before any "
-                               "training): launch every rank with the same flags and data", r, what[k]);
-    return DP_OK;
+    dp_status s = t->backend->iface->allgather(t->backend, sp, rp, PER);
+    free(send);
+    if (s != DP_OK) {
+        free(recv);
+        return s;
+    }
+    char r0[FLAGS_BYTES], rr[FLAGS_BYTES];
+    for (int i = 0; i < FLAGS_BYTES; i++) r0[i] = (char)(unsigned char)recv[i];
+    r0[FLAGS_BYTES - 1] = '\0';
+    for (int r = 1; r < t->world && s == DP_OK; r++) {
+        const float *R = recv + (size_t)r * PER;
+        for (int i = 0; i < FLAGS_BYTES; i++) rr[i] = (char)(unsigned char)R[i];
+        rr[FLAGS_BYTES - 1] = '\0';
+        char la[160], lb[160];
+        int more;
+        if (first_difference(rr, r0, la, lb, sizeof la, &more)) {
+            char tail[64] = "";
+            if (more) snprintf(tail, sizeof tail, " (and %d other flag%s)", more, more == 1 ? " differs" : "s differ");
+            s = dp_fail(DP_ERR_USAGE,
+                        "rank %d was started %s, rank 0 %s%s (checked at start, before any training): launch every "
+                        "rank with the same flags and data", r, la, lb, tail);
+            break;
+        }
+        for (int k = 0; k < H_KINDS && s == DP_OK; k++)
+            if (R[FLAGS_BYTES + 2 * k] != recv[FLAGS_BYTES + 2 * k] ||
+                R[FLAGS_BYTES + 2 * k + 1] != recv[FLAGS_BYTES + 2 * k + 1])
+                s = dp_fail(DP_ERR_USAGE,
+                            "rank %d and rank 0 were started with different %s (checked at start, before any "
+                            "training): launch every rank with the same flags and data", r, what[k]);
+    }
+    free(recv);
+    return s;
 }

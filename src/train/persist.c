@@ -146,15 +146,12 @@ dp_status dp_persist_save(dp_trainer *t, const char *flag, const char *path) {
         return dp_fail(s, "%s%s%s", msg, t->last_ckpt[0] ? "; the last good checkpoint is " : "", t->last_ckpt);
     }
     snprintf(t->last_ckpt, sizeof t->last_ckpt, "%s", path);
-    char ev[4300];
-    snprintf(ev, sizeof ev, "\"epoch\":%d,\"next_batch\":%d,\"step\":%ld,\"path\":", t->next_epoch, t->next_batch,
-             t->step);
-    if (t->report.log) {
-        fprintf(t->report.log, "{\"event\":\"checkpoint\",%s", ev);
-        dp_json_string(t->report.log, path);
-        fprintf(t->report.log, "}\n");
-        fflush(t->report.log);
-    }
+    dp_jbuf f = {0};
+    dp_jbuf_printf(&f, "\"epoch\":%d,\"next_batch\":%d,\"step\":%ld", t->next_epoch, t->next_batch, t->step);
+    dp_jbuf_kv_string(&f, "path", path, 0);
+    s = dp_report_event(&t->report, "checkpoint", &f);
+    dp_jbuf_free(&f);
+    DP_TRY(s);
     if (path == buf) DP_TRY(dp_ckpt_dir_prune(t->cfg.checkpoint_dir, t->cfg.keep));
     return DP_OK;
 }

@@ -14,6 +14,8 @@
 #include "dp_config.h"
 #include "io/atomic.h"
 #include "io/checkpoint.h"
+#include "report/progress.h"
+#include "train/memory.h"
 #include "train/signals.h"
 
 void dp_config_defaults(dp_config *c) {
@@ -94,6 +96,62 @@ static dp_status init_params(dp_trainer *t) {
     return DP_OK;
 }
 
+/* The lanes, activation slots and samples per slot the replicas need: from the sampler's plan
+ * when training (n_train > 0; s is initialised), from the thread count for evaluation only. */
+typedef struct { int lanes, slots, lane_batch, max_local; } lane_plan;
+
+static dp_status plan_lanes(dp_trainer *t, dp_sampler *s, int n_train, lane_plan *p) {
+    const dp_config *c = &t->cfg;
+    if (n_train > 0) {
+        DP_TRY(dp_sampler_init(s, n_train, t->world, c->batch_size, c->shuffle, c->drop_last, c->seed));
+        if (s->n_batches < 1)
+            return dp_fail(DP_ERR_USAGE, "--batch-size %d: the %d training samples give no full batch with --drop-last",
+                           c->batch_size, n_train);
+        dp_sampler_set_plan(s, c->chunks, c->accumulate);
+        p->lanes = s->plan.lanes;
+        p->slots = s->max_lanes;
+        p->lane_batch = dp_chunk_max_lane(&s->plan);
+        p->max_local = dp_sampler_max_local(s);
+    } else { /* evaluation only: slots for the threads, batches of the training size */
+        p->lanes = 1;
+        p->slots = t->n_local < c->threads ? c->threads / t->n_local : 1;
+        p->lane_batch = (c->batch_size + t->world - 1) / t->world;
+        p->max_local = p->lane_batch;
+    }
+    return DP_OK;
+}
+
+static dp_status check_memory(dp_trainer *t, const dp_model *m, const dp_dataset *train, const dp_dataset *test,
+                              const lane_plan *p, int data_loaded) {
+    const dp_config *c = &t->cfg;
+    dp_mem_estimate me;
+    dp_mem_shape sh = {.n_local = t->n_local, .n_lanes = p->lanes, .n_slots = p->slots, .lane_batch = p->lane_batch,
+                       .max_local = p->max_local,
+                       .loader_slots = train ? (c->workers > 0 ? 2 * c->workers + 1 : 1) : 0};
+    dp_estimate_memory(m, train, test, &sh, &me);
+    return dp_check_memory(&me, &sh, data_loaded);
+}
+
+/* Synthetic data's size is known from the flags: estimate the whole run before generating
+ * gigabytes of it (files are checked by their readers, then the run after loading). */
+static dp_status precheck_synthetic(dp_trainer *t) {
+    const dp_config *c = &t->cfg;
+    if (strcmp(c->data.name, "synthetic") != 0) return DP_OK;
+    dp_dataset train = {.n = c->data.samples, .c = c->data.c, .h = c->data.h, .w = c->data.w};
+    dp_dataset test = train;
+    test.n = c->data.samples / 5 > 0 ? c->data.samples / 5 : 1;
+    dp_model m;
+    if (dp_model_build(c->model, (dp_shape){c->data.c, c->data.h, c->data.w}, c->data.n_classes, &m) != DP_OK)
+        return DP_OK; /* the same build after loading reports it, with the data's shape */
+    dp_sampler tmp;
+    lane_plan lp;
+    dp_status s = plan_lanes(t, &tmp, c->eval_only ? 0 : train.n, &lp);
+    if (!c->eval_only) dp_sampler_free(&tmp);
+    if (s == DP_OK) s = check_memory(t, &m, c->eval_only ? NULL : &train, &test, &lp, 0);
+    dp_model_free(&m);
+    return s;
+}
+
 static int holds_rank0(const dp_trainer *t) {
     for (int r = 0; r < t->n_local; r++)
         if (t->rep[r].rank == 0) return 1;
@@ -113,6 +171,10 @@ static dp_status setup(dp_trainer *t) {
     DP_TRY(dp_backend_create(&bc, &t->backend));
     t->n_local = dp_backend_n_local(t->backend);
     t->world = dp_backend_world(t->backend);
+    /* checked here, not in the parser: each flag parses on its own (tests/test_options.c) */
+    if ((c->save_every || c->save_every_epochs || c->keep) && !c->checkpoint_dir)
+        return dp_fail(DP_ERR_USAGE, "--%s needs --checkpoint DIR", c->keep ? "keep" : "save-every");
+    if (!c->keep) c->keep = 3;
     if (c->on_nan_skip && t->n_local < t->world)
         return dp_fail(DP_ERR_USAGE, "--on-nan skip is for one process (--backend sim): with %s a NaN loss is seen by its "
                        "own rank only (the check comes before the metrics all-reduce), so the other ranks could not skip "
@@ -121,11 +183,14 @@ static dp_status setup(dp_trainer *t) {
         /* before hours of training, not after: only rank 0 writes */
         if (c->save_path) DP_TRY(dp_check_output_file("--save", c->save_path));
         if (c->checkpoint_dir) DP_TRY(dp_check_output_dir("--checkpoint", c->checkpoint_dir));
+        /* before any data is read: a log that cannot be created is a start-time error (rank 0 writes it) */
+        DP_TRY(dp_report_check_path(c->log_path));
     }
     if (c->batch_size < t->world)
         return dp_fail(DP_ERR_USAGE, "--batch-size %d is smaller than the %d replicas: each replica needs a sample",
                        c->batch_size, t->world);
 
+    DP_TRY(precheck_synthetic(t));
     DP_TRY(load_data(t));
     const dp_dataset *shape_src = t->have_train ? &t->train : &t->test;
     dp_shape in = {shape_src->c, shape_src->h, shape_src->w};
@@ -135,23 +200,11 @@ static dp_status setup(dp_trainer *t) {
     DP_TRY(dp_check_consistency(t));
 
     /* the sampler fixes the lanes: which samples each lane sums, so which additions happen */
-    int lane_batch, n_slots;
-    if (t->have_train) {
-        DP_TRY(dp_sampler_init(&t->sampler, t->train.n, t->world, c->batch_size, c->shuffle, c->drop_last, c->seed));
-        if (t->sampler.n_batches < 1)
-            return dp_fail(DP_ERR_USAGE, "--batch-size %d: the %d training samples give no full batch with --drop-last",
-                           c->batch_size, t->train.n);
-        dp_sampler_set_plan(&t->sampler, c->chunks, c->accumulate);
-        t->n_lanes = t->sampler.plan.lanes;
-        n_slots = t->sampler.max_lanes;
-        lane_batch = dp_chunk_max_lane(&t->sampler.plan);
-        t->max_local = dp_sampler_max_local(&t->sampler);
-    } else { /* evaluation only: slots for the threads, batches of the training size */
-        t->n_lanes = 1;
-        n_slots = t->n_local < c->threads ? c->threads / t->n_local : 1;
-        lane_batch = (c->batch_size + t->world - 1) / t->world;
-        t->max_local = lane_batch;
-    }
+    lane_plan lp;
+    DP_TRY(plan_lanes(t, &t->sampler, t->have_train ? t->train.n : 0, &lp));
+    t->n_lanes = lp.lanes, t->max_local = lp.max_local;
+    int lane_batch = lp.lane_batch, n_slots = lp.slots;
+    DP_TRY(check_memory(t, &t->model, t->have_train ? &t->train : NULL, &t->test, &lp, 1));
     DP_ALLOC(t->rep, t->n_local, "replicas");
     for (int r = 0; r < t->n_local; r++)
         DP_TRY(dp_replica_create(&t->rep[r], &t->model, dp_backend_rank(t->backend, r), lane_batch, t->n_lanes,
@@ -184,7 +237,7 @@ static dp_status setup(dp_trainer *t) {
     /* Last: the log file, so that no bad flag or file leaves one behind. */
     int rank0 = holds_rank0(t);
     int console = rank0 && !c->quiet;
-    int progress = console && (c->progress == 1 || (c->progress == -1 && isatty(STDOUT_FILENO)));
+    int progress = console && dp_progress_wanted(c->progress, STDOUT_FILENO);
     DP_TRY(dp_report_open(&t->report, rank0 ? c->log_path : NULL, c->resume_path != NULL, console, progress));
     return DP_OK;
 }
@@ -219,23 +272,33 @@ static int canonical_order(const dp_trainer *t) {
     return t->have_train && t->sampler.plan.canonical && sim_algo_ok;
 }
 
-static void log_config(dp_trainer *t) {
-    char buf[2048];
+/* Every string goes through the JSON escaper: a path or name may hold any byte. */
+static dp_status log_config(dp_trainer *t) {
     const dp_config *c = &t->cfg;
     size_t n_params = 0; /* real parameters, not the arena's alignment padding */
     for (int i = 0; i < t->model.params.n_tensors; i++) n_params += t->model.params.tensors[i].s.count;
-    snprintf(buf, sizeof buf,
-             "\"version\":\"%s\",\"model\":\"%s\",\"params\":%zu,\"dataset\":\"%s\",\"train_samples\":%d,"
-             "\"test_samples\":%d,\"backend\":\"%s\",\"world\":%d,\"mode\":\"%s\",\"batch_size\":%d,\"epochs\":%d,"
-             "\"lr\":%.9g,\"momentum\":%.9g,\"weight_decay\":%.9g,\"nesterov\":%d,\"seed\":%llu,\"threads\":%d,"
-             "\"workers\":%d,\"lanes\":%d,\"buckets\":%d,\"accumulate\":%d,\"sync_bn\":%d,\"overlap\":%d,"
-             "\"allreduce\":\"%s\",\"chunks\":%d,\"canonical_order\":%d",
-             DP_VERSION, t->model.name, n_params, t->test.name, t->have_train ? t->train.n : 0, t->test.n,
-             dp_backend_name(t->backend), t->world, c->mode == DP_MODE_DDP ? "ddp" : "dp", c->batch_size, c->epochs,
-             c->lr, c->momentum, c->weight_decay, c->nesterov, (unsigned long long)c->seed, c->threads, c->workers,
-             t->n_lanes, t->model.params.n_buckets, c->accumulate, c->sync_bn, c->overlap,
-             strcmp(c->backend, "sim") == 0 ? c->allreduce_algo : c->backend, c->chunks, canonical_order(t));
-    dp_report_config(&t->report, buf);
+    dp_jbuf b = {0};
+    dp_jbuf_kv_string(&b, "version", DP_VERSION, 1);
+    dp_jbuf_kv_string(&b, "model", t->model.name, 0);
+    dp_jbuf_printf(&b, ",\"params\":%zu", n_params);
+    dp_jbuf_kv_string(&b, "dataset", t->test.name, 0);
+    dp_jbuf_kv_string(&b, "data", strcmp(c->data.name, "synthetic") == 0 ? "" : c->data.dir, 0);
+    dp_jbuf_printf(&b, ",\"train_samples\":%d,\"test_samples\":%d", t->have_train ? t->train.n : 0, t->test.n);
+    dp_jbuf_kv_string(&b, "backend", dp_backend_name(t->backend), 0);
+    dp_jbuf_printf(&b, ",\"world\":%d", t->world);
+    dp_jbuf_kv_string(&b, "mode", c->mode == DP_MODE_DDP ? "ddp" : "dp", 0);
+    dp_jbuf_printf(&b,
+                   ",\"batch_size\":%d,\"epochs\":%d,\"lr\":%.9g,\"momentum\":%.9g,\"weight_decay\":%.9g,"
+                   "\"nesterov\":%d,\"seed\":%llu,\"threads\":%d,\"workers\":%d,\"lanes\":%d,\"buckets\":%d,"
+                   "\"accumulate\":%d,\"sync_bn\":%d,\"overlap\":%d",
+                   c->batch_size, c->epochs, c->lr, c->momentum, c->weight_decay, c->nesterov,
+                   (unsigned long long)c->seed, c->threads, c->workers, t->n_lanes, t->model.params.n_buckets,
+                   c->accumulate, c->sync_bn, c->overlap);
+    dp_jbuf_kv_string(&b, "allreduce", strcmp(c->backend, "sim") == 0 ? c->allreduce_algo : c->backend, 0);
+    dp_jbuf_printf(&b, ",\"chunks\":%d,\"canonical_order\":%d", c->chunks, canonical_order(t));
+    dp_status s = dp_report_config(&t->report, &b);
+    dp_jbuf_free(&b);
+    DP_TRY(s);
     if (t->report.console && t->have_train && !canonical_order(t))
         printf("note: %s, so results equal other replica counts only within float rounding (bitwise for every "
                "replica count that divides --chunks %d, with --allreduce ordered)\n",
@@ -243,6 +306,7 @@ static void log_config(dp_trainer *t) {
                    ? "--allreduce ring/tree sums in its own order"
                    : "the replica count does not divide --chunks",
                c->chunks);
+    return DP_OK;
 }
 
 static dp_status final_eval(dp_trainer *t, double *acc_out) {
@@ -251,7 +315,7 @@ static dp_status final_eval(dp_trainer *t, double *acc_out) {
     dp_step_metrics m;
     DP_TRY(dp_evaluate(t, &t->test, &m, correct, count));
     double acc = m.count ? (double)m.correct / m.count : 0;
-    dp_report_final(&t->report, t->test.name, acc, K, correct, count, t->test.class_names);
+    DP_TRY(dp_report_final(&t->report, t->test.name, acc, K, correct, count, t->test.class_names));
     if (acc_out) *acc_out = acc;
     return DP_OK;
 }
@@ -313,12 +377,12 @@ static dp_status run_epoch(dp_trainer *t, int epoch, int first, int *stop) {
         if (t->skipped != skipped) sm = before; /* a skipped step's loss stays out of the epoch's mean */
         t->step++;
         t->next_epoch = epoch, t->next_batch = b + 1;
-        if (sm.count) dp_report_step(&t->report, epoch, t->step, sm.loss_sum / sm.count, lr);
+        if (sm.count) DP_TRY(dp_report_step(&t->report, epoch, t->step, sm.loss_sum / sm.count, lr));
         em.loss_sum += sm.loss_sum, em.correct += sm.correct, em.count += sm.count;
         memset(&sm, 0, sizeof sm);
         double el = dp_now() - t0;
-        dp_report_progress(&t->report, epoch, b + 1, nb, em.count ? em.loss_sum / em.count : 0,
-                           el > 0 ? em.count / el : 0);
+        DP_TRY(dp_report_progress(&t->report, epoch, c->epochs, b + 1, nb, em.count ? em.loss_sum / em.count : 0,
+                                  el > 0 ? em.count / el : 0, el));
         int sig = 0;
         DP_TRY(dp_persist_stop_requested(t, &sig));
         if (sig || (c->checkpoint_dir && c->save_every && t->step % c->save_every == 0))
@@ -348,13 +412,13 @@ static dp_status run_epoch(dp_trainer *t, int epoch, int first, int *stop) {
     e.eval_seconds = dp_now() - te;
     e.test_acc = tm.count ? (double)tm.correct / tm.count : 0;
     e.test_loss = tm.count ? tm.loss_sum / tm.count : 0;
-    dp_report_epoch(&t->report, &e);
+    DP_TRY(dp_report_epoch(&t->report, &e));
     if (t->next_batch >= nb) t->next_epoch = epoch + 1, t->next_batch = 0; /* the epoch is complete */
     return DP_OK;
 }
 
-static void say_stopped(dp_trainer *t) {
-    if (!holds_rank0(t)) return;
+static dp_status say_stopped(dp_trainer *t) {
+    if (!holds_rank0(t)) return DP_OK;
     char cmd[8192];
     dp_persist_resume_command(t, cmd, sizeof cmd);
     if (t->report.progress) printf("\n"); /* off the progress bar's line */
@@ -366,22 +430,25 @@ static void say_stopped(dp_trainer *t) {
         fprintf(stderr, "dptrain: stopped by %s after step %ld (epoch %d); nothing saved: add --checkpoint DIR to be "
                 "able to resume\n", dp_signal_name(t->stop_signal), t->step, t->epoch);
     fflush(stderr);
-    if (t->report.log) {
-        fprintf(t->report.log, "{\"event\":\"stopped\",\"signal\":\"%s\",\"epoch\":%d,\"step\":%ld,\"checkpoint\":",
-                dp_signal_name(t->stop_signal), t->epoch, t->step);
-        dp_json_string(t->report.log, t->last_ckpt);
-        fprintf(t->report.log, "}\n");
-    }
+    dp_jbuf f = {0};
+    dp_jbuf_printf(&f, "\"signal\":\"%s\",\"epoch\":%d,\"step\":%ld", dp_signal_name(t->stop_signal), t->epoch,
+                   t->step);
+    dp_jbuf_kv_string(&f, "checkpoint", t->last_ckpt, 0);
+    dp_status s = dp_report_event(&t->report, "stopped", &f);
+    dp_jbuf_free(&f);
+    return s;
 }
 
 static dp_status run(dp_trainer *t) {
-    log_config(t);
+    DP_TRY(log_config(t));
     if (t->cfg.eval_only) return final_eval(t, NULL);
-    if (t->last_ckpt[0] && t->report.log) {
-        fprintf(t->report.log, "{\"event\":\"resume\",\"epoch\":%d,\"next_batch\":%d,\"step\":%ld,\"path\":",
-                t->start_epoch, t->start_batch, t->step);
-        dp_json_string(t->report.log, t->last_ckpt);
-        fprintf(t->report.log, "}\n");
+    if (t->last_ckpt[0]) {
+        dp_jbuf f = {0};
+        dp_jbuf_printf(&f, "\"epoch\":%d,\"next_batch\":%d,\"step\":%ld", t->start_epoch, t->start_batch, t->step);
+        dp_jbuf_kv_string(&f, "path", t->last_ckpt, 0);
+        dp_status s = dp_report_event(&t->report, "resume", &f);
+        dp_jbuf_free(&f);
+        DP_TRY(s);
     }
     if (t->last_ckpt[0] && holds_rank0(t) && !t->cfg.quiet)
         printf("resuming from %s: epoch %d, batch %d, step %ld\n", t->last_ckpt, t->start_epoch, t->start_batch,
@@ -394,10 +461,7 @@ static dp_status run(dp_trainer *t) {
         if (!stop && t->cfg.checkpoint_dir && t->cfg.save_every_epochs && epoch % t->cfg.save_every_epochs == 0)
             DP_TRY(dp_persist_save(t, "--checkpoint", NULL));
     }
-    if (t->stop_signal) {
-        say_stopped(t);
-        return DP_OK;
-    }
+    if (t->stop_signal) return say_stopped(t);
     DP_TRY(final_eval(t, NULL));
     /* the run's last state, so that --resume of a finished run (e.g. with more --epochs) goes on from here */
     if (t->cfg.checkpoint_dir) DP_TRY(dp_persist_save(t, "--checkpoint", NULL));
@@ -412,7 +476,7 @@ dp_status dp_trainer_run(dp_trainer *t) {
         dp_report_error(&t->report, dp_last_error());
         t->backend->failed = 1;
     }
-    dp_status cs = dp_report_close(&t->report, t->cfg.log_path);
+    dp_status cs = dp_report_close(&t->report);
     return s != DP_OK ? s : cs;
 }
 
@@ -438,7 +502,7 @@ void dp_trainer_destroy(dp_trainer *t) {
     free(t->step_count);
     free(t->dp_send);
     free(t->dp_recv);
-    if (t->report.log) fclose(t->report.log);
+    dp_report_discard(&t->report);
     dp_model_free(&t->model);
     if (t->have_train) dp_dataset_free(&t->train);
     dp_dataset_free(&t->test);

@@ -1,0 +1,70 @@
+/* dispatch.c: the CPU kernels' public functions, each an ifunc resolved once at load time to
+ * the variant compiled for what this CPU runs: x86-64-v3 (AVX2 + FMA, 8-float vectors) or
+ * baseline x86-64 (SSE2, 4-float vectors, no FMA). A binary built anywhere then runs on any
+ * x86-64 (and under valgrind) at the speed of a -march=native build on an AVX2 machine.
+ * The two variants round differently (FMA fuses a multiply-add; the vector width changes the
+ * order of sums), so results are bitwise equal between machines of the same variant only. */
+#include "kernels/cpu/dispatch.h"
+
+#include "kernels/cpu/activation.h"
+#include "kernels/cpu/batchnorm.h"
+#include "kernels/cpu/conv2d.h"
+#include "kernels/cpu/cpu_common.h"
+#include "kernels/cpu/linear.h"
+#include "kernels/cpu/loss.h"
+#include "kernels/cpu/pool.h"
+#include "kernels/cpu/sgd.h"
+
+int dp_conv2d_force_path = 0; /* one copy, shared by the variants */
+
+#if DP_KERNEL_DISPATCH
+
+/* Resolvers run while the dynamic linker relocates, before the sanitizers' runtimes are set
+ * up: nothing in them may be instrumented. */
+#define DP_RESOLVER __attribute__((no_sanitize("address", "undefined"), unused))
+
+DP_RESOLVER static int cpu_is_v3(void) {
+    __builtin_cpu_init(); /* required before __builtin_cpu_supports in a resolver */
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("bmi") &&
+           __builtin_cpu_supports("bmi2");
+}
+
+#define DP_DISPATCH(name)                                                                        \
+    extern __typeof__(name) name##_base, name##_v3;                                             \
+    DP_RESOLVER static __typeof__(name) *resolve_##name(void) { return cpu_is_v3() ? name##_v3 : name##_base; } \
+    __typeof__(name) name __attribute__((ifunc("resolve_" #name)));
+
+DP_DISPATCH(relu_forward_cpu)
+DP_DISPATCH(relu_backward_cpu)
+DP_DISPATCH(add_forward_cpu)
+DP_DISPATCH(batchnorm_stats_cpu)
+DP_DISPATCH(batchnorm_apply_cpu)
+DP_DISPATCH(batchnorm_backward_reduce_cpu)
+DP_DISPATCH(batchnorm_backward_input_cpu)
+DP_DISPATCH(batchnorm_sums_cpu)
+DP_DISPATCH(batchnorm_finalize_cpu)
+DP_DISPATCH(batchnorm_backward_sums_cpu)
+DP_DISPATCH(batchnorm_backward_cpu)
+DP_DISPATCH(conv2d_dims_init)
+DP_DISPATCH(conv2d_workspace_floats)
+DP_DISPATCH(conv2d_forward_cpu)
+DP_DISPATCH(conv2d_backward_cpu)
+DP_DISPATCH(linear_forward_cpu)
+DP_DISPATCH(linear_backward_cpu)
+DP_DISPATCH(softmax_xent_cpu)
+DP_DISPATCH(pool_out_size)
+DP_DISPATCH(maxpool2d_forward_cpu)
+DP_DISPATCH(maxpool2d_backward_cpu)
+DP_DISPATCH(global_avgpool_forward_cpu)
+DP_DISPATCH(global_avgpool_backward_cpu)
+DP_DISPATCH(sgd_step_cpu)
+
+const char *dp_cpu_kernel_variant(void) {
+    return cpu_is_v3() ? "x86-64-v3 (AVX2, FMA; chosen at run time)" : "x86-64 baseline (SSE2; chosen at run time)";
+}
+
+#else
+
+const char *dp_cpu_kernel_variant(void) { return "compiled for this build's -march (DP_NATIVE=ON or not x86-64)"; }
+
+#endif

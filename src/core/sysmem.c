@@ -1,0 +1,103 @@
+/* sysmem.c: available memory (/proc/meminfo, cgroup v2 and v1 limits) and the regular-file
+ * open used by every reader. */
+#include "core/sysmem.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* First unsigned number in a file ("max" or missing: 0). */
+static unsigned long long read_number(const char *path) {
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    unsigned long long v = 0;
+    if (fscanf(f, "%llu", &v) != 1) v = 0;
+    fclose(f);
+    return v;
+}
+
+static void consider(dp_mem_avail *out, unsigned long long bytes, const char *source) {
+    if (bytes && (!out->bytes || bytes < out->bytes)) {
+        out->bytes = bytes;
+        snprintf(out->source, sizeof out->source, "%s", source);
+    }
+}
+
+void dp_memory_available(dp_mem_avail *out) {
+    memset(out, 0, sizeof *out);
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (f) {
+        char line[256];
+        unsigned long long kb;
+        while (fgets(line, sizeof line, f))
+            if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1)
+                consider(out, kb * 1024, "MemAvailable in /proc/meminfo");
+        fclose(f);
+    }
+    if (!out->bytes) {
+        long pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+        if (pages > 0 && page > 0) consider(out, (unsigned long long)pages * (unsigned long long)page, "free memory");
+    }
+    /* cgroup v2: memory.max is "max" when unlimited (read_number gives 0) */
+    unsigned long long max = read_number("/sys/fs/cgroup/memory.max");
+    if (max) {
+        unsigned long long cur = read_number("/sys/fs/cgroup/memory.current");
+        consider(out, max > cur ? max - cur : 1, "the cgroup limit /sys/fs/cgroup/memory.max less memory.current");
+    }
+    /* cgroup v1: an unlimited group reports a huge number, which consider() never picks */
+    unsigned long long v1 = read_number("/sys/fs/cgroup/memory/memory.limit_in_bytes");
+    if (v1 && v1 < (1ull << 60)) {
+        unsigned long long cur = read_number("/sys/fs/cgroup/memory/memory.usage_in_bytes");
+        consider(out, v1 > cur ? v1 - cur : 1, "the cgroup limit memory.limit_in_bytes less usage");
+    }
+}
+
+const char *dp_format_bytes(unsigned long long bytes, char *buf, size_t cap) {
+    if (bytes >= (1ull << 40)) snprintf(buf, cap, "%.1f TiB", (double)bytes / (1ull << 40));
+    else if (bytes >= (1ull << 30)) snprintf(buf, cap, "%.1f GiB", (double)bytes / (1ull << 30));
+    else if (bytes >= (1ull << 20)) snprintf(buf, cap, "%.1f MiB", (double)bytes / (1ull << 20));
+    else snprintf(buf, cap, "%llu bytes", bytes);
+    return buf;
+}
+
+dp_status dp_memory_check(unsigned long long bytes, const char *what) {
+    dp_mem_avail a;
+    dp_memory_available(&a);
+    if (!a.bytes || bytes <= a.bytes) return DP_OK;
+    char need[32], have[32];
+    return dp_fail(DP_ERR_NOMEM, "%s needs %s but only %s is available (%s): refusing before allocating it",
+                   what, dp_format_bytes(bytes, need, sizeof need), dp_format_bytes(a.bytes, have, sizeof have),
+                   a.source);
+}
+
+static const char *kind_of(mode_t m) {
+    if (S_ISDIR(m)) return "a directory";
+    if (S_ISFIFO(m)) return "a FIFO (named pipe)";
+    if (S_ISCHR(m)) return "a character device";
+    if (S_ISBLK(m)) return "a block device";
+    if (S_ISSOCK(m)) return "a socket";
+    return "not a regular file";
+}
+
+dp_status dp_open_regular(const char *path, const char *flag, int *fd, struct stat *st) {
+    const char *pre = flag ? flag : "", *sep = flag ? " " : "";
+    /* O_NONBLOCK: opening a FIFO with no writer returns at once instead of waiting forever */
+    int f = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (f < 0) return dp_fail(DP_ERR_IO, "%s%s%s: cannot open: %s", pre, sep, path, strerror(errno));
+    if (fstat(f, st) != 0) {
+        int e = errno;
+        close(f);
+        return dp_fail(DP_ERR_IO, "%s%s%s: cannot stat: %s", pre, sep, path, strerror(e));
+    }
+    if (!S_ISREG(st->st_mode)) {
+        close(f);
+        return dp_fail(DP_ERR_IO, "%s%s%s: is %s, expected a regular file", pre, sep, path, kind_of(st->st_mode));
+    }
+    int fl = fcntl(f, F_GETFL);
+    if (fl >= 0) fcntl(f, F_SETFL, fl & ~O_NONBLOCK);
+    *fd = f;
+    return DP_OK;
+}
