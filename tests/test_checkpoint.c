@@ -197,6 +197,23 @@ static void stop_by(int sig) {
     free(o);
 }
 
+/* A log cut mid-line (a SIGKILL during a write) loses that partial line when a resumed run appends. */
+static void test_resume_log_partial_line(void **state) {
+    (void)state;
+    const char *d = fresh_dir("pl"), *log = tu_path("pl.log");
+    char *o;
+    assert_int_equal(tu_run_dptrain(&o, "train " DATA " --epochs 1 --max-steps 2 --checkpoint %s", d), 0);
+    free(o);
+    tu_write_file(log, "{\"event\":\"config\"}\n{\"event\":\"st", 31);
+    int rc = tu_run_dptrain(&o, "train " DATA " --epochs 1 --resume %s --log %s", d, log);
+    if (rc) fail_msg("rc %d:\n%s", rc, o);
+    free(o);
+    char *l = slurp(log);
+    if (strncmp(l, "{\"event\":\"config\"}\n{\"event\":\"config\",", 37) != 0 || tu_contains(l, "\"st{"))
+        fail_msg("%s", l);
+    free(l);
+}
+
 static void test_sigint(void **state) { (void)state; stop_by(SIGINT); }
 static void test_sigterm(void **state) { (void)state; stop_by(SIGTERM); }
 
@@ -430,6 +447,7 @@ int main(void) {
         cmocka_unit_test(test_refusals),       cmocka_unit_test(test_outputs_checked),
         cmocka_unit_test(test_disk_full),      cmocka_unit_test(test_nan),
         cmocka_unit_test(test_save_every_epochs), cmocka_unit_test(test_resume_other_replica_count),
+        cmocka_unit_test(test_resume_log_partial_line),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -36,6 +36,26 @@ dp_status dp_report_check_path(const char *log_path) {
     return DP_OK;
 }
 
+/* A run killed (SIGKILL) in the middle of a write may have left a partial last line: cut the file back
+ * to its last newline before a resumed run appends, so that every line still parses. */
+static off_t drop_partial_line(int fd, off_t size) {
+    char buf[4096];
+    off_t end = size;
+    while (end > 0) {
+        off_t from = end > (off_t)sizeof buf ? end - (off_t)sizeof buf : 0;
+        ssize_t n = pread(fd, buf, (size_t)(end - from), from);
+        if (n <= 0) return size;
+        for (ssize_t i = n - 1; i >= 0; i--)
+            if (buf[i] == '\n') {
+                off_t keep = from + i + 1;
+                if (keep != size && ftruncate(fd, keep) != 0) return size;
+                return keep;
+            }
+        end = from;
+    }
+    return ftruncate(fd, 0) == 0 ? 0 : size;
+}
+
 dp_status dp_report_open(dp_reporter *r, const char *log_path, int append, int console, int progress) {
     memset(r, 0, sizeof *r);
     r->console = console;
@@ -43,14 +63,17 @@ dp_status dp_report_open(dp_reporter *r, const char *log_path, int append, int c
     if (log_path) {
         DP_TRY(dp_report_check_path(log_path));
         /* O_NONBLOCK: a FIFO without a reader fails here instead of blocking the run */
-        int fd = open(log_path, O_WRONLY | O_CREAT | (append ? O_APPEND : O_TRUNC) | O_CLOEXEC | O_NONBLOCK, 0644);
+        /* appending to a regular file reads it too (drop_partial_line); a FIFO keeps O_WRONLY's semantics */
+        struct stat pre;
+        int rw = append && stat(log_path, &pre) == 0 && S_ISREG(pre.st_mode) ? O_RDWR : O_WRONLY;
+        int fd = open(log_path, rw | (append ? O_APPEND : O_TRUNC) | O_CREAT | O_CLOEXEC | O_NONBLOCK, 0644);
         if (fd < 0) return dp_fail(DP_ERR_IO, "--log %s: cannot open for writing: %s", log_path, strerror(errno));
         int fl = fcntl(fd, F_GETFL);
         if (fl >= 0) fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
         r->fd = fd;
         r->has_log = 1;
         struct stat st;
-        if (append && fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) r->written = st.st_size; /* the earlier run's lines */
+        if (append && fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) r->written = drop_partial_line(fd, st.st_size);
         snprintf(r->path, sizeof r->path, "%s", log_path);
     }
     return DP_OK;
