@@ -25,19 +25,7 @@ static const char *bin(void) {
 }
 
 /* The parameters section of a checkpoint. */
-static float *read_params(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) fail_msg("no checkpoint %s", path);
-    char magic[8];
-    dp_ckpt_header h;
-    assert_int_equal(fread(magic, 1, 8, f), 8);
-    assert_int_equal(fread(&h, sizeof h, 1, f), 1);
-    *n = (size_t)h.n_params;
-    float *p = malloc(*n * sizeof *p);
-    assert_int_equal(fread(p, sizeof *p, *n, f), *n);
-    fclose(f);
-    return p;
-}
+static float *read_params(const char *path, size_t *n) { return tu_ckpt_params(path, n); }
 
 /* mpirun -np n (with extra flags) against the sim with sim_n replicas, to the bit. */
 static void compare_backends(int n, const char *extra, int sim_n) {

@@ -8,6 +8,8 @@
 #include <math.h>
 #include <zlib.h>
 
+#include "io/safetensors.h"
+
 const char *tu_path(const char *name) {
     static char buf[8][512];
     static int next;
@@ -88,4 +90,44 @@ double tu_rel_diff(const float *a, const float *b, size_t n) {
         if (fabs((double)b[i]) > maxb) maxb = fabs((double)b[i]);
     }
     return maxd / maxb;
+}
+
+float *tu_ckpt_params(const char *path, size_t *n) {
+    dp_st_file f;
+    if (dp_st_read(path, &f) != DP_OK) fail_msg("%s", dp_last_error());
+    size_t total = 0;
+    for (int i = 0; i < f.n; i++)
+        if (f.tensors[i].dtype == DP_ST_F32 && strncmp(f.tensors[i].name, "optimizer.", 10) != 0)
+            total += f.tensors[i].nbytes / sizeof(float);
+    float *p = malloc((total ? total : 1) * sizeof *p);
+    assert_non_null(p);
+    size_t k = 0;
+    for (int i = 0; i < f.n; i++)
+        if (f.tensors[i].dtype == DP_ST_F32 && strncmp(f.tensors[i].name, "optimizer.", 10) != 0) {
+            memcpy(p + k, f.tensors[i].data, f.tensors[i].nbytes);
+            k += f.tensors[i].nbytes / sizeof(float);
+        }
+    dp_st_free(&f);
+    *n = total;
+    return p;
+}
+
+const char *tu_ckpt_diff(const char *a, const char *b) {
+    static char msg[512];
+    dp_st_file fa, fb;
+    if (dp_st_read(a, &fa) != DP_OK) return snprintf(msg, sizeof msg, "%s", dp_last_error()), msg;
+    if (dp_st_read(b, &fb) != DP_OK) {
+        dp_st_free(&fa);
+        return snprintf(msg, sizeof msg, "%s", dp_last_error()), msg;
+    }
+    const char *r = NULL;
+    if (fa.n != fb.n) r = (snprintf(msg, sizeof msg, "%d tensors vs %d", fa.n, fb.n), msg);
+    for (int i = 0; i < fa.n && !r; i++) {
+        const dp_st_tensor *x = &fa.tensors[i], *y = dp_st_find(&fb, x->name);
+        if (!y) r = (snprintf(msg, sizeof msg, "%s missing in %s", x->name, b), msg);
+        else if (x->nbytes != y->nbytes || memcmp(x->data, y->data, x->nbytes) != 0)
+            r = (snprintf(msg, sizeof msg, "tensor %s differs between %s and %s", x->name, a, b), msg);
+    }
+    dp_st_free(&fa), dp_st_free(&fb);
+    return r;
 }

@@ -26,4 +26,11 @@ int tu_contains(const char *haystack, const char *needle);
 /* max |a-b| / max(max|b|, tiny) over n elements. */
 double tu_rel_diff(const float *a, const float *b, size_t n);
 
+/* The model tensors (F32, not optimizer.*) of a safetensors checkpoint, concatenated in file order
+ * (malloc'd); *n floats. Fails the test if the file is not readable. */
+float *tu_ckpt_params(const char *path, size_t *n);
+/* NULL if the two checkpoints hold the same tensors (names, shapes, bytes; metadata ignored), else a
+ * static message naming the first difference. */
+const char *tu_ckpt_diff(const char *a, const char *b);
+
 #endif

@@ -1,5 +1,5 @@
 /* dptrain: the command-line entry point. The only place that turns a status into an exit
- * code: 0 success, 2 bad usage, 1 any failure at run time. */
+ * code: 0 success, 2 bad usage, 1 any failure at run time, 130 / 143 stopped by SIGINT / SIGTERM. */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -72,7 +72,9 @@ int main(int argc, char **argv) {
         fprintf(stderr, "dptrain: %s\n", dp_last_error());
         fflush(stderr);
     }
+    /* a run stopped by SIGINT/SIGTERM (after its checkpoint) exits as the signal would have: 130 / 143 */
+    int code = s == DP_OK && t && t->stop_signal ? 128 + t->stop_signal : dp_exit_code(s);
     /* after the message: a failed MPI run aborts the job here */
     if (t) dp_trainer_destroy(t);
-    return dp_exit_code(s);
+    return code;
 }

@@ -9,11 +9,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "backends/backend.h"
 #include "cli/options.h"
 #include "data/chunks.h"
 #include "dp_config.h"
+#include "io/atomic.h"
 #include "kernels/cpu/dispatch.h"
 #include "nn/model.h"
 
@@ -51,6 +53,7 @@ static const char *const backends[] = {"sim", "mpi", "nccl", NULL};
 static const char *const modes[] = {"ddp", "dp", NULL};
 static const char *const scales[] = {"none", "linear", NULL};
 static const char *const algos[] = {"ordered", "ring", "tree", NULL};
+static const char *const nan_modes[] = {"stop", "skip", NULL};
 
 /* Limits of the flags with their own parsers, shared by the parser and the help text. */
 #define SHAPE_MAX_C 3
@@ -59,7 +62,7 @@ static const char *const algos[] = {"ordered", "ring", "tree", NULL};
 #define STR_(x) #x
 #define STR(x) STR_(x)
 
-enum { S_MODEL = 1, S_DATASET, S_SHAPE, S_LR_STEPS, S_HELP, S_VERSION };
+enum { S_MODEL = 1, S_DATASET, S_SHAPE, S_LR_STEPS, S_SAVE_EVERY, S_HELP, S_VERSION };
 
 static const opt_spec opts[] = {
     {"model", "M", K_SPECIAL, .set = S_MODEL, .def = "lenet", .help = "the network", .section = "model and data"},
@@ -120,12 +123,29 @@ static const opt_spec opts[] = {
      .help = "mpi: seconds to wait for a dead rank"},
     {"log", "FILE", K_STRING, .off = OFF(log_path),
      .help = "JSON lines: config, step, epoch, final events", .section = "output"},
-    {"save", "FILE", K_STRING, .off = OFF(save_path), .help = "checkpoint at the end"},
-    {"load", "FILE", K_STRING, .off = OFF(load_path), .help = "start from (train) or evaluate (eval) a checkpoint"},
+    {"save", "FILE", K_STRING, .off = OFF(save_path), .help = "write a checkpoint (safetensors) at the end of training"},
+    {"load", "FILE", K_STRING, .off = OFF(load_path),
+     .help = "eval: the checkpoint to evaluate (train: the same as --init-from, with a note)"},
     {"progress", NULL, K_SET, .off = OFF(progress), .set = 1, .help = "progress bar even when not on a terminal"},
     {"no-progress", NULL, K_SET, .off = OFF(progress), .set = 0,
      .help = "no progress bar (default: on a terminal, not under mpirun)"},
     {"quiet", NULL, K_SET, .off = OFF(quiet), .set = 1, .help = "no console output"},
+    {"checkpoint", "DIR", K_STRING, .off = OFF(checkpoint_dir),
+     .help = "write checkpoints into DIR (created if missing, its parent must exist); Ctrl-C or SIGTERM finishes the "
+             "step, writes one and exits 130 / 143 printing the resume command (a second Ctrl-C exits at once)",
+     .section = "checkpoints and failures (docs/reliability.md)"},
+    {"save-every", "N|Ne", K_SPECIAL, .set = S_SAVE_EVERY, .def = "1e with --checkpoint",
+     .help = "a checkpoint every N optimizer steps, or every N epochs with Ne; N 1..1000000000"},
+    {"keep", "K", K_INT, .ilo = 1, .ihi = 1000000, .off = OFF(keep), .def = "3", .help = "checkpoints kept in DIR"},
+    {"resume", "DIR|FILE", K_STRING, .off = OFF(resume_path),
+     .help = "continue from the newest good checkpoint in DIR (damaged ones skipped with a warning) or from FILE, "
+             "bitwise as the run never stopped; implies --checkpoint DIR"},
+    {"init-from", "FILE", K_STRING, .off = OFF(init_path),
+     .help = "initial weights and BN statistics from a safetensors state_dict (PyTorch's names: a dptrain "
+             "checkpoint or one PyTorch wrote); epochs and momentum start afresh"},
+    {"on-nan", "A", K_INDEX, .choices = nan_modes, .off = OFF(on_nan_skip), .def = "stop",
+     .help = "a NaN/Inf loss or gradient: stop (the last checkpoint stays the newest) or skip the step without "
+             "updating (counted in the epoch line and log)"},
     {"predict", "T1,T2", K_STRING, .off = OFF(predict_topos), .section = "overhead model (docs/overhead-model.md)",
      .help = "after training: DP and DDP on 1, 2, 4, 8 devices of each topology (presets pcie4, pcie4-p2p, "
              "nvlink3, nvlink4, ib, host, or a topology file)"},
@@ -225,6 +245,20 @@ static dp_status parse_lr_steps(const char *s, dp_config *c) {
     return DP_OK;
 }
 
+/* --save-every N (steps) or Ne (epochs). */
+static dp_status parse_save_every(const char *s, dp_config *c) {
+    size_t n = strlen(s);
+    int epochs = n > 1 && s[n - 1] == 'e';
+    char num[32], *end;
+    snprintf(num, sizeof num, "%.*s", (int)(n - (size_t)epochs), s);
+    errno = 0;
+    long v = strtol(num, &end, 10);
+    if (n == 0 || n >= sizeof num || !*num || *end || errno || v < 1 || v > 1000000000L)
+        return dp_fail(DP_ERR_USAGE, "--save-every: expected N (steps) or Ne (epochs), N in 1..1000000000, got '%s'", s);
+    c->save_every = epochs ? 0 : v;
+    c->save_every_epochs = epochs ? (int)v : 0;
+    return DP_OK;
+}
 
 void dp_print_usage(FILE *f) {
     fprintf(f, "usage: dptrain [train|eval|predict|calibrate] [options]\n\n"
@@ -299,6 +333,7 @@ static dp_status apply(const opt_spec *o, const char *v, dp_config *c, dp_action
             break;
         case S_SHAPE: DP_TRY(parse_shape(v, &c->data)); break;
         case S_LR_STEPS: DP_TRY(parse_lr_steps(v, c)); break;
+        case S_SAVE_EVERY: DP_TRY(parse_save_every(v, c)); break;
         case S_HELP: *action = DP_ACTION_HELP; break;
         case S_VERSION: *action = DP_ACTION_VERSION; break;
         }
@@ -386,15 +421,47 @@ dp_status dp_parse_args(int argc, char **argv, dp_config *c, dp_action *action) 
     if (strcmp(c->backend, "sim") != 0 && c->replicas != 1)
         return dp_fail(DP_ERR_USAGE, "--replicas is for --backend sim; with %s the number of processes or devices "
                        "sets the replica count", c->backend);
-    if (c->eval_only && !c->load_path)
-        return dp_fail(DP_ERR_USAGE, "eval: --load FILE is required (a checkpoint written by train --save)");
     if (c->mode == DP_MODE_DP && c->accumulate > 1)
         return dp_fail(DP_ERR_USAGE, "--accumulate is for --mode ddp (DataParallel has no no_sync)");
     if (c->mode == DP_MODE_DP && c->sync_bn)
         return dp_fail(DP_ERR_USAGE, "--sync-bn is for --mode ddp (DataParallel has no SyncBatchNorm)");
-    if (c->log_path && c->save_path && strcmp(c->log_path, c->save_path) == 0)
-        return dp_fail(DP_ERR_USAGE, "--log and --save name the same file '%s'", c->log_path);
-    if (c->log_path && c->load_path && strcmp(c->log_path, c->load_path) == 0)
-        return dp_fail(DP_ERR_USAGE, "--log would overwrite the checkpoint given to --load ('%s')", c->log_path);
+    if (c->eval_only) {
+        if (!c->load_path)
+            return dp_fail(DP_ERR_USAGE, "eval: --load FILE is required (a checkpoint written by train --save or "
+                           "--checkpoint, or a safetensors state_dict)");
+        /* eval changes no weight: a --save there would write nothing new, so say so instead of ignoring it */
+        const char *bad = c->save_path ? "--save" : c->checkpoint_dir ? "--checkpoint" : c->resume_path ? "--resume"
+                          : c->init_path ? "--init-from" : c->save_every || c->save_every_epochs ? "--save-every" : NULL;
+        if (bad)
+            return dp_fail(DP_ERR_USAGE, "eval: %s is for train (eval writes no checkpoint; copy the file given to "
+                           "--load instead)", bad);
+    } else if (c->load_path) {
+        if (c->init_path) return dp_fail(DP_ERR_USAGE, "train: give --init-from or --load, not both");
+        /* the old meaning, said out loud: weights only, not a continuation */
+        fprintf(stderr, "dptrain: note: train --load FILE is --init-from FILE: weights and BN statistics are loaded, "
+                "epochs, LR schedule and momentum start afresh (to continue a run exactly: --checkpoint DIR, then "
+                "--resume DIR)\n");
+        c->init_path = c->load_path;
+        c->load_path = NULL;
+    }
+    if (c->resume_path && c->init_path)
+        return dp_fail(DP_ERR_USAGE, "--resume and --init-from exclude each other (--resume restores the weights too)");
+    if (c->resume_path && !c->checkpoint_dir) {
+        struct stat st;
+        if (stat(c->resume_path, &st) == 0 && S_ISDIR(st.st_mode)) c->checkpoint_dir = c->resume_path;
+    }
+    if (c->checkpoint_dir && !c->save_every && !c->save_every_epochs) c->save_every_epochs = 1;
+    if (c->on_nan_skip && c->accumulate > 1)
+        return dp_fail(DP_ERR_USAGE, "--on-nan skip needs --accumulate 1 (a step of several micro-batches cannot be "
+                       "skipped halfway)");
+    /* the same file under two spellings ("x" and "./x") counts too: compared by inode or real directory */
+    const char *ins[3] = {c->load_path, c->init_path, c->resume_path};
+    static const char *const in_flags[3] = {"--load", "--init-from", "--resume"};
+    if (c->log_path && c->save_path && dp_same_file(c->log_path, c->save_path))
+        return dp_fail(DP_ERR_USAGE, "--log and --save name the same file ('%s' and '%s')", c->log_path, c->save_path);
+    for (int i = 0; i < 3 && c->log_path; i++)
+        if (ins[i] && dp_same_file(c->log_path, ins[i]))
+            return dp_fail(DP_ERR_USAGE, "--log would overwrite the checkpoint given to %s ('%s')", in_flags[i],
+                           c->log_path);
     return DP_OK;
 }

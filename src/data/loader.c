@@ -227,18 +227,25 @@ dp_status dp_loader_create(dp_loader **out, const dp_loader_config *cfg) {
 }
 
 /* Epoch state shared by both modes; the caller makes sure no fill is in flight. */
-static void reset_epoch(dp_loader *l, int epoch) {
+static void reset_epoch(dp_loader *l, int epoch, int first) {
     for (int k = 0; k < l->n_slots; k++) l->slots[k].batch = -1;
     dp_sampler_set_epoch(l->sampler, epoch);
     l->aug.epoch = epoch;
     l->n_batches = l->sampler->n_batches;
-    l->next_claim = l->next_deliver = l->released = l->holding = 0;
+    /* batches before `first` count as delivered and released: slot k % n_slots stays the rule */
+    l->next_claim = l->next_deliver = l->released = first;
+    l->holding = 0;
     l->started = 1;
 }
 
-dp_status dp_loader_start_epoch(dp_loader *l, int epoch) {
+dp_status dp_loader_start_epoch(dp_loader *l, int epoch) { return dp_loader_start_epoch_at(l, epoch, 0); }
+
+dp_status dp_loader_start_epoch_at(dp_loader *l, int epoch, int first_batch) {
+    if (first_batch < 0 || first_batch > l->sampler->n_batches)
+        return dp_fail(DP_ERR_INTERNAL, "data loader: epoch %d has %d batches, cannot start at batch %d", epoch,
+                       l->sampler->n_batches, first_batch);
     if (l->workers == 0) {
-        reset_epoch(l, epoch);
+        reset_epoch(l, epoch, first_batch);
         return DP_OK;
     }
     DP_TRY(check(pthread_mutex_lock(&l->mu), "pthread_mutex_lock"));
@@ -247,7 +254,7 @@ dp_status dp_loader_start_epoch(dp_loader *l, int epoch) {
     dp_status s = DP_OK;
     while (l->busy > 0 && s == DP_OK) s = wait_done(l);
     if (s == DP_OK) {
-        reset_epoch(l, epoch);
+        reset_epoch(l, epoch, first_batch);
         s = check(pthread_cond_broadcast(&l->work_cv), "pthread_cond_broadcast");
     }
     dp_status u = check(pthread_mutex_unlock(&l->mu), "pthread_mutex_unlock");

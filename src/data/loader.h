@@ -31,6 +31,9 @@ typedef struct {
 dp_status dp_loader_create(dp_loader **out, const dp_loader_config *cfg);
 /* Starts an epoch: workers begin filling batches 0, 1, ... of that epoch's order. */
 dp_status dp_loader_start_epoch(dp_loader *l, int epoch);
+/* The same, from batch first_batch (0..batches per epoch): a resumed run continues mid-epoch
+ * with exactly the batches (order, augmentation) the uninterrupted run would have seen next. */
+dp_status dp_loader_start_epoch_at(dp_loader *l, int epoch, int first_batch);
 /* Blocks until the next batch is ready; batches[i] is local replica i's share. Returns DP_DONE
  * after the last batch of the epoch. *wait_s (may be NULL) receives the seconds spent blocked
  * (with workers = 0: the seconds spent loading the batch).

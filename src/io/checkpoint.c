@@ -1,126 +1,237 @@
+/* checkpoint.c: the model's state in and out of safetensors files (layout in checkpoint.h). */
 #include "io/checkpoint.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <zlib.h>
 
-static const char magic[8] = {'D', 'P', 'C', 'K', 'P', 'T', '0', '1'};
+#include <sys/stat.h>
+
+#include "io/atomic.h"
+#include "io/ckpt_dir.h"
+#include "io/state_dict.h"
+
+#define MOMENTUM_PREFIX "optimizer.momentum."
 
 typedef struct {
-    FILE *f;
-    uLong crc;
-    int bad;
-} writer;
+    dp_st_tensor *t;
+    int n;
+    const dp_st_meta *meta;
+    int n_meta;
+} save_job;
 
-static void put(writer *w, const void *p, size_t n) {
-    if (w->bad || n == 0) return;
-    if (fwrite(p, 1, n, w->f) != n) w->bad = 1;
-    /* crc32 takes uInt lengths: feed large arrays in pieces */
-    const unsigned char *b = p;
-    while (n) {
-        uInt k = n > (1u << 30) ? (1u << 30) : (uInt)n;
-        w->crc = crc32(w->crc, b, k);
-        b += k, n -= k;
-    }
+static dp_status write_job(FILE *f, void *ctx) {
+    save_job *j = ctx;
+    return dp_st_write(f, "checkpoint", j->t, j->n, j->meta, j->n_meta);
 }
 
-dp_status dp_checkpoint_save(const char *path, const dp_model *m, const float *params, const float *buffers,
-                             const float *momentum, int epoch, long step) {
-    char tmp[4096];
-    if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp)
-        return dp_fail(DP_ERR_USAGE, "--save: path too long");
-    dp_ckpt_header h;
-    memset(&h, 0, sizeof h);
-    snprintf(h.model, sizeof h.model, "%s", m->name);
-    h.c = m->input.c, h.h = m->input.h, h.w = m->input.w, h.n_classes = m->n_classes;
-    h.n_params = (int64_t)m->params.n, h.n_buffers = (int64_t)m->buffers.n;
-    h.step = step, h.epoch = epoch, h.has_momentum = momentum != NULL;
-    writer w = {fopen(tmp, "wb"), crc32(0L, Z_NULL, 0), 0};
-    if (!w.f) return dp_fail(DP_ERR_IO, "--save %s: cannot create %s: %s", path, tmp, strerror(errno));
-    put(&w, magic, sizeof magic);
-    put(&w, &h, sizeof h);
-    put(&w, params, m->params.n * sizeof(float));
-    put(&w, buffers, m->buffers.n * sizeof(float));
-    if (momentum) put(&w, momentum, m->params.n * sizeof(float));
-    uint32_t crc = (uint32_t)w.crc;
-    if (!w.bad && fwrite(&crc, sizeof crc, 1, w.f) != 1) w.bad = 1;
-    if (fclose(w.f) != 0) w.bad = 1;
-    if (w.bad || rename(tmp, path) != 0) {
-        int e = errno;
-        remove(tmp);
-        return dp_fail(DP_ERR_IO, "--save %s: writing failed: %s", path, strerror(e));
+dp_status dp_checkpoint_save(const char *flag, const char *path, const dp_model *m, const float *params,
+                             const float *buffers, const float *momentum, const dp_train_pos *pos,
+                             const dp_st_meta *meta, int n_meta) {
+    dp_sd_entry *e;
+    int n;
+    DP_TRY(dp_state_dict(m, &e, &n));
+    dp_st_tensor *t = calloc((size_t)2 * n + 1, sizeof *t);
+    enum { N_POS = 7 };
+    dp_st_meta *all = calloc((size_t)n_meta + N_POS, sizeof *all);
+    if (!t || !all) {
+        free(e), free(t), free(all);
+        return dp_fail(DP_ERR_NOMEM, "%s %s: out of memory", flag, path);
     }
+    /* PyTorch's num_batches_tracked is an int64 tensor: one shared value, little-endian */
+    int64_t nbt = pos ? pos->bn_batches : 0;
+    int nt = 0;
+    for (int i = 0; i < n; i++) {
+        dp_st_tensor *x = &t[nt++];
+        snprintf(x->name, sizeof x->name, "%s", e[i].name);
+        x->ndim = e[i].ndim;
+        memcpy(x->shape, e[i].shape, sizeof e[i].shape);
+        if (e[i].kind == DP_SD_COUNTER) {
+            x->dtype = DP_ST_I64, x->data = &nbt, x->nbytes = sizeof nbt;
+        } else {
+            x->dtype = DP_ST_F32;
+            x->data = (e[i].kind == DP_SD_PARAM ? params : buffers) + e[i].offset;
+            x->nbytes = e[i].count * sizeof(float);
+        }
+    }
+    for (int i = 0; momentum && i < n; i++) {
+        if (e[i].kind != DP_SD_PARAM) continue;
+        dp_st_tensor *x = &t[nt++];
+        snprintf(x->name, sizeof x->name, MOMENTUM_PREFIX "%s", e[i].name);
+        x->dtype = DP_ST_F32, x->ndim = e[i].ndim;
+        memcpy(x->shape, e[i].shape, sizeof e[i].shape);
+        x->data = momentum + e[i].offset;
+        x->nbytes = e[i].count * sizeof(float);
+    }
+    char v[N_POS][32];
+    int k = 0;
+    all[k++] = (dp_st_meta){"format", "pt"};
+    all[k++] = (dp_st_meta){"dptrain.format", "dptrain-checkpoint/1"};
+    all[k++] = (dp_st_meta){"dptrain.model", m->name};
+    if (pos) {
+        snprintf(v[0], sizeof v[0], "%d", pos->epoch);
+        snprintf(v[1], sizeof v[1], "%d", pos->next_batch);
+        snprintf(v[2], sizeof v[2], "%ld", pos->step);
+        snprintf(v[3], sizeof v[3], "%ld", pos->skipped);
+        all[k++] = (dp_st_meta){"dptrain.epoch", v[0]};
+        all[k++] = (dp_st_meta){"dptrain.next_batch", v[1]};
+        all[k++] = (dp_st_meta){"dptrain.step", v[2]};
+        all[k++] = (dp_st_meta){"dptrain.skipped_steps", v[3]};
+    }
+    for (int i = 0; i < n_meta; i++) all[k++] = meta[i];
+    save_job j = {t, nt, all, k};
+    dp_status s = dp_atomic_write(flag, path, write_job, &j);
+    free(e), free(t), free(all);
+    return s;
+}
+
+static int is_v1(const char *path) {
+    FILE *f = fopen(path, "rb");
+    char magic[8] = {0};
+    int v1 = f && fread(magic, 1, 8, f) == 8 && memcmp(magic, "DPCKPT01", 8) == 0;
+    if (f) fclose(f);
+    return v1;
+}
+
+static int ignored_key(const char *name) {
+    return strncmp(name, "optimizer.", 10) == 0 || strncmp(name, "dptrain.", 8) == 0;
+}
+
+static void shape_str(char *buf, size_t n, int ndim, const int64_t *shape) {
+    size_t k = (size_t)snprintf(buf, n, "[");
+    for (int d = 0; d < ndim && k < n; d++) k += (size_t)snprintf(buf + k, n - k, "%s%lld", d ? ", " : "", (long long)shape[d]);
+    if (k < n) snprintf(buf + k, n - k, "]");
+}
+
+/* Copies tensor `name` (shape and dtype checked) into dst. */
+static dp_status take(const char *path, const dp_st_file *f, const char *name, int ndim, const int64_t *shape,
+                      float *dst) {
+    const dp_st_tensor *x = dp_st_find(f, name);
+    if (!x) return dp_fail(DP_ERR_USAGE, "%s: tensor %s is missing (is the file for another model?)", path, name);
+    int same = x->ndim == ndim;
+    for (int d = 0; same && d < ndim; d++) same = x->shape[d] == shape[d];
+    if (!same || x->dtype != DP_ST_F32) {
+        char a[96], b[96];
+        shape_str(a, sizeof a, x->ndim, x->shape);
+        shape_str(b, sizeof b, ndim, shape);
+        return dp_fail(DP_ERR_USAGE, "%s: tensor %s is %s %s in the file; the model needs F32 %s", path, name,
+                       x->dtype == DP_ST_F32 ? "F32" : "I64", a, b);
+    }
+    memcpy(dst, x->data, x->nbytes);
     return DP_OK;
 }
 
-dp_status dp_checkpoint_load(const char *path, const dp_model *m, float *params, float *buffers, float *momentum,
-                             dp_ckpt_header *hdr_out) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return dp_fail(DP_ERR_IO, "%s: cannot open checkpoint: %s", path, strerror(errno));
-    fseek(f, 0, SEEK_END);
-    long size = ftell(f);
-    fseek(f, 0, SEEK_SET);
+/* The model's tensors out of an open file, strictly. */
+static dp_status take_model(const char *path, const dp_st_file *f, const dp_model *m, float *params, float *buffers,
+                            float *momentum) {
+    const char *written_for = dp_st_meta_get(f, "dptrain.model");
+    if (written_for && strcmp(written_for, m->name) != 0)
+        return dp_fail(DP_ERR_USAGE, "%s: the checkpoint is for model %s; this run has model %s", path, written_for,
+                       m->name);
+    dp_sd_entry *e;
+    int n;
+    DP_TRY(dp_state_dict(m, &e, &n));
     dp_status s = DP_OK;
-    unsigned char *buf = NULL;
-    if (size < (long)(sizeof magic + sizeof(dp_ckpt_header) + 4)) {
-        s = dp_fail(DP_ERR_FORMAT, "%s: not a dptrain checkpoint (%ld bytes, too short)", path, size);
-        goto out;
+    for (int i = 0; i < n && s == DP_OK; i++) {
+        if (e[i].kind == DP_SD_COUNTER) {
+            /* its value is not a weight: only its presence is checked (PyTorch writes it) */
+            const dp_st_tensor *x = dp_st_find(f, e[i].name);
+            if (!x) s = dp_fail(DP_ERR_USAGE, "%s: tensor %s is missing (is the file for model %s?)", path, e[i].name, m->name);
+            else if (x->ndim > 1 || (x->ndim == 1 && x->shape[0] != 1)) /* [] as PyTorch; [1] tolerated */
+                s = dp_fail(DP_ERR_USAGE, "%s: tensor %s should be a scalar", path, e[i].name);
+            continue;
+        }
+        s = take(path, f, e[i].name, e[i].ndim, e[i].shape, (e[i].kind == DP_SD_PARAM ? params : buffers) + e[i].offset);
+        if (s == DP_OK && momentum && e[i].kind == DP_SD_PARAM) {
+            char mn[128];
+            snprintf(mn, sizeof mn, MOMENTUM_PREFIX "%s", e[i].name);
+            s = take(path, f, mn, e[i].ndim, e[i].shape, momentum + e[i].offset);
+        }
     }
-    buf = malloc((size_t)size);
-    if (!buf) {
-        s = dp_fail(DP_ERR_NOMEM, "%s: out of memory reading %ld bytes", path, size);
-        goto out;
+    /* strict: every other key must be one of the model's */
+    for (int i = 0; i < f->n && s == DP_OK; i++) {
+        if (ignored_key(f->tensors[i].name)) continue;
+        int found = 0;
+        for (int j = 0; j < n && !found; j++) found = strcmp(e[j].name, f->tensors[i].name) == 0;
+        if (!found)
+            s = dp_fail(DP_ERR_USAGE, "%s: unexpected tensor %s: model %s has no such tensor (is the file for another "
+                        "model?)", path, f->tensors[i].name, m->name);
     }
-    if (fread(buf, 1, (size_t)size, f) != (size_t)size) {
-        s = dp_fail(DP_ERR_IO, "%s: read failed", path);
-        goto out;
+    free(e);
+    return s;
+}
+
+dp_status dp_checkpoint_load_weights(const char *flag, const char *path, const dp_model *m, float *params,
+                                     float *buffers) {
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) { /* a --checkpoint directory: say which file to give */
+        char **paths;
+        int n;
+        DP_TRY(dp_ckpt_dir_list(path, &paths, &n));
+        dp_status s = n ? dp_fail(DP_ERR_USAGE, "%s %s: is a directory; give a checkpoint file, e.g. %s (the newest "
+                                  "there)", flag, path, paths[0])
+                        : dp_fail(DP_ERR_USAGE, "%s %s: is a directory, not a checkpoint file", flag, path);
+        dp_ckpt_dir_free(paths, n);
+        return s;
     }
-    if (memcmp(buf, magic, sizeof magic) != 0) {
-        s = dp_fail(DP_ERR_FORMAT, "%s: not a dptrain checkpoint (bad magic)", path);
-        goto out;
+    if (is_v1(path)) return dp_checkpoint_v1_load(path, m, params, buffers, NULL, NULL);
+    dp_st_file f;
+    dp_status s = dp_st_read(path, &f);
+    if (s != DP_OK) {
+        char msg[768];
+        snprintf(msg, sizeof msg, "%s", dp_last_error());
+        return dp_fail(s, "%s %s", flag, msg);
     }
-    dp_ckpt_header h;
-    memcpy(&h, buf + sizeof magic, sizeof h);
-    h.model[sizeof h.model - 1] = '\0';
-    size_t floats = (size_t)h.n_params * (h.has_momentum ? 2 : 1) + (size_t)h.n_buffers;
-    size_t expect = sizeof magic + sizeof h + floats * sizeof(float) + 4;
-    if (h.n_params < 0 || h.n_buffers < 0 || (size_t)size != expect) {
-        s = dp_fail(DP_ERR_FORMAT, "%s: truncated or corrupt checkpoint (%ld bytes, header says %zu)", path, size,
-                    expect);
-        goto out;
+    s = take_model(path, &f, m, params, buffers, NULL);
+    dp_st_free(&f);
+    return s;
+}
+
+static dp_status meta_long(const char *path, const dp_st_file *f, const char *key, long lo, long hi, long *out) {
+    const char *v = dp_st_meta_get(f, key);
+    char *end;
+    errno = 0;
+    long x = v ? strtol(v, &end, 10) : 0;
+    if (!v || !*v || *end || errno || x < lo || x > hi)
+        return dp_fail(DP_ERR_FORMAT, "%s: metadata %s is %s%s%s (not a dptrain training checkpoint?)", path, key,
+                       v ? "'" : "missing", v ? v : "", v ? "'" : "");
+    *out = x;
+    return DP_OK;
+}
+
+dp_status dp_checkpoint_load_resume(const char *path, const dp_model *m, float *params, float *buffers,
+                                    float *momentum, dp_train_pos *pos, const dp_st_meta *expect, int n_expect) {
+    if (is_v1(path))
+        return dp_fail(DP_ERR_USAGE, "%s: an old DPCKPT01 file holds no training position; continue from its weights "
+                       "with --init-from %s (epochs and momentum start afresh)", path, path);
+    dp_st_file f;
+    DP_TRY(dp_st_read(path, &f));
+    dp_status s = DP_OK;
+    long v[4] = {0};
+    static const char *const keys[4] = {"dptrain.epoch", "dptrain.next_batch", "dptrain.step",
+                                        "dptrain.skipped_steps"};
+    for (int i = 0; i < 4 && s == DP_OK; i++) s = meta_long(path, &f, keys[i], 0, 0x7fffffffffffL, &v[i]);
+    for (int i = 0; i < n_expect && s == DP_OK; i++) {
+        const char *have = dp_st_meta_get(&f, expect[i].key);
+        if (have && strcmp(have, expect[i].value) == 0) continue;
+        const char *k = expect[i].key;
+        int is_arg = strncmp(k, "dptrain.arg.", 12) == 0;
+        const char *label = is_arg ? k + 12 : strcmp(k, "dptrain.train_data_crc32") == 0 ? "the training data's CRC-32" : k;
+        s = dp_fail(DP_ERR_USAGE, "%s: refusing to resume: %s%s is %s%s%s in the checkpoint but %s in this run (resume "
+                    "with the same %s, or start afresh from its weights with --init-from)", path,
+                    is_arg ? "--" : "", label, have ? "'" : "", have ? have : "missing", have ? "'" : "",
+                    expect[i].value, is_arg ? "value" : "data");
     }
-    uint32_t stored;
-    memcpy(&stored, buf + size - 4, 4);
-    uLong crc = crc32(0L, Z_NULL, 0);
-    for (size_t off = 0, n = (size_t)size - 4; n;) {
-        uInt k = n > (1u << 30) ? (1u << 30) : (uInt)n;
-        crc = crc32(crc, buf + off, k);
-        off += k, n -= k;
+    if (s == DP_OK) s = take_model(path, &f, m, params, buffers, momentum);
+    if (s == DP_OK && pos) {
+        pos->epoch = (int)v[0], pos->next_batch = (int)v[1], pos->step = v[2], pos->skipped = v[3];
+        const dp_st_tensor *nbt = NULL;
+        for (int i = 0; i < f.n && !nbt; i++)
+            if (strstr(f.tensors[i].name, "num_batches_tracked")) nbt = &f.tensors[i];
+        pos->bn_batches = 0;
+        if (nbt && nbt->dtype == DP_ST_I64) memcpy(&pos->bn_batches, nbt->data, sizeof(int64_t));
     }
-    if ((uint32_t)crc != stored) {
-        s = dp_fail(DP_ERR_FORMAT, "%s: checkpoint is corrupt (CRC mismatch)", path);
-        goto out;
-    }
-    if (strcmp(h.model, m->name) != 0 || h.c != m->input.c || h.h != m->input.h || h.w != m->input.w ||
-        h.n_classes != m->n_classes || (size_t)h.n_params != m->params.n || (size_t)h.n_buffers != m->buffers.n) {
-        s = dp_fail(DP_ERR_USAGE,
-                    "%s: checkpoint is for model %s on %dx%dx%d inputs with %d classes; this run has model %s on "
-                    "%dx%dx%d with %d classes",
-                    path, h.model, h.c, h.h, h.w, h.n_classes, m->name, m->input.c, m->input.h, m->input.w,
-                    m->n_classes);
-        goto out;
-    }
-    const unsigned char *p = buf + sizeof magic + sizeof h;
-    memcpy(params, p, m->params.n * sizeof(float));
-    p += m->params.n * sizeof(float);
-    memcpy(buffers, p, m->buffers.n * sizeof(float));
-    p += m->buffers.n * sizeof(float);
-    if (momentum && h.has_momentum) memcpy(momentum, p, m->params.n * sizeof(float));
-    if (hdr_out) *hdr_out = h;
-out:
-    free(buf);
-    fclose(f);
+    dp_st_free(&f);
     return s;
 }

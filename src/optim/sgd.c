@@ -1,11 +1,33 @@
+/* sgd.c: the SGD update through the device's kernel table, refused for a gradient that is not finite. */
 #include "optim/sgd.h"
 
+#include <stdint.h>
+#include <string.h>
+
 #include "kernels/kernels.h"
+
+/* A float is NaN or Inf iff its exponent bits are all ones: |bits| >= 0x7f800000. An unsigned max
+ * reduction vectorises without -ffast-math (a float sum would not) and cannot overflow. */
+int dp_all_finite(const float *x, size_t n) {
+    uint32_t worst = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t b;
+        memcpy(&b, &x[i], sizeof b);
+        b &= 0x7fffffffu;
+        worst = b > worst ? b : worst;
+    }
+    return worst < 0x7f800000u;
+}
 
 void dp_sgd_step(const dp_sgd *o, const dp_layout *L, float *params, const float *grads, float *momentum_buf,
                  float lr) {
     const dp_kernels *k = o->k ? o->k : &dp_cpu_kernels;
     const dp_kctx c = {.nthreads = 1, .stream = o->stream};
+    /* host memory only: a device table would need its own check kernel (none in kernels.h yet) */
+    if (k == &dp_cpu_kernels && !dp_all_finite(grads, L->n)) {
+        if (o->nonfinite) atomic_store(o->nonfinite, 1);
+        return;
+    }
     for (int t = 0; t < L->n_tensors; t++) {
         const dp_tensor_info *ti = &L->tensors[t];
         const float wd = (ti->flags & DP_TENSOR_NO_DECAY) ? 0.0f : o->weight_decay;

@@ -3,9 +3,14 @@
  *   buf = momentum * buf + g               (buf starts at 0, so the first step sets buf = g, as torch)
  *   g = nesterov ? g + momentum * buf : buf
  *   p -= lr * g
- * Padding between tensors has zero gradients and stays zero. */
+ * Padding between tensors has zero gradients and stays zero.
+ * A gradient holding NaN or Inf is never applied: the step leaves params and momentum as they
+ * were and sets *nonfinite (when given), so the trainer can stop or skip (--on-nan). The check is
+ * one integer pass over the gradients before the update (measured in docs/reliability.md). */
 #ifndef DP_SGD_H
 #define DP_SGD_H
+
+#include <stdatomic.h>
 
 #include "core/arena.h"
 
@@ -16,7 +21,11 @@ typedef struct {
     int nesterov;
     const struct dp_kernels *k; /* the device's kernels (NULL: the CPU's) */
     void *stream;               /* and its stream */
+    atomic_int *nonfinite;      /* may be NULL; set to 1 by a step that found a NaN/Inf gradient */
 } dp_sgd;
+
+/* 1 if every one of the n floats is finite. */
+int dp_all_finite(const float *x, size_t n);
 
 /* momentum_buf may be NULL when momentum == 0. */
 void dp_sgd_step(const dp_sgd *o, const dp_layout *L, float *params, const float *grads, float *momentum_buf,

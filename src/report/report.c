@@ -36,19 +36,44 @@ dp_status dp_report_check_path(const char *log_path) {
     return DP_OK;
 }
 
-dp_status dp_report_open(dp_reporter *r, const char *log_path, int console, int progress) {
+/* A run killed (SIGKILL) in the middle of a write may have left a partial last line: cut the file back
+ * to its last newline before a resumed run appends, so that every line still parses. */
+static off_t drop_partial_line(int fd, off_t size) {
+    char buf[4096];
+    off_t end = size;
+    while (end > 0) {
+        off_t from = end > (off_t)sizeof buf ? end - (off_t)sizeof buf : 0;
+        ssize_t n = pread(fd, buf, (size_t)(end - from), from);
+        if (n <= 0) return size;
+        for (ssize_t i = n - 1; i >= 0; i--)
+            if (buf[i] == '\n') {
+                off_t keep = from + i + 1;
+                if (keep != size && ftruncate(fd, keep) != 0) return size;
+                return keep;
+            }
+        end = from;
+    }
+    return ftruncate(fd, 0) == 0 ? 0 : size;
+}
+
+dp_status dp_report_open(dp_reporter *r, const char *log_path, int append, int console, int progress) {
     memset(r, 0, sizeof *r);
     r->console = console;
     r->progress = progress;
     if (log_path) {
         DP_TRY(dp_report_check_path(log_path));
         /* O_NONBLOCK: a FIFO without a reader fails here instead of blocking the run */
-        int fd = open(log_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NONBLOCK, 0644);
+        /* appending to a regular file reads it too (drop_partial_line); a FIFO keeps O_WRONLY's semantics */
+        struct stat pre;
+        int rw = append && stat(log_path, &pre) == 0 && S_ISREG(pre.st_mode) ? O_RDWR : O_WRONLY;
+        int fd = open(log_path, rw | (append ? O_APPEND : O_TRUNC) | O_CREAT | O_CLOEXEC | O_NONBLOCK, 0644);
         if (fd < 0) return dp_fail(DP_ERR_IO, "--log %s: cannot open for writing: %s", log_path, strerror(errno));
         int fl = fcntl(fd, F_GETFL);
         if (fl >= 0) fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
         r->fd = fd;
         r->has_log = 1;
+        struct stat st;
+        if (append && fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) r->written = drop_partial_line(fd, st.st_size);
         snprintf(r->path, sizeof r->path, "%s", log_path);
     }
     return DP_OK;
@@ -174,7 +199,9 @@ dp_status dp_report_epoch(dp_reporter *r, const dp_epoch_report *e) {
                e->epoch, e->epochs, e->train_loss, e->train_acc, e->test_acc, e->seconds, e->images_per_s,
                e->data_wait_s, e->compute_s);
         if (calls) printf(", comm %ld calls %.1f MB %.2f s, %.0f%% during backward", calls, bytes / 1e6, comm_s, 100 * hidden);
-        printf(")\n");
+        printf(")");
+        if (e->skipped_steps) printf("  NaN/Inf steps skipped: %ld", e->skipped_steps);
+        printf("\n");
         DP_TRY(check_stdout());
     }
     if (r->has_log) {
@@ -183,9 +210,11 @@ dp_status dp_report_epoch(dp_reporter *r, const dp_epoch_report *e) {
                        "{\"event\":\"epoch\",\"epoch\":%d,\"steps\":%ld,\"lr\":%.9g,\"train_loss\":%.9g,"
                        "\"train_acc\":%.6f,\"test_loss\":%.9g,\"test_acc\":%.6f,\"seconds\":%.6f,"
                        "\"eval_seconds\":%.6f,\"images_per_s\":%.3f,\"data_wait_s\":%.6f,\"compute_s\":%.6f,"
-                       "\"comm_calls\":%ld,\"comm_bytes\":%.0f,\"comm_s\":%.6f,\"comm_hidden_frac\":%.6f",
+                       "\"comm_calls\":%ld,\"comm_bytes\":%.0f,\"comm_s\":%.6f,\"comm_hidden_frac\":%.6f,"
+                       "\"skipped_steps\":%ld",
                        e->epoch, e->steps, e->lr, e->train_loss, e->train_acc, e->test_loss, e->test_acc, e->seconds,
-                       e->eval_seconds, e->images_per_s, e->data_wait_s, e->compute_s, calls, bytes, comm_s, hidden);
+                       e->eval_seconds, e->images_per_s, e->data_wait_s, e->compute_s, calls, bytes, comm_s, hidden,
+                       e->skipped_steps);
         static const char *const names[DP_COLL_KINDS] = {"allreduce", "broadcast", "reduce", "allgather", "gather",
                                                              "scatter", "barrier"};
         for (int k = 0; k < DP_COLL_KINDS; k++)
@@ -227,6 +256,15 @@ dp_status dp_report_final(dp_reporter *r, const char *dataset, double test_acc, 
         DP_TRY(commit_line(r, 1));
     }
     return DP_OK;
+}
+
+dp_status dp_report_event(dp_reporter *r, const char *event, const dp_jbuf *fields) {
+    if (!r->has_log) return DP_OK;
+    dp_jbuf_printf(&r->line, "{\"event\":");
+    dp_jbuf_string(&r->line, event);
+    dp_jbuf_printf(&r->line, ",%s}", fields->p ? fields->p : "");
+    if (fields->oom) r->line.oom = 1;
+    return commit_line(r, 1);
 }
 
 void dp_report_error(dp_reporter *r, const char *message) {

@@ -41,13 +41,15 @@ typedef struct {
     double data_wait_s, compute_s;
     dp_comm_stats comm;     /* this epoch's collectives */
     double comm_hidden_s;   /* collectives issued while backward work remained */
+    long skipped_steps;     /* steps skipped for a NaN/Inf so far (--on-nan skip) */
 } dp_epoch_report;
 
 /* Checks, before any work, that the log can be created: its directory exists and is writable,
  * and the path is not a directory. Creates nothing. */
 dp_status dp_report_check_path(const char *log_path);
-/* Opens the log (if path != NULL) for writing; nothing is created when this fails. */
-dp_status dp_report_open(dp_reporter *r, const char *log_path, int console, int progress);
+/* Opens the log (if path != NULL) for writing, or appending (a resumed run continues its log);
+ * nothing is created when this fails. */
+dp_status dp_report_open(dp_reporter *r, const char *log_path, int append, int console, int progress);
 /* The run's settings as the first log object: `fields` holds the body (no braces) built with
  * dp_jbuf_*, so every string in it is escaped. */
 dp_status dp_report_config(dp_reporter *r, const dp_jbuf *fields);
@@ -63,6 +65,9 @@ dp_status dp_report_progress(dp_reporter *r, int epoch, int epochs, int batch, i
 dp_status dp_report_epoch(dp_reporter *r, const dp_epoch_report *e);
 dp_status dp_report_final(dp_reporter *r, const char *dataset, double test_acc, int n_classes, const long *correct,
                           const long *count, const char *const *class_names);
+/* A log object {"event":event,<fields>} (resume, checkpoint, stopped), written at once; fields is
+ * the body built with dp_jbuf_*. */
+dp_status dp_report_event(dp_reporter *r, const char *event, const dp_jbuf *fields);
 /* Best effort: the error line is written if the log still works. */
 void dp_report_error(dp_reporter *r, const char *message);
 /* Writes what is pending and closes the log; fails if the data could not be written. */

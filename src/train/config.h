@@ -41,7 +41,14 @@ typedef struct {
     double timeout_s;
     const char *log_path;
     const char *save_path;
-    const char *load_path;
+    const char *load_path;     /* eval: the checkpoint to evaluate */
+    const char *init_path;     /* train --init-from (or the old train --load): initial weights */
+    const char *checkpoint_dir;/* --checkpoint: where periodic checkpoints go */
+    long save_every;           /* --save-every N: every N optimizer steps (0: see save_every_epochs) */
+    int save_every_epochs;     /* --save-every Ne */
+    int keep;                  /* --keep: checkpoints kept in checkpoint_dir */
+    const char *resume_path;   /* --resume DIR|FILE */
+    int on_nan_skip;           /* --on-nan skip (default stop) */
     int progress;             /* -1 auto (a terminal), 0 off, 1 on */
     int quiet;                /* no console output (tests) */
     /* the overhead model (docs/overhead-model.md) */

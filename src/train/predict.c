@@ -106,6 +106,8 @@ static dp_status measure_step_overhead(dp_trainer *t, dp_profile *p, int batch, 
     one.backend = "sim", one.replicas = 1, one.chunks = lanes, one.threads = workers, one.accumulate = 1;
     one.batch_size = batch;
     one.log_path = one.save_path = one.load_path = NULL;
+    one.checkpoint_dir = one.resume_path = one.init_path = NULL, one.save_every = 0, one.save_every_epochs = 0;
+    one.keep = 0; /* the helper writes and reads no checkpoint */
     one.predict_topos = one.save_profile = one.compute_profile = one.plot_path = NULL;
     one.predict_only = 0, one.quiet = 1, one.progress = 0, one.epochs = 1;
     dp_trainer *t1 = NULL;

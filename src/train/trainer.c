@@ -12,9 +12,11 @@
 
 #include "core/timer.h"
 #include "dp_config.h"
+#include "io/atomic.h"
 #include "io/checkpoint.h"
 #include "report/progress.h"
 #include "train/memory.h"
+#include "train/signals.h"
 
 void dp_config_defaults(dp_config *c) {
     memset(c, 0, sizeof *c);
@@ -78,10 +80,13 @@ static dp_status init_params(dp_trainer *t) {
     const dp_model *m = &t->model;
     dp_rng rng;
     dp_rng_seed(&rng, t->cfg.seed, 0x1A17);
+    const char *from = t->cfg.eval_only ? t->cfg.load_path : t->cfg.init_path;
     for (int r = 0; r < t->n_local; r++) {
-        if (t->cfg.load_path)
-            DP_TRY(dp_checkpoint_load(t->cfg.load_path, m, t->rep[r].params, t->rep[r].buffers, NULL, NULL));
-        else if (t->rep[r].rank == 0)
+        if (t->rep[r].rank != 0) continue;
+        if (from)
+            DP_TRY(dp_checkpoint_load_weights(t->cfg.eval_only ? "--load" : "--init-from", from, m, t->rep[r].params,
+                                              t->rep[r].buffers));
+        else
             dp_model_init_params(m, t->rep[r].params, t->rep[r].buffers, &rng);
     }
     float *p[t->n_local], *b[t->n_local];
@@ -166,8 +171,21 @@ static dp_status setup(dp_trainer *t) {
     DP_TRY(dp_backend_create(&bc, &t->backend));
     t->n_local = dp_backend_n_local(t->backend);
     t->world = dp_backend_world(t->backend);
-    /* before any data is read: a log that cannot be created is a start-time error (rank 0 writes it) */
-    if (dp_backend_rank(t->backend, 0) == 0) DP_TRY(dp_report_check_path(c->log_path));
+    /* checked here, not in the parser: each flag parses on its own (tests/test_options.c) */
+    if ((c->save_every || c->save_every_epochs || c->keep) && !c->checkpoint_dir)
+        return dp_fail(DP_ERR_USAGE, "--%s needs --checkpoint DIR", c->keep ? "keep" : "save-every");
+    if (!c->keep) c->keep = 3;
+    if (c->on_nan_skip && t->n_local < t->world)
+        return dp_fail(DP_ERR_USAGE, "--on-nan skip is for one process (--backend sim): with %s a NaN loss is seen by its "
+                       "own rank only (the check comes before the metrics all-reduce), so the other ranks could not skip "
+                       "the same step", c->backend);
+    if (dp_backend_rank(t->backend, 0) == 0) {
+        /* before hours of training, not after: only rank 0 writes */
+        if (c->save_path) DP_TRY(dp_check_output_file("--save", c->save_path));
+        if (c->checkpoint_dir) DP_TRY(dp_check_output_dir("--checkpoint", c->checkpoint_dir));
+        /* before any data is read: a log that cannot be created is a start-time error (rank 0 writes it) */
+        DP_TRY(dp_report_check_path(c->log_path));
+    }
     if (c->batch_size < t->world)
         return dp_fail(DP_ERR_USAGE, "--batch-size %d is smaller than the %d replicas: each replica needs a sample",
                        c->batch_size, t->world);
@@ -222,11 +240,13 @@ static dp_status setup(dp_trainer *t) {
         t->sgd = (dp_sgd){.lr = c->lr, .momentum = c->momentum, .weight_decay = c->weight_decay, .nesterov = c->nesterov,
                           .k = t->k, .stream = t->kc.stream};
     }
+    DP_TRY(dp_persist_setup(t));
+    if (t->have_train) DP_TRY(dp_persist_resume(t));
     /* Last: the log file, so that no bad flag or file leaves one behind. */
     int rank0 = holds_rank0(t);
     int console = rank0 && !c->quiet;
     int progress = console && dp_progress_wanted(c->progress, STDOUT_FILENO);
-    DP_TRY(dp_report_open(&t->report, rank0 ? c->log_path : NULL, console, progress));
+    DP_TRY(dp_report_open(&t->report, rank0 ? c->log_path : NULL, c->resume_path != NULL, console, progress));
     return DP_OK;
 }
 
@@ -308,11 +328,34 @@ static dp_status final_eval(dp_trainer *t, double *acc_out) {
     return DP_OK;
 }
 
-/* One epoch; *stop is set when --max-steps is reached. */
-static dp_status run_epoch(dp_trainer *t, int epoch, int *stop) {
+/* A NaN/Inf in the step just taken (loss: the status from dp_train_micro; gradients: the SGD step
+ * refused them). Returns DP_OK when --on-nan skip absorbs it. */
+static dp_status nonfinite_step(dp_trainer *t, dp_status s, int epoch) {
+    int grads = atomic_exchange(&t->nonfinite, 0);
+    if (s != DP_ERR_NUMERIC && !grads) return s;
+    char msg[1024];
+    if (s == DP_ERR_NUMERIC) snprintf(msg, sizeof msg, "%s", dp_last_error());
+    else
+        snprintf(msg, sizeof msg, "epoch %d, step %ld: the all-reduced gradients hold NaN or Inf (the same on every "
+                 "replica); the update was not applied", epoch, t->step + 1);
+    if (t->cfg.on_nan_skip) {
+        if (s == DP_ERR_NUMERIC && t->bn_snapshot) /* the forward pass moved the BN statistics: undo it */
+            for (int r = 0; r < t->n_local; r++)
+                memcpy(t->rep[r].buffers, t->bn_snapshot + (size_t)r * t->model.buffers.n,
+                       t->model.buffers.n * sizeof(float));
+        t->skipped++;
+        return DP_OK;
+    }
+    return dp_fail(DP_ERR_NUMERIC, "%s (--on-nan skip would skip such steps)%s%s", msg,
+                   t->last_ckpt[0] ? "; the last good checkpoint is " : "; no checkpoint was written",
+                   t->last_ckpt);
+}
+
+/* One epoch from batch `first`; *stop is set when --max-steps is reached or a stop signal came. */
+static dp_status run_epoch(dp_trainer *t, int epoch, int first, int *stop) {
     const dp_config *c = &t->cfg;
     t->epoch = epoch;
-    DP_TRY(dp_loader_start_epoch(t->loader, epoch - 1));
+    DP_TRY(dp_loader_start_epoch_at(t->loader, epoch - 1, first));
     memset(&t->backend->stats, 0, sizeof t->backend->stats);
     t->comm_overlap_s = 0;
     const int nb = t->sampler.n_batches, K = c->accumulate;
@@ -322,23 +365,44 @@ static dp_status run_epoch(dp_trainer *t, int epoch, int *stop) {
     double wait;
     float lr = 0;
     dp_status s;
-    for (int b = 0; (s = dp_loader_next(t->loader, &batches, &wait)) == DP_OK; b++) {
+    for (int b = first; (s = dp_loader_next(t->loader, &batches, &wait)) == DP_OK; b++) {
         wait_total += wait;
         lr = dp_schedule_lr(&t->sched, epoch, t->step);
+        if (t->bn_snapshot)
+            for (int r = 0; r < t->n_local; r++)
+                memcpy(t->bn_snapshot + (size_t)r * t->model.buffers.n, t->rep[r].buffers,
+                       t->model.buffers.n * sizeof(float));
+        if (t->inject_nan_step && t->step + 1 == t->inject_nan_step && batches[0].n > 0)
+            batches[0].x[0] = NAN; /* fault injection for the tests: DPTRAIN_INJECT_NAN_STEP */
         double tc = dp_now();
         if (t->backend->trace && b % K == 0) t->trace.n = 0, t->trace.dropped = 0, t->trace.t0 = tc;
-        DP_TRY(dp_train_micro(t, batches, b, lr, &sm));
+        dp_step_metrics before = sm;
+        dp_status ss = dp_train_micro(t, batches, b, lr, &sm);
         compute += dp_now() - tc;
-        if (b % K != dp_sampler_step_micro(&t->sampler, b) - 1) continue;
+        t->bn_batches++;
+        if (b % K != dp_sampler_step_micro(&t->sampler, b) - 1 && ss == DP_OK) continue;
+        long skipped = t->skipped;
+        DP_TRY(nonfinite_step(t, ss, epoch));
+        if (t->skipped != skipped) sm = before; /* a skipped step's loss stays out of the epoch's mean */
         t->step++;
+        t->next_epoch = epoch, t->next_batch = b + 1;
         const double now = dp_now(); /* per-step times: a median the overhead model's check can use */
-        DP_TRY(dp_report_step(&t->report, epoch, t->step, sm.loss_sum / sm.count, lr, now - last_end));
+        if (sm.count) DP_TRY(dp_report_step(&t->report, epoch, t->step, sm.loss_sum / sm.count, lr, now - last_end));
         last_end = now;
         em.loss_sum += sm.loss_sum, em.correct += sm.correct, em.count += sm.count;
         memset(&sm, 0, sizeof sm);
         double el = dp_now() - t0;
-        DP_TRY(dp_report_progress(&t->report, epoch, c->epochs, b + 1, nb, em.loss_sum / em.count,
+        DP_TRY(dp_report_progress(&t->report, epoch, c->epochs, b + 1, nb, em.count ? em.loss_sum / em.count : 0,
                                   el > 0 ? em.count / el : 0, el));
+        int sig = 0;
+        DP_TRY(dp_persist_stop_requested(t, &sig));
+        if (sig || (c->checkpoint_dir && c->save_every && t->step % c->save_every == 0))
+            if (c->checkpoint_dir) DP_TRY(dp_persist_save(t, "--checkpoint", NULL));
+        if (sig) {
+            t->stop_signal = sig;
+            *stop = 1;
+            return DP_OK;
+        }
         if (c->max_steps && t->step >= c->max_steps) {
             *stop = 1;
             break;
@@ -348,7 +412,7 @@ static dp_status run_epoch(dp_trainer *t, int epoch, int *stop) {
     double seconds = dp_now() - t0;
     dp_epoch_report e = {.epoch = epoch, .epochs = c->epochs, .steps = t->step, .lr = lr, .seconds = seconds,
                          .data_wait_s = wait_total, .compute_s = compute, .comm = t->backend->stats,
-                         .comm_hidden_s = t->comm_overlap_s};
+                         .comm_hidden_s = t->comm_overlap_s, .skipped_steps = t->skipped};
     e.train_loss = em.count ? em.loss_sum / em.count : 0;
     e.train_acc = em.count ? (double)em.correct / em.count : 0;
     e.images_per_s = seconds > 0 ? em.count / seconds : 0;
@@ -360,19 +424,61 @@ static dp_status run_epoch(dp_trainer *t, int epoch, int *stop) {
     e.test_acc = tm.count ? (double)tm.correct / tm.count : 0;
     e.test_loss = tm.count ? tm.loss_sum / tm.count : 0;
     DP_TRY(dp_report_epoch(&t->report, &e));
+    if (t->next_batch >= nb) t->next_epoch = epoch + 1, t->next_batch = 0; /* the epoch is complete */
     return DP_OK;
+}
+
+static dp_status say_stopped(dp_trainer *t) {
+    if (!holds_rank0(t)) return DP_OK;
+    char cmd[8192];
+    dp_persist_resume_command(t, cmd, sizeof cmd);
+    if (t->report.progress) printf("\n"); /* off the progress bar's line */
+    fflush(stdout);
+    if (t->cfg.checkpoint_dir)
+        fprintf(stderr, "dptrain: stopped by %s after step %ld (epoch %d); checkpoint %s written; resume with: %s\n",
+                dp_signal_name(t->stop_signal), t->step, t->epoch, t->last_ckpt, cmd);
+    else
+        fprintf(stderr, "dptrain: stopped by %s after step %ld (epoch %d); nothing saved: add --checkpoint DIR to be "
+                "able to resume\n", dp_signal_name(t->stop_signal), t->step, t->epoch);
+    fflush(stderr);
+    dp_jbuf f = {0};
+    dp_jbuf_printf(&f, "\"signal\":\"%s\",\"epoch\":%d,\"step\":%ld", dp_signal_name(t->stop_signal), t->epoch,
+                   t->step);
+    dp_jbuf_kv_string(&f, "checkpoint", t->last_ckpt, 0);
+    dp_status s = dp_report_event(&t->report, "stopped", &f);
+    dp_jbuf_free(&f);
+    return s;
 }
 
 static dp_status run(dp_trainer *t) {
     DP_TRY(log_config(t));
     if (t->cfg.eval_only) return final_eval(t, NULL);
     if (t->cfg.predict_only) return dp_trainer_predict(t);
-    int stop = 0;
-    for (int epoch = 1; epoch <= t->cfg.epochs && !stop; epoch++) DP_TRY(run_epoch(t, epoch, &stop));
+    if (t->last_ckpt[0]) {
+        dp_jbuf f = {0};
+        dp_jbuf_printf(&f, "\"epoch\":%d,\"next_batch\":%d,\"step\":%ld", t->start_epoch, t->start_batch, t->step);
+        dp_jbuf_kv_string(&f, "path", t->last_ckpt, 0);
+        dp_status s = dp_report_event(&t->report, "resume", &f);
+        dp_jbuf_free(&f);
+        DP_TRY(s);
+    }
+    if (t->last_ckpt[0] && holds_rank0(t) && !t->cfg.quiet)
+        printf("resuming from %s: epoch %d, batch %d, step %ld\n", t->last_ckpt, t->start_epoch, t->start_batch,
+               t->step);
+    dp_signals_install();
+    int stop = 0, first = t->start_batch;
+    if (t->cfg.max_steps && t->step >= t->cfg.max_steps) stop = 1;
+    for (int epoch = t->start_epoch; epoch <= t->cfg.epochs && !stop; epoch++, first = 0) {
+        DP_TRY(run_epoch(t, epoch, first, &stop));
+        if (!stop && t->cfg.checkpoint_dir && t->cfg.save_every_epochs && epoch % t->cfg.save_every_epochs == 0)
+            DP_TRY(dp_persist_save(t, "--checkpoint", NULL));
+    }
+    if (t->stop_signal) return say_stopped(t);
     DP_TRY(final_eval(t, NULL));
-    if (t->cfg.save_path && holds_rank0(t))
-        DP_TRY(dp_checkpoint_save(t->cfg.save_path, &t->model, t->rep[0].params, t->rep[0].buffers,
-                                  t->rep[0].momentum, t->epoch, t->step));
+    /* the run's last state, so that --resume of a finished run (e.g. with more --epochs) goes on from here */
+    if (t->cfg.checkpoint_dir) DP_TRY(dp_persist_save(t, "--checkpoint", NULL));
+    if (t->cfg.save_path) DP_TRY(dp_persist_save(t, "--save", t->cfg.save_path));
+    dp_signals_restore();
     if (holds_rank0(t)) DP_TRY(dp_trainer_predict(t));
     return DP_OK;
 }
@@ -398,6 +504,10 @@ void dp_trainer_destroy(dp_trainer *t) {
         for (int r = 0; r < t->n_local; r++) free(t->metric_bufs[r]);
     free(t->metric_bufs);
     free(t->ptrs);
+    if (t->stop_bufs)
+        for (int r = 0; r < t->n_local; r++) free(t->stop_bufs[r]);
+    free(t->stop_bufs);
+    dp_free(t->bn_snapshot);
     free(t->bucket_node);
     free(t->bucket_req);
     free(t->lane_loss);

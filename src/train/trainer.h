@@ -5,6 +5,9 @@
 #ifndef DP_TRAINER_H
 #define DP_TRAINER_H
 
+#include <stdatomic.h>
+#include <stdint.h>
+
 #include "backends/backend.h"
 #include "data/loader.h"
 #include "nn/model.h"
@@ -54,6 +57,18 @@ typedef struct dp_trainer {
     long node_runs, node_samples; /* lane-runs timed, and the samples they held */
     dp_coll_trace trace;      /* --predict / --save-profile: the collectives of the latest step */
     double comm_overlap_s;    /* host time of collectives issued during backward (could hide behind it) */
+    /* checkpoints and stopping (persist.c) */
+    int start_epoch, start_batch; /* where training begins (a resumed run: mid-epoch) */
+    int next_epoch, next_batch;   /* where a checkpoint written now would continue */
+    long skipped;             /* steps skipped for NaN/Inf (--on-nan skip) */
+    long bn_batches;          /* training forward passes (PyTorch's num_batches_tracked) */
+    atomic_int nonfinite;     /* set by the SGD step when it refused a NaN/Inf gradient */
+    char data_crc[16];        /* CRC-32 of the training images and labels, hex */
+    char last_ckpt[4096];     /* newest checkpoint written or resumed from ("" if none) */
+    int stop_signal;          /* the signal that stopped the run (exit 128 + it), 0 if none */
+    float **stop_bufs;        /* (n_local) the stop flag's all-reduce */
+    long inject_nan_step;     /* DPTRAIN_INJECT_NAN_STEP=k: a NaN in step k's first input (tests only) */
+    float *bn_snapshot;       /* (n_local * buffers.n) BN buffers before a step, for --on-nan skip */
 } dp_trainer;
 
 /* Loads data, builds the model, the backend and the replicas, initialises parameters (or
@@ -77,6 +92,18 @@ dp_status dp_strategy_finish(dp_trainer *t);
 /* The overhead model after a run (--predict, --save-profile) or instead of one (dptrain
  * predict): times the model here (or reads --compute), predicts, reports (src/train/predict.c). */
 dp_status dp_trainer_predict(dp_trainer *t);
+/* persist.c: the checkpoints of a run. Which settings a checkpoint records and checks on resume. */
+dp_status dp_persist_setup(dp_trainer *t);
+/* Writes a checkpoint continuing at (next_epoch, next_batch) into --checkpoint DIR (path NULL) or
+ * path, from rank 0; every process calls it. */
+dp_status dp_persist_save(dp_trainer *t, const char *flag, const char *path);
+/* --resume: restores the newest good checkpoint on every replica of every process. */
+dp_status dp_persist_resume(dp_trainer *t);
+/* Whether any process received SIGINT/SIGTERM (collective when processes are several). */
+dp_status dp_persist_stop_requested(dp_trainer *t, int *sig);
+/* The command that resumes this run, for the stop message. */
+void dp_persist_resume_command(const dp_trainer *t, char *buf, size_t n);
+
 /* Test-set accuracy with replica 0's parameters; per_class_correct/count may be NULL. */
 dp_status dp_evaluate(dp_trainer *t, const dp_dataset *d, dp_step_metrics *m, long *per_class_correct,
                       long *per_class_count);

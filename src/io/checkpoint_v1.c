@@ -1,0 +1,81 @@
+/* checkpoint_v1.c: reading the old DPCKPT01 format (dptrain 0.1's --save), so old files still
+ * evaluate and initialise runs; nothing writes it any more. */
+#include "io/checkpoint.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zlib.h>
+
+static const char magic[8] = {'D', 'P', 'C', 'K', 'P', 'T', '0', '1'};
+
+dp_status dp_checkpoint_v1_load(const char *path, const dp_model *m, float *params, float *buffers, float *momentum,
+                                dp_ckpt_v1_header *hdr_out) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return dp_fail(DP_ERR_IO, "%s: cannot open checkpoint: %s", path, strerror(errno));
+    fseek(f, 0, SEEK_END);
+    long size = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    dp_status s = DP_OK;
+    unsigned char *buf = NULL;
+    if (size < (long)(sizeof magic + sizeof(dp_ckpt_v1_header) + 4)) {
+        s = dp_fail(DP_ERR_FORMAT, "%s: not a dptrain checkpoint (%ld bytes, too short)", path, size);
+        goto out;
+    }
+    buf = malloc((size_t)size);
+    if (!buf) {
+        s = dp_fail(DP_ERR_NOMEM, "%s: out of memory reading %ld bytes", path, size);
+        goto out;
+    }
+    if (fread(buf, 1, (size_t)size, f) != (size_t)size) {
+        s = dp_fail(DP_ERR_IO, "%s: read failed", path);
+        goto out;
+    }
+    if (memcmp(buf, magic, sizeof magic) != 0) {
+        s = dp_fail(DP_ERR_FORMAT, "%s: not a dptrain checkpoint (bad magic)", path);
+        goto out;
+    }
+    dp_ckpt_v1_header h;
+    memcpy(&h, buf + sizeof magic, sizeof h);
+    h.model[sizeof h.model - 1] = '\0';
+    size_t floats = (size_t)h.n_params * (h.has_momentum ? 2 : 1) + (size_t)h.n_buffers;
+    size_t expect = sizeof magic + sizeof h + floats * sizeof(float) + 4;
+    if (h.n_params < 0 || h.n_buffers < 0 || (size_t)size != expect) {
+        s = dp_fail(DP_ERR_FORMAT, "%s: truncated or corrupt checkpoint (%ld bytes, header says %zu)", path, size,
+                    expect);
+        goto out;
+    }
+    uint32_t stored;
+    memcpy(&stored, buf + size - 4, 4);
+    uLong crc = crc32(0L, Z_NULL, 0);
+    for (size_t off = 0, n = (size_t)size - 4; n;) {
+        uInt k = n > (1u << 30) ? (1u << 30) : (uInt)n;
+        crc = crc32(crc, buf + off, k);
+        off += k, n -= k;
+    }
+    if ((uint32_t)crc != stored) {
+        s = dp_fail(DP_ERR_FORMAT, "%s: checkpoint is corrupt (CRC mismatch)", path);
+        goto out;
+    }
+    if (strcmp(h.model, m->name) != 0 || h.c != m->input.c || h.h != m->input.h || h.w != m->input.w ||
+        h.n_classes != m->n_classes || (size_t)h.n_params != m->params.n || (size_t)h.n_buffers != m->buffers.n) {
+        s = dp_fail(DP_ERR_USAGE,
+                    "%s: checkpoint is for model %s on %dx%dx%d inputs with %d classes; this run has model %s on "
+                    "%dx%dx%d with %d classes",
+                    path, h.model, h.c, h.h, h.w, h.n_classes, m->name, m->input.c, m->input.h, m->input.w,
+                    m->n_classes);
+        goto out;
+    }
+    const unsigned char *p = buf + sizeof magic + sizeof h;
+    memcpy(params, p, m->params.n * sizeof(float));
+    p += m->params.n * sizeof(float);
+    memcpy(buffers, p, m->buffers.n * sizeof(float));
+    p += m->buffers.n * sizeof(float);
+    if (momentum && h.has_momentum) memcpy(momentum, p, m->params.n * sizeof(float));
+    if (hdr_out) *hdr_out = h;
+out:
+    free(buf);
+    fclose(f);
+    return s;
+}

@@ -1,0 +1,19 @@
+/* ckpt_dir.h: a --checkpoint directory: files ckpt-<step, 10 digits>.safetensors, the newest
+ * first, the oldest removed beyond --keep. */
+#ifndef DP_CKPT_DIR_H
+#define DP_CKPT_DIR_H
+
+#include <stddef.h>
+
+#include "core/status.h"
+
+/* The file name of the checkpoint after `step` optimizer steps. */
+void dp_ckpt_dir_path(const char *dir, long step, char *buf, size_t n);
+/* The checkpoint files in dir, newest (highest step) first; *paths is malloc'd (free with
+ * dp_ckpt_dir_free). A missing directory is an error naming it. */
+dp_status dp_ckpt_dir_list(const char *dir, char ***paths, int *n);
+void dp_ckpt_dir_free(char **paths, int n);
+/* Removes all but the newest `keep` checkpoints and any temporary file a killed writer left. */
+dp_status dp_ckpt_dir_prune(const char *dir, int keep);
+
+#endif

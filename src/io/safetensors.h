@@ -1,0 +1,53 @@
+/* safetensors.h: the safetensors container (https://github.com/huggingface/safetensors):
+ * 8-byte little-endian header length, a JSON header {name: {dtype, shape, data_offsets}, ...,
+ * "__metadata__": {string: string}}, then the raw little-endian tensor bytes. The JSON is
+ * written and parsed with cJSON. This module knows nothing about models or training. */
+#ifndef DP_SAFETENSORS_H
+#define DP_SAFETENSORS_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "core/status.h"
+
+#define DP_ST_MAX_DIMS 8
+
+typedef enum { DP_ST_F32 = 0, DP_ST_I64 = 1 } dp_st_dtype;
+
+typedef struct {
+    char name[96];
+    dp_st_dtype dtype;
+    int ndim;
+    int64_t shape[DP_ST_MAX_DIMS];
+    const void *data;       /* writer: the bytes to write; reader: points into the file's buffer */
+    size_t nbytes;
+} dp_st_tensor;
+
+typedef struct {
+    const char *key, *value;
+} dp_st_meta;
+
+/* Writes a whole file to f. The data section's CRC-32 is added to the metadata as
+ * "dptrain.data_crc32" so that a reader can tell a flipped byte. Fails naming `what`. */
+dp_status dp_st_write(FILE *f, const char *what, const dp_st_tensor *t, int n, const dp_st_meta *meta, int n_meta);
+
+/* A parsed file, held in memory. */
+typedef struct {
+    unsigned char *buf;     /* the whole file */
+    size_t size;
+    dp_st_tensor *tensors;
+    int n;
+    void *meta_json;        /* cJSON object of __metadata__ (may be NULL) */
+    void *root;             /* the whole header */
+} dp_st_file;
+
+/* Reads and checks path: header length, JSON, dtypes, offsets inside the file, sizes matching
+ * shapes, no overlap, and the CRC when the file carries one. Every failure names the file. */
+dp_status dp_st_read(const char *path, dp_st_file *out);
+void dp_st_free(dp_st_file *f);
+const dp_st_tensor *dp_st_find(const dp_st_file *f, const char *name);
+/* A metadata string, or NULL if absent. */
+const char *dp_st_meta_get(const dp_st_file *f, const char *key);
+
+#endif

@@ -1,0 +1,285 @@
+/* persist.c: a run's checkpoints: what they record (position, settings, a CRC-32 of the training
+ * data), writing them from rank 0, choosing the newest good one on --resume and restoring it on
+ * every replica, and the collective stop decision of SIGINT/SIGTERM. */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <zlib.h>
+
+#include "dp_config.h"
+#include "io/atomic.h"
+#include "io/checkpoint.h"
+#include "io/ckpt_dir.h"
+#include "optim/sgd.h"
+#include "train/signals.h"
+#include "train/trainer.h"
+
+static int holds_rank0(const dp_trainer *t) {
+    for (int r = 0; r < t->n_local; r++)
+        if (t->rep[r].rank == 0) return 1;
+    return 0;
+}
+
+static uint32_t crc_bytes(uLong crc, const unsigned char *b, size_t n) {
+    while (n) {
+        uInt k = n > (1u << 30) ? (1u << 30) : (uInt)n;
+        crc = crc32(crc, b, k);
+        b += k, n -= k;
+    }
+    return (uint32_t)crc;
+}
+
+dp_status dp_persist_setup(dp_trainer *t) {
+    const dp_config *c = &t->cfg;
+    t->next_epoch = t->start_epoch = 1;
+    atomic_init(&t->nonfinite, 0);
+    t->sgd.nonfinite = &t->nonfinite;
+    const char *inj = getenv("DPTRAIN_INJECT_NAN_STEP");
+    t->inject_nan_step = inj ? atol(inj) : 0;
+    DP_ALLOC(t->stop_bufs, t->n_local, "stop flags");
+    for (int r = 0; r < t->n_local; r++) DP_ALLOC(t->stop_bufs[r], 2, "stop flags");
+    if (c->on_nan_skip && t->model.buffers.n)
+        DP_TRY(dp_alloc_floats(&t->bn_snapshot, (size_t)t->n_local * t->model.buffers.n, "BN buffer snapshot"));
+    if (t->have_train && (c->checkpoint_dir || c->resume_path || c->save_path)) {
+        const dp_dataset *d = &t->train;
+        uLong crc = crc32(0L, Z_NULL, 0);
+        crc = crc_bytes(crc, d->pixels, (size_t)d->n * d->c * d->h * d->w);
+        crc = crc_bytes(crc, d->labels, (size_t)d->n);
+        snprintf(t->data_crc, sizeof t->data_crc, "%08x", (unsigned)crc);
+    }
+    /* only what a killed writer left: pruning to --keep waits for a new checkpoint (the newest may be damaged) */
+    if (c->checkpoint_dir && holds_rank0(t)) {
+        DP_TRY(dp_ckpt_dir_prune(c->checkpoint_dir, 1000000000));
+        char **paths;
+        int n;
+        DP_TRY(dp_ckpt_dir_list(c->checkpoint_dir, &paths, &n));
+        /* a fresh run's checkpoints would mix with another run's, and --keep would delete the new ones first */
+        if (n && !c->resume_path) {
+            dp_status e = dp_fail(DP_ERR_USAGE, "--checkpoint %s already holds %d checkpoint(s) of a run (newest %s): "
+                                  "add --resume %s to continue it, or give an empty or new directory", c->checkpoint_dir,
+                                  n, paths[0], c->checkpoint_dir);
+            dp_ckpt_dir_free(paths, n);
+            return e;
+        }
+        dp_ckpt_dir_free(paths, n);
+    }
+    return DP_OK;
+}
+
+enum { N_CHECKED = 23, N_INFO = 11, N_META = N_CHECKED + N_INFO };
+
+/* The settings a checkpoint records: the first N_CHECKED must be equal to resume (they change the
+ * math or the data), the rest may differ (how the same math is spread over replicas and threads). */
+static int settings(const dp_trainer *t, dp_st_meta *m, char (*v)[128]) {
+    const dp_config *c = &t->cfg;
+    int k = 0;
+#define SET(name, ...) (snprintf(v[k], 128, __VA_ARGS__), m[k].key = "dptrain.arg." name, m[k].value = v[k], k++)
+    SET("model", "%s", t->model.name);
+    SET("dataset", "%s", t->train.name);
+    SET("shape", "%dx%dx%d", t->train.c, t->train.h, t->train.w);
+    SET("classes", "%d", t->train.n_classes);
+    SET("samples", "%d", t->train.n);
+    snprintf(v[k], 128, "%s", t->data_crc), m[k].key = "dptrain.train_data_crc32", m[k].value = v[k], k++;
+    SET("batch-size", "%d", c->batch_size);
+    SET("accumulate", "%d", c->accumulate);
+    SET("lr", "%.9g", c->lr);
+    SET("momentum", "%.9g", c->momentum);
+    SET("weight-decay", "%.9g", c->weight_decay);
+    SET("nesterov", "%d", c->nesterov);
+    char steps[128] = "";
+    for (int i = 0; i < c->n_lr_steps; i++)
+        snprintf(steps + strlen(steps), sizeof steps - strlen(steps), "%s%d", i ? "," : "", c->lr_steps[i]);
+    SET("lr-steps", "%s", steps);
+    SET("lr-gamma", "%.9g", c->lr_gamma);
+    SET("lr-scale", "%s", c->lr_scale_linear ? "linear" : "none");
+    SET("lr-ref-batch", "%d", c->lr_ref_batch);
+    SET("warmup-epochs", "%.9g", c->warmup_epochs);
+    SET("seed", "%llu", (unsigned long long)c->seed);
+    SET("shuffle", "%d", c->shuffle);
+    SET("drop-last", "%d", c->drop_last);
+    SET("augment", "%d", c->augment);
+    SET("mode", "%s", c->mode == DP_MODE_DDP ? "ddp" : "dp");
+    SET("sync-bn", "%d", c->sync_bn);
+    /* informational */
+    SET("epochs", "%d", c->epochs);
+    SET("backend", "%s", c->backend);
+    SET("replicas", "%d", t->world);
+    SET("threads", "%d", c->threads);
+    SET("workers", "%d", c->workers);
+    SET("bucket-mb", "%.9g", c->bucket_mb);
+    SET("overlap", "%d", c->overlap);
+    SET("chunks", "%d", c->chunks);
+    SET("allreduce", "%s", c->allreduce_algo);
+    SET("on-nan", "%s", c->on_nan_skip ? "skip" : "stop");
+    snprintf(v[k], 128, "%s", DP_VERSION), m[k].key = "dptrain.version", m[k].value = v[k], k++;
+#undef SET
+    return k;
+}
+
+dp_status dp_persist_save(dp_trainer *t, const char *flag, const char *path) {
+    DP_TRY(dp_strategy_finish(t)); /* DP: replica 0 must hold the master's weights (collective) */
+    if (!holds_rank0(t)) return DP_OK;
+    const dp_replica *r0 = NULL;
+    for (int r = 0; r < t->n_local; r++)
+        if (t->rep[r].rank == 0) r0 = &t->rep[r];
+    char buf[4096];
+    if (!path) {
+        dp_ckpt_dir_path(t->cfg.checkpoint_dir, t->step, buf, sizeof buf);
+        path = buf;
+    }
+    /* a checkpoint is a state to go back to: never one with NaN/Inf in it */
+    if (!dp_all_finite(r0->params, t->model.params.n) || !dp_all_finite(r0->buffers, t->model.buffers.n))
+        return dp_fail(DP_ERR_NUMERIC, "%s %s: not written: the parameters hold NaN or Inf at step %ld%s%s", flag, path,
+                       t->step, t->last_ckpt[0] ? "; the last good checkpoint is " : "", t->last_ckpt);
+    dp_st_meta meta[N_META];
+    char vals[N_META][128];
+    int n = settings(t, meta, vals);
+    dp_train_pos pos = {.epoch = t->next_epoch, .next_batch = t->next_batch, .step = t->step, .skipped = t->skipped,
+                        .bn_batches = t->bn_batches};
+    dp_status s = dp_checkpoint_save(flag, path, &t->model, r0->params, r0->buffers,
+                                     t->cfg.momentum > 0 ? r0->momentum : NULL, &pos, meta, n);
+    if (s != DP_OK) {
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", dp_last_error());
+        return dp_fail(s, "%s%s%s", msg, t->last_ckpt[0] ? "; the last good checkpoint is " : "", t->last_ckpt);
+    }
+    snprintf(t->last_ckpt, sizeof t->last_ckpt, "%s", path);
+    dp_jbuf f = {0};
+    dp_jbuf_printf(&f, "\"epoch\":%d,\"next_batch\":%d,\"step\":%ld", t->next_epoch, t->next_batch, t->step);
+    dp_jbuf_kv_string(&f, "path", path, 0);
+    s = dp_report_event(&t->report, "checkpoint", &f);
+    dp_jbuf_free(&f);
+    DP_TRY(s);
+    if (path == buf) DP_TRY(dp_ckpt_dir_prune(t->cfg.checkpoint_dir, t->cfg.keep));
+    return DP_OK;
+}
+
+/* Rank 0: the checkpoint to continue from, loaded into replica r0. */
+static dp_status load_newest(dp_trainer *t, dp_replica *r0, dp_train_pos *pos) {
+    const char *src = t->cfg.resume_path;
+    dp_st_meta meta[N_META];
+    char vals[N_META][128];
+    settings(t, meta, vals);
+    float *mom = t->cfg.momentum > 0 ? r0->momentum : NULL;
+    struct stat st;
+    if (stat(src, &st) != 0) return dp_fail(DP_ERR_USAGE, "--resume %s: no such file or directory", src);
+    if (!S_ISDIR(st.st_mode)) {
+        DP_TRY(dp_checkpoint_load_resume(src, &t->model, r0->params, r0->buffers, mom, pos, meta, N_CHECKED));
+        snprintf(t->last_ckpt, sizeof t->last_ckpt, "%s", src);
+        return DP_OK;
+    }
+    char **paths;
+    int n;
+    DP_TRY(dp_ckpt_dir_list(src, &paths, &n));
+    dp_status s = DP_ERR_USAGE;
+    int damaged = 0;
+    for (int i = 0; i < n; i++) {
+        s = dp_checkpoint_load_resume(paths[i], &t->model, r0->params, r0->buffers, mom, pos, meta, N_CHECKED);
+        if (s == DP_OK) {
+            snprintf(t->last_ckpt, sizeof t->last_ckpt, "%s", paths[i]);
+            break;
+        }
+        if (s == DP_ERR_USAGE) break; /* a different run: refuse rather than fall back to an older file */
+        fprintf(stderr, "dptrain: warning: --resume: skipping a damaged checkpoint: %s\n", dp_last_error());
+        damaged++;
+    }
+    dp_ckpt_dir_free(paths, n);
+    if (s == DP_OK || s == DP_ERR_USAGE) {
+        if (n == 0) return dp_fail(DP_ERR_USAGE, "--resume %s: no checkpoint (ckpt-*.safetensors) in the directory", src);
+        return s;
+    }
+    return dp_fail(DP_ERR_FORMAT, "--resume %s: none of the %d checkpoints is readable (see the warnings above)", src,
+                   damaged);
+}
+
+/* Positions travel as floats (the broadcast's type): 20 bits a piece is exact. */
+static void put_long(float *f, long v) {
+    f[0] = (float)(v & 0xfffff), f[1] = (float)((v >> 20) & 0xfffff), f[2] = (float)(v >> 40);
+}
+static long get_long(const float *f) { return (long)f[0] | ((long)f[1] << 20) | ((long)f[2] << 40); }
+
+dp_status dp_persist_resume(dp_trainer *t) {
+    if (!t->cfg.resume_path) return DP_OK;
+    dp_train_pos pos = {0};
+    float *enc[t->n_local], store[t->n_local][15];
+    for (int r = 0; r < t->n_local; r++) {
+        enc[r] = store[r];
+        memset(store[r], 0, sizeof store[r]);
+        if (t->rep[r].rank != 0) continue;
+        DP_TRY(load_newest(t, &t->rep[r], &pos));
+        put_long(store[r], pos.epoch), put_long(store[r] + 3, pos.next_batch), put_long(store[r] + 6, pos.step);
+        put_long(store[r] + 9, pos.skipped), put_long(store[r] + 12, pos.bn_batches);
+    }
+    DP_TRY(dp_broadcast(t->backend, enc, 15, 0));
+    pos.epoch = (int)get_long(enc[0]), pos.next_batch = (int)get_long(enc[0] + 3), pos.step = get_long(enc[0] + 6);
+    pos.skipped = get_long(enc[0] + 9), pos.bn_batches = get_long(enc[0] + 12);
+    const dp_model *m = &t->model;
+    float *p[t->n_local];
+    for (int r = 0; r < t->n_local; r++) p[r] = t->rep[r].params;
+    DP_TRY(dp_broadcast(t->backend, p, m->params.n, 0));
+    for (int r = 0; r < t->n_local; r++) p[r] = t->rep[r].momentum;
+    DP_TRY(dp_broadcast(t->backend, p, m->params.n, 0));
+    if (m->buffers.n) {
+        for (int r = 0; r < t->n_local; r++) p[r] = t->rep[r].buffers;
+        DP_TRY(dp_broadcast(t->backend, p, m->buffers.n, 0));
+    }
+    if (pos.next_batch > t->sampler.n_batches)
+        return dp_fail(DP_ERR_USAGE, "--resume %s: the checkpoint is at batch %d of epoch %d, but an epoch has %d batches "
+                       "here", t->last_ckpt, pos.next_batch, pos.epoch, t->sampler.n_batches);
+    t->start_epoch = t->next_epoch = pos.epoch;
+    t->start_batch = t->next_batch = pos.next_batch;
+    t->step = pos.step;
+    t->skipped = pos.skipped;
+    t->bn_batches = pos.bn_batches;
+    return DP_OK;
+}
+
+dp_status dp_persist_stop_requested(dp_trainer *t, int *sig) {
+    int mine = dp_signals_pending();
+    *sig = mine;
+    if (t->n_local == t->world) return DP_OK; /* one process: nobody else to ask */
+    /* under mpirun a Ctrl-C may reach only some ranks: every rank stops at the same step */
+    for (int r = 0; r < t->n_local; r++) {
+        t->stop_bufs[r][0] = mine != 0;
+        t->stop_bufs[r][1] = mine == SIGTERM;
+    }
+    DP_TRY(t->backend->iface->allreduce(t->backend, t->stop_bufs, 2, DP_SUM));
+    if (!mine && t->stop_bufs[0][0] > 0) *sig = t->stop_bufs[0][1] > 0 ? SIGTERM : SIGINT;
+    return DP_OK;
+}
+
+/* Appends s quoted for a POSIX shell when it needs it. */
+static void append_quoted(char *buf, size_t n, const char *s) {
+    size_t k = strlen(buf);
+    int plain = *s != '\0';
+    for (const char *p = s; *p && plain; p++) plain = strchr("@%+=:,./-_", *p) || (*p >= '0' && *p <= '9') ||
+                                                       (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z');
+    if (plain) {
+        snprintf(buf + k, n - k, "%s", s);
+        return;
+    }
+    if (k < n - 1) buf[k++] = '\'', buf[k] = '\0';
+    for (const char *p = s; *p && k < n - 5; p++) {
+        if (*p == '\'') k += (size_t)snprintf(buf + k, n - k, "'\\''");
+        else buf[k++] = *p, buf[k] = '\0';
+    }
+    snprintf(buf + k, n - k, "'");
+}
+
+void dp_persist_resume_command(const dp_trainer *t, char *buf, size_t n) {
+    buf[0] = '\0';
+    if (strcmp(t->cfg.backend, "mpi") == 0) snprintf(buf, n, "mpirun -np %d ", t->world);
+    int argc = t->cfg.argc ? *t->cfg.argc : 0, has_resume = 0;
+    char **argv = t->cfg.argv ? *t->cfg.argv : NULL;
+    for (int i = 0; i < argc; i++) {
+        if (strcmp(argv[i], "--resume") == 0 || strncmp(argv[i], "--resume=", 9) == 0) has_resume = 1;
+        if (i) snprintf(buf + strlen(buf), n - strlen(buf), " ");
+        append_quoted(buf, n, argv[i]);
+    }
+    if (!has_resume && t->cfg.checkpoint_dir) {
+        snprintf(buf + strlen(buf), n - strlen(buf), " --resume ");
+        append_quoted(buf, n, t->cfg.checkpoint_dir);
+    }
+}

@@ -1,0 +1,68 @@
+/* test_mpi_checkpoint.c: checkpoints under the MPI backend (mpirun -np 2): a rank killed with SIGKILL
+ * and the job resumed ends bitwise where the uninterrupted job ends; a SIGINT that reaches rank 1 only
+ * stops every rank at the same step, rank 0 writes the checkpoint and prints the resume command. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "testutil.h"
+
+#define MPIRUN "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe --bind-to none -np 2"
+#define ARGS "train --backend mpi --dataset synthetic --samples 512 --shape 1x28x28 --batch-size 32 --threads 1 " \
+             "--no-progress --quiet --epochs 8 --save-every 1 --keep 2"
+
+static const char *bin(void) {
+    const char *b = getenv("DPTRAIN");
+    return b ? b : "./dptrain";
+}
+
+static char *newest(const char *dir) {
+    char *o;
+    tu_sh(&o, "ls %s/ckpt-*.safetensors | tail -1", dir);
+    o[strcspn(o, "\n")] = '\0';
+    return o;
+}
+
+/* rank 1 sends itself `sig` after `delay` seconds, then the job is resumed to the end */
+static void interrupt_and_resume(const char *sig, const char *delay, int expect_rc) {
+    static int have_ref; /* one uninterrupted job serves both tests */
+    const char *ref = tu_path("mref"), *run = tu_path("mrun");
+    char *o;
+    int rc;
+    tu_sh(NULL, "rm -rf %s", run);
+    if (!have_ref) {
+        tu_sh(NULL, "rm -rf %s", ref);
+        rc = tu_sh(&o, MPIRUN " %s " ARGS " --checkpoint %s", bin(), ref);
+        if (rc) fail_msg("reference job failed (%d):\n%s", rc, o);
+        free(o);
+        have_ref = 1;
+    }
+    rc = tu_sh(&o, MPIRUN " sh -c 'if [ \"$OMPI_COMM_WORLD_RANK\" = 1 ]; then (sleep %s; kill -%s $$) & fi; exec %s "
+               ARGS " --checkpoint %s'", delay, sig, bin(), run);
+    if (rc == 0) {
+        print_message("the job finished before the signal: nothing to check\n");
+        free(o);
+        return;
+    }
+    if (expect_rc && (rc != expect_rc || !tu_contains(o, "resume with: mpirun -np 2")))
+        fail_msg("rc %d (expected %d):\n%s", rc, expect_rc, o);
+    free(o);
+    rc = tu_sh(&o, MPIRUN " %s " ARGS " --checkpoint %s --resume %s", bin(), run, run);
+    if (rc) fail_msg("resumed job failed (%d):\n%s", rc, o);
+    free(o);
+    char *a = newest(ref), *b = newest(run);
+    const char *diff = tu_ckpt_diff(a, b);
+    if (diff) fail_msg("%s", diff);
+    free(a), free(b);
+}
+
+static void test_mpi_kill9_resume(void **state) { (void)state; interrupt_and_resume("KILL", "0.7", 0); }
+static void test_mpi_sigint_one_rank(void **state) { (void)state; interrupt_and_resume("INT", "0.7", 130); }
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_mpi_kill9_resume),
+        cmocka_unit_test(test_mpi_sigint_one_rank),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
