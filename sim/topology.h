@@ -1,7 +1,7 @@
 /* topology.h: what the overhead model knows about a machine it predicts for: per-link bandwidth
  * and latency (alpha, beta), the collective algorithm, host costs per collective call and per
  * kernel launch, the device count, and the host link that DataParallel's scatter and gather
- * cross. Read from small text files (presets/, or any path): "key value  # source" per line. */
+ * cross. Read from small text files (sim/presets/, or any path): "key value  # source" per line. */
 #ifndef DP_SIM_TOPOLOGY_H
 #define DP_SIM_TOPOLOGY_H
 
@@ -36,7 +36,7 @@ dp_status dp_topology_parse(const char *text, const char *origin, dp_topology *t
 /* Writes t in the file format, with `comment` lines first. */
 dp_status dp_topology_save(const char *path, const dp_topology *t, const char *comment);
 /* Where presets are looked for, in order: $DPTRAIN_PRESETS, <exe dir>/presets,
- * <exe dir>/../share/dptrain/presets, the source tree's presets/ (baked in at build time).
+ * <exe dir>/../share/dptrain/presets, the source tree's sim/presets/ (baked in at build time).
  * Writes them ':'-separated into buf (for messages). */
 void dp_topology_dirs(char *buf, size_t n);
 /* Reads a whole text file into *out (malloc'd, NUL-terminated). */
