@@ -72,7 +72,7 @@ static void test_spin_bound_reaches_libgomp(void **state) {
         free(out);
         skip(); /* not libgomp */
     }
-    if (!tu_contains(out, "GOMP_SPINCOUNT = '1000'")) fail_msg("the spin bound did not reach libgomp:\n%s", out);
+    if (!tu_contains(out, "GOMP_SPINCOUNT = '3000'")) fail_msg("the spin bound did not reach libgomp:\n%s", out);
     free(out);
     tu_sh(&out, "env -u OMP_WAIT_POLICY GOMP_SPINCOUNT=777 OMP_DISPLAY_ENV=verbose %s --version", bin());
     if (!tu_contains(out, "GOMP_SPINCOUNT = '777'")) fail_msg("a user's GOMP_SPINCOUNT was overridden:\n%s", out);
