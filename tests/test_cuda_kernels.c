@@ -123,7 +123,9 @@ static void test_batchnorm(void **state) {
         const int hw = hws[t];
         const size_t n = (size_t)B * ch * hw;
         float *x = host_rand(n, 2), *g = host_rand(n, 1), *gamma = host_rand(ch, 1), *beta = host_rand(ch, 1);
-        float sums[14], mean[7], invstd[7], rm[7] = {0}, rv[7] = {1, 1, 1, 1, 1, 1, 1}, ws[32];
+        float sums[14], mean[7], invstd[7], rm[7] = {0}, rv[7] = {1, 1, 1, 1, 1, 1, 1};
+        double wsd[2 * 7]; /* the CPU kernels' scratch: 2 ch doubles */
+        float *ws = (float *)(void *)wsd;
         float *dx = dev(x, n * 4), *dg = dev(g, n * 4), *dgamma = dev(gamma, ch * 4), *dbeta = dev(beta, ch * 4);
         float *dsums = dev(NULL, 14 * 4), *dmean = dev(NULL, ch * 4), *dinv = dev(NULL, ch * 4), *drm = dev(rm, ch * 4),
               *drv = dev(rv, ch * 4), *dout = dev(NULL, n * 4), *dlocal = dev(NULL, 14 * 4), *dpg = dev(NULL, 14 * 4);

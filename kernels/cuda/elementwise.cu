@@ -3,7 +3,7 @@
 #include "kernels/cuda/common.cuh"
 
 __global__ void relu_fwd_k(size_t n, const float *x, float *y) {
-    DP_FOR(i, n) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+    DP_FOR(i, n) y[i] = x[i] < 0.0f ? 0.0f : x[i]; // keeps NaN and -0, as the CPU twin and PyTorch
 }
 __global__ void relu_bwd_k(size_t n, const float *y, const float *dy, float *dx) {
     DP_FOR(i, n) dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
