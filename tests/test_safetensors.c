@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include "core/timer.h"
@@ -157,11 +159,32 @@ static void test_same_file(void **state) {
     assert_true(dp_same_file(p, other));
 }
 
+/* A FIFO or a directory given as a checkpoint is named at once, never read (a FIFO would block). */
+static void test_not_a_regular_file(void **state) {
+    (void)state;
+    const char *fifo = tu_path("ckpt.fifo");
+    unlink(fifo);
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    alarm(20); /* a regression would block in open() */
+    dp_st_file f;
+    assert_int_not_equal(dp_st_read(fifo, &f), DP_OK);
+    assert_true(tu_contains(dp_last_error(), "FIFO"));
+    char *out;
+    tu_run_dptrain(&out, "eval --load %s", fifo);
+    assert_true(tu_contains(out, "is a FIFO (named pipe), expected a regular file"));
+    free(out);
+    tu_run_dptrain(&out, "train --init-from %s --dataset synthetic --samples 64 --epochs 1", fifo);
+    assert_true(tu_contains(out, "is a FIFO"));
+    free(out);
+    alarm(0);
+    unlink(fifo);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_roundtrip_and_damage), cmocka_unit_test(test_old_format_read),
         cmocka_unit_test(test_sgd_refuses_nonfinite), cmocka_unit_test(test_check_cost),
-        cmocka_unit_test(test_same_file),
+        cmocka_unit_test(test_same_file), cmocka_unit_test(test_not_a_regular_file),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -7,7 +7,9 @@
 #include <string.h>
 
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include "core/sysmem.h"
 #include "io/atomic.h"
 #include "io/ckpt_dir.h"
 #include "io/state_dict.h"
@@ -86,11 +88,19 @@ dp_status dp_checkpoint_save(const char *flag, const char *path, const dp_model 
     return s;
 }
 
+/* Whether path is an old DPCKPT01 file. Opened as a regular file only (a FIFO must not block:
+ * anything else is left to the safetensors reader to refuse with its message). */
 static int is_v1(const char *path) {
-    FILE *f = fopen(path, "rb");
+    int fd;
+    struct stat st;
+    dp_status s = dp_open_regular(path, NULL, &fd, &st);
+    if (s != DP_OK) {
+        dp_clear_error();
+        return 0;
+    }
     char magic[8] = {0};
-    int v1 = f && fread(magic, 1, 8, f) == 8 && memcmp(magic, "DPCKPT01", 8) == 0;
-    if (f) fclose(f);
+    int v1 = read(fd, magic, 8) == 8 && memcmp(magic, "DPCKPT01", 8) == 0;
+    close(fd);
     return v1;
 }
 

@@ -6,14 +6,24 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <zlib.h>
+
+#include "core/sysmem.h"
 
 static const char magic[8] = {'D', 'P', 'C', 'K', 'P', 'T', '0', '1'};
 
 dp_status dp_checkpoint_v1_load(const char *path, const dp_model *m, float *params, float *buffers, float *momentum,
                                 dp_ckpt_v1_header *hdr_out) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return dp_fail(DP_ERR_IO, "%s: cannot open checkpoint: %s", path, strerror(errno));
+    int fd;
+    struct stat st;
+    DP_TRY(dp_open_regular(path, NULL, &fd, &st));
+    FILE *f = fdopen(fd, "rb");
+    if (!f) {
+        close(fd);
+        return dp_fail(DP_ERR_IO, "%s: cannot open checkpoint: %s", path, strerror(errno));
+    }
     fseek(f, 0, SEEK_END);
     long size = ftell(f);
     fseek(f, 0, SEEK_SET);

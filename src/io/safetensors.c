@@ -6,7 +6,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <zlib.h>
+
+#include "core/sysmem.h"
 
 static const char *dtype_name(dp_st_dtype d) { return d == DP_ST_I64 ? "I64" : "F32"; }
 static size_t dtype_size(dp_st_dtype d) { return d == DP_ST_I64 ? 8 : 4; }
@@ -176,10 +179,13 @@ static dp_status parse(const char *path, dp_st_file *f) {
 dp_status dp_st_read(const char *path, dp_st_file *out) {
     memset(out, 0, sizeof *out);
     struct stat st;
-    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode))
-        return dp_fail(DP_ERR_IO, "%s: not a regular file%s", path, S_ISDIR(st.st_mode) ? " (a directory)" : "");
-    FILE *fp = fopen(path, "rb");
-    if (!fp) return dp_fail(DP_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    int fd;
+    DP_TRY(dp_open_regular(path, NULL, &fd, &st)); /* a directory or FIFO is named, never waited on */
+    FILE *fp = fdopen(fd, "rb");
+    if (!fp) {
+        close(fd);
+        return dp_fail(DP_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    }
     dp_status s = DP_OK;
     long size = -1;
     if (fseek(fp, 0, SEEK_END) == 0) size = ftell(fp);
