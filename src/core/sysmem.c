@@ -101,3 +101,15 @@ dp_status dp_open_regular(const char *path, const char *flag, int *fd, struct st
     *fd = f;
     return DP_OK;
 }
+
+dp_status dp_fopen_regular(const char *path, const char *flag, FILE **f, struct stat *st) {
+    int fd = -1;
+    DP_TRY(dp_open_regular(path, flag, &fd, st));
+    *f = fdopen(fd, "rb");
+    if (!*f) {
+        int e = errno;
+        close(fd);
+        return dp_fail(DP_ERR_IO, "%s%s%s: cannot open: %s", flag ? flag : "", flag ? " " : "", path, strerror(e));
+    }
+    return DP_OK;
+}

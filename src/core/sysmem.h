@@ -5,6 +5,7 @@
 #define DP_SYSMEM_H
 
 #include <stddef.h>
+#include <stdio.h>
 #include <sys/stat.h>
 
 #include "core/status.h"
@@ -28,5 +29,7 @@ const char *dp_format_bytes(unsigned long long bytes, char *buf, size_t cap);
  * a regular file: "PATH: is a directory, expected a regular file" / "is a FIFO (named pipe)...".
  * `flag` ("--load", or NULL) prefixes the message. On success *fd is open and *st filled. */
 dp_status dp_open_regular(const char *path, const char *flag, int *fd, struct stat *st);
+/* The same, as a stdio stream for reading. */
+dp_status dp_fopen_regular(const char *path, const char *flag, FILE **f, struct stat *st);
 
 #endif

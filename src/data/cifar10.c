@@ -38,14 +38,9 @@ static dp_status file_records(const char *path, long long *records) {
 
 /* Reads `records` records of one file into pixels/labels. */
 static dp_status read_file(const char *path, long long records, uint8_t *pixels, uint8_t *labels) {
-    int fd;
     struct stat st;
-    DP_TRY(dp_open_regular(path, NULL, &fd, &st));
-    FILE *f = fdopen(fd, "rb");
-    if (!f) {
-        close(fd);
-        return dp_fail(DP_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    }
+    FILE *f;
+    DP_TRY(dp_fopen_regular(path, NULL, &f, &st));
     unsigned char rec[CIFAR_RECORD];
     dp_status s = DP_OK;
     for (long long r = 0; r < records; r++) {

@@ -16,14 +16,9 @@ static const char magic[8] = {'D', 'P', 'C', 'K', 'P', 'T', '0', '1'};
 
 dp_status dp_checkpoint_v1_load(const char *path, const dp_model *m, float *params, float *buffers, float *momentum,
                                 dp_ckpt_v1_header *hdr_out) {
-    int fd;
     struct stat st;
-    DP_TRY(dp_open_regular(path, NULL, &fd, &st));
-    FILE *f = fdopen(fd, "rb");
-    if (!f) {
-        close(fd);
-        return dp_fail(DP_ERR_IO, "%s: cannot open checkpoint: %s", path, strerror(errno));
-    }
+    FILE *f;
+    DP_TRY(dp_fopen_regular(path, NULL, &f, &st));
     fseek(f, 0, SEEK_END);
     long size = ftell(f);
     fseek(f, 0, SEEK_SET);

@@ -179,13 +179,8 @@ static dp_status parse(const char *path, dp_st_file *f) {
 dp_status dp_st_read(const char *path, dp_st_file *out) {
     memset(out, 0, sizeof *out);
     struct stat st;
-    int fd;
-    DP_TRY(dp_open_regular(path, NULL, &fd, &st)); /* a directory or FIFO is named, never waited on */
-    FILE *fp = fdopen(fd, "rb");
-    if (!fp) {
-        close(fd);
-        return dp_fail(DP_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    }
+    FILE *fp;
+    DP_TRY(dp_fopen_regular(path, NULL, &fp, &st)); /* a directory or FIFO is named, never waited on */
     dp_status s = DP_OK;
     long size = -1;
     if (fseek(fp, 0, SEEK_END) == 0) size = ftell(fp);
