@@ -152,6 +152,7 @@ static void set_bucket_kb(dp_config *c, int kb) { c->replicas = 4, c->bucket_mb 
 /* the same global batch of 64 as K micro-batches of 64 / K, over 2 replicas */
 static void set_accumulate(dp_config *c, int k) { c->replicas = 2, c->accumulate = k, c->batch_size = 64 / k; }
 static void set_sync_bn(dp_config *c, int n) { c->replicas = n, c->sync_bn = 1; }
+static void set_chunks4(dp_config *c, int n) { c->replicas = n, c->chunks = 4; }
 
 static void test_replica_counts_are_bitwise_equal(void **state) {
     (void)state;
@@ -177,6 +178,12 @@ static void test_overlap_buckets_accumulate_change_nothing(void **state) {
         check_same(&one, "lenet", 20, set_bucket_kb, kbs[k], "N=4, --bucket-mb (KiB)");
     for (int k = 2; k <= 4; k *= 2) check_same(&one, "lenet", 20, set_accumulate, k, "N=2, batch 64/K, --accumulate");
     free_result(&one);
+    /* another --chunks is another order, the same for every replica count dividing it */
+    base_config(&c, "lenet");
+    c.chunks = 4;
+    run_result four = run(&c);
+    for (int n = 2; n <= 4; n *= 2) check_same(&four, "lenet", 20, set_chunks4, n, "--chunks 4, N=");
+    free_result(&four);
 }
 
 static void test_sync_bn_is_bitwise(void **state) {
