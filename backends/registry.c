@@ -43,7 +43,7 @@ void dp_backend_destroy(dp_backend_t b) {
 }
 
 void dp_backend_describe(char *buf, size_t n) {
-    snprintf(buf, n, "sim (cpu), mpi (%s), nccl (%s)", DP_HAVE_MPI ? "cpu" : "not built",
+    snprintf(buf, n, "sim (%s), mpi (%s), nccl (%s)", DP_HAVE_CUDA ? "cpu, cuda" : "cpu", DP_HAVE_MPI ? "cpu" : "not built",
              DP_HAVE_NCCL ? "launch checks only: needs the CUDA executor" : "not built");
 }
 

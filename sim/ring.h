@@ -7,6 +7,8 @@
 
 #include <stddef.h>
 
+#include "core/device.h"
+
 /* Sum over the N buffers, result in all of them. An element of chunk c is added in the order
  * c+1, c+2, ..., c (mod N), the same on every replica, so all end bitwise equal; the chunk
  * depends on the element's place in its arena only (see ring.c). */
@@ -26,6 +28,9 @@ void sim_reduce(float *const *bufs, int n_rep, size_t n, int root, int nthreads)
 /* Binary-tree reduce: bitwise the same sums as sim_tree_allreduce. */
 void sim_tree_reduce(float *const *bufs, int n_rep, size_t n, int root, int nthreads);
 void sim_broadcast(float *const *bufs, int n_rep, size_t n, int root, int nthreads);
+/* On a device (sim/ring_device.c): the ordered sums of sim_ordered_allreduce (root < 0) or
+ * sim_ordered_reduce (into bufs[root]) as kernels queued on the device's stream. */
+dp_status sim_device_ordered(const dp_dev *dev, float *const *bufs, int n_rep, size_t n, int root);
 void sim_scale(float *const *bufs, int n_rep, size_t n, float s, int nthreads);
 
 #endif

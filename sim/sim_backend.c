@@ -1,16 +1,19 @@
-/* sim_backend.c: N logical replicas in this process, on the CPU. Collectives run over the
- * replicas' own buffers (sim/ring.c), so the data really moves; the registry's wrappers
- * record their bytes and host time for the overhead model. */
+/* sim_backend.c: N logical replicas in this process, on the CPU or on one GPU. Collectives
+ * run over the replicas' own buffers (sim/ring.c on the CPU; on a GPU the same ordered sums as
+ * kernels, sim/ring_device.c), so the data really moves; the registry's wrappers record their
+ * bytes and host time for the overhead model. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "backends/backend.h"
+#include "core/device.h"
 #include "sim/ring.h"
 
 typedef struct {
     int n;
     int nthreads;
     int algo; /* ALGO_* */
+    const dp_dev *dev; /* a device's memory (NULL: the host's) */
 } sim_impl;
 
 enum { ALGO_ORDERED = 0, ALGO_RING, ALGO_TREE };
@@ -26,13 +29,20 @@ static int sim_rank(dp_backend_t b, int local) {
     (void)b;
     return local;
 }
-static dp_device sim_device(dp_backend_t b) {
-    (void)b;
-    return DP_CPU;
+static dp_device sim_device(dp_backend_t b) { return impl_of(b)->dev ? DP_CUDA : DP_CPU; }
+
+/* Copies of n floats between replicas' buffers, on the host or queued on the device. */
+static dp_status copy_floats(const sim_impl *s, float *dst, const float *src, size_t n) {
+    if (dst == src || n == 0) return DP_OK;
+    if (s->dev) return s->dev->copy(s->dev, dst, src, n * sizeof(float));
+    memcpy(dst, src, n * sizeof(float));
+    return DP_OK;
 }
 
 static dp_status sim_allreduce_op(dp_backend_t b, float *const *bufs, size_t n, dp_redop op) {
     sim_impl *s = impl_of(b);
+    if (s->dev && op == DP_AVG) return dp_fail(DP_ERR_UNSUPPORTED, "sim on a device: all-reduce with averaging");
+    if (s->dev) return sim_device_ordered(s->dev, bufs, s->n, n, -1);
     if (s->algo == ALGO_TREE) sim_tree_allreduce(bufs, s->n, n, s->nthreads);
     else if (s->algo == ALGO_RING) sim_ring_allreduce(bufs, s->n, n, s->nthreads);
     else sim_ordered_allreduce(bufs, s->n, n, s->nthreads);
@@ -43,6 +53,10 @@ static dp_status sim_allreduce_op(dp_backend_t b, float *const *bufs, size_t n, 
 static dp_status sim_broadcast_op(dp_backend_t b, float *const *bufs, size_t n, int root) {
     sim_impl *s = impl_of(b);
     if (root < 0 || root >= s->n) return dp_fail(DP_ERR_INTERNAL, "sim broadcast: root %d of %d", root, s->n);
+    if (s->dev) {
+        for (int r = 0; r < s->n; r++) DP_TRY(copy_floats(s, bufs[r], bufs[root], n));
+        return DP_OK;
+    }
     sim_broadcast(bufs, s->n, n, root, s->nthreads);
     return DP_OK;
 }
@@ -50,6 +64,8 @@ static dp_status sim_broadcast_op(dp_backend_t b, float *const *bufs, size_t n, 
 static dp_status sim_reduce_op(dp_backend_t b, float *const *bufs, size_t n, dp_redop op, int root) {
     sim_impl *s = impl_of(b);
     if (root < 0 || root >= s->n) return dp_fail(DP_ERR_INTERNAL, "sim reduce: root %d of %d", root, s->n);
+    if (s->dev && op == DP_AVG) return dp_fail(DP_ERR_UNSUPPORTED, "sim on a device: reduce with averaging");
+    if (s->dev) return sim_device_ordered(s->dev, bufs, s->n, n, root);
     if (s->algo == ALGO_TREE) sim_tree_reduce(bufs, s->n, n, root, s->nthreads);
     else if (s->algo == ALGO_RING) sim_reduce(bufs, s->n, n, root, s->nthreads);
     else sim_ordered_reduce(bufs, s->n, n, root, s->nthreads);
@@ -60,7 +76,7 @@ static dp_status sim_reduce_op(dp_backend_t b, float *const *bufs, size_t n, dp_
 static dp_status sim_allgather(dp_backend_t b, const float *const *send, float *const *recv, size_t n) {
     sim_impl *s = impl_of(b);
     for (int dst = 0; dst < s->n; dst++)
-        for (int r = 0; r < s->n; r++) memcpy(recv[dst] + (size_t)r * n, send[r], n * sizeof(float));
+        for (int r = 0; r < s->n; r++) DP_TRY(copy_floats(s, recv[dst] + (size_t)r * n, send[r], n));
     return DP_OK;
 }
 
@@ -68,7 +84,7 @@ static dp_status sim_gather(dp_backend_t b, const float *const *send, float *con
     sim_impl *s = impl_of(b);
     if (root < 0 || root >= s->n) return dp_fail(DP_ERR_INTERNAL, "sim gather: root %d of %d", root, s->n);
     for (int r = 0; r < s->n; r++)
-        if (recv[root] + (size_t)r * n != send[r]) memcpy(recv[root] + (size_t)r * n, send[r], n * sizeof(float));
+        DP_TRY(copy_floats(s, recv[root] + (size_t)r * n, send[r], n));
     return DP_OK;
 }
 
@@ -76,7 +92,7 @@ static dp_status sim_scatter(dp_backend_t b, const float *const *send, float *co
     sim_impl *s = impl_of(b);
     if (root < 0 || root >= s->n) return dp_fail(DP_ERR_INTERNAL, "sim scatter: root %d of %d", root, s->n);
     for (int r = 0; r < s->n; r++)
-        if (recv[r] != send[root] + (size_t)r * n) memcpy(recv[r], send[root] + (size_t)r * n, n * sizeof(float));
+        DP_TRY(copy_floats(s, recv[r], send[root] + (size_t)r * n, n));
     return DP_OK;
 }
 
@@ -117,6 +133,10 @@ dp_status dp_sim_backend_create(const dp_backend_config *cfg, dp_backend_t *out)
     else if (cfg->algorithm && strcmp(cfg->algorithm, "ordered") != 0)
         return dp_fail(DP_ERR_USAGE, "--allreduce: unknown algorithm '%s' (expected ordered, ring or tree)",
                        cfg->algorithm);
+    const dp_dev *dev = cfg->dev && !cfg->dev->is_host ? cfg->dev : NULL;
+    if (dev && algo != ALGO_ORDERED)
+        return dp_fail(DP_ERR_USAGE, "--allreduce %s: runs on the CPU only; --device %s uses ordered (the default)",
+                       cfg->algorithm, dev->name);
     dp_backend_t b = calloc(1, sizeof *b);
     sim_impl *s = calloc(1, sizeof *s);
     if (!b || !s) {
@@ -127,6 +147,7 @@ dp_status dp_sim_backend_create(const dp_backend_config *cfg, dp_backend_t *out)
     s->n = cfg->replicas;
     s->nthreads = cfg->nthreads > 0 ? cfg->nthreads : 1;
     s->algo = algo;
+    s->dev = dev;
     b->iface = &sim_iface;
     b->impl = s;
     *out = b;

@@ -21,7 +21,7 @@ static void test_comm_is_dptrain(void **state) {
     pid_t pid = fork();
     assert_true(pid >= 0);
     if (pid == 0) {
-        freopen("/dev/null", "w", stdout);
+        if (!freopen("/dev/null", "w", stdout)) _exit(126);
         execl(bin(), bin(), "train", "--dataset", "synthetic", "--shape", "1x28x28", "--samples", "100000", "--epochs",
               "50", "--threads", "1", "--workers", "0", "--no-progress", (char *)NULL);
         _exit(127);

@@ -54,6 +54,7 @@ static const char *const modes[] = {"ddp", "dp", NULL};
 static const char *const scales[] = {"none", "linear", NULL};
 static const char *const algos[] = {"ordered", "ring", "tree", NULL};
 static const char *const nan_modes[] = {"stop", "skip", NULL};
+static const char *const devices[] = {"cpu", "cuda", NULL};
 
 /* Limits of the flags with their own parsers, shared by the parser and the help text. */
 #define SHAPE_MAX_C 3
@@ -105,6 +106,13 @@ static const opt_spec opts[] = {
     {"backend", "NAME", K_CHOICE, .choices = backends, .off = OFF(backend), .def = "sim", .help = "where replicas run",
      .section = "parallelism"},
     {"replicas", "N", K_INT, .ilo = 1, .ihi = 1024, .off = OFF(replicas), .def = "1", .help = "sim: logical replicas"},
+    {"device", "D", K_CHOICE, .choices = devices, .off = OFF(device), .def = "cpu",
+     .help = "sim and nccl: where the replicas compute (cuda: every replica on one GPU with sim)"},
+    {"gpu", "I", K_INT, .ilo = 0, .ihi = 1023, .off = OFF(gpu), .def = "0", .help = "--device cuda: which GPU"},
+    {"tf32", NULL, K_SET, .off = OFF(tf32), .set = 1,
+     .help = "--device cuda: let cuBLAS use TF32 (faster, 10 fewer mantissa bits; off: fp32 like the CPU)"},
+    {"no-graph", NULL, K_SET, .off = OFF(graphs), .set = 0,
+     .help = "--device cuda: launch every kernel each step instead of replaying the step as one CUDA graph"},
     {"mode", "M", K_INDEX, .choices = modes, .off = OFF(mode), .def = "ddp",
      .help = "DistributedDataParallel or DataParallel semantics"},
     {"bucket-mb", "X", K_DOUBLE, 0, 4096, 1, 0, .off = OFF(bucket_mb), .def = "25", .help = "DDP gradient bucket size"},
@@ -294,7 +302,7 @@ void dp_print_version(FILE *f) {
     char be[256];
     dp_backend_describe(be, sizeof be);
     fprintf(f, "dptrain %s\nbackends: %s\ndevices: cpu (OpenMP)%s\ncpu kernels: %s\n", DP_VERSION, be,
-            DP_HAVE_CUDA ? ", cuda (toolkit found at build time; kernels not in this version)" : "",
+            DP_HAVE_CUDA ? ", cuda (cuBLAS; --device cuda)" : "",
             dp_cpu_kernel_variant());
 }
 

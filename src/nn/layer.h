@@ -31,6 +31,7 @@ typedef struct {
     int nthreads;       /* OpenMP threads the kernels may use */
     const dp_kernels *k; /* the device's kernel table (NULL: the CPU's) */
     void *stream;       /* the device stream the kernels run on */
+    void *blas;         /* and the cuBLAS handle bound to it (NULL: the table's own) */
     float *ws;          /* scratch, dp_model.ws_floats(batch) floats */
     const float *params;
     float *grads;
@@ -39,7 +40,7 @@ typedef struct {
 
 /* The kernel table and call context of an exec. */
 static inline const dp_kernels *dp_exec_kernels(const dp_exec *x) { return x->k ? x->k : &dp_cpu_kernels; }
-static inline dp_kctx dp_exec_kctx(const dp_exec *x) { return (dp_kctx){.nthreads = x->nthreads, .stream = x->stream}; }
+static inline dp_kctx dp_exec_kctx(const dp_exec *x) { return (dp_kctx){.nthreads = x->nthreads, .stream = x->stream, .blas = x->blas}; }
 
 /* Everything but plan may assume shapes were checked by plan. `in` has n_in entries.
  * din[i] may be NULL (model input: no gradient needed). Gradients of parameters accumulate. */
@@ -47,8 +48,8 @@ typedef struct {
     const char *kind;
     /* Sets l->out, adds parameter / buffer tensors, sets ctx and sync sizes. Fails on a bad shape. */
     dp_status (*plan)(dp_layer *l, dp_layout *params, dp_layout *buffers);
-    /* Floats of scratch for a batch (0 if none). */
-    size_t (*ws_floats)(const dp_layer *l, int batch, int nthreads);
+    /* Floats of scratch for a batch with kernel table k (0 if none). */
+    size_t (*ws_floats)(const dp_layer *l, const dp_kernels *k, int batch, int nthreads);
     /* PyTorch's default initialisation. */
     void (*init)(const dp_layer *l, float *params, float *buffers, dp_rng *rng);
     /* Optional (SyncBatchNorm): local sums that the executor may sum over replicas before forward. */

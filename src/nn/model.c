@@ -1,5 +1,7 @@
 #include "nn/model.h"
 
+#include "core/device.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -154,13 +156,13 @@ static size_t ctx_floats(const dp_layer *l, int batch) { return l->ctx_fixed + (
 static size_t round16(size_t n) { return (n + 15) / 16 * 16; }
 
 /* The one sum of what dp_acts_create allocates, so the memory estimate cannot drift from it. */
-static size_t acts_floats(const dp_model *m, int max_batch, int nthreads, size_t *ws_out) {
+static size_t acts_floats(const dp_model *m, const dp_kernels *k, int max_batch, int nthreads, size_t *ws_out) {
     size_t total = 0, ws = 0, maxact = 0;
     for (int i = 0; i < m->n_nodes; i++) {
         const dp_layer *l = &m->nodes[i];
         total += 2 * round16(out_floats(l, max_batch)) + round16(ctx_floats(l, max_batch)) + round16(l->sync_floats);
         if (l->ops->ws_floats) {
-            size_t w = l->ops->ws_floats(l, max_batch, nthreads);
+            size_t w = l->ops->ws_floats(l, k, max_batch, nthreads);
             if (w > ws) ws = w;
         }
         if (out_floats(l, max_batch) > maxact) maxact = out_floats(l, max_batch);
@@ -169,12 +171,19 @@ static size_t acts_floats(const dp_model *m, int max_batch, int nthreads, size_t
     return total + round16(ws) + round16(maxact);
 }
 
-size_t dp_acts_floats(const dp_model *m, int max_batch, int nthreads) { return acts_floats(m, max_batch, nthreads, NULL); }
+size_t dp_acts_floats(const dp_model *m, int max_batch, int nthreads) {
+    return acts_floats(m, &dp_cpu_kernels, max_batch, nthreads, NULL);
+}
 
 dp_status dp_acts_create(const dp_model *m, int max_batch, int nthreads, dp_acts *a) {
+    return dp_acts_create_on(m, max_batch, nthreads, NULL, a);
+}
+
+dp_status dp_acts_create_on(const dp_model *m, int max_batch, int nthreads, const dp_dev *dev, dp_acts *a) {
     memset(a, 0, sizeof *a);
+    a->dev = dev;
     a->max_batch = max_batch;
-    size_t ws = 0, total = acts_floats(m, max_batch, nthreads, &ws);
+    size_t ws = 0, total = acts_floats(m, dev ? dev->k : &dp_cpu_kernels, max_batch, nthreads, &ws);
     a->ws_floats = ws;
     a->out = calloc((size_t)m->n_nodes, sizeof *a->out);
     a->dout = calloc((size_t)m->n_nodes, sizeof *a->dout);
@@ -184,7 +193,7 @@ dp_status dp_acts_create(const dp_model *m, int max_batch, int nthreads, dp_acts
         dp_acts_free(a);
         return dp_fail(DP_ERR_NOMEM, "out of memory for the activation tables of model %s", m->name);
     }
-    dp_status s = dp_alloc_floats(&a->mem, total, "activations");
+    dp_status s = dev ? dev->alloc(dev, &a->mem, total, "activations") : dp_alloc_floats(&a->mem, total, "activations");
     if (s != DP_OK) {
         dp_acts_free(a);
         return s;
@@ -207,7 +216,8 @@ void dp_acts_free(dp_acts *a) {
     free(a->dout);
     free(a->ctx);
     free(a->sync);
-    dp_free(a->mem);
+    if (a->dev) a->dev->free(a->dev, a->mem);
+    else dp_free(a->mem);
     memset(a, 0, sizeof *a);
 }
 

@@ -44,10 +44,14 @@ typedef struct {
     float *ws;                          /* scratch shared by the layers */
     float *din_tmp;                     /* gradient of a node with several consumers, before it is added */
     float *mem;
+    const struct dp_dev *dev; /* where mem lives (NULL: the host) */
     size_t ws_floats;
 } dp_acts;
 
 dp_status dp_acts_create(const dp_model *m, int max_batch, int nthreads, dp_acts *a);
+/* The same on a device (core/device.h; NULL: the host). */
+struct dp_dev;
+dp_status dp_acts_create_on(const dp_model *m, int max_batch, int nthreads, const struct dp_dev *dev, dp_acts *a);
 /* Floats dp_acts_create allocates for these arguments (memory estimates, without allocating). */
 size_t dp_acts_floats(const dp_model *m, int max_batch, int nthreads);
 void dp_acts_free(dp_acts *a);

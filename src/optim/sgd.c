@@ -28,6 +28,16 @@ void dp_sgd_step(const dp_sgd *o, const dp_layout *L, float *params, const float
         if (o->nonfinite) atomic_store(o->nonfinite, 1);
         return;
     }
+    /* every tensor with the same weight decay (the default: torch decays all): one pass over the
+       arena, the same arithmetic per element (the padding between tensors holds zeros and stays so) */
+    int uniform = 1;
+    for (int t = 0; t < L->n_tensors; t++)
+        if ((L->tensors[t].flags & DP_TENSOR_NO_DECAY) && o->weight_decay != 0.0f) uniform = 0;
+    if (uniform) {
+        k->sgd(&c, L->n, params, grads, o->momentum != 0.0f ? momentum_buf : NULL, lr, o->momentum, o->weight_decay,
+               o->nesterov);
+        return;
+    }
     for (int t = 0; t < L->n_tensors; t++) {
         const dp_tensor_info *ti = &L->tensors[t];
         const float wd = (ti->flags & DP_TENSOR_NO_DECAY) ? 0.0f : o->weight_decay;

@@ -30,6 +30,10 @@ typedef struct {
     int threads;              /* OpenMP threads for compute (0: all cores) */
     int shuffle, drop_last, augment;
     const char *backend;
+    const char *device;  /* "cpu" (default) or "cuda" */
+    int gpu;             /* --gpu: the CUDA ordinal */
+    int tf32;
+    int graphs;          /* device runs: record and replay each micro-step (--no-graph: 0) */
     int replicas;
     dp_mode mode;
     double bucket_mb;

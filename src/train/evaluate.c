@@ -17,40 +17,55 @@ dp_status dp_evaluate(dp_trainer *t, const dp_dataset *d, dp_step_metrics *m, lo
     const int n_pieces = (d->n + piece - 1) / piece, nq = t->n_local * ns;
     /* per local replica: correct[K], count[K], then one loss per piece (0 where another computed it) */
     const size_t nstat = 2 * (size_t)K + (size_t)n_pieces;
+    const dp_dev *dev = t->dev;
+    const int host = dev->is_host;
+    const size_t per = dp_shape_size(md->input);
     float *stats = calloc((size_t)t->n_local * nstat, sizeof *stats);
     int *idx = malloc((size_t)nq * (size_t)piece * sizeof *idx);
     float **bufs = malloc((size_t)t->n_local * sizeof *bufs);
-    if (!stats || !idx || !bufs) {
-        free(stats), free(idx), free(bufs);
+    /* a device's pieces are filled on the host, go up, and their logits come back */
+    float *hx = host ? NULL : malloc((size_t)piece * per * sizeof *hx);
+    float *hlogits = host ? NULL : malloc((size_t)piece * K * sizeof *hlogits);
+    int32_t *hy = host ? NULL : malloc((size_t)piece * sizeof *hy);
+    if (!stats || !idx || !bufs || (!host && (!hx || !hlogits || !hy))) {
+        free(stats), free(idx), free(bufs), free(hx), free(hlogits), free(hy);
         return dp_fail(DP_ERR_NOMEM, "out of memory for evaluation");
     }
     dp_status st[nq];
     for (int q = 0; q < nq; q++) st[q] = DP_OK;
-#pragma omp parallel for num_threads(t->cfg.threads) schedule(static) if (nq > 1)
+#pragma omp parallel for num_threads(t->cfg.threads) schedule(static) if (nq > 1 && host)
     for (int q = 0; q < nq; q++) {
         const int r = q / ns;
         dp_slot *sl = &t->rep[r].slots[q % ns];
         float *s = stats + (size_t)r * nstat;
         int *my_idx = idx + (size_t)q * piece;
-        dp_exec x = {.training = 0, .nthreads = 1, .k = t->k, .params = t->rep[0].params, .buffers = t->rep[0].buffers};
+        dp_exec x = {.training = 0, .nthreads = 1, .k = t->k, .stream = t->kc.stream, .blas = t->kc.blas,
+                     .params = t->rep[0].params, .buffers = t->rep[0].buffers};
+        float *ex = host ? sl->eval_x : hx;
+        int32_t *ey = host ? sl->eval_y : hy;
         const int worker = t->rep[r].rank * ns + q % ns;
         for (int c = worker; c < n_pieces && st[q] == DP_OK; c += t->world * ns) {
             int n = d->n - c * piece < piece ? d->n - c * piece : piece;
             for (int i = 0; i < n; i++) my_idx[i] = c * piece + i;
-            dp_batch_fill(d, my_idx, NULL, n, NULL, sl->eval_x, sl->eval_y);
+            dp_batch_fill(d, my_idx, NULL, n, NULL, ex, ey);
+            if (!host) st[q] = dev->upload(dev, sl->eval_x, hx, (size_t)n * per * sizeof(float));
             x.batch = x.stat_batch = n;
-            st[q] = dp_model_forward(md, &sl->acts, &x, sl->eval_x);
-            if (st[q] != DP_OK) break;
+            if (st[q] == DP_OK) st[q] = dp_model_forward(md, &sl->acts, &x, sl->eval_x);
             const float *logits = sl->acts.out[md->output];
+            if (st[q] == DP_OK && !host)
+                st[q] = dev->download(dev, hlogits, logits, (size_t)n * K * sizeof(float)), logits = hlogits;
+            if (st[q] != DP_OK) break;
+            /* the loss on the host, from the logits: the CPU kernel, the same bits for any device's logits */
             int32_t hits;
-            t->k->softmax_xent(&t->kc, n, K, logits, sl->eval_y, 0.0f, NULL, &s[2 * (size_t)K + (size_t)c], &hits);
+            const dp_kctx hc = {.nthreads = 1};
+            dp_cpu_kernels.softmax_xent(&hc, n, K, logits, ey, 0.0f, NULL, &s[2 * (size_t)K + (size_t)c], &hits);
             /* the slots of a replica share its counters: whole numbers, exact in any order */
             for (int i = 0; i < n; i++) {
                 const float *z = logits + (size_t)i * K;
                 int best = 0;
                 for (int k = 1; k < K; k++)
                     if (z[k] > z[best]) best = k;
-                int y = sl->eval_y[i];
+                int y = ey[i];
 #pragma omp atomic
                 s[K + y] += 1.0f;
                 if (best == y) {
@@ -63,7 +78,7 @@ dp_status dp_evaluate(dp_trainer *t, const dp_dataset *d, dp_step_metrics *m, lo
     dp_status s = DP_OK;
     for (int q = 0; q < nq && s == DP_OK; q++) s = st[q];
     for (int r = 0; r < t->n_local; r++) bufs[r] = stats + (size_t)r * nstat;
-    if (s == DP_OK) s = t->backend->iface->allreduce(t->backend, bufs, nstat, DP_SUM);
+    if (s == DP_OK) s = dp_host_allreduce(t, bufs, nstat);
     if (s == DP_OK) {
         memset(m, 0, sizeof *m);
         for (int k = 0; k < K; k++) {
@@ -74,6 +89,6 @@ dp_status dp_evaluate(dp_trainer *t, const dp_dataset *d, dp_step_metrics *m, lo
         }
         m->loss_sum = dp_tree_sum_scalars(bufs[0] + 2 * K, n_pieces, 1);
     }
-    free(stats), free(idx), free(bufs);
+    free(stats), free(idx), free(bufs), free(hx), free(hlogits), free(hy);
     return s;
 }

@@ -41,7 +41,7 @@ dp_status dp_persist_setup(dp_trainer *t) {
     DP_ALLOC(t->stop_bufs, t->n_local, "stop flags");
     for (int r = 0; r < t->n_local; r++) DP_ALLOC(t->stop_bufs[r], 2, "stop flags");
     if (c->on_nan_skip && t->model.buffers.n)
-        DP_TRY(dp_alloc_floats(&t->bn_snapshot, (size_t)t->n_local * t->model.buffers.n, "BN buffer snapshot"));
+        DP_TRY(t->dev->alloc(t->dev, &t->bn_snapshot, (size_t)t->n_local * t->model.buffers.n, "BN buffer snapshot"));
     if (t->have_train && (c->checkpoint_dir || c->resume_path || c->save_path)) {
         const dp_dataset *d = &t->train;
         uLong crc = crc32(0L, Z_NULL, 0);
@@ -121,16 +121,17 @@ static int settings(const dp_trainer *t, dp_st_meta *m, char (*v)[128]) {
 dp_status dp_persist_save(dp_trainer *t, const char *flag, const char *path) {
     DP_TRY(dp_strategy_finish(t)); /* DP: replica 0 must hold the master's weights (collective) */
     if (!holds_rank0(t)) return DP_OK;
-    const dp_replica *r0 = NULL;
+    dp_replica *r0 = NULL;
     for (int r = 0; r < t->n_local; r++)
         if (t->rep[r].rank == 0) r0 = &t->rep[r];
+    DP_TRY(dp_replica_pull(r0, &t->model)); /* a device's arenas into the host copies */
     char buf[4096];
     if (!path) {
         dp_ckpt_dir_path(t->cfg.checkpoint_dir, t->step, buf, sizeof buf);
         path = buf;
     }
     /* a checkpoint is a state to go back to: never one with NaN/Inf in it */
-    if (!dp_all_finite(r0->params, t->model.params.n) || !dp_all_finite(r0->buffers, t->model.buffers.n))
+    if (!dp_all_finite(r0->h_params, t->model.params.n) || !dp_all_finite(r0->h_buffers, t->model.buffers.n))
         return dp_fail(DP_ERR_NUMERIC, "%s %s: not written: the parameters hold NaN or Inf at step %ld%s%s", flag, path,
                        t->step, t->last_ckpt[0] ? "; the last good checkpoint is " : "", t->last_ckpt);
     dp_st_meta meta[N_META];
@@ -138,8 +139,8 @@ dp_status dp_persist_save(dp_trainer *t, const char *flag, const char *path) {
     int n = settings(t, meta, vals);
     dp_train_pos pos = {.epoch = t->next_epoch, .next_batch = t->next_batch, .step = t->step, .skipped = t->skipped,
                         .bn_batches = t->bn_batches};
-    dp_status s = dp_checkpoint_save(flag, path, &t->model, r0->params, r0->buffers,
-                                     t->cfg.momentum > 0 ? r0->momentum : NULL, &pos, meta, n);
+    dp_status s = dp_checkpoint_save(flag, path, &t->model, r0->h_params, r0->h_buffers,
+                                     t->cfg.momentum > 0 ? r0->h_momentum : NULL, &pos, meta, n);
     if (s != DP_OK) {
         char msg[1024];
         snprintf(msg, sizeof msg, "%s", dp_last_error());
@@ -162,11 +163,11 @@ static dp_status load_newest(dp_trainer *t, dp_replica *r0, dp_train_pos *pos) {
     dp_st_meta meta[N_META];
     char vals[N_META][128];
     settings(t, meta, vals);
-    float *mom = t->cfg.momentum > 0 ? r0->momentum : NULL;
+    float *mom = t->cfg.momentum > 0 ? r0->h_momentum : NULL;
     struct stat st;
     if (stat(src, &st) != 0) return dp_fail(DP_ERR_USAGE, "--resume %s: no such file or directory", src);
     if (!S_ISDIR(st.st_mode)) {
-        DP_TRY(dp_checkpoint_load_resume(src, &t->model, r0->params, r0->buffers, mom, pos, meta, N_CHECKED));
+        DP_TRY(dp_checkpoint_load_resume(src, &t->model, r0->h_params, r0->h_buffers, mom, pos, meta, N_CHECKED));
         snprintf(t->last_ckpt, sizeof t->last_ckpt, "%s", src);
         return DP_OK;
     }
@@ -176,7 +177,7 @@ static dp_status load_newest(dp_trainer *t, dp_replica *r0, dp_train_pos *pos) {
     dp_status s = DP_ERR_USAGE;
     int damaged = 0;
     for (int i = 0; i < n; i++) {
-        s = dp_checkpoint_load_resume(paths[i], &t->model, r0->params, r0->buffers, mom, pos, meta, N_CHECKED);
+        s = dp_checkpoint_load_resume(paths[i], &t->model, r0->h_params, r0->h_buffers, mom, pos, meta, N_CHECKED);
         if (s == DP_OK) {
             snprintf(t->last_ckpt, sizeof t->last_ckpt, "%s", paths[i]);
             break;
@@ -209,10 +210,11 @@ dp_status dp_persist_resume(dp_trainer *t) {
         memset(store[r], 0, sizeof store[r]);
         if (t->rep[r].rank != 0) continue;
         DP_TRY(load_newest(t, &t->rep[r], &pos));
+        DP_TRY(dp_replica_push(&t->rep[r], &t->model));
         put_long(store[r], pos.epoch), put_long(store[r] + 3, pos.next_batch), put_long(store[r] + 6, pos.step);
         put_long(store[r] + 9, pos.skipped), put_long(store[r] + 12, pos.bn_batches);
     }
-    DP_TRY(dp_broadcast(t->backend, enc, 15, 0));
+    DP_TRY(dp_host_broadcast(t, enc, 15));
     pos.epoch = (int)get_long(enc[0]), pos.next_batch = (int)get_long(enc[0] + 3), pos.step = get_long(enc[0] + 6);
     pos.skipped = get_long(enc[0] + 9), pos.bn_batches = get_long(enc[0] + 12);
     const dp_model *m = &t->model;
@@ -245,7 +247,7 @@ dp_status dp_persist_stop_requested(dp_trainer *t, int *sig) {
         t->stop_bufs[r][0] = mine != 0;
         t->stop_bufs[r][1] = mine == SIGTERM;
     }
-    DP_TRY(t->backend->iface->allreduce(t->backend, t->stop_bufs, 2, DP_SUM));
+    DP_TRY(dp_host_allreduce(t, t->stop_bufs, 2));
     if (!mine && t->stop_bufs[0][0] > 0) *sig = t->stop_bufs[0][1] > 0 ? SIGTERM : SIGINT;
     return DP_OK;
 }

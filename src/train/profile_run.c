@@ -55,7 +55,7 @@ static dp_status worker_run(const dp_model *m, int batch, int steps, int warm, d
     const int nn = m->n_nodes, slots = 2 * nn + 3;
     /* every worker passes the same barriers even when it failed, so no other waits forever */
     dp_replica rep;
-    dp_status st = dp_replica_create(&rep, m, w, batch, 2, 1);
+    dp_status st = dp_replica_create(&rep, m, dp_dev_cpu(), w, batch, 2, 1);
     if (st != DP_OK) {
         for (int s = 0; s < warm + steps; s++) {
 #pragma omp barrier

@@ -10,20 +10,25 @@
 #ifndef DP_REPLICA_H
 #define DP_REPLICA_H
 
+#include "core/device.h"
 #include "nn/model.h"
 
 typedef struct {
     dp_acts acts;
     float *grads;       /* the gradient arena of the lane the slot runs now (not owned) */
-    float *eval_x;      /* (max_batch, c, h, w) input for evaluation */
-    int32_t *eval_y;
+    float *eval_x;      /* (max_batch, c, h, w) input for evaluation, on the device */
+    int32_t *eval_y;    /* its labels, on the device */
     int lane;           /* the lane it runs in this micro-step */
     int lo, n;          /* that lane's samples in the replica's batch */
 } dp_slot;
 
 typedef struct {
     int rank;           /* global replica index */
+    const dp_dev *dev;  /* where the arenas, partials and slots live */
     float *params, *grads, *momentum, *buffers;
+    /* host copies of params, buffers and momentum for checkpoints and initialisation
+       (dp_replica_pull / push); the arenas themselves on a host device */
+    float *h_params, *h_buffers, *h_momentum;
     float **lane_grads; /* (n_lanes) each lane's partial; [0] is grads */
     int n_lanes;
     dp_slot *slots;
@@ -32,7 +37,11 @@ typedef struct {
 } dp_replica;
 
 /* lane_batch: the most samples a lane holds; n_lanes gradient partials, n_slots activation slots. */
-dp_status dp_replica_create(dp_replica *r, const dp_model *m, int rank, int lane_batch, int n_lanes, int n_slots);
+dp_status dp_replica_create(dp_replica *r, const dp_model *m, const dp_dev *dev, int rank, int lane_batch, int n_lanes,
+                            int n_slots);
+/* The device's params, buffers and momentum into the host copies (waits), and back (queued). */
+dp_status dp_replica_pull(dp_replica *r, const dp_model *m);
+dp_status dp_replica_push(dp_replica *r, const dp_model *m);
 void dp_replica_free(dp_replica *r);
 /* Assigns lanes [first, first + count) to slots for a micro-step; counts[i] samples each, in
  * that order in the replica's batch. */

@@ -26,6 +26,7 @@
 /* Threads for the active slots: no more than there are slots (a woken thread with nothing to
  * do still costs its wake-up, and spins where it could have left the core to another). */
 static int team(const dp_trainer *t) {
+    if (!t->dev->is_host) return 1; /* one stream: the host only queues */
     const int nq = t->n_local * t->rep[0].n_active;
     return nq < t->cfg.threads ? nq : t->cfg.threads;
 }
@@ -47,6 +48,8 @@ static dp_exec exec_of(const dp_trainer *t, int r, int l, const dp_batch *b, con
     x.update_stats = l == 0;
     x.nthreads = 1;
     x.k = t->k;
+    x.stream = t->kc.stream;
+    x.blas = t->kc.blas;
     x.params = rep->params;
     x.grads = rep->slots[l].grads;
     x.buffers = rep->buffers;
@@ -92,14 +95,11 @@ static dp_status reduce_sums(dp_trainer *t, int i) {
     return DP_OK;
 }
 
-/* The loss of one lane: its samples' losses summed in order, as a float (the unit the trees add). */
-static float lane_loss(const dp_trainer *t, int n, int K, const float *logits, const int32_t *y, float scale,
-                       float *dlogits, int *correct) {
-    float loss;
-    int32_t ok;
-    t->k->softmax_xent(&t->kc, n, K, logits, y, scale, dlogits, &loss, &ok);
-    *correct = ok;
-    return loss;
+/* The loss of one lane: its samples' losses summed in order, as a float (the unit the trees
+ * add), into loss[0] and its hits into correct[0], both in the device's memory. */
+static void lane_loss(const dp_trainer *t, int n, int K, const float *logits, const int32_t *y, float scale,
+                      float *dlogits, float *loss, int32_t *correct) {
+    t->k->softmax_xent(&t->kc, n, K, logits, y, scale, dlogits, loss, correct);
 }
 
 /* Forward and loss. The slots run independently between synchronisation points, which are
@@ -138,22 +138,14 @@ static dp_status forward_all(dp_trainer *t, const dp_batch *b, const micro_info 
                 dp_node_forward_sums(m, j, &sl->acts, &x, in);
             } else {
                 const size_t at = (size_t)r * t->n_lanes + (size_t)sl->lane;
-                t->lane_loss[at] = lane_loss(t, sl->n, m->n_classes, sl->acts.out[m->output], b[r].y + sl->lo, scale,
-                                             sl->acts.dout[m->output], &t->lane_correct[at]);
+                lane_loss(t, sl->n, m->n_classes, sl->acts.out[m->output], b[r].y + sl->lo, scale,
+                          sl->acts.dout[m->output], t->d_lane_loss + at, t->d_lane_correct + at);
             }
         }
         DP_TRY(first_error(st, nq));
         if (j < m->n_nodes) DP_TRY(reduce_sums(t, j));
         i = j;
     }
-    for (int r = 0; r < t->n_local; r++)
-        for (int l = 0; l < t->rep[r].n_active; l++) {
-            const float loss = t->lane_loss[(size_t)r * t->n_lanes + (size_t)t->rep[r].slots[l].lane];
-            if (!isfinite(loss))
-                return dp_fail(DP_ERR_NUMERIC, "the loss of replica %d became %s at epoch %d, step %ld: training "
-                               "stopped (try a smaller --lr)", t->rep[r].rank, isnan(loss) ? "NaN" : "Inf", t->epoch,
-                               t->step + 1);
-        }
     return DP_OK;
 }
 
@@ -164,9 +156,10 @@ static void sum_lanes(dp_trainer *t, int k) {
     const int L = t->n_lanes;
     if (L == 1) return;
     const dp_slice *s = &t->model.params.buckets[k];
-    const size_t piece = 16384, n_pieces = (s->count + piece - 1) / piece;
+    /* the CPU cuts a bucket into pieces for its threads; a device sums it in one call */
+    const size_t piece = t->dev->is_host ? 16384 : (s->count ? s->count : 1), n_pieces = (s->count + piece - 1) / piece;
     const long total = (long)n_pieces * t->n_local;
-#pragma omp parallel for num_threads(t->cfg.threads) schedule(static) if (total > 1 && s->count * L > 262144)
+#pragma omp parallel for num_threads(t->cfg.threads) schedule(static) if (total > 1 && s->count * L > 262144 && t->dev->is_host)
     for (long q = 0; q < total; q++) {
         const int r = (int)(q / (long)n_pieces);
         const size_t lo = (size_t)(q % (long)n_pieces) * piece;
@@ -248,14 +241,40 @@ static dp_status backward_all(dp_trainer *t, const dp_batch *b, const micro_info
 
 /* Every lane's partial starts at zero (the kernels accumulate, as PyTorch's .grad). The tree
  * of the last step left lanes 1.. zero, unless that step stopped before it. */
-static void zero_grads(dp_trainer *t) {
+static dp_status zero_grads(dp_trainer *t) {
     const int lanes = t->lanes_clear ? 1 : t->n_lanes;
     const long total = (long)t->n_local * lanes;
+    const size_t nl = (size_t)t->n_local * (size_t)t->n_lanes;
+    if (t->dev->is_host) {
 #pragma omp parallel for num_threads(t->cfg.threads) schedule(static) if (total > 1)
-    for (long q = 0; q < total; q++)
-        memset(t->rep[q / lanes].lane_grads[q % lanes], 0, t->model.params.n * sizeof(float));
+        for (long q = 0; q < total; q++)
+            memset(t->rep[q / lanes].lane_grads[q % lanes], 0, t->model.params.n * sizeof(float));
+    } else {
+        for (long q = 0; q < total; q++)
+            DP_TRY(t->dev->zero(t->dev, t->rep[q / lanes].lane_grads[q % lanes], t->model.params.n * sizeof(float)));
+        DP_TRY(t->dev->zero(t->dev, t->d_lane_loss, nl * sizeof(float)));
+        DP_TRY(t->dev->zero(t->dev, t->d_lane_correct, nl * sizeof(int32_t)));
+    }
     t->lanes_clear = 0;
-    for (size_t i = 0; i < (size_t)t->n_local * (size_t)t->n_lanes; i++) t->lane_loss[i] = 0, t->lane_correct[i] = 0;
+    for (size_t i = 0; i < nl; i++) t->lane_loss[i] = 0, t->lane_correct[i] = 0;
+    return DP_OK;
+}
+
+/* DDP: the lanes' losses and hits from where the loss kernels wrote them, checked. */
+static dp_status fetch_lane_losses(dp_trainer *t) {
+    const size_t nl = (size_t)t->n_local * (size_t)t->n_lanes;
+    t->stage_busy = 0; /* the downloads wait for everything queued */
+    DP_TRY(t->dev->download(t->dev, t->lane_loss, t->d_lane_loss, nl * sizeof(float)));
+    DP_TRY(t->dev->download(t->dev, t->lane_correct, t->d_lane_correct, nl * sizeof(int32_t)));
+    for (int r = 0; r < t->n_local; r++)
+        for (int l = 0; l < t->n_lanes; l++) {
+            const float loss = t->lane_loss[(size_t)r * t->n_lanes + (size_t)l];
+            if (!isfinite(loss))
+                return dp_fail(DP_ERR_NUMERIC, "the loss of replica %d became %s at epoch %d, step %ld: training "
+                               "stopped (try a smaller --lr)", t->rep[r].rank, isnan(loss) ? "NaN" : "Inf", t->epoch,
+                               t->step + 1);
+        }
+    return DP_OK;
 }
 
 /* Sums [loss, correct, count] of the step over every replica of every process into *m: the
@@ -270,7 +289,7 @@ static dp_status add_metrics(dp_trainer *t, const int *count, dp_step_metrics *m
         t->metric_bufs[r][2] = (float)count[r];
     }
     /* not through dp_allreduce: bookkeeping, not gradient traffic, stays out of the statistics */
-    DP_TRY(t->backend->iface->allreduce(t->backend, t->metric_bufs, 3, DP_SUM));
+    DP_TRY(dp_host_allreduce(t, t->metric_bufs, 3));
     m->loss_sum += t->metric_bufs[0][0];
     m->correct += lrintf(t->metric_bufs[0][1]);
     m->count += lrintf(t->metric_bufs[0][2]);
@@ -299,24 +318,64 @@ static dp_status assign_lanes(dp_trainer *t, const dp_batch *bt, int b, micro_in
     return DP_OK;
 }
 
-static dp_status ddp_micro(dp_trainer *t, const dp_batch *b, const micro_info *mi, int micro, float lr,
-                           dp_step_metrics *m) {
+/* DDP's device work of a micro-step, up to the gradients all-reduced (graph.h may record it). */
+typedef struct {
+    dp_trainer *t;
+    const dp_batch *b;
+    const micro_info *mi;
+    int micro;
+    float lr;
+} ddp_args;
+
+static dp_status ddp_device_part(void *arg) {
+    ddp_args *a = arg;
+    dp_trainer *t = a->t;
     dp_status st[t->n_local * t->rep[0].n_active + 1];
-    int count[t->n_local];
-    if (micro == 0) zero_grads(t);
+    if (a->micro == 0) DP_TRY(zero_grads(t));
     /* PyTorch's broadcast_buffers: rank 0's BN statistics at every forward */
     if (t->world > 1 && t->model.buffers.n)
         DP_TRY(dp_broadcast(t->backend, slices(t, ARENA_BUFFERS, 0), t->model.buffers.n, 0));
-    DP_TRY(forward_all(t, b, mi, 1.0f / (float)mi->step_samples, st));
-    DP_TRY(backward_all(t, b, mi, t->world > 1, st));
+    DP_TRY(forward_all(t, a->b, a->mi, 1.0f / (float)a->mi->step_samples, st));
+    return backward_all(t, a->b, a->mi, t->world > 1, st);
+}
+
+static dp_status ddp_optimizer_part(void *arg) {
+    ddp_args *a = arg;
+    dp_trainer *t = a->t;
+#pragma omp parallel for num_threads(t->cfg.threads) schedule(static) if (t->n_local > 1 && t->dev->is_host)
+    for (int r = 0; r < t->n_local; r++)
+        dp_sgd_step(&t->sgd, &t->model.params, t->rep[r].params, t->rep[r].grads, t->rep[r].momentum, a->lr);
+    return DP_OK;
+}
+
+/* What the recorded device work depends on: the lanes and their counts, the micro-step's place,
+ * whether lanes 1.. start clear; and (part 1) the learning rate. */
+static uint64_t ddp_key(const dp_trainer *t, const dp_batch *b, const micro_info *mi, int micro, int part, float lr) {
+    int v[8 + t->n_local];
+    int32_t lr_bits;
+    memcpy(&lr_bits, &lr, sizeof lr_bits);
+    v[0] = part, v[1] = micro, v[2] = mi->last, v[3] = mi->step_samples, v[4] = mi->micro_samples;
+    v[5] = part ? lr_bits : t->lanes_clear;
+    v[6] = t->rep[0].n_active, v[7] = t->rep[0].n_active ? t->rep[0].slots[0].lane : 0;
+    for (int r = 0; r < t->n_local; r++) v[8 + r] = b[r].n;
+    return dp_graph_key(DP_GRAPH_KEY0, v, 8 + t->n_local);
+}
+
+static dp_status ddp_micro(dp_trainer *t, const dp_batch *b, const micro_info *mi, int micro, float lr,
+                           dp_step_metrics *m) {
+    int count[t->n_local];
+    ddp_args a = {t, b, mi, micro, lr};
+    const int graphs = t->cfg.graphs && !t->backend->trace && !t->node_s;
+    DP_TRY(dp_graph_run(&t->graphs, t->dev, t->backend, graphs, ddp_key(t, b, mi, micro, 0, lr), ddp_device_part, &a));
+    /* a replay skips the host's bookkeeping of zero_grads and backward_all: keep it */
+    t->lanes_clear = mi->last ? 1 : micro == 0 ? 0 : t->lanes_clear;
     for (int r = 0; r < t->n_local; r++) t->step_count[r] += b[r].n;
     if (!mi->last) return DP_OK;
     for (int r = 0; r < t->n_local; r++) count[r] = t->step_count[r], t->step_count[r] = 0;
+    DP_TRY(fetch_lane_losses(t));
     DP_TRY(add_metrics(t, count, m));
-#pragma omp parallel for num_threads(t->cfg.threads) schedule(static) if (t->n_local > 1)
-    for (int r = 0; r < t->n_local; r++)
-        dp_sgd_step(&t->sgd, &t->model.params, t->rep[r].params, t->rep[r].grads, t->rep[r].momentum, lr);
-    return DP_OK;
+    return dp_graph_run(&t->graphs, t->dev, t->backend, graphs, ddp_key(t, b, mi, micro, 1, lr), ddp_optimizer_part,
+                        &a);
 }
 
 /* DP's gather record per replica: its logits (max_local, K), labels (max_local) and count. */
@@ -324,18 +383,86 @@ static size_t dp_record_floats(const dp_trainer *t) {
     return (size_t)t->max_local * (size_t)(t->model.n_classes + 1) + 1;
 }
 
+/* A device array of n elements of 4 bytes. */
+static dp_status dev_alloc(dp_trainer *t, void *out, size_t n, const char *what) {
+    return t->dev->alloc(t->dev, (float **)out, n, what);
+}
+
 dp_status dp_strategy_alloc(dp_trainer *t) {
     const size_t lanes = (size_t)t->n_local * (size_t)t->n_lanes;
+    const int max_lanes = t->rep[0].n_slots;
     DP_ALLOC(t->lane_loss, lanes, "lane losses");
     DP_ALLOC(t->lane_correct, lanes, "lane accuracy counts");
     DP_ALLOC(t->step_count, t->n_local, "step sample counts");
+    if (t->dev->is_host) {
+        t->d_lane_loss = t->lane_loss, t->d_lane_correct = t->lane_correct;
+    } else {
+        DP_TRY(dev_alloc(t, &t->d_lane_loss, lanes, "lane losses"));
+        DP_TRY(dev_alloc(t, &t->d_lane_correct, lanes, "lane accuracy counts"));
+        const size_t per = dp_shape_size(t->model.input);
+        DP_ALLOC(t->d_batches, t->n_local, "device batches");
+        DP_ALLOC(t->h_stage, t->n_local, "upload staging");
+        for (int r = 0; r < t->n_local; r++) {
+            DP_TRY(dev_alloc(t, &t->d_batches[r].x, (size_t)t->max_local * per, "the batch on the device"));
+            DP_TRY(dev_alloc(t, &t->d_batches[r].y, (size_t)t->max_local, "the labels on the device"));
+            DP_TRY(t->dev->host_alloc(t->dev, (void **)&t->h_stage[r].x, (size_t)t->max_local * per * sizeof(float),
+                                      "upload staging"));
+            DP_TRY(t->dev->host_alloc(t->dev, (void **)&t->h_stage[r].y, (size_t)t->max_local * sizeof(int32_t),
+                                      "upload staging"));
+        }
+    }
     if (t->cfg.mode != DP_MODE_DP) return DP_OK;
-    size_t rec = dp_record_floats(t), in = (size_t)t->max_local * dp_shape_size(t->model.input);
-    DP_ALLOC(t->dp_send, (size_t)t->n_local * rec, "DataParallel gather buffers");
-    DP_ALLOC(t->dp_recv, (size_t)t->n_local * rec * (size_t)t->world, "DataParallel gather buffers");
-    DP_ALLOC(t->dp_in, (size_t)t->n_local * in, "DataParallel input scatter buffers");
-    DP_ALLOC(t->dp_in_all, (size_t)t->world * in, "DataParallel input scatter buffers");
+    const size_t rec = dp_record_floats(t), in = (size_t)t->max_local * dp_shape_size(t->model.input);
+    const size_t all = (size_t)t->world * (size_t)max_lanes;
+    DP_TRY(dev_alloc(t, &t->dp_send, (size_t)t->n_local * rec, "DataParallel gather buffers"));
+    DP_TRY(dev_alloc(t, &t->dp_recv, (size_t)t->n_local * rec * (size_t)t->world, "DataParallel gather buffers"));
+    DP_TRY(dev_alloc(t, &t->dp_in, (size_t)t->n_local * in, "DataParallel input scatter buffers"));
+    DP_TRY(dev_alloc(t, &t->dp_in_all, (size_t)t->world * in, "DataParallel input scatter buffers"));
+    DP_ALLOC(t->dp_host_rec, rec * (size_t)t->world, "DataParallel master records");
+    DP_ALLOC(t->dp_tail, (size_t)t->max_local + 1, "DataParallel labels");
+    DP_ALLOC(t->h_labels, (size_t)t->world * (size_t)t->max_local, "DataParallel labels");
+    DP_ALLOC(t->h_dp_loss, all, "DataParallel lane losses");
+    DP_ALLOC(t->h_dp_correct, all, "DataParallel lane hits");
+    DP_TRY(dev_alloc(t, &t->d_labels, (size_t)t->world * (size_t)t->max_local, "DataParallel labels"));
+    DP_TRY(dev_alloc(t, &t->d_dlogits, (size_t)dp_chunk_max_lane(&t->sampler.plan) * (size_t)t->model.n_classes,
+                     "DataParallel logit gradients"));
+    DP_TRY(dev_alloc(t, &t->d_dp_loss, all, "DataParallel lane losses"));
+    DP_TRY(dev_alloc(t, &t->d_dp_correct, all, "DataParallel lane hits"));
     return DP_OK;
+}
+
+void dp_strategy_free(dp_trainer *t) {
+    const dp_dev *d = t->dev;
+    if (!d) return;
+    if (!d->is_host) {
+        d->free(d, t->d_lane_loss);
+        d->free(d, t->d_lane_correct);
+    }
+    for (int r = 0; t->d_batches && r < t->n_local; r++) {
+        d->free(d, t->d_batches[r].x);
+        d->free(d, t->d_batches[r].y);
+    }
+    free(t->d_batches);
+    for (int r = 0; t->h_stage && r < t->n_local; r++) {
+        d->host_free(d, t->h_stage[r].x);
+        d->host_free(d, t->h_stage[r].y);
+    }
+    free(t->h_stage);
+    t->h_stage = NULL;
+    d->free(d, t->dp_send);
+    d->free(d, t->dp_recv);
+    d->free(d, t->dp_in);
+    d->free(d, t->dp_in_all);
+    d->free(d, t->d_labels);
+    d->free(d, t->d_dlogits);
+    d->free(d, t->d_dp_loss);
+    d->free(d, t->d_dp_correct);
+    free(t->dp_host_rec);
+    free(t->dp_tail);
+    free(t->h_labels);
+    free(t->h_dp_loss);
+    free(t->h_dp_correct);
+    t->d_batches = NULL;
 }
 
 /* PyTorch coalesces DataParallel's broadcasts (and gradient reduces) in chunks of 10 MiB. */
@@ -355,6 +482,7 @@ static dp_status broadcast_coalesced(dp_trainer *t, int which, size_t n) {
  * moves a share's bytes to every rank (its cost is measured), and each rank keeps its own
  * shard, the same samples. *in receives the batches to compute on. */
 static dp_status scatter_input(dp_trainer *t, const dp_batch *b, dp_batch *in) {
+    const dp_dev *d = t->dev;
     const size_t per = dp_shape_size(t->model.input), share = (size_t)t->max_local * per;
     const int all_here = t->n_local == t->world;
     const float *send[t->n_local];
@@ -363,7 +491,8 @@ static dp_status scatter_input(dp_trainer *t, const dp_batch *b, dp_batch *in) {
         in[r] = b[r];
         if (t->rep[r].rank == 0)
             for (int q = 0; q < t->n_local; q++)
-                memcpy(t->dp_in_all + (size_t)t->rep[q].rank * share, b[q].x, (size_t)b[q].n * per * sizeof(float));
+                DP_TRY(d->copy(d, t->dp_in_all + (size_t)t->rep[q].rank * share, b[q].x,
+                               (size_t)b[q].n * per * sizeof(float)));
         send[r] = t->rep[r].rank == 0 ? t->dp_in_all : NULL;
         recv[r] = t->dp_in + (size_t)r * share;
     }
@@ -373,38 +502,54 @@ static dp_status scatter_input(dp_trainer *t, const dp_batch *b, dp_batch *in) {
     return DP_OK;
 }
 
-/* The master's loss over every replica's gathered record: per lane, then the lanes' tree,
- * then the replicas' tree, the additions DDP makes in its lanes and its all-reduce. The
- * record's logits are replaced by their gradients. */
-static float master_loss(dp_trainer *t, float *g, size_t rec, const micro_info *mi, int b, int *correct) {
+/* The master's loss over every replica's gathered record g (on the device): per lane, then the
+ * lanes' tree, then the replicas' tree, the additions DDP makes in its lanes and its
+ * all-reduce. The record's logits are replaced by their gradients. The labels and counts are
+ * read from a host copy of the records; the lanes' losses are computed where the logits are. */
+static dp_status master_loss(dp_trainer *t, float *g, size_t rec, const micro_info *mi, int b, float *loss,
+                             int *correct) {
+    const dp_dev *d = t->dev;
     const int K = t->model.n_classes, maxb = t->max_local;
     const dp_sampler *sp = &t->sampler;
     int first, count;
     dp_sampler_micro_lanes(sp, b, &first, &count);
-    float lanes[count > 0 ? count : 1], reps[t->world];
-    int32_t labels[maxb > 0 ? maxb : 1];
-    float dlogits[(size_t)dp_chunk_max_lane(&sp->plan) * (size_t)K + 1];
-    *correct = 0;
+    float reps[t->world];
+    const float *h = t->dp_host_rec;
+    DP_TRY(d->download(d, t->dp_host_rec, g, rec * (size_t)t->world * sizeof(float)));
+    for (int q = 0; q < t->world; q++) {
+        const float *hq = h + (size_t)q * rec;
+        const int n = (int)hq[rec - 1];
+        for (int i = 0; i < n; i++) t->h_labels[(size_t)q * maxb + i] = (int32_t)hq[(size_t)maxb * K + i];
+    }
+    DP_TRY(d->upload(d, t->d_labels, t->h_labels, (size_t)t->world * (size_t)maxb * sizeof(int32_t)));
     for (int q = 0; q < t->world; q++) {
         float *rq = g + (size_t)q * rec;
-        const int n = (int)rq[rec - 1];
-        for (int i = 0; i < n; i++) labels[i] = (int32_t)rq[(size_t)maxb * K + i];
         for (int i = 0, lo = 0; i < count; i++) {
             const int ni = dp_chunk_lane_count(&sp->plan, mi->step_samples, q, first + i);
-            int c = 0;
-            lanes[i] = lane_loss(t, ni, K, rq + (size_t)lo * K, labels + lo, 1.0f / (float)mi->step_samples, dlogits, &c);
-            memcpy(rq + (size_t)lo * K, dlogits, (size_t)ni * K * sizeof(float)); /* logits become their gradients */
-            *correct += c;
+            const size_t at = (size_t)q * (size_t)count + (size_t)i;
+            lane_loss(t, ni, K, rq + (size_t)lo * K, t->d_labels + (size_t)q * maxb + lo, 1.0f / (float)mi->step_samples,
+                      t->d_dlogits, t->d_dp_loss + at, t->d_dp_correct + at);
+            /* logits become their gradients */
+            DP_TRY(d->copy(d, rq + (size_t)lo * K, t->d_dlogits, (size_t)ni * K * sizeof(float)));
             lo += ni;
         }
-        /* the lanes of a DP step are all of the replica's (no accumulation) */
-        reps[q] = dp_tree_sum_scalars(lanes, count, 1);
     }
-    return dp_tree_sum_scalars(reps, t->world, 1);
+    const size_t nl = (size_t)t->world * (size_t)count;
+    DP_TRY(d->download(d, t->h_dp_loss, t->d_dp_loss, nl * sizeof(float)));
+    DP_TRY(d->download(d, t->h_dp_correct, t->d_dp_correct, nl * sizeof(int32_t)));
+    *correct = 0;
+    for (int q = 0; q < t->world; q++) {
+        for (int i = 0; i < count; i++) *correct += t->h_dp_correct[(size_t)q * count + i];
+        /* the lanes of a DP step are all of the replica's (no accumulation) */
+        reps[q] = dp_tree_sum_scalars(t->h_dp_loss + (size_t)q * count, count, 1);
+    }
+    *loss = dp_tree_sum_scalars(reps, t->world, 1);
+    return DP_OK;
 }
 
-static dp_status dp_micro(dp_trainer *t, const dp_batch *b, const micro_info *mi, int bi, float lr,
+static dp_status dp_micro(dp_trainer *t, const dp_batch *b, const dp_batch *hb, const micro_info *mi, int bi, float lr,
                           dp_step_metrics *m) {
+    const dp_dev *d = t->dev;
     const dp_model *md = &t->model;
     const int K = md->n_classes, maxb = t->max_local;
     const size_t rec = dp_record_floats(t), all = rec * (size_t)t->world;
@@ -418,20 +563,23 @@ static dp_status dp_micro(dp_trainer *t, const dp_batch *b, const micro_info *mi
         DP_TRY(scatter_input(t, b, in));
         b = in;
     }
-    zero_grads(t);
+    DP_TRY(zero_grads(t));
     /* the slots' own loss is not used: the master computes it over the whole batch */
     DP_TRY(forward_all(t, b, mi, 1.0f, st));
-    /* gather outputs (and labels) to the master */
+    /* gather outputs (and labels, as floats, from the host's copy) to the master */
     const float *send[t->n_local];
     float *recv[t->n_local];
     for (int r = 0; r < t->n_local; r++) {
         float *s = t->dp_send + (size_t)r * rec;
         for (int l = 0; l < t->rep[r].n_active; l++) {
             const dp_slot *sl = &t->rep[r].slots[l];
-            memcpy(s + (size_t)sl->lo * K, sl->acts.out[md->output], (size_t)sl->n * K * sizeof(float));
+            DP_TRY(d->copy(d, s + (size_t)sl->lo * K, sl->acts.out[md->output], (size_t)sl->n * K * sizeof(float)));
         }
-        for (int i = 0; i < b[r].n; i++) s[(size_t)maxb * K + i] = (float)b[r].y[i];
-        s[rec - 1] = (float)b[r].n;
+        memset(t->dp_tail, 0, ((size_t)maxb + 1) * sizeof(float));
+        for (int i = 0; i < hb[r].n; i++) t->dp_tail[i] = (float)hb[r].y[i];
+        t->dp_tail[maxb] = (float)hb[r].n;
+        DP_TRY(d->upload(d, s + (size_t)maxb * K, t->dp_tail, ((size_t)maxb + 1) * sizeof(float)));
+        DP_TRY(d->wait(d)); /* dp_tail is reused for the next replica */
         send[r] = s;
         recv[r] = t->dp_recv + (size_t)r * all;
     }
@@ -446,7 +594,8 @@ static dp_status dp_micro(dp_trainer *t, const dp_batch *b, const micro_info *mi
     }
     if (master >= 0) {
         int correct = 0;
-        const float loss = master_loss(t, recv[master], rec, mi, bi, &correct);
+        float loss = 0;
+        DP_TRY(master_loss(t, recv[master], rec, mi, bi, &loss, &correct));
         t->lane_loss[(size_t)master * t->n_lanes] = loss; /* the others' stay 0: x + 0 = x */
         t->lane_correct[(size_t)master * t->n_lanes] = correct;
         count[master] = mi->step_samples;
@@ -465,7 +614,7 @@ static dp_status dp_micro(dp_trainer *t, const dp_batch *b, const micro_info *mi
     for (int r = 0; r < t->n_local; r++)
         for (int l = 0; l < t->rep[r].n_active; l++) {
             dp_slot *sl = &t->rep[r].slots[l];
-            memcpy(sl->acts.dout[md->output], back[r] + (size_t)sl->lo * K, (size_t)sl->n * K * sizeof(float));
+            DP_TRY(d->copy(d, sl->acts.dout[md->output], back[r] + (size_t)sl->lo * K, (size_t)sl->n * K * sizeof(float)));
         }
     DP_TRY(backward_all(t, b, mi, 0, st));
     DP_TRY(add_metrics(t, count, m));
@@ -476,13 +625,37 @@ static dp_status dp_micro(dp_trainer *t, const dp_batch *b, const micro_info *mi
     return DP_OK;
 }
 
+/* A device run's copy of the loader's batches: the samples and labels go up in stream order. */
+static dp_status to_device(dp_trainer *t, const dp_batch *b, const dp_batch **out) {
+    *out = b;
+    if (t->dev->is_host) return DP_OK;
+    const size_t per = dp_shape_size(t->model.input);
+    /* through pinned staging, so the copies do not wait for the GPU; the staging is reused only
+       once the last uploads from it are done (a micro-step that reads no loss does not wait) */
+    if (t->stage_busy) DP_TRY(t->dev->wait(t->dev));
+    for (int r = 0; r < t->n_local; r++) {
+        dp_batch *db = &t->d_batches[r], *hs = &t->h_stage[r];
+        const size_t nx = (size_t)b[r].n * per * sizeof(float), ny = (size_t)b[r].n * sizeof(int32_t);
+        db->n = b[r].n;
+        memcpy(hs->x, b[r].x, nx);
+        memcpy(hs->y, b[r].y, ny);
+        DP_TRY(t->dev->upload(t->dev, db->x, hs->x, nx));
+        DP_TRY(t->dev->upload(t->dev, db->y, hs->y, ny));
+    }
+    t->stage_busy = 1;
+    *out = t->d_batches;
+    return DP_OK;
+}
+
 dp_status dp_train_micro(dp_trainer *t, const dp_batch *batches, int b, float lr, dp_step_metrics *m) {
     const int K = t->sampler.plan.accumulate, micro = b % K;
     micro_info mi = {0};
     DP_TRY(assign_lanes(t, batches, b, &mi));
     mi.last = micro == dp_sampler_step_micro(&t->sampler, b) - 1;
-    if (t->cfg.mode == DP_MODE_DDP) return ddp_micro(t, batches, &mi, micro, lr, m);
-    return dp_micro(t, batches, &mi, b, lr, m);
+    const dp_batch *db;
+    DP_TRY(to_device(t, batches, &db));
+    if (t->cfg.mode == DP_MODE_DDP) return ddp_micro(t, db, &mi, micro, lr, m);
+    return dp_micro(t, db, batches, &mi, b, lr, m);
 }
 
 dp_status dp_strategy_finish(dp_trainer *t) {

@@ -34,6 +34,8 @@ void dp_config_defaults(dp_config *c) {
     c->workers = 1;
     c->shuffle = 1;
     c->backend = "sim";
+    c->device = "cpu";
+    c->graphs = 1;
     c->replicas = 1;
     c->mode = DP_MODE_DDP;
     c->bucket_mb = 25.0;
@@ -84,10 +86,11 @@ static dp_status init_params(dp_trainer *t) {
     for (int r = 0; r < t->n_local; r++) {
         if (t->rep[r].rank != 0) continue;
         if (from)
-            DP_TRY(dp_checkpoint_load_weights(t->cfg.eval_only ? "--load" : "--init-from", from, m, t->rep[r].params,
-                                              t->rep[r].buffers));
+            DP_TRY(dp_checkpoint_load_weights(t->cfg.eval_only ? "--load" : "--init-from", from, m, t->rep[r].h_params,
+                                              t->rep[r].h_buffers));
         else
-            dp_model_init_params(m, t->rep[r].params, t->rep[r].buffers, &rng);
+            dp_model_init_params(m, t->rep[r].h_params, t->rep[r].h_buffers, &rng);
+        DP_TRY(dp_replica_push(&t->rep[r], m)); /* a device's arenas from the host copies */
     }
     float *p[t->n_local], *b[t->n_local];
     for (int r = 0; r < t->n_local; r++) p[r] = t->rep[r].params, b[r] = t->rep[r].buffers;
@@ -162,12 +165,16 @@ static dp_status setup(dp_trainer *t) {
     dp_config *c = &t->cfg;
     if (c->threads <= 0) c->threads = omp_get_num_procs();
     openblas_set_num_threads(1); /* parallelism is ours: over samples or over replicas */
-    t->k = &dp_cpu_kernels;
-    t->kc = (dp_kctx){.nthreads = 1, .stream = NULL};
+    if (strcmp(c->device, "cpu") != 0 && strcmp(c->backend, "mpi") == 0)
+        return dp_fail(DP_ERR_USAGE, "--device %s: --backend mpi moves host memory, so its replicas compute on the CPU "
+                       "(drop --device; GPUs across processes are --backend nccl)", c->device);
+    DP_TRY(dp_dev_open(c->device, c->gpu, c->tf32, &t->dev));
+    t->k = t->dev->k;
+    t->kc = t->dev->kc;
 
     dp_backend_config bc = {.name = c->backend, .replicas = c->replicas, .nthreads = c->threads,
                             .algorithm = c->allreduce_algo, .timeout_s = c->timeout_s,
-                            .argc = c->argc, .argv = c->argv};
+                            .argc = c->argc, .argv = c->argv, .dev = t->dev};
     DP_TRY(dp_backend_create(&bc, &t->backend));
     t->n_local = dp_backend_n_local(t->backend);
     t->world = dp_backend_world(t->backend);
@@ -207,10 +214,11 @@ static dp_status setup(dp_trainer *t) {
     DP_TRY(check_memory(t, &t->model, t->have_train ? &t->train : NULL, &t->test, &lp, 1));
     DP_ALLOC(t->rep, t->n_local, "replicas");
     for (int r = 0; r < t->n_local; r++)
-        DP_TRY(dp_replica_create(&t->rep[r], &t->model, dp_backend_rank(t->backend, r), lane_batch, t->n_lanes,
+        DP_TRY(dp_replica_create(&t->rep[r], &t->model, t->dev, dp_backend_rank(t->backend, r), lane_batch, t->n_lanes,
                                  n_slots));
     DP_ALLOC(t->ptrs, t->n_local, "replica pointers");
     DP_ALLOC(t->metric_bufs, t->n_local, "metrics");
+    DP_ALLOC(t->hc_scratch, t->n_local, "collective scratch");
     for (int r = 0; r < t->n_local; r++) DP_ALLOC(t->metric_bufs[r], 4, "metrics");
     DP_TRY(init_params(t));
     DP_TRY(dp_strategy_alloc(t));
@@ -293,6 +301,7 @@ static dp_status log_config(dp_trainer *t) {
     dp_jbuf_kv_string(&b, "data", strcmp(c->data.name, "synthetic") == 0 ? "" : c->data.dir, 0);
     dp_jbuf_printf(&b, ",\"train_samples\":%d,\"test_samples\":%d", t->have_train ? t->train.n : 0, t->test.n);
     dp_jbuf_kv_string(&b, "backend", dp_backend_name(t->backend), 0);
+    dp_jbuf_kv_string(&b, "device", t->dev->desc, 0);
     dp_jbuf_printf(&b, ",\"world\":%d", t->world);
     dp_jbuf_kv_string(&b, "mode", c->mode == DP_MODE_DDP ? "ddp" : "dp", 0);
     dp_jbuf_printf(&b,
@@ -341,8 +350,8 @@ static dp_status nonfinite_step(dp_trainer *t, dp_status s, int epoch) {
     if (t->cfg.on_nan_skip) {
         if (s == DP_ERR_NUMERIC && t->bn_snapshot) /* the forward pass moved the BN statistics: undo it */
             for (int r = 0; r < t->n_local; r++)
-                memcpy(t->rep[r].buffers, t->bn_snapshot + (size_t)r * t->model.buffers.n,
-                       t->model.buffers.n * sizeof(float));
+                DP_TRY(t->dev->copy(t->dev, t->rep[r].buffers, t->bn_snapshot + (size_t)r * t->model.buffers.n,
+                                    t->model.buffers.n * sizeof(float)));
         t->skipped++;
         return DP_OK;
     }
@@ -370,8 +379,8 @@ static dp_status run_epoch(dp_trainer *t, int epoch, int first, int *stop) {
         lr = dp_schedule_lr(&t->sched, epoch, t->step);
         if (t->bn_snapshot)
             for (int r = 0; r < t->n_local; r++)
-                memcpy(t->bn_snapshot + (size_t)r * t->model.buffers.n, t->rep[r].buffers,
-                       t->model.buffers.n * sizeof(float));
+                DP_TRY(t->dev->copy(t->dev, t->bn_snapshot + (size_t)r * t->model.buffers.n, t->rep[r].buffers,
+                                    t->model.buffers.n * sizeof(float)));
         if (t->inject_nan_step && t->step + 1 == t->inject_nan_step && batches[0].n > 0)
             batches[0].x[0] = NAN; /* fault injection for the tests: DPTRAIN_INJECT_NAN_STEP */
         double tc = dp_now();
@@ -507,16 +516,15 @@ void dp_trainer_destroy(dp_trainer *t) {
     if (t->stop_bufs)
         for (int r = 0; r < t->n_local; r++) free(t->stop_bufs[r]);
     free(t->stop_bufs);
-    dp_free(t->bn_snapshot);
+    if (t->dev) t->dev->free(t->dev, t->bn_snapshot);
+    dp_host_coll_free(t);
+    if (t->dev) dp_graph_cache_free(&t->graphs, t->dev);
+    dp_strategy_free(t);
     free(t->bucket_node);
     free(t->bucket_req);
     free(t->lane_loss);
     free(t->lane_correct);
     free(t->step_count);
-    free(t->dp_send);
-    free(t->dp_recv);
-    free(t->dp_in);
-    free(t->dp_in_all);
     free(t->trace.recs);
     free(t->node_s);
     dp_report_discard(&t->report);
@@ -525,5 +533,6 @@ void dp_trainer_destroy(dp_trainer *t) {
     dp_dataset_free(&t->test);
     if (t->backend) t->backend->trace = NULL;
     dp_backend_destroy(t->backend);
+    dp_dev_close(t->dev);
     free(t);
 }

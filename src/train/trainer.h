@@ -14,6 +14,7 @@
 #include "optim/sgd.h"
 #include "report/report.h"
 #include "train/config.h"
+#include "train/graph.h"
 #include "train/replica.h"
 
 typedef struct {
@@ -27,6 +28,7 @@ typedef struct dp_trainer {
     dp_dataset train, test;
     int have_train;
     dp_backend_t backend;
+    dp_dev *dev;              /* where the replicas compute (core/device.h) */
     const dp_kernels *k;      /* the device's kernel table */
     dp_kctx kc;               /* and the context of the trainer's own kernel calls */
     int n_local, world;
@@ -43,12 +45,26 @@ typedef struct dp_trainer {
     /* DP: per local replica, its gather record and the gathered records of all replicas */
     float *dp_send, *dp_recv;
     float *dp_in, *dp_in_all; /* DP: each local replica's scattered input; the master's whole batch */
+    /* DP, the master's loss: the gathered records on the host, a replica's label tail, every
+       replica's labels (host and device), one lane's logit gradients, the lanes' losses and hits */
+    float *dp_host_rec, *dp_tail;
+    int32_t *h_labels, *d_labels;
+    float *d_dlogits, *h_dp_loss, *d_dp_loss;
+    int32_t *h_dp_correct, *d_dp_correct;
     float **ptrs;             /* (n_local) scratch for collectives over per-replica pointers */
     int *bucket_node;         /* (n_buckets) node after whose backward the bucket is complete */
     dp_req *bucket_req;       /* (n_buckets) the bucket's all-reduce in flight */
     float **metric_bufs;      /* (n_local) [loss_sum, correct, count] per replica */
-    float *lane_loss;         /* (n_local, n_lanes) each lane's loss sum this step */
+    float *lane_loss;         /* (n_local, n_lanes) each lane's loss sum this step (host) */
     int *lane_correct;        /* (n_local, n_lanes) */
+    float *d_lane_loss;       /* where the loss kernels write them: on the device (the host arrays on a CPU) */
+    int32_t *d_lane_correct;
+    dp_batch *d_batches;      /* (n_local) device runs: the loader's batches copied to the device */
+    dp_graph_cache graphs;    /* device runs: the recorded micro-steps (graph.h) */
+    dp_batch *h_stage;        /* (n_local) device runs: pinned copies of the batches the uploads read */
+    int stage_busy;           /* an upload from h_stage may still be in flight (no wait since) */
+    float **hc_scratch;       /* (n_local) device scratch of hostcoll.c, hc_floats each */
+    size_t hc_floats;
     int *step_count;          /* (n_local) samples so far this step */
     int lanes_clear;          /* lanes 1.. hold zeros (the last step's tree cleared them) */
     /* --predict / --save-profile: per slot q, node i's forward (q, 0, i) and backward (q, 1, i)
@@ -87,6 +103,7 @@ dp_status dp_train_micro(dp_trainer *t, const dp_batch *batches, int b, float lr
 dp_status dp_check_consistency(dp_trainer *t);
 /* Strategy buffers (DP's gather records); called once at setup. */
 dp_status dp_strategy_alloc(dp_trainer *t);
+void dp_strategy_free(dp_trainer *t);
 /* Makes every replica hold the master's parameters (DP) before evaluation or a checkpoint. */
 dp_status dp_strategy_finish(dp_trainer *t);
 /* The overhead model after a run (--predict, --save-profile) or instead of one (dptrain
@@ -103,6 +120,12 @@ dp_status dp_persist_resume(dp_trainer *t);
 dp_status dp_persist_stop_requested(dp_trainer *t, int *sig);
 /* The command that resumes this run, for the stop message. */
 void dp_persist_resume_command(const dp_trainer *t, char *buf, size_t n);
+
+/* Collectives over small host arrays on any device (hostcoll.c): sum over all replicas, and
+ * rank 0's values to all; every rank calls them. */
+dp_status dp_host_allreduce(dp_trainer *t, float *const *bufs, size_t n);
+dp_status dp_host_broadcast(dp_trainer *t, float *const *bufs, size_t n);
+void dp_host_coll_free(dp_trainer *t);
 
 /* Test-set accuracy with replica 0's parameters; per_class_correct/count may be NULL. */
 dp_status dp_evaluate(dp_trainer *t, const dp_dataset *d, dp_step_metrics *m, long *per_class_correct,

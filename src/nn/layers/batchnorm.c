@@ -20,8 +20,8 @@ static dp_status plan(dp_layer *l, dp_layout *params, dp_layout *buffers) {
 }
 
 /* Two double arrays of C for the kernels' sums. */
-static size_t ws_floats(const dp_layer *l, int batch, int nthreads) {
-    (void)batch, (void)nthreads;
+static size_t ws_floats(const dp_layer *l, const dp_kernels *k, int batch, int nthreads) {
+    (void)k, (void)batch, (void)nthreads;
     return 4 * (size_t)l->in_shape[0].c;
 }
 

@@ -27,9 +27,9 @@ static dp_status plan(dp_layer *l, dp_layout *params, dp_layout *buffers) {
     return DP_OK;
 }
 
-static size_t ws_floats(const dp_layer *l, int batch, int nthreads) {
+static size_t ws_floats(const dp_layer *l, const dp_kernels *k, int batch, int nthreads) {
     dp_conv2d_dims d = dims_of(l);
-    return dp_cpu_kernels.conv2d_workspace_floats(&d, batch, nthreads);
+    return k->conv2d_workspace_floats(&d, batch, nthreads);
 }
 
 static void init(const dp_layer *l, float *params, float *buffers, dp_rng *rng) {

@@ -1,0 +1,196 @@
+// device.cu: the CUDA device of core/device.h: cudaMalloc'd memory and one non-blocking stream
+// with a cuBLAS handle bound to it. Every call is checked; a failure names the call, the device
+// and CUDA's reason. Kernel launches are asynchronous, so their failures surface at wait().
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/cuda_kernels.h"
+
+extern "C" {
+#include "core/device.h"
+}
+
+typedef struct {
+    int ordinal;
+    cudaStream_t stream;
+    cublasHandle_t blas;
+    void *blas_ws; /* cuBLAS's workspace, set once: no allocation happens while a graph records */
+    dp_dev dev;
+} cuda_dev;
+
+static cuda_dev *impl_of(const dp_dev *d) { return (cuda_dev *)d->impl; }
+static cudaStream_t stream_of(const dp_dev *d) { return impl_of(d)->stream; }
+
+static dp_status fail_cuda(const dp_dev *d, const char *what, cudaError_t e) {
+    return dp_fail(DP_ERR_BACKEND, "CUDA device %d: %s failed: %s", d ? impl_of(d)->ordinal : -1, what,
+                   cudaGetErrorString(e));
+}
+
+#define CHECK(d, call)                                                   \
+    do {                                                                 \
+        cudaError_t e_ = (call);                                         \
+        if (e_ != cudaSuccess) return fail_cuda((d), #call, e_);         \
+    } while (0)
+
+static dp_status cuda_alloc(const dp_dev *d, float **p, size_t n, const char *what) {
+    *p = NULL;
+    size_t bytes = (n ? n : 1) * sizeof(float);
+    cudaError_t e = cudaMalloc((void **)p, bytes);
+    if (e != cudaSuccess) {
+        size_t free_b = 0, total_b = 0;
+        cudaGetLastError();
+        cudaMemGetInfo(&free_b, &total_b);
+        return dp_fail(DP_ERR_NOMEM, "CUDA device %d: out of memory for %s: %.1f MiB asked, %.1f MiB free of %.1f MiB",
+                       impl_of(d)->ordinal, what, bytes / 1048576.0, free_b / 1048576.0, total_b / 1048576.0);
+    }
+    CHECK(d, cudaMemsetAsync(*p, 0, bytes, stream_of(d)));
+    return DP_OK;
+}
+
+static void cuda_free(const dp_dev *d, void *p) {
+    (void)d;
+    if (p) cudaFree(p);
+}
+
+static dp_status cuda_host_alloc(const dp_dev *d, void **p, size_t bytes, const char *what) {
+    cudaError_t e = cudaMallocHost(p, bytes ? bytes : 1);
+    if (e != cudaSuccess) {
+        *p = NULL;
+        return dp_fail(DP_ERR_NOMEM, "CUDA device %d: no pinned host memory for %s (%.1f MiB): %s", impl_of(d)->ordinal,
+                       what, bytes / 1048576.0, cudaGetErrorString(e));
+    }
+    return DP_OK;
+}
+
+static void cuda_host_free(const dp_dev *d, void *p) {
+    (void)d;
+    if (p) cudaFreeHost(p);
+}
+
+static dp_status cuda_upload(const dp_dev *d, void *dst, const void *src, size_t bytes) {
+    if (bytes) CHECK(d, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_of(d)));
+    return DP_OK;
+}
+
+static dp_status cuda_copy(const dp_dev *d, void *dst, const void *src, size_t bytes) {
+    if (bytes && dst != src) CHECK(d, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_of(d)));
+    return DP_OK;
+}
+
+static dp_status cuda_zero(const dp_dev *d, void *p, size_t bytes) {
+    if (bytes) CHECK(d, cudaMemsetAsync(p, 0, bytes, stream_of(d)));
+    return DP_OK;
+}
+
+static dp_status cuda_wait(const dp_dev *d) {
+    CHECK(d, cudaStreamSynchronize(stream_of(d)));
+    char msg[512];
+    if (dp_cuda_kernels_error(msg, sizeof msg))
+        return dp_fail(DP_ERR_BACKEND, "CUDA device %d: %s", impl_of(d)->ordinal, msg);
+    return DP_OK;
+}
+
+static dp_status cuda_download(const dp_dev *d, void *dst, const void *src, size_t bytes) {
+    if (bytes) CHECK(d, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_of(d)));
+    return cuda_wait(d);
+}
+
+static dp_status cuda_capture_begin(const dp_dev *d) {
+    CHECK(d, cudaStreamBeginCapture(stream_of(d), cudaStreamCaptureModeThreadLocal));
+    return DP_OK;
+}
+
+static dp_status cuda_capture_end(const dp_dev *d, void **graph) {
+    *graph = NULL;
+    cudaGraph_t g = NULL;
+    CHECK(d, cudaStreamEndCapture(stream_of(d), &g));
+    char msg[512];
+    if (dp_cuda_kernels_error(msg, sizeof msg)) { // a launch failed while recording
+        cudaGraphDestroy(g);
+        return dp_fail(DP_ERR_BACKEND, "CUDA device %d: while recording the step: %s", impl_of(d)->ordinal, msg);
+    }
+    cudaGraphExec_t x = NULL;
+    cudaError_t e = cudaGraphInstantiate(&x, g, 0);
+    cudaGraphDestroy(g);
+    if (e != cudaSuccess) return fail_cuda(d, "cudaGraphInstantiate", e);
+    *graph = x;
+    return DP_OK;
+}
+
+static dp_status cuda_replay(const dp_dev *d, void *graph) {
+    CHECK(d, cudaGraphLaunch((cudaGraphExec_t)graph, stream_of(d)));
+    return DP_OK;
+}
+
+static void cuda_graph_free(const dp_dev *d, void *graph) {
+    (void)d;
+    if (graph) cudaGraphExecDestroy((cudaGraphExec_t)graph);
+}
+
+static void cuda_close(dp_dev *d) {
+    cuda_dev *c = impl_of(d);
+    if (c->stream) cudaStreamSynchronize(c->stream);
+    if (c->blas) cublasDestroy(c->blas);
+    if (c->blas_ws) cudaFree(c->blas_ws);
+    if (c->stream) cudaStreamDestroy(c->stream);
+    free(c);
+}
+
+extern "C" dp_status dp_cuda_dev_open(int ordinal, int tf32, dp_dev **out) {
+    *out = NULL;
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess || n == 0)
+        return dp_fail(DP_ERR_UNSUPPORTED, "--device cuda: no CUDA device found (%s); use --device cpu",
+                       e != cudaSuccess ? cudaGetErrorString(e) : "cudaGetDeviceCount: 0 devices");
+    if (ordinal < 0 || ordinal >= n)
+        return dp_fail(DP_ERR_USAGE, "--gpu %d: this machine has %d CUDA device%s (0..%d)", ordinal, n,
+                       n == 1 ? "" : "s", n - 1);
+    cuda_dev *c = (cuda_dev *)calloc(1, sizeof *c);
+    if (!c) return dp_fail(DP_ERR_NOMEM, "out of memory opening CUDA device %d", ordinal);
+    c->ordinal = ordinal;
+    dp_dev *d = &c->dev;
+    d->impl = c;
+    d->close = cuda_close;
+    cudaDeviceProp p;
+    if ((e = cudaSetDevice(ordinal)) != cudaSuccess || (e = cudaGetDeviceProperties(&p, ordinal)) != cudaSuccess ||
+        (e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking)) != cudaSuccess) {
+        dp_status s = fail_cuda(d, "opening the device (cudaSetDevice / cudaStreamCreate)", e);
+        cuda_close(d);
+        return s;
+    }
+    cublasStatus_t bs = cublasCreate(&c->blas);
+    if (bs == CUBLAS_STATUS_SUCCESS) bs = cublasSetStream(c->blas, c->stream);
+    const size_t ws_bytes = (size_t)32 << 20;
+    if (bs == CUBLAS_STATUS_SUCCESS && cudaMalloc(&c->blas_ws, ws_bytes) == cudaSuccess)
+        bs = cublasSetWorkspace(c->blas, c->blas_ws, ws_bytes);
+    // fp32 unless asked: results then compare with the CPU's; TF32 trades 10 mantissa bits for speed
+    if (bs == CUBLAS_STATUS_SUCCESS)
+        bs = cublasSetMathMode(c->blas, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH);
+    if (bs != CUBLAS_STATUS_SUCCESS) {
+        cuda_close(d);
+        return dp_fail(DP_ERR_BACKEND, "CUDA device %d: cuBLAS could not be set up (status %d)", ordinal, (int)bs);
+    }
+    d->name = "cuda";
+    d->is_host = 0;
+    d->k = &dp_cuda_kernels;
+    d->kc = (dp_kctx){.nthreads = 1, .stream = c->stream, .blas = c->blas};
+    snprintf(d->desc, sizeof d->desc, "%.80s (cuda:%d, sm_%d%d, %.1f GiB, TF32 %s)", p.name, ordinal, p.major, p.minor,
+             p.totalGlobalMem / 1073741824.0, tf32 ? "on" : "off");
+    d->alloc = cuda_alloc;
+    d->free = cuda_free;
+    d->upload = cuda_upload;
+    d->host_alloc = cuda_host_alloc;
+    d->host_free = cuda_host_free;
+    d->copy = cuda_copy;
+    d->zero = cuda_zero;
+    d->download = cuda_download;
+    d->wait = cuda_wait;
+    d->capture_begin = cuda_capture_begin;
+    d->capture_end = cuda_capture_end;
+    d->replay = cuda_replay;
+    d->graph_free = cuda_graph_free;
+    *out = d;
+    return DP_OK;
+}

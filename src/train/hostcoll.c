@@ -1,0 +1,50 @@
+/* hostcoll.c: collectives over small host arrays (metrics, stop flags, resume positions,
+ * evaluation counts) whatever the device: on a device the backend's collectives take device
+ * memory (backend.h), so the values go up into a scratch buffer per replica and come back.
+ * Bookkeeping, not gradient traffic: it calls the backend's table directly and stays out of
+ * the communication statistics. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/treesum.h"
+#include "train/trainer.h"
+
+static dp_status scratch_for(dp_trainer *t, size_t n) {
+    if (n <= t->hc_floats) return DP_OK;
+    const dp_dev *d = t->dev;
+    for (int r = 0; r < t->n_local; r++) {
+        d->free(d, t->hc_scratch[r]);
+        t->hc_scratch[r] = NULL;
+    }
+    for (int r = 0; r < t->n_local; r++) DP_TRY(d->alloc(d, &t->hc_scratch[r], n, "collective scratch"));
+    t->hc_floats = n;
+    return DP_OK;
+}
+
+static dp_status host_coll(dp_trainer *t, float *const *bufs, size_t n, int broadcast) {
+    const struct dp_backend_i *b = t->backend->iface;
+    if (t->dev->is_host)
+        return broadcast ? b->broadcast(t->backend, bufs, n, 0) : b->allreduce(t->backend, bufs, n, DP_SUM);
+    if (t->n_local == t->world) { /* every replica here (sim): the backend's sums, on the host */
+        if (!broadcast) dp_tree_sum(bufs, t->n_local, 0, n, 0);
+        for (int r = 1; r < t->n_local; r++) memcpy(bufs[r], bufs[0], n * sizeof(float));
+        return DP_OK;
+    }
+    const dp_dev *d = t->dev;
+    DP_TRY(scratch_for(t, n));
+    for (int r = 0; r < t->n_local; r++) DP_TRY(d->upload(d, t->hc_scratch[r], bufs[r], n * sizeof(float)));
+    DP_TRY(broadcast ? b->broadcast(t->backend, t->hc_scratch, n, 0)
+                     : b->allreduce(t->backend, t->hc_scratch, n, DP_SUM));
+    for (int r = 0; r < t->n_local; r++) DP_TRY(d->download(d, bufs[r], t->hc_scratch[r], n * sizeof(float)));
+    return DP_OK;
+}
+
+dp_status dp_host_allreduce(dp_trainer *t, float *const *bufs, size_t n) { return host_coll(t, bufs, n, 0); }
+dp_status dp_host_broadcast(dp_trainer *t, float *const *bufs, size_t n) { return host_coll(t, bufs, n, 1); }
+
+void dp_host_coll_free(dp_trainer *t) {
+    if (!t->hc_scratch) return;
+    for (int r = 0; r < t->n_local; r++) t->dev->free(t->dev, t->hc_scratch[r]);
+    free(t->hc_scratch);
+    t->hc_scratch = NULL;
+}
