@@ -16,6 +16,10 @@ typedef struct {
     cudaStream_t stream;
     cublasHandle_t blas;
     void *blas_ws; /* cuBLAS's workspace, set once: no allocation happens while a graph records */
+    cudaStream_t lane[DP_DEV_LANES];
+    cublasHandle_t lane_blas[DP_DEV_LANES];
+    void *lane_ws[DP_DEV_LANES];
+    cudaEvent_t forked, joined[DP_DEV_LANES];
     dp_dev dev;
 } cuda_dev;
 
@@ -96,6 +100,22 @@ static dp_status cuda_download(const dp_dev *d, void *dst, const void *src, size
     return cuda_wait(d);
 }
 
+static dp_status cuda_fork(const dp_dev *d, int n) {
+    cuda_dev *c = impl_of(d);
+    CHECK(d, cudaEventRecord(c->forked, c->stream));
+    for (int i = 0; i < n && i < DP_DEV_LANES; i++) CHECK(d, cudaStreamWaitEvent(c->lane[i], c->forked, 0));
+    return DP_OK;
+}
+
+static dp_status cuda_join(const dp_dev *d, int n) {
+    cuda_dev *c = impl_of(d);
+    for (int i = 0; i < n && i < DP_DEV_LANES; i++) {
+        CHECK(d, cudaEventRecord(c->joined[i], c->lane[i]));
+        CHECK(d, cudaStreamWaitEvent(c->stream, c->joined[i], 0));
+    }
+    return DP_OK;
+}
+
 static dp_status cuda_capture_begin(const dp_dev *d) {
     CHECK(d, cudaStreamBeginCapture(stream_of(d), cudaStreamCaptureModeThreadLocal));
     return DP_OK;
@@ -131,6 +151,13 @@ static void cuda_graph_free(const dp_dev *d, void *graph) {
 static void cuda_close(dp_dev *d) {
     cuda_dev *c = impl_of(d);
     if (c->stream) cudaStreamSynchronize(c->stream);
+    for (int i = 0; i < DP_DEV_LANES; i++) {
+        if (c->lane_blas[i]) cublasDestroy(c->lane_blas[i]);
+        if (c->lane_ws[i]) cudaFree(c->lane_ws[i]);
+        if (c->lane[i]) cudaStreamDestroy(c->lane[i]);
+        if (c->joined[i]) cudaEventDestroy(c->joined[i]);
+    }
+    if (c->forked) cudaEventDestroy(c->forked);
     if (c->blas) cublasDestroy(c->blas);
     if (c->blas_ws) cudaFree(c->blas_ws);
     if (c->stream) cudaStreamDestroy(c->stream);
@@ -168,14 +195,35 @@ extern "C" dp_status dp_cuda_dev_open(int ordinal, int tf32, dp_dev **out) {
     // fp32 unless asked: results then compare with the CPU's; TF32 trades 10 mantissa bits for speed
     if (bs == CUBLAS_STATUS_SUCCESS)
         bs = cublasSetMathMode(c->blas, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH);
+    // lane streams: independent lanes run at once; each has its own handle and workspace (a shared
+    // workspace would be a race between streams), in the same math mode
+    const size_t lane_ws_bytes = (size_t)16 << 20;
+    if (cudaEventCreateWithFlags(&c->forked, cudaEventDisableTiming) != cudaSuccess) bs = CUBLAS_STATUS_ALLOC_FAILED;
+    for (int i = 0; i < DP_DEV_LANES && bs == CUBLAS_STATUS_SUCCESS; i++) {
+        if (cudaStreamCreateWithFlags(&c->lane[i], cudaStreamNonBlocking) != cudaSuccess ||
+            cudaEventCreateWithFlags(&c->joined[i], cudaEventDisableTiming) != cudaSuccess ||
+            cudaMalloc(&c->lane_ws[i], lane_ws_bytes) != cudaSuccess) {
+            bs = CUBLAS_STATUS_ALLOC_FAILED;
+            break;
+        }
+        bs = cublasCreate(&c->lane_blas[i]);
+        if (bs == CUBLAS_STATUS_SUCCESS) bs = cublasSetStream(c->lane_blas[i], c->lane[i]);
+        if (bs == CUBLAS_STATUS_SUCCESS) bs = cublasSetWorkspace(c->lane_blas[i], c->lane_ws[i], lane_ws_bytes);
+        if (bs == CUBLAS_STATUS_SUCCESS)
+            bs = cublasSetMathMode(c->lane_blas[i], tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH);
+    }
     if (bs != CUBLAS_STATUS_SUCCESS) {
         cuda_close(d);
-        return dp_fail(DP_ERR_BACKEND, "CUDA device %d: cuBLAS could not be set up (status %d)", ordinal, (int)bs);
+        return dp_fail(DP_ERR_BACKEND, "CUDA device %d: cuBLAS, its workspaces or the lane streams could not be set up (status %d)", ordinal, (int)bs);
     }
     d->name = "cuda";
     d->is_host = 0;
     d->k = &dp_cuda_kernels;
     d->kc = (dp_kctx){.nthreads = 1, .stream = c->stream, .blas = c->blas};
+    d->n_lanes = DP_DEV_LANES;
+    for (int i = 0; i < DP_DEV_LANES; i++) d->lane_kc[i] = (dp_kctx){.nthreads = 1, .stream = c->lane[i], .blas = c->lane_blas[i]};
+    d->fork = cuda_fork;
+    d->join = cuda_join;
     snprintf(d->desc, sizeof d->desc, "%.80s (cuda:%d, sm_%d%d, %.1f GiB, TF32 %s)", p.name, ordinal, p.major, p.minor,
              p.totalGlobalMem / 1073741824.0, tf32 ? "on" : "off");
     d->alloc = cuda_alloc;

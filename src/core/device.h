@@ -14,11 +14,21 @@
 
 typedef struct dp_dev dp_dev;
 
+/* Streams a device runs independent lanes on at once (data/chunks.h: a step's chunks). */
+#define DP_DEV_LANES 8
+
 struct dp_dev {
     const char *name;      /* "cpu", "cuda" */
     int is_host;           /* its memory is the host's: pointers may be read directly */
     const dp_kernels *k;   /* its kernel table */
     dp_kctx kc;            /* the stream and cuBLAS handle its kernels run on (CPU: 1 thread) */
+    /* Optional (n_lanes 0 on the CPU, whose lanes are threads): lane streams, each with its own
+       cuBLAS handle and workspace; fork makes lane streams 0..n-1 wait for the main stream's work
+       so far, join makes the main stream wait for theirs. Recorded graphs keep the fork and join. */
+    int n_lanes;
+    dp_kctx lane_kc[DP_DEV_LANES];
+    dp_status (*fork)(const dp_dev *, int n);
+    dp_status (*join)(const dp_dev *, int n);
     char desc[192];        /* "NVIDIA H100 80GB HBM3 (cuda:0, sm_90, 79.1 GiB, TF32 off)" */
     /* n floats, zeroed, 2 MiB aligned on the CPU (core/arena.h); fails naming `what` */
     dp_status (*alloc)(const dp_dev *, float **p, size_t n, const char *what);

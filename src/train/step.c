@@ -31,6 +31,30 @@ static int team(const dp_trainer *t) {
     return nq < t->cfg.threads ? nq : t->cfg.threads;
 }
 
+/* Device lanes: the active slots run on the device's lane streams at once, slot q on stream
+ * q mod lane_streams, between a fork from the main stream and a join back into it (0: no
+ * streams, the CPU's threads or a single slot run them). */
+static int lane_streams(const dp_trainer *t) {
+    const int nq = t->n_local * t->rep[0].n_active;
+    if (!t->dev->fork || nq < 2) return 0;
+    return nq < t->dev->n_lanes ? nq : t->dev->n_lanes;
+}
+
+static const dp_kctx *slot_kc(const dp_trainer *t, int q) {
+    const int n = lane_streams(t);
+    return n ? &t->dev->lane_kc[q % n] : &t->kc;
+}
+
+static dp_status lanes_fork(const dp_trainer *t) {
+    const int n = lane_streams(t);
+    return n ? t->dev->fork(t->dev, n) : DP_OK;
+}
+
+static dp_status lanes_join(const dp_trainer *t) {
+    const int n = lane_streams(t);
+    return n ? t->dev->join(t->dev, n) : DP_OK;
+}
+
 /* What a micro-step is: batch b of the epoch, its share of its optimizer step. */
 typedef struct {
     int step_samples;   /* samples of the whole optimizer step (the loss is their mean) */
@@ -48,8 +72,9 @@ static dp_exec exec_of(const dp_trainer *t, int r, int l, const dp_batch *b, con
     x.update_stats = l == 0;
     x.nthreads = 1;
     x.k = t->k;
-    x.stream = t->kc.stream;
-    x.blas = t->kc.blas;
+    const dp_kctx *kc = slot_kc(t, r * rep->n_active + l);
+    x.stream = kc->stream;
+    x.blas = kc->blas;
     x.params = rep->params;
     x.grads = rep->slots[l].grads;
     x.buffers = rep->buffers;
@@ -97,9 +122,9 @@ static dp_status reduce_sums(dp_trainer *t, int i) {
 
 /* The loss of one lane: its samples' losses summed in order, as a float (the unit the trees
  * add), into loss[0] and its hits into correct[0], both in the device's memory. */
-static void lane_loss(const dp_trainer *t, int n, int K, const float *logits, const int32_t *y, float scale,
-                      float *dlogits, float *loss, int32_t *correct) {
-    t->k->softmax_xent(&t->kc, n, K, logits, y, scale, dlogits, loss, correct);
+static void lane_loss(const dp_trainer *t, const dp_kctx *kc, int n, int K, const float *logits, const int32_t *y,
+                      float scale, float *dlogits, float *loss, int32_t *correct) {
+    t->k->softmax_xent(kc, n, K, logits, y, scale, dlogits, loss, correct);
 }
 
 /* Forward and loss. The slots run independently between synchronisation points, which are
@@ -115,15 +140,18 @@ static dp_status forward_all(dp_trainer *t, const dp_batch *b, const micro_info 
             for (int l = 0; l < t->rep[r].n_active; l++) t->node_samples += t->rep[r].slots[l].n;
     }
     if (dp_node_has_sums(m, 0)) {
+        DP_TRY(lanes_fork(t));
         FOR_SLOTS(t, r, l) {
             dp_exec x = exec_of(t, r, l, b, mi, 1);
             dp_node_forward_sums(m, 0, &t->rep[r].slots[l].acts, &x, slot_input(t, b, r, l));
         }
+        DP_TRY(lanes_join(t));
         DP_TRY(reduce_sums(t, 0));
     }
     for (int i = 0; i < m->n_nodes;) {
         int j = i + 1;
         while (j < m->n_nodes && !dp_node_has_sums(m, j)) j++;
+        DP_TRY(lanes_fork(t));
         FOR_SLOTS(t, r, l) {
             dp_slot *sl = &t->rep[r].slots[l];
             dp_exec x = exec_of(t, r, l, b, mi, 1);
@@ -138,10 +166,11 @@ static dp_status forward_all(dp_trainer *t, const dp_batch *b, const micro_info 
                 dp_node_forward_sums(m, j, &sl->acts, &x, in);
             } else {
                 const size_t at = (size_t)r * t->n_lanes + (size_t)sl->lane;
-                lane_loss(t, sl->n, m->n_classes, sl->acts.out[m->output], b[r].y + sl->lo, scale,
+                lane_loss(t, slot_kc(t, q_), sl->n, m->n_classes, sl->acts.out[m->output], b[r].y + sl->lo, scale,
                           sl->acts.dout[m->output], t->d_lane_loss + at, t->d_lane_correct + at);
             }
         }
+        DP_TRY(lanes_join(t));
         DP_TRY(first_error(st, nq));
         if (j < m->n_nodes) DP_TRY(reduce_sums(t, j));
         i = j;
@@ -186,10 +215,12 @@ static dp_status backward_all(dp_trainer *t, const dp_batch *b, const micro_info
     const int nq = t->n_local * t->rep[0].n_active, last = mi->last;
     int next = 0;
     if (dp_node_has_sums(m, m->n_nodes - 1)) {
+        DP_TRY(lanes_fork(t));
         FOR_SLOTS(t, r, l) {
             dp_exec x = exec_of(t, r, l, b, mi, 1);
             dp_node_backward_sums(m, m->n_nodes - 1, &t->rep[r].slots[l].acts, &x, slot_input(t, b, r, l));
         }
+        DP_TRY(lanes_join(t));
         DP_TRY(reduce_sums(t, m->n_nodes - 1));
     }
     for (int i = m->n_nodes - 1; i >= 0;) {
@@ -199,6 +230,7 @@ static dp_status backward_all(dp_trainer *t, const dp_batch *b, const micro_info
         if (!completes(t, last, next, i))
             while (j >= 0 && !dp_node_has_sums(m, j) && !completes(t, last, next, j)) j--;
         if (j >= 0 && completes(t, last, next, j) && !dp_node_has_sums(m, j)) j--; /* j completes: include it */
+        DP_TRY(lanes_fork(t));
         FOR_SLOTS(t, r, l) {
             dp_slot *sl = &t->rep[r].slots[l];
             dp_exec x = exec_of(t, r, l, b, mi, 1);
@@ -211,6 +243,7 @@ static dp_status backward_all(dp_trainer *t, const dp_batch *b, const micro_info
             }
             if (j >= 0 && dp_node_has_sums(m, j)) dp_node_backward_sums(m, j, &sl->acts, &x, in);
         }
+        DP_TRY(lanes_join(t));
         DP_TRY(first_error(st, nq));
         for (; completes(t, last, next, j + 1); next++) {
             sum_lanes(t, next);
@@ -527,8 +560,8 @@ static dp_status master_loss(dp_trainer *t, float *g, size_t rec, const micro_in
         for (int i = 0, lo = 0; i < count; i++) {
             const int ni = dp_chunk_lane_count(&sp->plan, mi->step_samples, q, first + i);
             const size_t at = (size_t)q * (size_t)count + (size_t)i;
-            lane_loss(t, ni, K, rq + (size_t)lo * K, t->d_labels + (size_t)q * maxb + lo, 1.0f / (float)mi->step_samples,
-                      t->d_dlogits, t->d_dp_loss + at, t->d_dp_correct + at);
+            lane_loss(t, &t->kc, ni, K, rq + (size_t)lo * K, t->d_labels + (size_t)q * maxb + lo,
+                      1.0f / (float)mi->step_samples, t->d_dlogits, t->d_dp_loss + at, t->d_dp_correct + at);
             /* logits become their gradients */
             DP_TRY(d->copy(d, rq + (size_t)lo * K, t->d_dlogits, (size_t)ni * K * sizeof(float)));
             lo += ni;
