@@ -18,6 +18,7 @@ typedef struct {
     int nthreads;   /* CPU: OpenMP threads the call may use */
     void *stream;   /* CUDA: the cudaStream_t to enqueue on (NULL: the default stream) */
     void *blas;     /* CUDA: a cublasHandle_t bound to that stream (NULL: the table's own) */
+    int tf32;       /* CUDA: convolutions may use TF32 (cuBLAS takes it from its handle's math mode) */
 } dp_kctx;
 
 typedef struct dp_kernels {

@@ -49,20 +49,23 @@ PY
 run() { # name, then dptrain arguments
     local name=$1
     shift
-    local log=$LOGS/$name.jsonl
+    local log=$LOGS/$name.jsonl envs=() shown=
+    # a case named *-gemm runs the convolutions as im2col + cuBLAS instead of cuDNN
+    if [[ $name == *-gemm ]]; then envs=(env DPTRAIN_CONV=gemm); shown="DPTRAIN_CONV=gemm "; fi
     rm -f "$log"
-    "$DPTRAIN" train --no-progress --quiet --log "$log" "$@"
+    "${envs[@]}" "$DPTRAIN" train --no-progress --quiet --log "$log" "$@"
     read -r s ips acc < <(last_epoch "$log")
     echo "{\"case\":\"$name\",\"seconds\":$s,\"images_per_s\":$ips}" >> "$LOGS/dptrain.jsonl"
-    printf '| dptrain | %s | %s | %s | `dptrain train %s` |\n' "$name" "$s" "$ips" "$*" | tee -a "$ROWS"
+    printf '| dptrain | %s | %s | %s | `%sdptrain train %s` |\n' "$name" "$s" "$ips" "$shown" "$*" | tee -a "$ROWS"
 }
 
 ROWS=$LOGS/rows.md
 : > "$ROWS"
 LENET=(--device cuda --data "$DATA" --epochs 2 --batch-size 64 --lr 0.01 --momentum 0.9)
 run lenet-chunks8 "${LENET[@]}"
+run lenet-chunks8-gemm "${LENET[@]}"
+run lenet-chunks8-nograph "${LENET[@]}" --no-graph
 run lenet-chunks1 "${LENET[@]}" --chunks 1
-run lenet-chunks1-nograph "${LENET[@]}" --chunks 1 --no-graph
 run lenet-r1 "${LENET[@]}" --replicas 1
 run lenet-r4 "${LENET[@]}" --replicas 4
 run lenet-r4-chunks4 "${LENET[@]}" --replicas 4 --chunks 4
@@ -74,6 +77,7 @@ run lenet-bn-chunks1 "${BN[@]}" --chunks 1
 RN=(--device cuda --model resnet18 --dataset synthetic --shape 3x224x224 --samples 2560 --epochs 2 --batch-size 256
     --lr 0.02 --momentum 0.9 --weight-decay 1e-4 --nesterov)
 run resnet18-fp32 "${RN[@]}"
+run resnet18-fp32-gemm "${RN[@]}"
 run resnet18-fp32-chunks1 "${RN[@]}" --chunks 1
 run resnet18-tf32 "${RN[@]}" --tf32
 run resnet18-tf32-chunks1 "${RN[@]}" --tf32 --chunks 1

@@ -2,7 +2,10 @@
 # CUDA, NCCL and MPI but no CMocka, cJSON or data set). It unpacks the Debian packages carried in
 # .carry/debs into a private prefix (never into /), points pkg-config and the loader at it only
 # for the libraries the system lacks, and names the carried Fashion-MNIST.
-#   here:  bash examples/gpu/carry.sh      (fills .carry/: debs and the four .gz files)
+#   here:  fill .carry/: debs (apt-get download libcjson1 libcjson-dev libcmocka0 libcmocka-dev zlib1g-dev
+#          libopenblas0-pthread libopenblas-pthread-dev libopenblas-dev libopenblas0 pkgconf pkgconf-bin libpkgconf3
+#          libgfortran5 libquadmath0, in .carry/debs), data (the four Fashion-MNIST .gz files, in .carry/data),
+#          cudnn-include (cp /usr/local/cuda/include/cudnn*.h)
 #   there: . examples/gpu/device_env.sh && cmake -B build ... && ctest --test-dir build -L cuda
 _dp_root=$(pwd)/.carry
 _dp_pre=/tmp/dp-prefix
@@ -17,4 +20,6 @@ if [ -d "$_dp_root/debs" ]; then
     export LD_LIBRARY_PATH="$_dp_pre/usr/lib/x86_64-linux-gnu:$_dp_pre/usr/lib/x86_64-linux-gnu/openblas-pthread${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 fi
 [ -d "$_dp_root/data" ] && export DP_FASHION_DIR="$_dp_root/data"
+# cuDNN's headers, where the machine has its library but not its headers
+[ -d "$_dp_root/cudnn-include" ] && [ ! -e /usr/local/cuda/include/cudnn.h ] && export CUDNN_INCLUDE_DIR="$_dp_root/cudnn-include"
 unset _dp_root _dp_pre _dp_pc

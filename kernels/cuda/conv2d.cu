@@ -87,7 +87,7 @@ static void im2col(const dp_kctx *c, const dp_conv2d_dims *d, int batch, const f
     DP_LAUNCHED("conv2d im2col");
 }
 
-extern "C" void dp_cuda_conv2d_forward(const dp_kctx *c, const dp_conv2d_dims *d, int batch, const float *x,
+void dp_cuda_conv2d_forward_gemm(const dp_kctx *c, const dp_conv2d_dims *d, int batch, const float *x,
                                        const float *w, const float *b, float *y, float *ws) {
     if (batch <= 0) return;
     const int K = (int)col_rows(d), M = d->out_c;
@@ -100,7 +100,7 @@ extern "C" void dp_cuda_conv2d_forward(const dp_kctx *c, const dp_conv2d_dims *d
     DP_LAUNCHED("conv2d output layout");
 }
 
-extern "C" void dp_cuda_conv2d_backward(const dp_kctx *c, const dp_conv2d_dims *d, int batch, const float *x,
+void dp_cuda_conv2d_backward_gemm(const dp_kctx *c, const dp_conv2d_dims *d, int batch, const float *x,
                                         const float *w, const float *dy, float *dx, float *dw, float *db, float *ws) {
     if (batch <= 0) return;
     const int K = (int)col_rows(d), M = d->out_c;

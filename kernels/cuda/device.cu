@@ -9,6 +9,7 @@
 
 extern "C" {
 #include "core/device.h"
+const char *dp_cuda_conv_impl(void); // conv_cudnn.cu
 }
 
 typedef struct {
@@ -189,7 +190,7 @@ extern "C" dp_status dp_cuda_dev_open(int ordinal, int tf32, dp_dev **out) {
     }
     cublasStatus_t bs = cublasCreate(&c->blas);
     if (bs == CUBLAS_STATUS_SUCCESS) bs = cublasSetStream(c->blas, c->stream);
-    const size_t ws_bytes = (size_t)32 << 20;
+    const size_t ws_bytes = (size_t)16 << 20;
     if (bs == CUBLAS_STATUS_SUCCESS && cudaMalloc(&c->blas_ws, ws_bytes) == cudaSuccess)
         bs = cublasSetWorkspace(c->blas, c->blas_ws, ws_bytes);
     // fp32 unless asked: results then compare with the CPU's; TF32 trades 10 mantissa bits for speed
@@ -197,7 +198,9 @@ extern "C" dp_status dp_cuda_dev_open(int ordinal, int tf32, dp_dev **out) {
         bs = cublasSetMathMode(c->blas, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH);
     // lane streams: independent lanes run at once; each has its own handle and workspace (a shared
     // workspace would be a race between streams), in the same math mode
-    const size_t lane_ws_bytes = (size_t)16 << 20;
+    // the same workspace as the main handle: cuBLAS picks its algorithm by the workspace it has, and
+    // a lane must compute what the main stream would (DP runs there, DDP's recorded steps on lanes)
+    const size_t lane_ws_bytes = ws_bytes;
     if (cudaEventCreateWithFlags(&c->forked, cudaEventDisableTiming) != cudaSuccess) bs = CUBLAS_STATUS_ALLOC_FAILED;
     for (int i = 0; i < DP_DEV_LANES && bs == CUBLAS_STATUS_SUCCESS; i++) {
         if (cudaStreamCreateWithFlags(&c->lane[i], cudaStreamNonBlocking) != cudaSuccess ||
@@ -219,13 +222,13 @@ extern "C" dp_status dp_cuda_dev_open(int ordinal, int tf32, dp_dev **out) {
     d->name = "cuda";
     d->is_host = 0;
     d->k = &dp_cuda_kernels;
-    d->kc = (dp_kctx){.nthreads = 1, .stream = c->stream, .blas = c->blas};
+    d->kc = (dp_kctx){.nthreads = 1, .stream = c->stream, .blas = c->blas, .tf32 = tf32};
     d->n_lanes = DP_DEV_LANES;
-    for (int i = 0; i < DP_DEV_LANES; i++) d->lane_kc[i] = (dp_kctx){.nthreads = 1, .stream = c->lane[i], .blas = c->lane_blas[i]};
+    for (int i = 0; i < DP_DEV_LANES; i++) d->lane_kc[i] = (dp_kctx){.nthreads = 1, .stream = c->lane[i], .blas = c->lane_blas[i], .tf32 = tf32};
     d->fork = cuda_fork;
     d->join = cuda_join;
-    snprintf(d->desc, sizeof d->desc, "%.80s (cuda:%d, sm_%d%d, %.1f GiB, TF32 %s)", p.name, ordinal, p.major, p.minor,
-             p.totalGlobalMem / 1073741824.0, tf32 ? "on" : "off");
+    snprintf(d->desc, sizeof d->desc, "%.80s (cuda:%d, sm_%d%d, %.1f GiB, TF32 %s, convolutions: %s)", p.name, ordinal,
+             p.major, p.minor, p.totalGlobalMem / 1073741824.0, tf32 ? "on" : "off", dp_cuda_conv_impl());
     d->alloc = cuda_alloc;
     d->free = cuda_free;
     d->upload = cuda_upload;

@@ -29,7 +29,7 @@ struct dp_dev {
     dp_kctx lane_kc[DP_DEV_LANES];
     dp_status (*fork)(const dp_dev *, int n);
     dp_status (*join)(const dp_dev *, int n);
-    char desc[192];        /* "NVIDIA H100 80GB HBM3 (cuda:0, sm_90, 79.1 GiB, TF32 off)" */
+    char desc[256];        /* "NVIDIA H100 80GB HBM3 (cuda:0, sm_90, 79.1 GiB, TF32 off)" */
     /* n floats, zeroed, 2 MiB aligned on the CPU (core/arena.h); fails naming `what` */
     dp_status (*alloc)(const dp_dev *, float **p, size_t n, const char *what);
     void (*free)(const dp_dev *, void *p);

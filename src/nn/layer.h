@@ -32,6 +32,7 @@ typedef struct {
     const dp_kernels *k; /* the device's kernel table (NULL: the CPU's) */
     void *stream;       /* the device stream the kernels run on */
     void *blas;         /* and the cuBLAS handle bound to it (NULL: the table's own) */
+    int tf32;           /* the device allows TF32 (--tf32) */
     float *ws;          /* scratch, dp_model.ws_floats(batch) floats */
     const float *params;
     float *grads;
@@ -40,7 +41,7 @@ typedef struct {
 
 /* The kernel table and call context of an exec. */
 static inline const dp_kernels *dp_exec_kernels(const dp_exec *x) { return x->k ? x->k : &dp_cpu_kernels; }
-static inline dp_kctx dp_exec_kctx(const dp_exec *x) { return (dp_kctx){.nthreads = x->nthreads, .stream = x->stream, .blas = x->blas}; }
+static inline dp_kctx dp_exec_kctx(const dp_exec *x) { return (dp_kctx){.nthreads = x->nthreads, .stream = x->stream, .blas = x->blas, .tf32 = x->tf32}; }
 
 /* Everything but plan may assume shapes were checked by plan. `in` has n_in entries.
  * din[i] may be NULL (model input: no gradient needed). Gradients of parameters accumulate. */

@@ -39,7 +39,7 @@ dp_status dp_evaluate(dp_trainer *t, const dp_dataset *d, dp_step_metrics *m, lo
         dp_slot *sl = &t->rep[r].slots[q % ns];
         float *s = stats + (size_t)r * nstat;
         int *my_idx = idx + (size_t)q * piece;
-        dp_exec x = {.training = 0, .nthreads = 1, .k = t->k, .stream = t->kc.stream, .blas = t->kc.blas,
+        dp_exec x = {.training = 0, .nthreads = 1, .k = t->k, .stream = t->kc.stream, .blas = t->kc.blas, .tf32 = t->kc.tf32,
                      .params = t->rep[0].params, .buffers = t->rep[0].buffers};
         float *ex = host ? sl->eval_x : hx;
         int32_t *ey = host ? sl->eval_y : hy;

@@ -36,6 +36,8 @@ static int team(const dp_trainer *t) {
  * streams, the CPU's threads or a single slot run them). */
 static int lane_streams(const dp_trainer *t) {
     const int nq = t->n_local * t->rep[0].n_active;
+    /* eagerly too: the lanes' small kernels overlap on the GPU (LeNet, H100, --no-graph: 2.46 s
+       per epoch against 3.06 s on one stream, docs/gpu.md) */
     if (!t->dev->fork || nq < 2) return 0;
     return nq < t->dev->n_lanes ? nq : t->dev->n_lanes;
 }
@@ -75,6 +77,7 @@ static dp_exec exec_of(const dp_trainer *t, int r, int l, const dp_batch *b, con
     const dp_kctx *kc = slot_kc(t, r * rep->n_active + l);
     x.stream = kc->stream;
     x.blas = kc->blas;
+    x.tf32 = kc->tf32;
     x.params = rep->params;
     x.grads = rep->slots[l].grads;
     x.buffers = rep->buffers;

@@ -1,0 +1,231 @@
+// conv_cudnn.cu: the CUDA table's convolution entries. With cuDNN (a build that found it) the
+// forward, data-gradient and weight-gradient passes are cuDNN's, with algorithms from its
+// heuristics restricted to deterministic ones that fit the workspace the layer reserved (the
+// im2col path's, which is ample), fp32 FMA math unless --tf32; the bias and its gradient are
+// fixed-order kernels. Descriptors and algorithm choices are cached per shape, so a shape always
+// runs the same algorithm: the same bits every run, and for every replica count (a lane has the
+// same shape whatever the replicas). Which of the two a shape uses is a fixed rule, not a timing
+// (a timing could pick differently in another run): cuDNN from 1M multiply-adds per sample
+// (ResNet-18's convolutions), im2col + cuBLAS below (LeNet's), where cuDNN's per-call host cost
+// outweighs its kernels (H100: LeNet epoch 4.1 s against 1.75 s when launched eagerly; docs/gpu.md).
+// DPTRAIN_CONV=gemm or =cudnn forces one for every shape.
+#include <mutex>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dp_config.h"
+#include "kernels/cuda/common.cuh"
+
+void dp_cuda_conv2d_forward_gemm(const dp_kctx *c, const dp_conv2d_dims *d, int batch, const float *x, const float *w,
+                                 const float *b, float *y, float *ws);
+void dp_cuda_conv2d_backward_gemm(const dp_kctx *c, const dp_conv2d_dims *d, int batch, const float *x,
+                                  const float *w, const float *dy, float *dx, float *dw, float *db, float *ws);
+
+static size_t gemm_ws_bytes(const dp_conv2d_dims *d, int batch) {
+    const size_t K = (size_t)d->in_c * d->k * d->k, cols = (size_t)batch * d->out_h * d->out_w;
+    return (2 * K * cols + (size_t)d->out_c * cols) * sizeof(float);
+}
+
+#if DP_HAVE_CUDNN
+#include <cudnn.h>
+
+#define CUDNN_MIN_MACS 1000000.0
+
+static int forced(void) { /* 0: the rule, 1: always cuDNN, 2: never */
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("DPTRAIN_CONV");
+        v = e && strcmp(e, "cudnn") == 0 ? 1 : e && strcmp(e, "gemm") == 0 ? 2 : 0;
+    }
+    return v;
+}
+
+static int use_cudnn(const dp_conv2d_dims *d) {
+    if (forced()) return forced() == 1;
+    const double macs = (double)d->out_c * d->out_h * d->out_w * d->in_c * d->k * d->k;
+    return macs >= CUDNN_MIN_MACS;
+}
+
+typedef struct {
+    dp_conv2d_dims d;
+    int batch, tf32, ok;
+    cudnnTensorDescriptor_t x, y, bias;
+    cudnnFilterDescriptor_t w;
+    cudnnConvolutionDescriptor_t conv;
+    cudnnConvolutionFwdAlgo_t fwd;
+    cudnnConvolutionBwdDataAlgo_t bwd_data;
+    cudnnConvolutionBwdFilterAlgo_t bwd_filter;
+    int fwd_ok, data_ok, filter_ok; /* cuDNN has a deterministic algorithm for the pass (else im2col) */
+    size_t ws_bytes;
+} plan_t;
+
+#define MAX_PLANS 256
+static plan_t plans[MAX_PLANS];
+static int n_plans;
+static std::mutex plans_mu;
+
+static cudnnHandle_t dnn(const dp_kctx *c) {
+    static thread_local cudnnHandle_t h = nullptr;
+    if (!h) {
+        cudnnStatus_t s = cudnnCreate(&h);
+        if (s != CUDNN_STATUS_SUCCESS) {
+            dp_cuda_note("cudnnCreate", cudnnGetErrorString(s));
+            h = nullptr;
+            return nullptr;
+        }
+    }
+    cudnnSetStream(h, dp_stream(c));
+    return h;
+}
+
+#define DNN(call)                                                                     \
+    do {                                                                              \
+        cudnnStatus_t s_ = (call);                                                    \
+        if (s_ != CUDNN_STATUS_SUCCESS) {                                             \
+            dp_cuda_note(#call, cudnnGetErrorString(s_));                             \
+            return 0;                                                                 \
+        }                                                                             \
+    } while (0)
+
+static int math_ok(cudnnMathType_t m, int tf32) { return tf32 || m == CUDNN_FMA_MATH || m == CUDNN_DEFAULT_MATH; }
+
+// Per pass, the first (fastest by cuDNN's heuristics) deterministic algorithm within the
+// workspace; a pass without one (some shapes have no deterministic weight-gradient algorithm in
+// fp32) runs as im2col + cuBLAS, always for that shape.
+static int make_plan(cudnnHandle_t h, plan_t *p) {
+    const dp_conv2d_dims *d = &p->d;
+    DNN(cudnnCreateTensorDescriptor(&p->x));
+    DNN(cudnnCreateTensorDescriptor(&p->y));
+    DNN(cudnnCreateTensorDescriptor(&p->bias));
+    DNN(cudnnCreateFilterDescriptor(&p->w));
+    DNN(cudnnCreateConvolutionDescriptor(&p->conv));
+    DNN(cudnnSetTensor4dDescriptor(p->x, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, p->batch, d->in_c, d->in_h, d->in_w));
+    DNN(cudnnSetTensor4dDescriptor(p->y, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, p->batch, d->out_c, d->out_h, d->out_w));
+    DNN(cudnnSetTensor4dDescriptor(p->bias, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1, d->out_c, 1, 1));
+    DNN(cudnnSetFilter4dDescriptor(p->w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, d->out_c, d->in_c, d->k, d->k));
+    DNN(cudnnSetConvolution2dDescriptor(p->conv, d->pad, d->pad, d->stride, d->stride, 1, 1, CUDNN_CROSS_CORRELATION,
+                                        CUDNN_DATA_FLOAT));
+    // fp32: FMA only (no tensor cores), as PyTorch with allow_tf32 off
+    DNN(cudnnSetConvolutionMathType(p->conv, p->tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH));
+    int n = 0, found = 0;
+    cudnnConvolutionFwdAlgoPerf_t f[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+    DNN(cudnnGetConvolutionForwardAlgorithm_v7(h, p->x, p->w, p->conv, p->y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &n, f));
+    for (int i = 0; i < n && !found; i++)
+        if (f[i].status == CUDNN_STATUS_SUCCESS && f[i].determinism == CUDNN_DETERMINISTIC &&
+            f[i].memory <= p->ws_bytes && math_ok(f[i].mathType, p->tf32))
+            p->fwd = f[i].algo, found = 1;
+    p->fwd_ok = found;
+    cudnnConvolutionBwdDataAlgoPerf_t bd[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
+    DNN(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, p->w, p->y, p->conv, p->x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT,
+                                                     &n, bd));
+    found = 0;
+    for (int i = 0; i < n && !found; i++)
+        if (bd[i].status == CUDNN_STATUS_SUCCESS && bd[i].determinism == CUDNN_DETERMINISTIC &&
+            bd[i].memory <= p->ws_bytes && math_ok(bd[i].mathType, p->tf32))
+            p->bwd_data = bd[i].algo, found = 1;
+    p->data_ok = found;
+    cudnnConvolutionBwdFilterAlgoPerf_t bf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
+    DNN(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, p->x, p->y, p->conv, p->w,
+                                                       CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &n, bf));
+    found = 0;
+    for (int i = 0; i < n && !found; i++)
+        if (bf[i].status == CUDNN_STATUS_SUCCESS && bf[i].determinism == CUDNN_DETERMINISTIC &&
+            bf[i].memory <= p->ws_bytes && math_ok(bf[i].mathType, p->tf32))
+            p->bwd_filter = bf[i].algo, found = 1;
+    p->filter_ok = found;
+    return 1;
+}
+
+static const plan_t *plan_for(const dp_kctx *c, cudnnHandle_t h, const dp_conv2d_dims *d, int batch) {
+    std::lock_guard<std::mutex> g(plans_mu);
+    const int tf32 = c ? c->tf32 : 0;
+    for (int i = 0; i < n_plans; i++)
+        if (plans[i].batch == batch && plans[i].tf32 == tf32 && !memcmp(&plans[i].d, d, sizeof *d))
+            return plans[i].ok ? &plans[i] : nullptr;
+    if (n_plans == MAX_PLANS) return dp_cuda_note("cuDNN", "more than 256 convolution shapes"), nullptr;
+    plan_t *p = &plans[n_plans++];
+    memset(p, 0, sizeof *p);
+    p->d = *d, p->batch = batch, p->tf32 = tf32, p->ws_bytes = gemm_ws_bytes(d, batch);
+    p->ok = make_plan(h, p);
+    if (getenv("DPTRAIN_CONV_LOG")) // which algorithm each pass of each shape runs (docs/gpu.md)
+        fprintf(stderr, "conv %dx%dx%d -> %d k%d s%d p%d batch %d tf32 %d: forward %d, data %d, filter %d (-1: im2col)\n",
+                d->in_c, d->in_h, d->in_w, d->out_c, d->k, d->stride, d->pad, batch, tf32,
+                p->fwd_ok ? (int)p->fwd : -1, p->data_ok ? (int)p->bwd_data : -1, p->filter_ok ? (int)p->bwd_filter : -1);
+    return p->ok ? p : nullptr;
+}
+
+// db[m] += sum over samples and positions of dy (NCHW), in a fixed order: one block per channel.
+__global__ void bias_grad_nchw_k(int batch, int M, size_t P, const float *dy, float *db) {
+    const int m = blockIdx.x;
+    double acc = 0.0;
+    const size_t n = (size_t)batch * P;
+    for (size_t e = threadIdx.x; e < n; e += blockDim.x) acc += dy[((e / P) * M + m) * P + e % P];
+    acc = dp_block_sum(acc);
+    if (threadIdx.x == 0) db[m] = __fadd_rn(db[m], (float)acc);
+}
+
+static const float one = 1.0f, zero = 0.0f;
+
+static void cudnn_forward(const dp_kctx *c, const dp_conv2d_dims *d, int batch, const float *x, const float *w,
+                          const float *b, float *y, float *ws) {
+    cudnnHandle_t h = dnn(c);
+    const plan_t *p = h ? plan_for(c, h, d, batch) : nullptr;
+    if (!p) return;
+    if (!p->fwd_ok) return dp_cuda_conv2d_forward_gemm(c, d, batch, x, w, b, y, ws);
+    cudnnStatus_t s = cudnnConvolutionForward(h, &one, p->x, x, p->w, w, p->conv, p->fwd, ws, p->ws_bytes, &zero, p->y, y);
+    if (s == CUDNN_STATUS_SUCCESS && b) s = cudnnAddTensor(h, &one, p->bias, b, &one, p->y, y);
+    if (s != CUDNN_STATUS_SUCCESS) dp_cuda_note("cudnnConvolutionForward", cudnnGetErrorString(s));
+}
+
+static void cudnn_backward(const dp_kctx *c, const dp_conv2d_dims *d, int batch, const float *x, const float *w,
+                           const float *dy, float *dx, float *dw, float *db, float *ws) {
+    cudnnHandle_t h = dnn(c);
+    const plan_t *p = h ? plan_for(c, h, d, batch) : nullptr;
+    if (!p) return;
+    if (!p->data_ok) return dp_cuda_conv2d_backward_gemm(c, d, batch, x, w, dy, dx, dw, db, ws);
+    if (!p->filter_ok) { // weight and bias gradients by im2col, the input's by cuDNN
+        dp_cuda_conv2d_backward_gemm(c, d, batch, x, w, dy, nullptr, dw, db, ws);
+    } else {
+        // weight gradients accumulate (beta = 1), as PyTorch's .grad
+        cudnnStatus_t s = cudnnConvolutionBackwardFilter(h, &one, p->x, x, p->y, dy, p->conv, p->bwd_filter, ws,
+                                                         p->ws_bytes, &one, p->w, dw);
+        if (s != CUDNN_STATUS_SUCCESS) return dp_cuda_note("cudnnConvolutionBackwardFilter", cudnnGetErrorString(s));
+    }
+    cudnnStatus_t s = CUDNN_STATUS_SUCCESS;
+    if (db && p->filter_ok) {
+        bias_grad_nchw_k<<<d->out_c, DP_CUDA_THREADS, 0, dp_stream(c)>>>(batch, d->out_c, (size_t)d->out_h * d->out_w,
+                                                                        dy, db);
+        DP_LAUNCHED("conv2d bias gradient");
+    }
+    if (!dx) return;
+    s = cudnnConvolutionBackwardData(h, &one, p->w, w, p->y, dy, p->conv, p->bwd_data, ws, p->ws_bytes, &zero, p->x, dx);
+    if (s != CUDNN_STATUS_SUCCESS) dp_cuda_note("cudnnConvolutionBackwardData", cudnnGetErrorString(s));
+}
+#endif
+
+extern "C" void dp_cuda_conv2d_forward(const dp_kctx *c, const dp_conv2d_dims *d, int batch, const float *x,
+                                       const float *w, const float *b, float *y, float *ws) {
+    if (batch <= 0) return;
+#if DP_HAVE_CUDNN
+    if (use_cudnn(d)) return cudnn_forward(c, d, batch, x, w, b, y, ws);
+#endif
+    dp_cuda_conv2d_forward_gemm(c, d, batch, x, w, b, y, ws);
+}
+
+extern "C" void dp_cuda_conv2d_backward(const dp_kctx *c, const dp_conv2d_dims *d, int batch, const float *x,
+                                        const float *w, const float *dy, float *dx, float *dw, float *db, float *ws) {
+    if (batch <= 0) return;
+#if DP_HAVE_CUDNN
+    if (use_cudnn(d)) return cudnn_backward(c, d, batch, x, w, dy, dx, dw, db, ws);
+#endif
+    dp_cuda_conv2d_backward_gemm(c, d, batch, x, w, dy, dx, dw, db, ws);
+}
+
+extern "C" const char *dp_cuda_conv_impl(void) {
+#if DP_HAVE_CUDNN
+    return forced() == 1 ? "cuDNN (DPTRAIN_CONV=cudnn)" : forced() == 2 ? "im2col + cuBLAS (DPTRAIN_CONV=gemm)"
+                                                                  : "cuDNN from 1M MACs per sample, else im2col + cuBLAS";
+#else
+    return "im2col + cuBLAS";
+#endif
+}
