@@ -117,6 +117,13 @@ static dp_status cuda_join(const dp_dev *d, int n) {
     return DP_OK;
 }
 
+static dp_status cuda_mem_info(const dp_dev *d, unsigned long long *free_b, unsigned long long *total_b) {
+    size_t f = 0, t = 0;
+    CHECK(d, cudaMemGetInfo(&f, &t));
+    *free_b = f, *total_b = t;
+    return DP_OK;
+}
+
 static dp_status cuda_capture_begin(const dp_dev *d) {
     CHECK(d, cudaStreamBeginCapture(stream_of(d), cudaStreamCaptureModeThreadLocal));
     return DP_OK;
@@ -226,6 +233,8 @@ extern "C" dp_status dp_cuda_dev_open(int ordinal, int tf32, dp_dev **out) {
     d->n_lanes = DP_DEV_LANES;
     for (int i = 0; i < DP_DEV_LANES; i++) d->lane_kc[i] = (dp_kctx){.nthreads = 1, .stream = c->lane[i], .blas = c->lane_blas[i], .tf32 = tf32};
     d->fork = cuda_fork;
+    d->mem_info = cuda_mem_info;
+    d->reserved = (unsigned long long)256 << 20; /* cuDNN's handle and plans, graphs, headroom */
     d->join = cuda_join;
     snprintf(d->desc, sizeof d->desc, "%.80s (cuda:%d, sm_%d%d, %.1f GiB, TF32 %s, convolutions: %s)", p.name, ordinal,
              p.major, p.minor, p.totalGlobalMem / 1073741824.0, tf32 ? "on" : "off", dp_cuda_conv_impl());

@@ -110,7 +110,7 @@ static const opt_spec opts[] = {
      .help = "sim and nccl: where the replicas compute (cuda: every replica on one GPU with sim)"},
     {"gpu", "I", K_INT, .ilo = 0, .ihi = 1023, .off = OFF(gpu), .def = "0", .help = "--device cuda: which GPU"},
     {"tf32", NULL, K_SET, .off = OFF(tf32), .set = 1,
-     .help = "--device cuda: let cuBLAS use TF32 (faster, 10 fewer mantissa bits; off: fp32 like the CPU)"},
+     .help = "--device cuda: let cuBLAS and cuDNN use TF32 (faster, 10 fewer mantissa bits; off: fp32 like the CPU)"},
     {"no-graph", NULL, K_SET, .off = OFF(graphs), .set = 0,
      .help = "--device cuda: launch every kernel each step instead of replaying the step as one CUDA graph"},
     {"mode", "M", K_INDEX, .choices = modes, .off = OFF(mode), .def = "ddp",

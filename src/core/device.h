@@ -51,6 +51,10 @@ struct dp_dev {
     dp_status (*capture_end)(const dp_dev *, void **graph);
     dp_status (*replay)(const dp_dev *, void *graph);
     void (*graph_free)(const dp_dev *, void *graph);
+    /* Optional (NULL on the CPU): the device's free and total memory in bytes, and what its own
+       workspaces (cuBLAS, cuDNN, lane streams) take besides the run's arenas */
+    dp_status (*mem_info)(const dp_dev *, unsigned long long *free_b, unsigned long long *total_b);
+    unsigned long long reserved;
     void (*close)(dp_dev *);
     void *impl;
 };

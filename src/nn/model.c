@@ -175,6 +175,10 @@ size_t dp_acts_floats(const dp_model *m, int max_batch, int nthreads) {
     return acts_floats(m, &dp_cpu_kernels, max_batch, nthreads, NULL);
 }
 
+size_t dp_acts_floats_k(const dp_model *m, const dp_kernels *k, int max_batch, int nthreads) {
+    return acts_floats(m, k ? k : &dp_cpu_kernels, max_batch, nthreads, NULL);
+}
+
 dp_status dp_acts_create(const dp_model *m, int max_batch, int nthreads, dp_acts *a) {
     return dp_acts_create_on(m, max_batch, nthreads, NULL, a);
 }

@@ -54,6 +54,8 @@ struct dp_dev;
 dp_status dp_acts_create_on(const dp_model *m, int max_batch, int nthreads, const struct dp_dev *dev, dp_acts *a);
 /* Floats dp_acts_create allocates for these arguments (memory estimates, without allocating). */
 size_t dp_acts_floats(const dp_model *m, int max_batch, int nthreads);
+/* The same with kernel table k's scratch sizes (a device's convolutions need more). */
+size_t dp_acts_floats_k(const dp_model *m, const dp_kernels *k, int max_batch, int nthreads);
 void dp_acts_free(dp_acts *a);
 
 /* One node on one replica. `input` is the model's input batch. x->ws is set from a. */

@@ -23,6 +23,7 @@ typedef struct {
  * replica gets in a micro-step; loader_slots batches the loader prefetches. */
 typedef struct {
     int n_local, n_lanes, n_slots, lane_batch, max_local, loader_slots;
+    const dp_kernels *k; /* the device's table (its scratch sizes); NULL: the CPU's */
 } dp_mem_shape;
 
 void dp_estimate_memory(const dp_model *m, const dp_dataset *train, const dp_dataset *test, const dp_mem_shape *sh,
@@ -30,5 +31,10 @@ void dp_estimate_memory(const dp_model *m, const dp_dataset *train, const dp_dat
 /* Fails (DP_ERR_NOMEM) when what is still to be allocated (the estimate, less the data when
  * data_loaded) exceeds the memory available, naming every part and the limit's source. */
 dp_status dp_check_memory(const dp_mem_estimate *e, const dp_mem_shape *sh, int data_loaded);
+/* A run whose replicas live on a device: the arenas and activations against the device's free
+ * memory (free_bytes, less `reserved` for the device's own workspaces), the rest (data, loader,
+ * the host copies of parameters) against the host's. */
+dp_status dp_check_device_memory(const dp_mem_estimate *e, const dp_mem_shape *sh, int data_loaded,
+                                 unsigned long long free_bytes, unsigned long long reserved, const char *device);
 
 #endif

@@ -130,9 +130,12 @@ static dp_status check_memory(dp_trainer *t, const dp_model *m, const dp_dataset
     dp_mem_estimate me;
     dp_mem_shape sh = {.n_local = t->n_local, .n_lanes = p->lanes, .n_slots = p->slots, .lane_batch = p->lane_batch,
                        .max_local = p->max_local,
-                       .loader_slots = train ? (c->workers > 0 ? 2 * c->workers + 1 : 1) : 0};
+                       .loader_slots = train ? (c->workers > 0 ? 2 * c->workers + 1 : 1) : 0, .k = t->dev->k};
     dp_estimate_memory(m, train, test, &sh, &me);
-    return dp_check_memory(&me, &sh, data_loaded);
+    if (t->dev->is_host || !t->dev->mem_info) return dp_check_memory(&me, &sh, data_loaded);
+    unsigned long long free_b = 0, total_b = 0;
+    DP_TRY(t->dev->mem_info(t->dev, &free_b, &total_b));
+    return dp_check_device_memory(&me, &sh, data_loaded, free_b, t->dev->reserved, t->dev->desc);
 }
 
 /* Synthetic data's size is known from the flags: estimate the whole run before generating
