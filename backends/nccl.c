@@ -1,21 +1,260 @@
-/* nccl.c: the start of the NCCL backend (issue #8): how a job was launched (one process for all
- * visible GPUs, or one per GPU under torchrun or mpirun: backends/rendezvous.h) and whether the
- * GPU it names exists, each refused in one line naming the rank and the device. The collectives
- * need the CUDA executor (issue #7), which is not in this version: a run that gets past the
- * checks says so instead of training. */
+/* nccl.c: the NCCL backend (issue #8): one replica per process and per GPU, launched plainly (one
+ * process, one GPU), by torchrun (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT: the
+ * unique id goes over TCP, backends/rendezvous.h) or by mpirun (the unique id goes over MPI).
+ * Collectives are queued on the trainer's CUDA stream (core/device.h), in stream order after the
+ * kernels that wrote their buffers, so the host never waits for them.
+ *
+ * The all-reduce and reduce sum in the canonical order (data/chunks.h), as the sim and MPI
+ * backends do: a reduce-scatter in which the owner of each shard receives every rank's piece
+ * (grouped ncclSend/ncclRecv) and adds them with the fixed tree (the table's tree_sum kernel),
+ * then the finished shards go to every rank (all-reduce) or to the root (reduce). NCCL's own
+ * ncclAllReduce adds in an order of its own, which would break the bitwise equality between
+ * replica counts.
+ *
+ * The communicator is non-blocking (ncclConfig_t.blocking = 0): every NCCL call that returns
+ * ncclInProgress is polled with ncclCommGetAsyncError until done, and after --timeout seconds the
+ * communicator is aborted with a message naming the rank and the collective, never a silent
+ * hang. Not yet run on a GPU (no GPU session had device time left for it): see docs/gpu.md. */
 #include "dp_config.h"
 
 #if DP_HAVE_NCCL
 
 #include <cuda_runtime_api.h>
+#include <nccl.h>
 #include <stdlib.h>
+#include <string.h>
+#include <time.h>
 
 #include "backends/backend.h"
+#include "backends/nccl.h"
 #include "backends/rendezvous.h"
+#include "core/device.h"
 
-dp_status dp_nccl_backend_create(const dp_backend_config *cfg, dp_backend_t *out) {
-    (void)cfg;
-    *out = NULL;
+#if DP_HAVE_MPI
+#include <mpi.h>
+#endif
+
+typedef struct {
+    dp_launch l;
+    int gpu;
+    ncclComm_t comm;
+    const dp_dev *dev;
+    float *scratch;  /* the shard owner's receive buffer: world pieces of the largest shard */
+    size_t scratch_n;
+    double timeout_s;
+    int we_initialised_mpi;
+} nccl_impl;
+
+static nccl_impl *impl_of(dp_backend_t b) { return (nccl_impl *)b->impl; }
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* An NCCL call's result on the non-blocking communicator: ncclInProgress is polled to the end,
+ * up to the deadline; a failure names the rank, the GPU, the collective and NCCL's reason. */
+static dp_status settle(nccl_impl *m, ncclResult_t r, const char *what) {
+    const double deadline = now_s() + m->timeout_s;
+    while (r == ncclInProgress) {
+        if (now_s() > deadline) {
+            ncclCommAbort(m->comm);
+            m->comm = NULL;
+            return dp_fail(DP_ERR_BACKEND, "nccl: rank %d (GPU %d): %s did not complete within --timeout %.0f s (a "
+                           "rank died or is stuck); the communicator was aborted", m->l.rank, m->gpu, what,
+                           m->timeout_s);
+        }
+        ncclCommGetAsyncError(m->comm, &r);
+    }
+    if (r != ncclSuccess) {
+        const char *last = m->comm ? ncclGetLastError(m->comm) : NULL;
+        return dp_fail(DP_ERR_BACKEND, "nccl: rank %d (GPU %d): %s failed: %s%s%s", m->l.rank, m->gpu, what,
+                       ncclGetErrorString(r), last && *last ? ": " : "", last ? last : "");
+    }
+    return DP_OK;
+}
+
+#define NCCL_TRY(m, call, what) DP_TRY(settle((m), (call), (what)))
+
+static cudaStream_t stream_of(const nccl_impl *m) { return (cudaStream_t)m->dev->kc.stream; }
+
+/* Shard k of n floats cut into w shards (the sim's and the MPI backend's cut). */
+static void shard(size_t n, int w, int k, size_t *lo, size_t *len) {
+    *lo = n * (size_t)k / (size_t)w;
+    *len = n * (size_t)(k + 1) / (size_t)w - *lo;
+}
+
+static dp_status ensure_scratch(nccl_impl *m, size_t n) {
+    if (n <= m->scratch_n) return DP_OK;
+    m->dev->free(m->dev, m->scratch);
+    m->scratch = NULL, m->scratch_n = 0;
+    DP_TRY(m->dev->alloc(m->dev, &m->scratch, n, "the nccl all-reduce's receive buffer"));
+    m->scratch_n = n;
+    return DP_OK;
+}
+
+/* The canonical-order sum of buf over every rank: into every rank's buf (root < 0) or root's. */
+static dp_status ordered_sum(nccl_impl *m, float *buf, size_t n, int root, const char *what) {
+    const int w = m->l.world, me = m->l.rank;
+    if (w == 1 || n == 0) return DP_OK;
+    const size_t piece = n / (size_t)w + 1;
+    DP_TRY(ensure_scratch(m, piece * (size_t)w));
+    size_t mlo, mlen;
+    shard(n, w, me, &mlo, &mlen);
+    /* reduce-scatter: my piece of shard k goes to rank k; rank q's piece of my shard lands in slot q */
+    NCCL_TRY(m, ncclGroupStart(), what);
+    for (int k = 0; k < w; k++) {
+        size_t lo, len;
+        shard(n, w, k, &lo, &len);
+        if (k != me && len) NCCL_TRY(m, ncclSend(buf + lo, len, ncclFloat, k, m->comm, stream_of(m)), what);
+        if (k != me && mlen)
+            NCCL_TRY(m, ncclRecv(m->scratch + (size_t)k * piece, mlen, ncclFloat, k, m->comm, stream_of(m)), what);
+    }
+    NCCL_TRY(m, ncclGroupEnd(), what);
+    /* the fixed tree over the ranks' pieces, in rank order; my own piece stays in buf */
+    float *v[w];
+    for (int q = 0; q < w; q++) v[q] = q == me ? buf + mlo : m->scratch + (size_t)q * piece;
+    if (mlen) m->dev->k->tree_sum(&m->dev->kc, v, w, 0, mlen, 0);
+    if (v[0] != buf + mlo) DP_TRY(m->dev->copy(m->dev, buf + mlo, v[0], mlen * sizeof(float)));
+    /* the finished shards: to everyone, or to the root */
+    NCCL_TRY(m, ncclGroupStart(), what);
+    for (int k = 0; k < w; k++) {
+        if (k == me) continue;
+        size_t lo, len;
+        shard(n, w, k, &lo, &len);
+        if ((root < 0 || k == root) && mlen)
+            NCCL_TRY(m, ncclSend(buf + mlo, mlen, ncclFloat, k, m->comm, stream_of(m)), what);
+        if ((root < 0 || me == root) && len)
+            NCCL_TRY(m, ncclRecv(buf + lo, len, ncclFloat, k, m->comm, stream_of(m)), what);
+    }
+    NCCL_TRY(m, ncclGroupEnd(), what);
+    return DP_OK;
+}
+
+static const char *nccl_name(dp_backend_t b) {
+    (void)b;
+    return "nccl";
+}
+static int nccl_world(dp_backend_t b) { return impl_of(b)->l.world; }
+static int nccl_n_local(dp_backend_t b) {
+    (void)b;
+    return 1;
+}
+static int nccl_rank(dp_backend_t b, int local) {
+    (void)local;
+    return impl_of(b)->l.rank;
+}
+static dp_device nccl_device(dp_backend_t b) {
+    (void)b;
+    return DP_CUDA;
+}
+
+static dp_status nccl_allreduce(dp_backend_t b, float *const *bufs, size_t n, dp_redop op) {
+    if (op != DP_SUM) return dp_fail(DP_ERR_UNSUPPORTED, "nccl: all-reduce with averaging");
+    return ordered_sum(impl_of(b), bufs[0], n, -1, "all-reduce");
+}
+
+static dp_status nccl_reduce(dp_backend_t b, float *const *bufs, size_t n, dp_redop op, int root) {
+    if (op != DP_SUM) return dp_fail(DP_ERR_UNSUPPORTED, "nccl: reduce with averaging");
+    return ordered_sum(impl_of(b), bufs[0], n, root, "reduce");
+}
+
+static dp_status nccl_broadcast(dp_backend_t b, float *const *bufs, size_t n, int root) {
+    nccl_impl *m = impl_of(b);
+    if (m->l.world == 1 || n == 0) return DP_OK;
+    NCCL_TRY(m, ncclBroadcast(bufs[0], bufs[0], n, ncclFloat, root, m->comm, stream_of(m)), "broadcast");
+    return DP_OK;
+}
+
+static dp_status nccl_allgather(dp_backend_t b, const float *const *send, float *const *recv, size_t n) {
+    nccl_impl *m = impl_of(b);
+    if (m->l.world == 1) return m->dev->copy(m->dev, recv[0], send[0], n * sizeof(float));
+    NCCL_TRY(m, ncclAllGather(send[0], recv[0], n, ncclFloat, m->comm, stream_of(m)), "all-gather");
+    return DP_OK;
+}
+
+/* DataParallel's gather and scatter: grouped point-to-point (NCCL has no gather or scatter). */
+static dp_status nccl_gather(dp_backend_t b, const float *const *send, float *const *recv, size_t n, int root) {
+    nccl_impl *m = impl_of(b);
+    const int me = m->l.rank;
+    if (me == root) DP_TRY(m->dev->copy(m->dev, recv[0] + (size_t)me * n, send[0], n * sizeof(float)));
+    if (m->l.world == 1 || n == 0) return DP_OK;
+    NCCL_TRY(m, ncclGroupStart(), "gather");
+    if (me == root) {
+        for (int q = 0; q < m->l.world; q++)
+            if (q != me) NCCL_TRY(m, ncclRecv(recv[0] + (size_t)q * n, n, ncclFloat, q, m->comm, stream_of(m)), "gather");
+    } else {
+        NCCL_TRY(m, ncclSend(send[0], n, ncclFloat, root, m->comm, stream_of(m)), "gather");
+    }
+    NCCL_TRY(m, ncclGroupEnd(), "gather");
+    return DP_OK;
+}
+
+static dp_status nccl_scatter(dp_backend_t b, const float *const *send, float *const *recv, size_t n, int root) {
+    nccl_impl *m = impl_of(b);
+    const int me = m->l.rank;
+    if (me == root) DP_TRY(m->dev->copy(m->dev, recv[0], send[0] + (size_t)me * n, n * sizeof(float)));
+    if (m->l.world == 1 || n == 0) return DP_OK;
+    NCCL_TRY(m, ncclGroupStart(), "scatter");
+    if (me == root) {
+        for (int q = 0; q < m->l.world; q++)
+            if (q != me) NCCL_TRY(m, ncclSend(send[0] + (size_t)q * n, n, ncclFloat, q, m->comm, stream_of(m)), "scatter");
+    } else {
+        NCCL_TRY(m, ncclRecv(recv[0], n, ncclFloat, root, m->comm, stream_of(m)), "scatter");
+    }
+    NCCL_TRY(m, ncclGroupEnd(), "scatter");
+    return DP_OK;
+}
+
+static dp_status nccl_barrier(dp_backend_t b) {
+    nccl_impl *m = impl_of(b);
+    if (m->l.world == 1) return DP_OK;
+    DP_TRY(ensure_scratch(m, 1));
+    NCCL_TRY(m, ncclAllReduce(m->scratch, m->scratch, 1, ncclFloat, ncclSum, m->comm, stream_of(m)), "barrier");
+    return m->dev->wait(m->dev);
+}
+
+static void nccl_destroy(dp_backend_t b) {
+    nccl_impl *m = impl_of(b);
+    if (m->comm) {
+        if (b->failed) {
+            ncclCommAbort(m->comm); /* the other ranks may be gone: do not wait for them */
+        } else {
+            m->dev->wait(m->dev);
+            if (settle(m, ncclCommFinalize(m->comm), "finalising the communicator") == DP_OK) ncclCommDestroy(m->comm);
+            else if (m->comm) ncclCommAbort(m->comm);
+        }
+    }
+    if (m->scratch) m->dev->free(m->dev, m->scratch);
+#if DP_HAVE_MPI
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (m->we_initialised_mpi && !finalized) MPI_Finalize();
+#endif
+    free(m);
+    free(b);
+}
+
+static const struct dp_backend_i nccl_iface = {
+    .name = nccl_name,
+    .world_size = nccl_world,
+    .n_local = nccl_n_local,
+    .rank = nccl_rank,
+    .device = nccl_device,
+    .allreduce = nccl_allreduce,
+    .broadcast = nccl_broadcast,
+    .reduce = nccl_reduce,
+    .allgather = nccl_allgather,
+    .gather = nccl_gather,
+    .scatter = nccl_scatter,
+    .barrier = nccl_barrier,
+    .allreduce_start = NULL, /* queued on the stream already: the registry's blocking fallback waits for nothing */
+    .wait = NULL,
+    .destroy = nccl_destroy,
+};
+
+dp_status dp_nccl_precheck(int *gpu) {
     dp_launch l;
     DP_TRY(dp_launch_from_env(&l));
     int n = 0;
@@ -29,12 +268,73 @@ dp_status dp_nccl_backend_create(const dp_backend_config *cfg, dp_backend_t *out
     if (dev >= n)
         return dp_fail(DP_ERR_BACKEND, "--backend nccl: rank %d: LOCAL_RANK %d names GPU %d, but this node has %d (more "
                        "ranks than GPUs on a node?)", l.rank, l.local_rank, dev, n);
-    struct cudaDeviceProp p;
-    e = cudaGetDeviceProperties(&p, dev);
-    if (e != cudaSuccess)
-        return dp_fail(DP_ERR_BACKEND, "--backend nccl: rank %d: GPU %d: %s", l.rank, dev, cudaGetErrorString(e));
-    return dp_fail(DP_ERR_UNSUPPORTED, "--backend nccl: rank %d found GPU %d (%s), but the CUDA executor the nccl "
-                   "backend runs on is not in this version yet; use --backend sim or mpi", l.rank, dev, p.name);
+    *gpu = dev;
+    return DP_OK;
+}
+
+/* The unique id from rank 0 to every rank: over MPI under mpirun, over TCP under torchrun. */
+static dp_status share_id(nccl_impl *m, ncclUniqueId *id, const dp_backend_config *cfg) {
+    if (m->l.world == 1) return DP_OK;
+    if (m->l.kind == DP_LAUNCH_TORCHRUN) return dp_rendezvous_share(&m->l, id, sizeof *id, m->timeout_s);
+#if DP_HAVE_MPI
+    int inited = 0;
+    MPI_Initialized(&inited);
+    if (!inited) {
+        int provided;
+        if (MPI_Init_thread(cfg->argc, cfg->argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
+            return dp_fail(DP_ERR_BACKEND, "--backend nccl: rank %d: MPI_Init_thread failed", m->l.rank);
+        m->we_initialised_mpi = 1;
+    }
+    if (MPI_Bcast(id, (int)sizeof *id, MPI_BYTE, 0, MPI_COMM_WORLD) != MPI_SUCCESS)
+        return dp_fail(DP_ERR_BACKEND, "--backend nccl: rank %d: the unique id's MPI_Bcast failed", m->l.rank);
+    return DP_OK;
+#else
+    (void)cfg;
+    return dp_fail(DP_ERR_UNSUPPORTED, "--backend nccl under mpirun: this build has no MPI to hand out NCCL's unique "
+                   "id; launch with torchrun-style variables (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT)");
+#endif
+}
+
+dp_status dp_nccl_backend_create(const dp_backend_config *cfg, dp_backend_t *out) {
+    *out = NULL;
+    int gpu = 0;
+    DP_TRY(dp_nccl_precheck(&gpu));
+    if (!cfg->dev || cfg->dev->is_host || strcmp(cfg->dev->name, "cuda") != 0)
+        return dp_fail(DP_ERR_UNSUPPORTED, "--backend nccl: its collectives take CUDA memory, so it needs the trainer's "
+                       "CUDA device (--device cuda)");
+    dp_backend_t b = calloc(1, sizeof *b);
+    nccl_impl *m = calloc(1, sizeof *m);
+    if (!b || !m) {
+        free(b), free(m);
+        return dp_fail(DP_ERR_NOMEM, "out of memory creating the nccl backend");
+    }
+    b->iface = &nccl_iface;
+    b->impl = m;
+    m->dev = cfg->dev;
+    m->gpu = gpu;
+    m->timeout_s = cfg->timeout_s > 0 ? cfg->timeout_s : 300;
+    dp_status s = dp_launch_from_env(&m->l);
+    ncclUniqueId id;
+    memset(&id, 0, sizeof id);
+    if (s == DP_OK && m->l.rank == 0) {
+        ncclResult_t r = ncclGetUniqueId(&id);
+        if (r != ncclSuccess)
+            s = dp_fail(DP_ERR_BACKEND, "nccl: rank 0: ncclGetUniqueId failed: %s", ncclGetErrorString(r));
+    }
+    if (s == DP_OK) s = share_id(m, &id, cfg);
+    if (s == DP_OK) {
+        ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+        config.blocking = 0; /* every wait polls, with a deadline: no silent hang */
+        s = settle(m, ncclCommInitRankConfig(&m->comm, m->l.world, id, m->l.rank, &config),
+                   "creating the communicator (ncclCommInitRankConfig)");
+    }
+    if (s != DP_OK) {
+        b->failed = 1;
+        nccl_destroy(b);
+        return s;
+    }
+    *out = b;
+    return DP_OK;
 }
 
 #endif

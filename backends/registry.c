@@ -44,7 +44,7 @@ void dp_backend_destroy(dp_backend_t b) {
 
 void dp_backend_describe(char *buf, size_t n) {
     snprintf(buf, n, "sim (%s), mpi (%s), nccl (%s)", DP_HAVE_CUDA ? "cpu, cuda" : "cpu", DP_HAVE_MPI ? "cpu" : "not built",
-             DP_HAVE_NCCL ? "launch checks only: needs the CUDA executor" : "not built");
+             DP_HAVE_NCCL ? "cuda, one process per GPU" : "not built");
 }
 
 static void record(dp_backend_t b, dp_coll_kind kind, double bytes, double t0, double t1) {

@@ -3,7 +3,8 @@
  * different orders); the GPU sim with N = 2, 4, 8 replicas, DDP and DP, gives bitwise the
  * parameters, momentum and losses of one replica (the lanes and the ordered all-reduce are
  * the CPU's, so the same kernels run the same shapes); a GPU run repeats its own bits; a GPU
- * checkpoint holds the trained weights. Synthetic data. Exits 77 (skipped) without a device. */
+ * checkpoint holds the trained weights, and a run resumed from one is bitwise the run that was
+ * never stopped. Synthetic data. Exits 77 (skipped) without a device. */
 #include "testutil.h"
 
 #include <math.h>
@@ -222,6 +223,95 @@ static void test_gpu_checkpoint(void **state) {
     free_result(&r);
 }
 
+/* Exact resume on the GPU: 9 steps, checkpoints, then a resumed run to step 20 gives the bits of
+ * 20 uninterrupted steps (the arenas go through the host copies both ways). */
+static void test_gpu_resume_is_exact(void **state) {
+    (void)state;
+    dp_config c;
+    base_config(&c, "lenet-bn", "cuda");
+    c.replicas = 2;
+    run_result whole = run(&c);
+    char dir[600];
+    snprintf(dir, sizeof dir, "%s", tu_path("gpu_ck"));
+    char *o;
+    tu_sh(&o, "rm -rf %s", dir);
+    free(o);
+    base_config(&c, "lenet-bn", "cuda");
+    c.replicas = 2;
+    c.max_steps = 9;
+    c.checkpoint_dir = dir;
+    c.save_every = 1;
+    run_result part = run(&c);
+    free_result(&part);
+    base_config(&c, "lenet-bn", "cuda");
+    c.replicas = 2;
+    c.resume_path = dir;
+    c.checkpoint_dir = dir;
+    run_result resumed = run(&c);
+    /* the losses of the resumed run are steps 10..20 only: compare the parameters and momentum */
+    assert_int_equal(resumed.n, whole.n);
+    if (memcmp(resumed.params, whole.params, whole.n * sizeof(float)) != 0) fail_msg("resumed parameters differ");
+    if (memcmp(resumed.momentum, whole.momentum, whole.n * sizeof(float)) != 0) fail_msg("resumed momentum differs");
+    free_result(&resumed), free_result(&whole);
+    tu_sh(&o, "rm -rf %s", dir);
+    free(o);
+}
+
+/* --backend nccl with one rank (the lent machine has one GPU) trains to the bits of the GPU sim
+ * with one replica, DDP and DP: the same kernels, the same lanes, and collectives that move
+ * nothing; launched plainly, with torchrun's variables, and under mpirun -np 1. */
+static void nccl_one_rank(int dp_semantics) {
+    dp_config c;
+    base_config(&c, "lenet", "cuda");
+    if (dp_semantics) c.mode = DP_MODE_DP;
+    run_result sim = run(&c);
+    base_config(&c, "lenet", NULL);
+    c.backend = "nccl";
+    if (dp_semantics) c.mode = DP_MODE_DP;
+    run_result nccl = run(&c);
+    assert_same(&nccl, &sim, dp_semantics ? "nccl DP, one rank" : "nccl DDP, one rank");
+    free_result(&sim), free_result(&nccl);
+}
+
+static void test_nccl_one_rank_ddp(void **state) {
+    (void)state;
+    nccl_one_rank(0);
+}
+
+static void test_nccl_one_rank_dp(void **state) {
+    (void)state;
+    nccl_one_rank(1);
+}
+
+static void test_nccl_launchers(void **state) {
+    (void)state;
+    char a[600], b[600], m[600];
+    snprintf(a, sizeof a, "%s", tu_path("nccl_sim.safetensors"));
+    snprintf(b, sizeof b, "%s", tu_path("nccl_torchrun.safetensors"));
+    snprintf(m, sizeof m, "%s", tu_path("nccl_mpirun.safetensors"));
+    const char *args = "train --dataset synthetic --shape 1x28x28 --samples 1024 --epochs 1 --quiet";
+    char *o;
+    int rc = tu_run_dptrain(&o, "%s --device cuda --save %s", args, a);
+    if (rc) fail_msg("sim: rc %d:\n%s", rc, o);
+    free(o);
+    rc = tu_sh(&o, "RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=29517 %s %s --backend nccl "
+               "--save %s", getenv("DPTRAIN") ? getenv("DPTRAIN") : "./dptrain", args, b);
+    if (rc) fail_msg("torchrun-style: rc %d:\n%s", rc, o);
+    free(o);
+    const char *diff = tu_ckpt_diff(a, b);
+    if (diff) fail_msg("torchrun-style nccl against the sim: %s", diff);
+    rc = tu_sh(&o, "command -v mpirun >/dev/null || exit 77; OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
+               "mpirun -np 1 %s %s --backend nccl --save %s", getenv("DPTRAIN") ? getenv("DPTRAIN") : "./dptrain",
+               args, m);
+    if (rc != 77) {
+        if (rc) fail_msg("mpirun -np 1: rc %d:\n%s", rc, o);
+        diff = tu_ckpt_diff(a, m);
+        if (diff) fail_msg("mpirun nccl against the sim: %s", diff);
+    }
+    free(o);
+    remove(a), remove(b), remove(m);
+}
+
 int main(void) {
     dp_dev *d;
     if (dp_dev_open("cuda", 0, 0, &d) != DP_OK) {
@@ -237,6 +327,10 @@ int main(void) {
         cmocka_unit_test(test_gpu_sim_replicas_bitwise_dp),
         cmocka_unit_test(test_gpu_sim_sync_bn_bitwise),
         cmocka_unit_test(test_gpu_checkpoint),
+        cmocka_unit_test(test_gpu_resume_is_exact),
+        cmocka_unit_test(test_nccl_one_rank_ddp),
+        cmocka_unit_test(test_nccl_one_rank_dp),
+        cmocka_unit_test(test_nccl_launchers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

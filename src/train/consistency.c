@@ -133,9 +133,7 @@ dp_status dp_check_consistency(dp_trainer *t) {
     for (int i = 0; i < FLAGS_BYTES; i++) send[i] = (float)(unsigned char)text[i];
     for (int k = 0; k < H_KINDS; k++)
         send[FLAGS_BYTES + 2 * k] = (float)(h[k] >> 16), send[FLAGS_BYTES + 2 * k + 1] = (float)(h[k] & 0xffff);
-    const float *sp[1] = {send};
-    float *rp[1] = {recv};
-    dp_status s = t->backend->iface->allgather(t->backend, sp, rp, PER);
+    dp_status s = dp_host_allgather(t, send, recv, PER);
     free(send);
     if (s != DP_OK) {
         free(recv);

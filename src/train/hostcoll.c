@@ -42,6 +42,22 @@ static dp_status host_coll(dp_trainer *t, float *const *bufs, size_t n, int broa
 dp_status dp_host_allreduce(dp_trainer *t, float *const *bufs, size_t n) { return host_coll(t, bufs, n, 0); }
 dp_status dp_host_broadcast(dp_trainer *t, float *const *bufs, size_t n) { return host_coll(t, bufs, n, 1); }
 
+dp_status dp_host_allgather(dp_trainer *t, const float *send, float *recv, size_t n) {
+    const struct dp_backend_i *b = t->backend->iface;
+    if (t->n_local != 1) return dp_fail(DP_ERR_INTERNAL, "host all-gather: one replica per process expected");
+    const float *sp[1] = {send};
+    float *rp[1] = {recv};
+    if (t->dev->is_host) return b->allgather(t->backend, sp, rp, n);
+    const dp_dev *d = t->dev;
+    DP_TRY(scratch_for(t, n * (size_t)(t->world + 1)));
+    float *ds = t->hc_scratch[0], *dr = ds + n;
+    DP_TRY(d->upload(d, ds, send, n * sizeof(float)));
+    const float *dsp[1] = {ds};
+    float *drp[1] = {dr};
+    DP_TRY(b->allgather(t->backend, dsp, drp, n));
+    return d->download(d, recv, dr, n * (size_t)t->world * sizeof(float));
+}
+
 void dp_host_coll_free(dp_trainer *t) {
     if (!t->hc_scratch) return;
     for (int r = 0; r < t->n_local; r++) t->dev->free(t->dev, t->hc_scratch[r]);

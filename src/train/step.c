@@ -401,7 +401,9 @@ static dp_status ddp_micro(dp_trainer *t, const dp_batch *b, const micro_info *m
                            dp_step_metrics *m) {
     int count[t->n_local];
     ddp_args a = {t, b, mi, micro, lr};
-    const int graphs = t->cfg.graphs && !t->backend->trace && !t->node_s;
+    /* NCCL's non-blocking communicator inside a recorded graph is untried: nccl runs eagerly */
+    const int graphs = t->cfg.graphs && !t->backend->trace && !t->node_s &&
+                       strcmp(dp_backend_name(t->backend), "nccl") != 0;
     DP_TRY(dp_graph_run(&t->graphs, t->dev, t->backend, graphs, ddp_key(t, b, mi, micro, 0, lr), ddp_device_part, &a));
     /* a replay skips the host's bookkeeping of zero_grads and backward_all: keep it */
     t->lanes_clear = mi->last ? 1 : micro == 0 ? 0 : t->lanes_clear;

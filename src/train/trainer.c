@@ -2,6 +2,8 @@
  * before a file is written), the epoch loop, and tearing it down. */
 #include "train/trainer.h"
 
+#include "backends/nccl.h"
+
 #include <cblas.h>
 #include <math.h>
 #include <omp.h>
@@ -34,7 +36,7 @@ void dp_config_defaults(dp_config *c) {
     c->workers = 1;
     c->shuffle = 1;
     c->backend = "sim";
-    c->device = "cpu";
+    c->device = NULL; /* cpu, or cuda with --backend nccl */
     c->graphs = 1;
     c->replicas = 1;
     c->mode = DP_MODE_DDP;
@@ -168,10 +170,24 @@ static dp_status setup(dp_trainer *t) {
     dp_config *c = &t->cfg;
     if (c->threads <= 0) c->threads = omp_get_num_procs();
     openblas_set_num_threads(1); /* parallelism is ours: over samples or over replicas */
-    if (strcmp(c->device, "cpu") != 0 && strcmp(c->backend, "mpi") == 0)
+    if (c->device && strcmp(c->device, "cpu") != 0 && strcmp(c->backend, "mpi") == 0)
         return dp_fail(DP_ERR_USAGE, "--device %s: --backend mpi moves host memory, so its replicas compute on the CPU "
                        "(drop --device; GPUs across processes are --backend nccl)", c->device);
-    DP_TRY(dp_dev_open(c->device, c->gpu, c->tf32, &t->dev));
+    int gpu = c->gpu;
+    if (strcmp(c->backend, "nccl") == 0) { /* one GPU per process: the launch says which */
+        if (c->device && strcmp(c->device, "cpu") == 0)
+            return dp_fail(DP_ERR_USAGE, "--device cpu: --backend nccl moves GPU memory (drop --device, or use --backend "
+                           "sim or mpi for the CPU)");
+#if DP_HAVE_NCCL
+        DP_TRY(dp_nccl_precheck(&gpu));
+#else
+        return dp_fail(DP_ERR_UNSUPPORTED, "--backend nccl: not compiled into this build (needs the CUDA toolkit and "
+                       "NCCL at build time; set NCCL_ROOT and rebuild)");
+#endif
+        c->device = "cuda";
+    }
+    if (!c->device) c->device = "cpu";
+    DP_TRY(dp_dev_open(c->device, gpu, c->tf32, &t->dev));
     t->k = t->dev->k;
     t->kc = t->dev->kc;
 
@@ -181,6 +197,7 @@ static dp_status setup(dp_trainer *t) {
     DP_TRY(dp_backend_create(&bc, &t->backend));
     t->n_local = dp_backend_n_local(t->backend);
     t->world = dp_backend_world(t->backend);
+    DP_ALLOC(t->hc_scratch, t->n_local, "collective scratch");
     /* checked here, not in the parser: each flag parses on its own (tests/test_options.c) */
     if ((c->save_every || c->save_every_epochs || c->keep) && !c->checkpoint_dir)
         return dp_fail(DP_ERR_USAGE, "--%s needs --checkpoint DIR", c->keep ? "keep" : "save-every");
@@ -221,7 +238,6 @@ static dp_status setup(dp_trainer *t) {
                                  n_slots));
     DP_ALLOC(t->ptrs, t->n_local, "replica pointers");
     DP_ALLOC(t->metric_bufs, t->n_local, "metrics");
-    DP_ALLOC(t->hc_scratch, t->n_local, "collective scratch");
     for (int r = 0; r < t->n_local; r++) DP_ALLOC(t->metric_bufs[r], 4, "metrics");
     DP_TRY(init_params(t));
     DP_TRY(dp_strategy_alloc(t));

@@ -125,6 +125,8 @@ void dp_persist_resume_command(const dp_trainer *t, char *buf, size_t n);
  * rank 0's values to all; every rank calls them. */
 dp_status dp_host_allreduce(dp_trainer *t, float *const *bufs, size_t n);
 dp_status dp_host_broadcast(dp_trainer *t, float *const *bufs, size_t n);
+/* One replica per process: every rank's n floats of send, rank r's at recv + r n. */
+dp_status dp_host_allgather(dp_trainer *t, const float *send, float *recv, size_t n);
 void dp_host_coll_free(dp_trainer *t);
 
 /* Test-set accuracy with replica 0's parameters; per_class_correct/count may be NULL. */

@@ -1,0 +1,11 @@
+/* nccl.h: what the trainer asks the NCCL backend (backends/nccl.c) before it opens the GPU:
+ * the launch (backends/rendezvous.h) and the GPU this rank drives (LOCAL_RANK under torchrun or
+ * mpirun, 0 for one process), refused in one line naming the rank and the device. */
+#ifndef DP_NCCL_H
+#define DP_NCCL_H
+
+#include "core/status.h"
+
+dp_status dp_nccl_precheck(int *gpu);
+
+#endif
