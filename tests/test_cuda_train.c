@@ -15,15 +15,7 @@
 #include "core/device.h"
 #include "io/checkpoint.h"
 #include "train/trainer.h"
-
-typedef struct {
-    float *params, *momentum;
-    size_t n;
-    int all_equal; /* every replica's parameters bitwise equal to replica 0's */
-    double losses[64];
-    int n_losses;
-    dp_layout layout;
-} run_result;
+#include "trainrun.h"
 
 static void base_config(dp_config *c, const char *model, const char *device) {
     dp_config_defaults(c);
@@ -48,90 +40,6 @@ static void base_config(dp_config *c, const char *model, const char *device) {
     c->quiet = 1;
 }
 
-static void read_losses(const char *log, run_result *r) {
-    FILE *f = fopen(log, "r");
-    assert_non_null(f);
-    char line[4096];
-    r->n_losses = 0;
-    while (fgets(line, sizeof line, f)) {
-        char *p = strstr(line, "\"event\":\"step\"");
-        if (!p) continue;
-        p = strstr(line, "\"loss\":");
-        assert_non_null(p);
-        if (r->n_losses < 64) r->losses[r->n_losses++] = strtod(p + 7, NULL);
-    }
-    fclose(f);
-}
-
-static run_result run(dp_config *c) {
-    run_result r = {0};
-    char log[600];
-    snprintf(log, sizeof log, "%s", tu_path("cuda_train.jsonl"));
-    c->log_path = log;
-    dp_trainer *t;
-    if (dp_trainer_create(c, &t) != DP_OK) fail_msg("create: %s", dp_last_error());
-    if (dp_trainer_run(t) != DP_OK) fail_msg("run: %s", dp_last_error());
-    r.n = t->model.params.n;
-    r.params = malloc(r.n * sizeof(float));
-    r.momentum = malloc(r.n * sizeof(float));
-    float *other = malloc(r.n * sizeof(float));
-    assert_non_null(r.params), assert_non_null(r.momentum), assert_non_null(other);
-    const dp_dev *d = t->dev;
-    assert_int_equal(d->download(d, r.params, t->rep[0].params, r.n * sizeof(float)), DP_OK);
-    assert_int_equal(d->download(d, r.momentum, t->rep[0].momentum, r.n * sizeof(float)), DP_OK);
-    r.all_equal = 1;
-    for (int i = 1; i < t->n_local; i++) {
-        assert_int_equal(d->download(d, other, t->rep[i].params, r.n * sizeof(float)), DP_OK);
-        if (memcmp(other, r.params, r.n * sizeof(float)) != 0) r.all_equal = 0;
-    }
-    free(other);
-    r.layout.n_tensors = t->model.params.n_tensors;
-    r.layout.tensors = malloc((size_t)r.layout.n_tensors * sizeof *r.layout.tensors);
-    memcpy(r.layout.tensors, t->model.params.tensors, (size_t)r.layout.n_tensors * sizeof *r.layout.tensors);
-    dp_trainer_destroy(t);
-    read_losses(log, &r);
-    remove(log);
-    return r;
-}
-
-static void free_result(run_result *r) {
-    free(r->params);
-    free(r->momentum);
-    free(r->layout.tensors);
-}
-
-static void assert_same(const run_result *a, const run_result *b, const char *what) {
-    assert_int_equal(a->n, b->n);
-    for (int i = 0; i < a->layout.n_tensors; i++) {
-        const dp_tensor_info *ti = &a->layout.tensors[i];
-        if (memcmp(a->params + ti->s.offset, b->params + ti->s.offset, ti->s.count * sizeof(float)))
-            fail_msg("%s: tensor %s differs (%.3g relative)", what, ti->name,
-                     tu_rel_diff(a->params + ti->s.offset, b->params + ti->s.offset, ti->s.count));
-    }
-    if (memcmp(a->momentum, b->momentum, a->n * sizeof(float)) != 0) fail_msg("%s: the momentum differs", what);
-    assert_int_equal(a->n_losses, b->n_losses);
-    for (int i = 0; i < a->n_losses; i++)
-        if (a->losses[i] != b->losses[i]) fail_msg("%s: step %d loss %.9g vs %.9g", what, i + 1, a->losses[i], b->losses[i]);
-}
-
-/* GPU against CPU: per tensor max |a-b| / max |b| <= tol, and the loss curves within tol. */
-static void assert_close(const run_result *a, const run_result *b, double tol, const char *what) {
-    assert_int_equal(a->n, b->n);
-    double worst = 0;
-    for (int i = 0; i < a->layout.n_tensors; i++) {
-        const dp_tensor_info *ti = &a->layout.tensors[i];
-        double rel = tu_rel_diff(a->params + ti->s.offset, b->params + ti->s.offset, ti->s.count);
-        if (rel > worst) worst = rel;
-        if (rel > tol) fail_msg("%s: tensor %s differs by %.3g relative (tolerance %.1g)", what, ti->name, rel, tol);
-    }
-    assert_int_equal(a->n_losses, b->n_losses);
-    for (int i = 0; i < a->n_losses; i++)
-        if (fabs(a->losses[i] - b->losses[i]) > tol * fabs(b->losses[i]))
-            fail_msg("%s: step %d loss %.9g vs %.9g", what, i + 1, a->losses[i], b->losses[i]);
-    print_message("%s: worst tensor %.3g relative, last loss %.9g vs %.9g\n", what, worst,
-                  a->losses[a->n_losses - 1], b->losses[b->n_losses - 1]);
-}
-
 /* 20 SGD steps compound fp32 rounding differences of the matrix products' summation order;
    measured on an H100: see the printed worst case */
 #define GPU_CPU_TOL 2e-3
@@ -140,12 +48,12 @@ static void gpu_vs_cpu(const char *model, int sync_bn) {
     dp_config c;
     base_config(&c, model, "cpu");
     c.sync_bn = sync_bn;
-    run_result cpu = run(&c);
+    tr_result cpu = tr_run(&c);
     base_config(&c, model, "cuda");
     c.sync_bn = sync_bn;
-    run_result gpu = run(&c);
-    assert_close(&gpu, &cpu, GPU_CPU_TOL, model);
-    free_result(&cpu), free_result(&gpu);
+    tr_result gpu = tr_run(&c);
+    tr_assert_close(&gpu, &cpu, GPU_CPU_TOL, model);
+    tr_free(&cpu), tr_free(&gpu);
 }
 
 static void test_lenet_gpu_matches_cpu(void **state) {
@@ -162,23 +70,23 @@ static void replicas_bitwise(const char *model, int dp_semantics, int sync_bn) {
     dp_config c;
     base_config(&c, model, "cuda");
     c.sync_bn = sync_bn;
-    run_result one = run(&c);
-    run_result again = run(&c);
-    assert_same(&again, &one, "the same GPU run twice");
-    free_result(&again);
+    tr_result one = tr_run(&c);
+    tr_result again = tr_run(&c);
+    tr_assert_same(&again, &one, "the same GPU run twice");
+    tr_free(&again);
     for (int n = 2; n <= 8; n *= 2) {
         base_config(&c, model, "cuda");
         c.replicas = n;
         c.sync_bn = sync_bn;
         if (dp_semantics) c.mode = DP_MODE_DP;
-        run_result r = run(&c);
+        tr_result r = tr_run(&c);
         char what[96];
         snprintf(what, sizeof what, "%s %s --replicas %d --device cuda", model, dp_semantics ? "DP" : "DDP", n);
         if (!r.all_equal) fail_msg("%s: the replicas' parameters disagree", what);
-        assert_same(&r, &one, what);
-        free_result(&r);
+        tr_assert_same(&r, &one, what);
+        tr_free(&r);
     }
-    free_result(&one);
+    tr_free(&one);
 }
 
 static void test_gpu_sim_replicas_bitwise_ddp(void **state) {
@@ -205,7 +113,7 @@ static void test_gpu_checkpoint(void **state) {
     snprintf(path, sizeof path, "%s", tu_path("gpu.safetensors"));
     c.save_path = path;
     c.replicas = 2;
-    run_result r = run(&c);
+    tr_result r = tr_run(&c);
     dp_model m;
     assert_int_equal(dp_model_build("lenet-bn", (dp_shape){3, 32, 32}, 10, &m), DP_OK);
     assert_int_equal(m.params.n, r.n);
@@ -220,7 +128,7 @@ static void test_gpu_checkpoint(void **state) {
     free(p), free(b);
     dp_model_free(&m);
     remove(path);
-    free_result(&r);
+    tr_free(&r);
 }
 
 /* Exact resume on the GPU: 9 steps, checkpoints, then a resumed run to step 20 gives the bits of
@@ -230,7 +138,7 @@ static void test_gpu_resume_is_exact(void **state) {
     dp_config c;
     base_config(&c, "lenet-bn", "cuda");
     c.replicas = 2;
-    run_result whole = run(&c);
+    tr_result whole = tr_run(&c);
     char dir[600];
     snprintf(dir, sizeof dir, "%s", tu_path("gpu_ck"));
     char *o;
@@ -241,18 +149,18 @@ static void test_gpu_resume_is_exact(void **state) {
     c.max_steps = 9;
     c.checkpoint_dir = dir;
     c.save_every = 1;
-    run_result part = run(&c);
-    free_result(&part);
+    tr_result part = tr_run(&c);
+    tr_free(&part);
     base_config(&c, "lenet-bn", "cuda");
     c.replicas = 2;
     c.resume_path = dir;
     c.checkpoint_dir = dir;
-    run_result resumed = run(&c);
+    tr_result resumed = tr_run(&c);
     /* the losses of the resumed run are steps 10..20 only: compare the parameters and momentum */
     assert_int_equal(resumed.n, whole.n);
     if (memcmp(resumed.params, whole.params, whole.n * sizeof(float)) != 0) fail_msg("resumed parameters differ");
     if (memcmp(resumed.momentum, whole.momentum, whole.n * sizeof(float)) != 0) fail_msg("resumed momentum differs");
-    free_result(&resumed), free_result(&whole);
+    tr_free(&resumed), tr_free(&whole);
     tu_sh(&o, "rm -rf %s", dir);
     free(o);
 }
@@ -264,13 +172,13 @@ static void nccl_one_rank(int dp_semantics) {
     dp_config c;
     base_config(&c, "lenet", "cuda");
     if (dp_semantics) c.mode = DP_MODE_DP;
-    run_result sim = run(&c);
+    tr_result sim = tr_run(&c);
     base_config(&c, "lenet", NULL);
     c.backend = "nccl";
     if (dp_semantics) c.mode = DP_MODE_DP;
-    run_result nccl = run(&c);
-    assert_same(&nccl, &sim, dp_semantics ? "nccl DP, one rank" : "nccl DDP, one rank");
-    free_result(&sim), free_result(&nccl);
+    tr_result nccl = tr_run(&c);
+    tr_assert_same(&nccl, &sim, dp_semantics ? "nccl DP, one rank" : "nccl DDP, one rank");
+    tr_free(&sim), tr_free(&nccl);
 }
 
 static void test_nccl_one_rank_ddp(void **state) {

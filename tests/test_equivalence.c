@@ -12,16 +12,7 @@
 #include <string.h>
 
 #include "train/trainer.h"
-
-typedef struct {
-    float *params;       /* replica 0's */
-    float *momentum;
-    size_t n;
-    int all_equal;       /* every replica's parameters bitwise equal to replica 0's */
-    double losses[64];
-    int n_losses;
-    dp_layout layout;    /* copy of the tensor table for per-tensor comparisons */
-} run_result;
+#include "trainrun.h"
 
 static void base_config(dp_config *c, const char *model) {
     dp_config_defaults(c);
@@ -45,102 +36,21 @@ static void base_config(dp_config *c, const char *model) {
     c->quiet = 1;
 }
 
-static void read_losses(const char *log, run_result *r) {
-    FILE *f = fopen(log, "r");
-    assert_non_null(f);
-    char line[4096];
-    r->n_losses = 0;
-    while (fgets(line, sizeof line, f)) {
-        char *p = strstr(line, "\"event\":\"step\"");
-        if (!p) continue;
-        p = strstr(line, "\"loss\":");
-        assert_non_null(p);
-        if (r->n_losses < 64) r->losses[r->n_losses++] = strtod(p + 7, NULL);
-    }
-    fclose(f);
-}
-
-static run_result run(dp_config *c) {
-    run_result r = {0};
-    char log[600];
-    snprintf(log, sizeof log, "%s", tu_path("equiv.jsonl"));
-    c->log_path = log;
-    dp_trainer *t;
-    dp_status s = dp_trainer_create(c, &t);
-    if (s != DP_OK) fail_msg("create: %s", dp_last_error());
-    s = dp_trainer_run(t);
-    if (s != DP_OK) fail_msg("run: %s", dp_last_error());
-    r.n = t->model.params.n;
-    r.params = malloc(r.n * sizeof(float));
-    memcpy(r.params, t->rep[0].params, r.n * sizeof(float));
-    r.momentum = malloc(r.n * sizeof(float));
-    memcpy(r.momentum, t->rep[0].momentum, r.n * sizeof(float));
-    r.all_equal = 1;
-    for (int i = 1; i < t->n_local; i++)
-        if (memcmp(t->rep[i].params, t->rep[0].params, r.n * sizeof(float)) != 0) r.all_equal = 0;
-    r.layout.n_tensors = t->model.params.n_tensors;
-    r.layout.tensors = malloc((size_t)r.layout.n_tensors * sizeof *r.layout.tensors);
-    memcpy(r.layout.tensors, t->model.params.tensors, (size_t)r.layout.n_tensors * sizeof *r.layout.tensors);
-    dp_trainer_destroy(t);
-    read_losses(log, &r);
-    remove(log);
-    return r;
-}
-
-static void free_result(run_result *r) {
-    free(r->params);
-    free(r->momentum);
-    free(r->layout.tensors);
-}
-
-/* Per tensor: max |a-b| / max |b| <= tol; and the loss curves agree within tol. */
-static void assert_close(const run_result *a, const run_result *b, double tol, const char *what) {
-    assert_int_equal(a->n, b->n);
-    for (int i = 0; i < a->layout.n_tensors; i++) {
-        const dp_tensor_info *ti = &a->layout.tensors[i];
-        double rel = tu_rel_diff(a->params + ti->s.offset, b->params + ti->s.offset, ti->s.count);
-        if (rel > tol) fail_msg("%s: tensor %s differs by %.3g relative (tolerance %.1g)", what, ti->name, rel, tol);
-    }
-    assert_int_equal(a->n_losses, b->n_losses);
-    for (int i = 0; i < a->n_losses; i++)
-        if (fabs(a->losses[i] - b->losses[i]) > tol * fabs(b->losses[i]) + 1e-7)
-            fail_msg("%s: step %d loss %.9g vs %.9g", what, i + 1, a->losses[i], b->losses[i]);
-}
-
-/* Bitwise: parameters, momentum and every step's loss. */
-static void assert_same(const run_result *a, const run_result *b, const char *what) {
-    assert_int_equal(a->n, b->n);
-    if (memcmp(a->params, b->params, a->n * sizeof(float)) != 0) {
-        for (int i = 0; i < a->layout.n_tensors; i++) {
-            const dp_tensor_info *ti = &a->layout.tensors[i];
-            if (memcmp(a->params + ti->s.offset, b->params + ti->s.offset, ti->s.count * sizeof(float)))
-                fail_msg("%s: tensor %s differs (%.3g relative)", what, ti->name,
-                         tu_rel_diff(a->params + ti->s.offset, b->params + ti->s.offset, ti->s.count));
-        }
-        fail_msg("%s: the parameters differ", what);
-    }
-    if (memcmp(a->momentum, b->momentum, a->n * sizeof(float)) != 0) fail_msg("%s: the momentum differs", what);
-    assert_int_equal(a->n_losses, b->n_losses);
-    for (int i = 0; i < a->n_losses; i++)
-        if (a->losses[i] != b->losses[i])
-            fail_msg("%s: step %d loss %.9g vs %.9g", what, i + 1, a->losses[i], b->losses[i]);
-}
-
 typedef void (*tweak_fn)(dp_config *c, int arg);
 
 /* Runs base (model, max_steps) with tweak(arg) and checks it against ref to the bit. */
-static void check_same(const run_result *ref, const char *model, long steps, tweak_fn tweak, int arg,
+static void check_same(const tr_result *ref, const char *model, long steps, tweak_fn tweak, int arg,
                        const char *what) {
     dp_config c;
     base_config(&c, model);
     c.max_steps = steps;
     tweak(&c, arg);
-    run_result r = run(&c);
+    tr_result r = tr_run(&c);
     char msg[128];
     snprintf(msg, sizeof msg, "%s %d", what, arg);
     if (!r.all_equal) fail_msg("%s: replicas disagree", msg);
-    assert_same(&r, ref, msg);
-    free_result(&r);
+    tr_assert_same(&r, ref, msg);
+    tr_free(&r);
 }
 
 static void set_replicas(dp_config *c, int n) { c->replicas = n; }
@@ -158,32 +68,32 @@ static void test_replica_counts_are_bitwise_equal(void **state) {
     (void)state;
     dp_config c;
     base_config(&c, "lenet");
-    run_result one = run(&c);
+    tr_result one = tr_run(&c);
     assert_int_equal(one.n_losses, 20);
     for (int n = 2; n <= 8; n *= 2) check_same(&one, "lenet", 20, set_replicas, n, "DDP N=");
     for (int n = 1; n <= 8; n *= 2) check_same(&one, "lenet", 20, set_replicas_dp, n, "DP N=");
     for (int n = 1; n <= 8; n *= 4) check_same(&one, "lenet", 20, set_replicas_1_thread, n, "1 thread, N=");
     for (int n = 1; n <= 3; n++) check_same(&one, "lenet", 20, set_threads, n, "N=2, threads");
-    free_result(&one);
+    tr_free(&one);
 }
 
 static void test_overlap_buckets_accumulate_change_nothing(void **state) {
     (void)state;
     dp_config c;
     base_config(&c, "lenet");
-    run_result one = run(&c);
+    tr_result one = tr_run(&c);
     check_same(&one, "lenet", 20, set_no_overlap, 4, "--no-overlap, N=");
     const int kbs[] = {1, 10, 100, 25600};
     for (size_t k = 0; k < sizeof kbs / sizeof *kbs; k++)
         check_same(&one, "lenet", 20, set_bucket_kb, kbs[k], "N=4, --bucket-mb (KiB)");
     for (int k = 2; k <= 4; k *= 2) check_same(&one, "lenet", 20, set_accumulate, k, "N=2, batch 64/K, --accumulate");
-    free_result(&one);
+    tr_free(&one);
     /* another --chunks is another order, the same for every replica count dividing it */
     base_config(&c, "lenet");
     c.chunks = 4;
-    run_result four = run(&c);
+    tr_result four = tr_run(&c);
     for (int n = 2; n <= 4; n *= 2) check_same(&four, "lenet", 20, set_chunks4, n, "--chunks 4, N=");
-    free_result(&four);
+    tr_free(&four);
 }
 
 static void test_sync_bn_is_bitwise(void **state) {
@@ -191,16 +101,16 @@ static void test_sync_bn_is_bitwise(void **state) {
     dp_config c;
     base_config(&c, "lenet-bn");
     c.max_steps = 10, c.sync_bn = 1;
-    run_result one = run(&c);
+    tr_result one = tr_run(&c);
     for (int n = 2; n <= 8; n *= 2) check_same(&one, "lenet-bn", 10, set_sync_bn, n, "lenet-bn --sync-bn N=");
     /* without SyncBN the replicas normalise by their own shard's statistics: different */
     base_config(&c, "lenet-bn");
     c.max_steps = 10, c.replicas = 4;
-    run_result local = run(&c);
+    tr_result local = tr_run(&c);
     assert_true(local.all_equal);
     assert_true(tu_rel_diff(local.params, one.params, one.n) > 1e-4);
-    free_result(&one);
-    free_result(&local);
+    tr_free(&one);
+    tr_free(&local);
 }
 
 /* Where the canonical order cannot hold, within float rounding: N = 3 (does not divide the
@@ -209,34 +119,34 @@ static void test_outside_the_order_within_rounding(void **state) {
     (void)state;
     dp_config c;
     base_config(&c, "lenet");
-    run_result one = run(&c);
+    tr_result one = tr_run(&c);
     base_config(&c, "lenet");
     c.replicas = 3;
-    run_result three = run(&c);
+    tr_result three = tr_run(&c);
     assert_true(three.all_equal);
-    assert_close(&three, &one, 1e-5, "DDP N=3 vs N=1");
+    tr_assert_close(&three, &one, 1e-5, "DDP N=3 vs N=1");
     const char *algos[] = {"ring", "tree"};
     for (int k = 0; k < 2; k++) {
         base_config(&c, "lenet");
         c.replicas = 4, c.allreduce_algo = algos[k];
-        run_result r = run(&c);
+        tr_result r = tr_run(&c);
         assert_true(r.all_equal);
-        assert_close(&r, &one, 1e-5, algos[k]);
-        free_result(&r);
+        tr_assert_close(&r, &one, 1e-5, algos[k]);
+        tr_free(&r);
     }
-    free_result(&three);
-    free_result(&one);
+    tr_free(&three);
+    tr_free(&one);
     /* batch 60 over 8 replicas (8,8,8,8,7,7,7,7 samples): still the canonical chunks */
     base_config(&c, "lenet");
     c.batch_size = 60;
-    run_result b60 = run(&c);
+    tr_result b60 = tr_run(&c);
     base_config(&c, "lenet");
     c.batch_size = 60, c.replicas = 8;
-    run_result r = run(&c);
+    tr_result r = tr_run(&c);
     assert_true(r.all_equal);
-    assert_same(&r, &b60, "DDP N=8, batch 60");
-    free_result(&r);
-    free_result(&b60);
+    tr_assert_same(&r, &b60, "DDP N=8, batch 60");
+    tr_free(&r);
+    tr_free(&b60);
 }
 
 /* What the difference is: a replica's BN output equals BN over its own shard alone. */
