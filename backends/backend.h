@@ -103,7 +103,7 @@ typedef struct {
     int nthreads;          /* OpenMP threads the backend may use for its copies and sums */
     const char *algorithm; /* sim: "ring" (default) or "tree" */
     double timeout_s;      /* mpi: how long a collective may wait for a dead rank */
-    const struct dp_dev *dev; /* where the replicas' buffers live (core/device.h; NULL: the host) */
+    struct dp_dev *dev;    /* where the replicas' buffers live (core/device.h; NULL: the host); nccl sets its watch */
     int *argc;             /* mpi: for MPI_Init */
     char ***argv;
 } dp_backend_config;

@@ -38,7 +38,7 @@ typedef struct {
     dp_launch l;
     int gpu;
     ncclComm_t comm;
-    const dp_dev *dev;
+    dp_dev *dev;         /* the trainer's; its waits call nccl_watch while this backend lives */
     float *scratch;  /* the shard owner's receive buffer: world pieces of the largest shard */
     size_t scratch_n;
     double timeout_s;
@@ -65,7 +65,7 @@ static dp_status settle(nccl_impl *m, ncclResult_t r, const char *what) {
                            "rank died or is stuck); the communicator was aborted", m->l.rank, m->gpu, what,
                            m->timeout_s);
         }
-        ncclCommGetAsyncError(m->comm, &r);
+        if (ncclCommGetAsyncError(m->comm, &r) != ncclSuccess) r = ncclInvalidUsage;
     }
     if (r != ncclSuccess) {
         const char *last = m->comm ? ncclGetLastError(m->comm) : NULL;
@@ -76,6 +76,38 @@ static dp_status settle(nccl_impl *m, ncclResult_t r, const char *what) {
 }
 
 #define NCCL_TRY(m, call, what) DP_TRY(settle((m), (call), (what)))
+/* Inside ncclGroupStart/End: a failure closes the group before returning. */
+#define GROUP_TRY(m, call, what)                                    \
+    do {                                                            \
+        dp_status g_ = settle((m), (call), (what));                 \
+        if (g_ != DP_OK) {                                          \
+            ncclGroupEnd();                                         \
+            return g_;                                              \
+        }                                                           \
+    } while (0)
+
+/* The device's waits poll this: a peer's error or --timeout aborts the communicator, so that a
+ * dead rank ends the run with a message instead of a kernel that waits for ever. */
+static dp_status nccl_watch(void *ctx, double waited_s) {
+    nccl_impl *m = ctx;
+    if (!m->comm) return DP_OK;
+    ncclResult_t r = ncclSuccess;
+    if (ncclCommGetAsyncError(m->comm, &r) != ncclSuccess) r = ncclInvalidUsage;
+    if (r != ncclSuccess && r != ncclInProgress) {
+        const char *last = ncclGetLastError(m->comm);
+        ncclCommAbort(m->comm);
+        m->comm = NULL;
+        return dp_fail(DP_ERR_BACKEND, "nccl: rank %d (GPU %d): a collective failed: %s%s%s; the communicator was "
+                       "aborted", m->l.rank, m->gpu, ncclGetErrorString(r), last && *last ? ": " : "", last ? last : "");
+    }
+    if (waited_s > m->timeout_s) {
+        ncclCommAbort(m->comm);
+        m->comm = NULL;
+        return dp_fail(DP_ERR_BACKEND, "nccl: rank %d (GPU %d): the GPU waited %.0f s (--timeout) for a collective (a "
+                       "rank died or is stuck); the communicator was aborted", m->l.rank, m->gpu, waited_s);
+    }
+    return DP_OK;
+}
 
 static cudaStream_t stream_of(const nccl_impl *m) { return (cudaStream_t)m->dev->kc.stream; }
 
@@ -107,9 +139,9 @@ static dp_status ordered_sum(nccl_impl *m, float *buf, size_t n, int root, const
     for (int k = 0; k < w; k++) {
         size_t lo, len;
         shard(n, w, k, &lo, &len);
-        if (k != me && len) NCCL_TRY(m, ncclSend(buf + lo, len, ncclFloat, k, m->comm, stream_of(m)), what);
+        if (k != me && len) GROUP_TRY(m, ncclSend(buf + lo, len, ncclFloat, k, m->comm, stream_of(m)), what);
         if (k != me && mlen)
-            NCCL_TRY(m, ncclRecv(m->scratch + (size_t)k * piece, mlen, ncclFloat, k, m->comm, stream_of(m)), what);
+            GROUP_TRY(m, ncclRecv(m->scratch + (size_t)k * piece, mlen, ncclFloat, k, m->comm, stream_of(m)), what);
     }
     NCCL_TRY(m, ncclGroupEnd(), what);
     /* the fixed tree over the ranks' pieces, in rank order; my own piece stays in buf */
@@ -124,9 +156,9 @@ static dp_status ordered_sum(nccl_impl *m, float *buf, size_t n, int root, const
         size_t lo, len;
         shard(n, w, k, &lo, &len);
         if ((root < 0 || k == root) && mlen)
-            NCCL_TRY(m, ncclSend(buf + mlo, mlen, ncclFloat, k, m->comm, stream_of(m)), what);
+            GROUP_TRY(m, ncclSend(buf + mlo, mlen, ncclFloat, k, m->comm, stream_of(m)), what);
         if ((root < 0 || me == root) && len)
-            NCCL_TRY(m, ncclRecv(buf + lo, len, ncclFloat, k, m->comm, stream_of(m)), what);
+            GROUP_TRY(m, ncclRecv(buf + lo, len, ncclFloat, k, m->comm, stream_of(m)), what);
     }
     NCCL_TRY(m, ncclGroupEnd(), what);
     return DP_OK;
@@ -183,9 +215,9 @@ static dp_status nccl_gather(dp_backend_t b, const float *const *send, float *co
     NCCL_TRY(m, ncclGroupStart(), "gather");
     if (me == root) {
         for (int q = 0; q < m->l.world; q++)
-            if (q != me) NCCL_TRY(m, ncclRecv(recv[0] + (size_t)q * n, n, ncclFloat, q, m->comm, stream_of(m)), "gather");
+            if (q != me) GROUP_TRY(m, ncclRecv(recv[0] + (size_t)q * n, n, ncclFloat, q, m->comm, stream_of(m)), "gather");
     } else {
-        NCCL_TRY(m, ncclSend(send[0], n, ncclFloat, root, m->comm, stream_of(m)), "gather");
+        GROUP_TRY(m, ncclSend(send[0], n, ncclFloat, root, m->comm, stream_of(m)), "gather");
     }
     NCCL_TRY(m, ncclGroupEnd(), "gather");
     return DP_OK;
@@ -199,9 +231,9 @@ static dp_status nccl_scatter(dp_backend_t b, const float *const *send, float *c
     NCCL_TRY(m, ncclGroupStart(), "scatter");
     if (me == root) {
         for (int q = 0; q < m->l.world; q++)
-            if (q != me) NCCL_TRY(m, ncclSend(send[0] + (size_t)q * n, n, ncclFloat, q, m->comm, stream_of(m)), "scatter");
+            if (q != me) GROUP_TRY(m, ncclSend(send[0] + (size_t)q * n, n, ncclFloat, q, m->comm, stream_of(m)), "scatter");
     } else {
-        NCCL_TRY(m, ncclRecv(recv[0], n, ncclFloat, root, m->comm, stream_of(m)), "scatter");
+        GROUP_TRY(m, ncclRecv(recv[0], n, ncclFloat, root, m->comm, stream_of(m)), "scatter");
     }
     NCCL_TRY(m, ncclGroupEnd(), "scatter");
     return DP_OK;
@@ -227,10 +259,15 @@ static void nccl_destroy(dp_backend_t b) {
         }
     }
     if (m->scratch) m->dev->free(m->dev, m->scratch);
+    if (m->dev && m->dev->watch_ctx == m) m->dev->watch = NULL, m->dev->watch_ctx = NULL;
 #if DP_HAVE_MPI
     int finalized = 0;
     MPI_Finalized(&finalized);
-    if (m->we_initialised_mpi && !finalized) MPI_Finalize();
+    /* MPI_Finalize is collective: after a failure the other ranks may never come, so abort the job */
+    if (m->we_initialised_mpi && !finalized) {
+        if (b->failed) MPI_Abort(MPI_COMM_WORLD, 1);
+        else MPI_Finalize();
+    }
 #endif
     free(m);
     free(b);
@@ -264,7 +301,8 @@ dp_status dp_nccl_precheck(int *gpu) {
         return dp_fail(DP_ERR_BACKEND, "--backend nccl: rank %d: no usable CUDA device (%s; CUDA_VISIBLE_DEVICES %s%s)",
                        l.rank, e != cudaSuccess ? cudaGetErrorString(e) : "0 devices", visible ? "=" : "unset",
                        visible ? visible : "");
-    const int dev = l.kind == DP_LAUNCH_SINGLE ? 0 : l.local_rank;
+    /* one GPU visible (CUDA_VISIBLE_DEVICES per rank, as SLURM and Kubernetes do): that one */
+    const int dev = l.kind == DP_LAUNCH_SINGLE || n == 1 ? 0 : l.local_rank;
     if (dev >= n)
         return dp_fail(DP_ERR_BACKEND, "--backend nccl: rank %d: LOCAL_RANK %d names GPU %d, but this node has %d (more "
                        "ranks than GPUs on a node?)", l.rank, l.local_rank, dev, n);
@@ -333,6 +371,7 @@ dp_status dp_nccl_backend_create(const dp_backend_config *cfg, dp_backend_t *out
         nccl_destroy(b);
         return s;
     }
+    m->dev->watch = nccl_watch, m->dev->watch_ctx = m;
     *out = b;
     return DP_OK;
 }

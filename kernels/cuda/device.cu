@@ -3,6 +3,7 @@
 // and CUDA's reason. Kernel launches are asynchronous, so their failures surface at wait().
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_kernels.h"
@@ -88,8 +89,26 @@ static dp_status cuda_zero(const dp_dev *d, void *p, size_t bytes) {
     return DP_OK;
 }
 
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 static dp_status cuda_wait(const dp_dev *d) {
-    CHECK(d, cudaStreamSynchronize(stream_of(d)));
+    if (!d->watch) {
+        CHECK(d, cudaStreamSynchronize(stream_of(d)));
+    } else { /* poll, so that a dead peer or the deadline can end the wait */
+        const double t0 = now_s();
+        for (;;) {
+            cudaError_t e = cudaStreamQuery(stream_of(d));
+            if (e == cudaSuccess) break;
+            if (e != cudaErrorNotReady) return fail_cuda(d, "waiting for the stream (cudaStreamQuery)", e);
+            DP_TRY(d->watch(d->watch_ctx, now_s() - t0));
+            struct timespec nap = {0, 20000};
+            nanosleep(&nap, NULL);
+        }
+    }
     char msg[512];
     if (dp_cuda_kernels_error(msg, sizeof msg))
         return dp_fail(DP_ERR_BACKEND, "CUDA device %d: %s", impl_of(d)->ordinal, msg);
@@ -198,8 +217,14 @@ extern "C" dp_status dp_cuda_dev_open(int ordinal, int tf32, dp_dev **out) {
     cublasStatus_t bs = cublasCreate(&c->blas);
     if (bs == CUBLAS_STATUS_SUCCESS) bs = cublasSetStream(c->blas, c->stream);
     const size_t ws_bytes = (size_t)16 << 20;
-    if (bs == CUBLAS_STATUS_SUCCESS && cudaMalloc(&c->blas_ws, ws_bytes) == cudaSuccess)
+    if (bs == CUBLAS_STATUS_SUCCESS) {
+        if ((e = cudaMalloc(&c->blas_ws, ws_bytes)) != cudaSuccess) {
+            dp_status s = fail_cuda(d, "allocating cuBLAS's 16 MiB workspace", e);
+            cuda_close(d);
+            return s;
+        }
         bs = cublasSetWorkspace(c->blas, c->blas_ws, ws_bytes);
+    }
     // fp32 unless asked: results then compare with the CPU's; TF32 trades 10 mantissa bits for speed
     if (bs == CUBLAS_STATUS_SUCCESS)
         bs = cublasSetMathMode(c->blas, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH);

@@ -54,6 +54,11 @@ struct dp_dev {
     /* Optional (NULL on the CPU): the device's free and total memory in bytes, and what its own
        workspaces (cuBLAS, cuDNN, lane streams) take besides the run's arenas */
     dp_status (*mem_info)(const dp_dev *, unsigned long long *free_b, unsigned long long *total_b);
+    /* Optional, set by a backend whose collectives can wait on other processes (nccl): while a
+       wait polls the device it calls watch(watch_ctx, seconds waited), and a failure (a peer's
+       error, the deadline) ends the wait with it. NULL: waits block. */
+    dp_status (*watch)(void *ctx, double waited_s);
+    void *watch_ctx;
     unsigned long long reserved;
     void (*close)(dp_dev *);
     void *impl;

@@ -30,8 +30,13 @@ dp_status dp_graph_run(dp_graph_cache *c, const dp_dev *d, dp_backend_t b, int e
         return DP_OK;
     }
     if (!s) { /* first sight: run it, and remember the key (a shape seen once, e.g. the last batch, stays eager) */
-        s = &c->slot[c->next];
-        c->next = (c->next + 1) % DP_GRAPH_SLOTS;
+        /* a free slot, else one holding a key seen once, else round-robin: recorded graphs go last */
+        for (int i = 0; i < DP_GRAPH_SLOTS && !s; i++)
+            if (!c->slot[i].used) s = &c->slot[i];
+        for (int i = 0; i < DP_GRAPH_SLOTS && !s; i++)
+            if (!c->slot[(c->next + i) % DP_GRAPH_SLOTS].graph) s = &c->slot[(c->next + i) % DP_GRAPH_SLOTS];
+        if (!s) s = &c->slot[c->next];
+        c->next = (int)(s - c->slot + 1) % DP_GRAPH_SLOTS;
         d->graph_free(d, s->graph);
         memset(s, 0, sizeof *s);
         s->used = 1, s->key = key;

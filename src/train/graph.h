@@ -14,7 +14,7 @@
 #include "backends/backend.h"
 #include "core/device.h"
 
-#define DP_GRAPH_SLOTS 8
+#define DP_GRAPH_SLOTS 16
 
 typedef struct {
     uint64_t key;

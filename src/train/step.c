@@ -296,21 +296,29 @@ static dp_status zero_grads(dp_trainer *t) {
     return DP_OK;
 }
 
-/* DDP: the lanes' losses and hits from where the loss kernels wrote them, checked. */
+/* DDP: the lanes' losses and hits from where the loss kernels wrote them. */
 static dp_status fetch_lane_losses(dp_trainer *t) {
     const size_t nl = (size_t)t->n_local * (size_t)t->n_lanes;
     t->stage_busy = 0; /* the downloads wait for everything queued */
     DP_TRY(t->dev->download(t->dev, t->lane_loss, t->d_lane_loss, nl * sizeof(float)));
-    DP_TRY(t->dev->download(t->dev, t->lane_correct, t->d_lane_correct, nl * sizeof(int32_t)));
+    return t->dev->download(t->dev, t->lane_correct, t->d_lane_correct, nl * sizeof(int32_t));
+}
+
+/* A NaN/Inf loss, decided on the all-reduced sum so that every rank stops (or skips) at the same
+ * step; the message names a local replica whose loss it was, if any. */
+static dp_status check_loss(const dp_trainer *t, float global_sum) {
+    if (isfinite(global_sum)) return DP_OK;
+    const char *what = isnan(global_sum) ? "NaN" : "Inf";
+    if (t->cfg.mode == DP_MODE_DP)
+        return dp_fail(DP_ERR_NUMERIC, "the loss became %s at epoch %d, step %ld (computed on the master replica 0 in "
+                       "DP mode): training stopped (try a smaller --lr)", what, t->epoch, t->step + 1);
     for (int r = 0; r < t->n_local; r++)
-        for (int l = 0; l < t->n_lanes; l++) {
-            const float loss = t->lane_loss[(size_t)r * t->n_lanes + (size_t)l];
-            if (!isfinite(loss))
+        for (int l = 0; l < t->n_lanes; l++)
+            if (!isfinite(t->lane_loss[(size_t)r * t->n_lanes + (size_t)l]))
                 return dp_fail(DP_ERR_NUMERIC, "the loss of replica %d became %s at epoch %d, step %ld: training "
-                               "stopped (try a smaller --lr)", t->rep[r].rank, isnan(loss) ? "NaN" : "Inf", t->epoch,
-                               t->step + 1);
-        }
-    return DP_OK;
+                               "stopped (try a smaller --lr)", t->rep[r].rank, what, t->epoch, t->step + 1);
+    return dp_fail(DP_ERR_NUMERIC, "the loss of another rank's replica became %s at epoch %d, step %ld: training "
+                   "stopped (try a smaller --lr)", what, t->epoch, t->step + 1);
 }
 
 /* Sums [loss, correct, count] of the step over every replica of every process into *m: the
@@ -326,6 +334,7 @@ static dp_status add_metrics(dp_trainer *t, const int *count, dp_step_metrics *m
     }
     /* not through dp_allreduce: bookkeeping, not gradient traffic, stays out of the statistics */
     DP_TRY(dp_host_allreduce(t, t->metric_bufs, 3));
+    DP_TRY(check_loss(t, t->metric_bufs[0][0]));
     m->loss_sum += t->metric_bufs[0][0];
     m->correct += lrintf(t->metric_bufs[0][1]);
     m->count += lrintf(t->metric_bufs[0][2]);
@@ -636,11 +645,7 @@ static dp_status dp_micro(dp_trainer *t, const dp_batch *b, const dp_batch *hb, 
         DP_TRY(master_loss(t, recv[master], rec, mi, bi, &loss, &correct));
         t->lane_loss[(size_t)master * t->n_lanes] = loss; /* the others' stay 0: x + 0 = x */
         t->lane_correct[(size_t)master * t->n_lanes] = correct;
-        count[master] = mi->step_samples;
-        if (!isfinite(loss))
-            return dp_fail(DP_ERR_NUMERIC, "the loss became %s at epoch %d, step %ld (computed on the master replica "
-                           "0 in DP mode): training stopped (try a smaller --lr)", isnan(loss) ? "NaN" : "Inf",
-                           t->epoch, t->step + 1);
+        count[master] = mi->step_samples; /* a NaN/Inf is caught after the metrics' all-reduce, on every rank */
     }
     const float *from[t->n_local];
     float *back[t->n_local];

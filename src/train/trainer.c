@@ -396,7 +396,7 @@ static dp_status run_epoch(dp_trainer *t, int epoch, int first, int *stop) {
     for (int b = first; (s = dp_loader_next(t->loader, &batches, &wait)) == DP_OK; b++) {
         wait_total += wait;
         lr = dp_schedule_lr(&t->sched, epoch, t->step);
-        if (t->bn_snapshot)
+        if (t->bn_snapshot && b % K == 0) /* a step's state before its first micro-step */
             for (int r = 0; r < t->n_local; r++)
                 DP_TRY(t->dev->copy(t->dev, t->bn_snapshot + (size_t)r * t->model.buffers.n, t->rep[r].buffers,
                                     t->model.buffers.n * sizeof(float)));
@@ -523,6 +523,11 @@ dp_status dp_trainer_run(dp_trainer *t) {
 
 void dp_trainer_destroy(dp_trainer *t) {
     if (!t) return;
+    if (t->backend && t->backend->failed) { /* abort the collectives first: freeing device memory would wait for them */
+        t->backend->trace = NULL;
+        dp_backend_destroy(t->backend);
+        t->backend = NULL;
+    }
     dp_loader_destroy(t->loader);
     dp_sampler_free(&t->sampler);
     if (t->rep)
