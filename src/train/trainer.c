@@ -202,10 +202,6 @@ static dp_status setup(dp_trainer *t) {
     if ((c->save_every || c->save_every_epochs || c->keep) && !c->checkpoint_dir)
         return dp_fail(DP_ERR_USAGE, "--%s needs --checkpoint DIR", c->keep ? "keep" : "save-every");
     if (!c->keep) c->keep = 3;
-    if (c->on_nan_skip && t->n_local < t->world)
-        return dp_fail(DP_ERR_USAGE, "--on-nan skip is for one process (--backend sim): with %s a NaN loss is seen by its "
-                       "own rank only (the check comes before the metrics all-reduce), so the other ranks could not skip "
-                       "the same step", c->backend);
     if (dp_backend_rank(t->backend, 0) == 0) {
         /* before hours of training, not after: only rank 0 writes */
         if (c->save_path) DP_TRY(dp_check_output_file("--save", c->save_path));
