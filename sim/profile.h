@@ -45,6 +45,10 @@ typedef struct {
         int lanes, workers;
         double seconds;
     } overheads[DP_PROFILE_MAX_ROWS];
+    /* the CPU trainer's threads other than the one that runs the nodes (the loader's prefetch:
+       reading, shuffling, copying samples) per sample: CPU time that a process whose cores are
+       all busy pays out of its own step; 0 when not measured */
+    double loader_s_per_sample;
     int n_rows;
     dp_profile_row rows[DP_PROFILE_MAX_ROWS];
 } dp_profile;

@@ -3,6 +3,7 @@
  * 1, 2, 4, 8 devices, and their report. */
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "core/timer.h"
 #include "report/predict_report.h"
@@ -68,24 +69,34 @@ static dp_status measure_rows(dp_trainer *t, const dp_topology *topos, int n_top
     return DP_OK;
 }
 
-/* Real steps of a one-replica trainer t: their median period. */
-static dp_status step_period(dp_trainer *t, double *out) {
+static double cpu_seconds(clockid_t id) {
+    struct timespec ts;
+    return clock_gettime(id, &ts) == 0 ? ts.tv_sec + 1e-9 * ts.tv_nsec : 0;
+}
+
+/* Real steps of a one-replica trainer t: their median period, and the CPU time per step of the
+ * process's threads other than this one and its `workers` - 1 OpenMP helpers (taken to use as
+ * much as this one): the loader's. */
+static dp_status step_period(dp_trainer *t, int workers, double *out, double *other_cpu) {
     enum { WARM = 5, STEPS = 400 };
-    double period[STEPS], last = 0;
+    double period[STEPS], last = 0, p0 = 0, m0 = 0;
     int k = 0;
     const dp_batch *batches;
     dp_status s;
-    *out = 0;
+    *out = 0, *other_cpu = 0;
     DP_TRY(dp_loader_start_epoch(t->loader, 0));
     for (int b = 0; k < STEPS && (s = dp_loader_next(t->loader, &batches, NULL)) == DP_OK; b++) {
         double now = dp_now();
         if (b > WARM) period[k++] = now - last;
+        if (b == WARM) p0 = cpu_seconds(CLOCK_PROCESS_CPUTIME_ID), m0 = cpu_seconds(CLOCK_THREAD_CPUTIME_ID);
         last = now;
         dp_step_metrics m = {0};
         DP_TRY(dp_train_micro(t, batches, b, t->cfg.lr, &m));
     }
     if (s != DP_OK && s != DP_DONE) return s;
     if (k < 5) return DP_OK; /* too few batches in an epoch to tell */
+    const double proc = cpu_seconds(CLOCK_PROCESS_CPUTIME_ID) - p0, mine = cpu_seconds(CLOCK_THREAD_CPUTIME_ID) - m0;
+    *other_cpu = proc > workers * mine ? (proc - workers * mine) / (k + 1) : 0;
     for (int i = 1; i < k; i++) /* insertion sort: k is small */
         for (int j = i; j > 0 && period[j] < period[j - 1]; j--) {
             double x = period[j];
@@ -111,13 +122,15 @@ static dp_status measure_step_overhead(dp_trainer *t, dp_profile *p, int batch, 
     one.predict_topos = one.save_profile = one.compute_profile = one.plot_path = NULL;
     one.predict_only = 0, one.quiet = 1, one.progress = 0, one.epochs = 1;
     dp_trainer *t1 = NULL;
-    double step = 0;
+    double step = 0, other = 0;
     dp_status s = dp_trainer_create(&one, &t1);
     const int B = one.batch_size, conc = min_int(workers, lanes), lane_batch = (B + lanes - 1) / lanes;
     int have = 0;
     for (int i = 0; i < p->n_rows; i++) have |= p->rows[i].batch == lane_batch && p->rows[i].concurrent == conc;
     if (s == DP_OK && !have) s = dp_profile_measure(&t->model, lane_batch, conc, TIMING_STEPS, p);
-    if (s == DP_OK) s = step_period(t1, &step);
+    if (s == DP_OK) s = step_period(t1, workers, &step, &other);
+    /* the loader's CPU per sample, from the one-thread shapes (no OpenMP helpers to tell apart) */
+    if (s == DP_OK && workers == 1 && other > 0) p->loader_s_per_sample = other / B;
     dp_trainer_destroy(t1);
     DP_TRY(s);
     const dp_topology here = {.bus_bw = 1, .host_bw = 1, .devices = workers, .shared_memory_bus = 1};
