@@ -354,8 +354,12 @@ dp_status dp_calibrate(dp_backend_t b, const char *name, const char *path, FILE 
              "# %s: written by `dptrain calibrate --backend %s` (%d replicas) on %s, %04d-%02d-%02d %02d:%02d UTC.\n"
              "# latency_us and bus_bandwidth_GBps: weighted least-squares fit of the all-reduce sweep, 4 B..%.0f KiB\n"
              "# (larger messages leave the caches: see the sweep in the calibrate output);\n"
-             "# host_call_us 0: the per-call cost is inside the measured latency. devices: this machine's cores.\n",
+             "# host_call_us 0: the per-call cost is inside the measured latency. devices: this machine's cores.\n"
+             "# broadcast/reduce/gather/scatter_*: each kind's sweep, 4 B..1 MiB, fitted to its ring formula.\n"
+             "# sync_jitter_us, touch_*: %s\n",
              name, dp_backend_name(b), world, host, tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour,
-             tm.tm_min, DP_CALIBRATE_FIT_BYTES / 1024);
+             tm.tm_min, DP_CALIBRATE_FIT_BYTES / 1024,
+             nl == 1 ? "training-like steps (docs/overhead-model.md: the wait for the slowest rank; first touch)"
+                     : "0, not measured: the replicas share one process (measured with one replica per process)");
     return dp_topology_save(path, &t, comment);
 }
