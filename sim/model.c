@@ -140,14 +140,7 @@ static dp_status check(const dp_profile *p, const dp_predict_query *q) {
  * CPU processes (shared-memory topologies); a GPU's host costs are its launches and calls. */
 static double overhead(const dp_profile *p, const dp_topology *t, const dp_predict_query *q) {
     if (!t->shared_memory_bus) return 0;
-    const int w = q->workers > 0 ? q->workers : 1;
-    double s = dp_profile_overhead(p, q->lanes > 0 ? q->lanes : 1, w);
-    /* the loader's CPU: measured with cores to spare it runs beside the step; when the devices'
-       workers fill the host's cores, each process pays its own loader out of its workers' time
-       (unless the measurement filled them itself, and so already holds it) */
-    if (q->devices * w >= t->devices && w < t->devices)
-        s += share_of(q->global_batch, q->devices) * p->loader_s_per_sample / w;
-    return s;
+    return dp_profile_overhead(p, q->lanes > 0 ? q->lanes : 1, q->workers > 0 ? q->workers : 1);
 }
 
 /* DDP: buffers broadcast, forward, loss, backward with bucketed all-reduces overlapping it on a

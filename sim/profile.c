@@ -120,9 +120,6 @@ dp_status dp_profile_save(const char *path, const dp_profile *p) {
     fprintf(f, "# overhead LANES THREADS SECONDS: the CPU trainer's cost per step beyond the nodes\n");
     for (int i = 0; i < p->n_overheads; i++)
         fprintf(f, "overhead %d %d %.6e\n", p->overheads[i].lanes, p->overheads[i].workers, p->overheads[i].seconds);
-    if (p->loader_s_per_sample > 0)
-        fprintf(f, "# loader SECONDS: the other threads' CPU time per sample (the loader's prefetch)\nloader %.6e\n",
-                p->loader_s_per_sample);
     fprintf(f, "# node INDEX NAME KERNELS_FWD KERNELS_BWD\n");
     for (int i = 0; i < p->n_nodes; i++)
         fprintf(f, "node %d %s %d %d\n", i, p->node_names[i][0] ? p->node_names[i] : "-", p->kernels_fwd[i],
@@ -171,7 +168,6 @@ dp_status dp_profile_parse(const char *text, const char *origin, dp_profile *p) 
             ok = sscanf(buf, "%*s %d %d %lf", &a, &b, &x) == 3 && a > 0 && b > 0 && x >= 0;
             if (ok) DP_TRY(dp_profile_set_overhead(p, a, b, x));
         }
-        else if (!strcmp(key, "loader")) ok = sscanf(buf, "%*s %lf", &p->loader_s_per_sample) == 1 && p->loader_s_per_sample >= 0;
         else if (!strcmp(key, "buffers")) ok = sscanf(buf, "%*s %zu", &p->buffer_floats) == 1;
         else if (!strcmp(key, "nodes"))
             ok = sscanf(buf, "%*s %d", &p->n_nodes) == 1 && p->n_nodes > 0 && p->n_nodes <= DP_PROFILE_MAX_NODES;

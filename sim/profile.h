@@ -38,17 +38,15 @@ typedef struct {
     size_t bucket_floats[DP_PROFILE_MAX_BUCKETS];
     int bucket_node[DP_PROFILE_MAX_BUCKETS]; /* node after whose backward the bucket is complete */
     /* the CPU trainer's own cost per step beyond the nodes' compute (data hand-off, thread
-       wake-ups and barriers, logging), per (lanes, threads) of a process: measured by real
-       steps on the host at hand; the model adds it on shared-memory (CPU process) topologies */
+       wake-ups and barriers, logging, and what sharing the host with the other processes costs it),
+       per (lanes, threads) of a process: measured by real steps on the host at hand, as many
+       processes of the shape at once as it stands for; the model adds it on shared-memory (CPU
+       process) topologies */
     int n_overheads;
     struct {
         int lanes, workers;
         double seconds;
     } overheads[DP_PROFILE_MAX_ROWS];
-    /* the CPU trainer's threads other than the one that runs the nodes (the loader's prefetch:
-       reading, shuffling, copying samples) per sample: CPU time that a process whose cores are
-       all busy pays out of its own step; 0 when not measured */
-    double loader_s_per_sample;
     int n_rows;
     dp_profile_row rows[DP_PROFILE_MAX_ROWS];
 } dp_profile;

@@ -321,7 +321,7 @@ static void test_sync_wait(void **state) {
     free(p);
 }
 
-/* DataParallel's collectives with their own fits, the first-touch terms and the loader's CPU. */
+/* DataParallel's collectives with their own fits, and the first-touch terms. */
 static void test_kind_fits_and_touch(void **state) {
     (void)state;
     dp_topology t = topo(1e-6, 1e9);
@@ -374,29 +374,7 @@ static void test_kind_fits_and_touch(void **state) {
     u.touch_broadcast_s_per_byte = 0;
     assert_int_equal(dp_predict(p, &u, &q, &o0), DP_OK);
     assert_float_equal(o.step_s, o0.step_s, EPS);
-    /* the loader's CPU: paid by a process whose workers fill the host's cores with the others
-       (2 devices x 1 worker on 2 cores: 8 samples x 1 us), not when cores are to spare (1 device),
-       nor when the overhead's own measurement filled them (2 workers on 2 cores) */
-    u = topo(0, 1e15);
-    u.shared_memory_bus = 1, u.devices = 2;
-    p->loader_s_per_sample = 1e-6;
-    q = (dp_predict_query){.mode = DP_PREDICT_DDP, .devices = 2, .global_batch = 16, .steps_per_epoch = 1, .lanes = 1,
-                           .workers = 1};
-    assert_int_equal(dp_predict(p, &u, &q, &o), DP_OK);
-    assert_float_equal(o.host_s, 8e-6, 1e-12);
-    q.devices = 1;
-    assert_int_equal(dp_predict(p, &u, &q, &o), DP_OK);
-    assert_float_equal(o.host_s, 0, 1e-15);
-    q.workers = 2, q.lanes = 2;
-    assert_int_equal(dp_predict(p, &u, &q, &o), DP_OK);
-    assert_float_equal(o.host_s, 0, 1e-15);
-    /* saved and read back with the profile */
-    const char *path = tu_path("loader.profile");
-    assert_int_equal(dp_profile_save(path, p), DP_OK);
-    dp_profile *r = calloc(1, sizeof *r);
-    assert_int_equal(dp_profile_load(path, r), DP_OK);
-    assert_float_equal(r->loader_s_per_sample, 1e-6, 1e-15);
-    free(p), free(r);
+    free(p);
 }
 
 static void test_alpha_beta_fit(void **state) {

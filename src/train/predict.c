@@ -3,7 +3,8 @@
  * 1, 2, 4, 8 devices, and their report. */
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
+#include <pthread.h>
+#include <stdio.h>
 
 #include "core/timer.h"
 #include "report/predict_report.h"
@@ -69,34 +70,24 @@ static dp_status measure_rows(dp_trainer *t, const dp_topology *topos, int n_top
     return DP_OK;
 }
 
-static double cpu_seconds(clockid_t id) {
-    struct timespec ts;
-    return clock_gettime(id, &ts) == 0 ? ts.tv_sec + 1e-9 * ts.tv_nsec : 0;
-}
-
-/* Real steps of a one-replica trainer t: their median period, and the CPU time per step of the
- * process's threads other than this one and its `workers` - 1 OpenMP helpers (taken to use as
- * much as this one): the loader's. */
-static dp_status step_period(dp_trainer *t, int workers, double *out, double *other_cpu) {
+/* Real steps of a one-replica trainer t: their median period. */
+static dp_status step_period(dp_trainer *t, double *out) {
     enum { WARM = 5, STEPS = 400 };
-    double period[STEPS], last = 0, p0 = 0, m0 = 0;
+    double period[STEPS], last = 0;
     int k = 0;
     const dp_batch *batches;
     dp_status s;
-    *out = 0, *other_cpu = 0;
+    *out = 0;
     DP_TRY(dp_loader_start_epoch(t->loader, 0));
     for (int b = 0; k < STEPS && (s = dp_loader_next(t->loader, &batches, NULL)) == DP_OK; b++) {
         double now = dp_now();
         if (b > WARM) period[k++] = now - last;
-        if (b == WARM) p0 = cpu_seconds(CLOCK_PROCESS_CPUTIME_ID), m0 = cpu_seconds(CLOCK_THREAD_CPUTIME_ID);
         last = now;
         dp_step_metrics m = {0};
         DP_TRY(dp_train_micro(t, batches, b, t->cfg.lr, &m));
     }
     if (s != DP_OK && s != DP_DONE) return s;
     if (k < 5) return DP_OK; /* too few batches in an epoch to tell */
-    const double proc = cpu_seconds(CLOCK_PROCESS_CPUTIME_ID) - p0, mine = cpu_seconds(CLOCK_THREAD_CPUTIME_ID) - m0;
-    *other_cpu = proc > workers * mine ? (proc - workers * mine) / (k + 1) : 0;
     for (int i = 1; i < k; i++) /* insertion sort: k is small */
         for (int j = i; j > 0 && period[j] < period[j - 1]; j--) {
             double x = period[j];
@@ -106,13 +97,35 @@ static dp_status step_period(dp_trainer *t, int workers, double *out, double *ot
     return DP_OK;
 }
 
-/* The CPU trainer's cost per step beyond the nodes, for a process that runs `lanes` lanes of
- * its `batch` samples on `workers` threads (one device of a shared-memory topology): a
- * one-replica sim trainer of that shape (--batch-size batch --chunks lanes --threads workers)
- * runs 400 real steps (loader, lane trees, thread barriers, logging included); their median
- * period less the model's compute for the same shape, alone on the host, is the overhead. */
-static dp_status measure_step_overhead(dp_trainer *t, dp_profile *p, int batch, int lanes, int workers) {
+/* One of the processes of a shape, run on a thread of its own (co_main). */
+typedef struct {
+    dp_trainer *t;
+    pthread_barrier_t *start;
+    double period;
+    dp_status s;
+} co_run;
+
+static void *co_main(void *arg) {
+    co_run *r = arg;
+    pthread_barrier_wait(r->start);
+    r->s = step_period(r->t, &r->period);
+    if (r->s != DP_OK) fprintf(stderr, "dptrain predict: a step-overhead companion failed: %s\n", dp_last_error());
+    return NULL;
+}
+
+/* The CPU trainer's cost per step beyond the nodes, for `devices` processes each running
+ * `lanes` lanes of its `batch` samples on `workers` threads (one device of a shared-memory
+ * topology of `cores` cores): `devices` one-replica sim trainers of that shape (--batch-size batch
+ * --chunks lanes --threads workers), all at once (the others on threads of their own, as the
+ * other processes would be), run 400 real steps each (loader, lane trees, thread barriers,
+ * logging included); the median period of the first, less the model's compute for the same
+ * shape and concurrency, is the overhead. Running them together puts in what a process pays for
+ * sharing the host with the others (its loader's CPU, the others' traffic) beyond the nodes. */
+static dp_status measure_step_overhead(dp_trainer *t, dp_profile *p, int devices, int cores, int batch, int lanes,
+                                       int workers) {
+    enum { MAX_CO = 64 };
     if (dp_profile_has_overhead(p, lanes, workers) || !t->have_train) return DP_OK;
+    if (devices > MAX_CO) devices = MAX_CO;
     dp_config one = t->cfg;
     one.backend = "sim", one.replicas = 1, one.chunks = lanes, one.threads = workers, one.accumulate = 1;
     one.batch_size = batch;
@@ -121,25 +134,39 @@ static dp_status measure_step_overhead(dp_trainer *t, dp_profile *p, int batch, 
     one.keep = 0; /* the helper writes and reads no checkpoint */
     one.predict_topos = one.save_profile = one.compute_profile = one.plot_path = NULL;
     one.predict_only = 0, one.quiet = 1, one.progress = 0, one.epochs = 1;
-    dp_trainer *t1 = NULL;
-    double step = 0, other = 0;
-    dp_status s = dp_trainer_create(&one, &t1);
-    const int B = one.batch_size, conc = min_int(workers, lanes), lane_batch = (B + lanes - 1) / lanes;
-    int have = 0;
-    for (int i = 0; i < p->n_rows; i++) have |= p->rows[i].batch == lane_batch && p->rows[i].concurrent == conc;
-    if (s == DP_OK && !have) s = dp_profile_measure(&t->model, lane_batch, conc, TIMING_STEPS, p);
-    if (s == DP_OK) s = step_period(t1, workers, &step, &other);
-    /* the loader's CPU per sample, from the one-thread shapes (no OpenMP helpers to tell apart) */
-    if (s == DP_OK && workers == 1 && other > 0) p->loader_s_per_sample = other / B;
-    dp_trainer_destroy(t1);
+    dp_trainer *tk[MAX_CO] = {0};
+    co_run run[MAX_CO];
+    pthread_t th[MAX_CO];
+    pthread_barrier_t start;
+    dp_status s = DP_OK;
+    int made = 0, started = 0;
+    for (; made < devices && s == DP_OK; made++) s = dp_trainer_create(&one, &tk[made]);
+    if (s != DP_OK) made--; /* the failed one was not made */
+    if (s == DP_OK && pthread_barrier_init(&start, NULL, (unsigned)devices) != 0)
+        s = dp_fail(DP_ERR_INTERNAL, "predict: cannot set up the step-overhead run");
+    if (s == DP_OK) {
+        for (int k = 0; k < devices; k++) run[k] = (co_run){.t = tk[k], .start = &start};
+        for (started = 1; started < devices; started++)
+            if (pthread_create(&th[started], NULL, co_main, &run[started]) != 0) break;
+        if (started < devices) { /* no thread for some: run alone rather than wait at the barrier forever */
+            s = dp_fail(DP_ERR_INTERNAL, "predict: cannot start the step-overhead companions");
+            for (int k = started; k < devices; k++) pthread_barrier_wait(&start);
+        }
+        if (s == DP_OK) co_main(&run[0]), s = run[0].s;
+        for (int k = 1; k < started; k++) pthread_join(th[k], NULL);
+        pthread_barrier_destroy(&start);
+    }
+    for (int k = 0; k < made; k++) dp_trainer_destroy(tk[k]);
     DP_TRY(s);
-    const dp_topology here = {.bus_bw = 1, .host_bw = 1, .devices = workers, .shared_memory_bus = 1};
-    const dp_predict_query q = {.mode = DP_PREDICT_DDP, .devices = 1, .global_batch = B, .steps_per_epoch = 1,
-                                .lanes = lanes, .workers = workers};
+    /* the model's compute of that shape at that concurrency, with free links */
+    const dp_topology here = {.bus_bw = 1e30, .host_bw = 1e30, .devices = cores, .shared_memory_bus = 1};
+    const dp_predict_query q = {.mode = DP_PREDICT_DDP, .devices = devices, .global_batch = batch * devices,
+                                .steps_per_epoch = 1, .lanes = lanes, .workers = workers};
     dp_prediction pr;
     DP_TRY(dp_profile_set_overhead(p, lanes, workers, 0));
     DP_TRY(dp_predict(p, &here, &q, &pr));
-    return dp_profile_set_overhead(p, lanes, workers, step > pr.step_s ? step - pr.step_s : 0);
+    const double step = run[0].period, model = pr.compute_s;
+    return dp_profile_set_overhead(p, lanes, workers, step > model ? step - model : 0);
 }
 
 /* Overheads for every device count of every shared-memory topology up to its cores (beyond,
@@ -148,8 +175,8 @@ static dp_status measure_overheads(dp_trainer *t, const dp_topology *topos, int 
                                    dp_profile *p) {
     for (int k = 0; k < n_topos; k++)
         for (int i = 0; i < n_devs && topos[k].shared_memory_bus && devs[i] <= topos[k].devices; i++)
-            DP_TRY(measure_step_overhead(t, p, (t->cfg.batch_size + devs[i] - 1) / devs[i], lanes_for(t, &topos[k], devs[i]),
-                                         workers_for(t, &topos[k], devs[i])));
+            DP_TRY(measure_step_overhead(t, p, devs[i], topos[k].devices, (t->cfg.batch_size + devs[i] - 1) / devs[i],
+                                         lanes_for(t, &topos[k], devs[i]), workers_for(t, &topos[k], devs[i])));
     return DP_OK;
 }
 
