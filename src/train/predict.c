@@ -97,20 +97,37 @@ static dp_status step_period(dp_trainer *t, double *out) {
     return DP_OK;
 }
 
+/* The start signal of the processes of a shape: 0 wait, 1 run, -1 give up. */
+typedef struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int go;
+} co_start;
+
 /* One of the processes of a shape, run on a thread of its own (co_main). */
 typedef struct {
     dp_trainer *t;
-    pthread_barrier_t *start;
+    co_start *start;
     double period;
     dp_status s;
 } co_run;
 
 static void *co_main(void *arg) {
     co_run *r = arg;
-    pthread_barrier_wait(r->start);
-    r->s = step_period(r->t, &r->period);
+    pthread_mutex_lock(&r->start->mu);
+    while (!r->start->go) pthread_cond_wait(&r->start->cv, &r->start->mu);
+    const int go = r->start->go;
+    pthread_mutex_unlock(&r->start->mu);
+    r->s = go > 0 ? step_period(r->t, &r->period) : DP_OK;
     if (r->s != DP_OK) fprintf(stderr, "dptrain predict: a step-overhead companion failed: %s\n", dp_last_error());
     return NULL;
+}
+
+static void co_signal(co_start *st, int go) {
+    pthread_mutex_lock(&st->mu);
+    st->go = go;
+    pthread_cond_broadcast(&st->cv);
+    pthread_mutex_unlock(&st->mu);
 }
 
 /* The CPU trainer's cost per step beyond the nodes, for `devices` processes each running
@@ -137,24 +154,19 @@ static dp_status measure_step_overhead(dp_trainer *t, dp_profile *p, int devices
     dp_trainer *tk[MAX_CO] = {0};
     co_run run[MAX_CO];
     pthread_t th[MAX_CO];
-    pthread_barrier_t start;
+    co_start start = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER, .go = 0};
     dp_status s = DP_OK;
-    int made = 0, started = 0;
+    int made = 0, started = 1;
     for (; made < devices && s == DP_OK; made++) s = dp_trainer_create(&one, &tk[made]);
     if (s != DP_OK) made--; /* the failed one was not made */
-    if (s == DP_OK && pthread_barrier_init(&start, NULL, (unsigned)devices) != 0)
-        s = dp_fail(DP_ERR_INTERNAL, "predict: cannot set up the step-overhead run");
     if (s == DP_OK) {
         for (int k = 0; k < devices; k++) run[k] = (co_run){.t = tk[k], .start = &start};
-        for (started = 1; started < devices; started++)
+        for (; started < devices; started++)
             if (pthread_create(&th[started], NULL, co_main, &run[started]) != 0) break;
-        if (started < devices) { /* no thread for some: run alone rather than wait at the barrier forever */
-            s = dp_fail(DP_ERR_INTERNAL, "predict: cannot start the step-overhead companions");
-            for (int k = started; k < devices; k++) pthread_barrier_wait(&start);
-        }
+        if (started < devices) s = dp_fail(DP_ERR_INTERNAL, "predict: cannot start the step-overhead companions");
+        co_signal(&start, s == DP_OK ? 1 : -1);
         if (s == DP_OK) co_main(&run[0]), s = run[0].s;
         for (int k = 1; k < started; k++) pthread_join(th[k], NULL);
-        pthread_barrier_destroy(&start);
     }
     for (int k = 0; k < made; k++) dp_trainer_destroy(tk[k]);
     DP_TRY(s);
