@@ -10,8 +10,30 @@ static double log2_ceil(int n) {
     return k;
 }
 
+/* Expected maximum of n independent standard normal samples (0 for n = 1): by quadrature of
+ * n x phi(x) Phi(x)^(n-1) over [-10, 10]. */
+double dp_expected_max_normal(int n) {
+    if (n < 2) return 0;
+    const int steps = 4000;
+    const double lo = -10, h = 20.0 / steps;
+    double sum = 0;
+    for (int i = 0; i <= steps; i++) {
+        double x = lo + i * h, phi = exp(-0.5 * x * x) / sqrt(2 * M_PI), Phi = 0.5 * erfc(-x / sqrt(2));
+        double f = x * n * phi * pow(Phi, n - 1);
+        sum += (i == 0 || i == steps) ? 0.5 * f : f;
+    }
+    return sum * h;
+}
+
+double dp_sync_wait_seconds(const dp_topology *t, int n) { return t->sync_jitter_s * dp_expected_max_normal(n); }
+
 double dp_coll_seconds(const dp_topology *t, dp_coll_kind kind, double bytes, int n) {
     if (n < 2) return 0;
+    const int ki = dp_topology_kind_index(kind);
+    if (ki >= 0 && t->kind_bw[ki] > 0) { /* its own fit, to the ring formula it was fitted with */
+        const double a = t->kind_latency_s[ki], B = t->kind_bw[ki];
+        return kind == DP_COLL_GATHER || kind == DP_COLL_SCATTER ? (n - 1) * (a + bytes / B) : (n - 1) * a + bytes / B;
+    }
     const double a = t->latency_s, B = t->bus_bw, nm1 = n - 1;
     const int tree = t->algorithm == DP_ALGO_TREE;
     switch (kind) {
@@ -34,6 +56,9 @@ double dp_coll_seconds(const dp_topology *t, dp_coll_kind kind, double bytes, in
 
 double dp_host_scatter_seconds(const dp_topology *t, double share_bytes, int n) {
     if (n < 2) return 0;
+    /* processes sharing the host's memory scatter with the backend's scatter: its own fit */
+    if (t->shared_memory_bus && t->kind_bw[dp_topology_kind_index(DP_COLL_SCATTER)] > 0)
+        return dp_coll_seconds(t, DP_COLL_SCATTER, share_bytes, n);
     int copies = t->shared_memory_bus ? n - 1 : n;
     return copies * (t->host_latency_s + share_bytes / t->host_bw);
 }
@@ -127,8 +152,10 @@ static void predict_ddp(const dp_profile *p, const dp_topology *t, const dp_pred
     double comm[DP_PROFILE_MAX_BUCKETS], exposed = 0, comm_total = 0;
     long calls = 0;
     if (n > 1) {
-        for (int k = 0; k < p->n_buckets; k++) comm_total += comm[k] = dp_coll_seconds(t, DP_COLL_ALLREDUCE,
-                                                                                   4.0 * p->bucket_floats[k], n);
+        /* each bucket's all-reduce also waits for the slowest rank to reach it */
+        const double wait = dp_sync_wait_seconds(t, n);
+        for (int k = 0; k < p->n_buckets; k++)
+            comm_total += comm[k] = dp_coll_seconds(t, DP_COLL_ALLREDUCE, 4.0 * p->bucket_floats[k], n) + wait;
         dp_ddp_overlap(c.bwd_nodes, p->n_nodes, p->bucket_node, comm, p->n_buckets, &exposed);
         calls += p->n_buckets;
         double bb = p->buffer_floats ? dp_coll_seconds(t, DP_COLL_BROADCAST, 4.0 * p->buffer_floats, n) : 0;
@@ -136,6 +163,8 @@ static void predict_ddp(const dp_profile *p, const dp_topology *t, const dp_pred
         calls += (p->buffer_floats ? 1 : 0) + 1;
         exposed += bb + metrics, comm_total += bb + metrics;
     }
+    /* the optimizer's first pass over the gradients the all-reduce wrote */
+    if (n > 1) opt += t->touch_allreduce_s_per_byte * 4.0 * p->param_floats;
     /* the lane sums of the buckets finish before their all-reduces start: on the critical path */
     o->compute_s = c.fwd + c.loss + c.bwd + c.lane_sums + opt;
     o->exposed_comm_s = exposed;
@@ -169,6 +198,11 @@ static void predict_dp(const dp_profile *p, const dp_topology *t, const dp_predi
         serial += dp_coll_seconds(t, DP_COLL_SCATTER, 4.0 * b * p->n_classes, n);
         serial += gchunks * dp_coll_seconds(t, DP_COLL_REDUCE, 4.0 * p->param_floats / gchunks, n);
         serial += dp_coll_seconds(t, DP_COLL_ALLREDUCE, 12, n); /* dptrain's per-step metrics */
+        /* the gather follows the replicas' forward, the reduce their backward: each waits for the
+           slowest; the others follow the master's own work, already on the path */
+        serial += 2 * dp_sync_wait_seconds(t, n);
+        /* the master's optimizer writes the parameters the replicas read at the step's start */
+        opt += t->touch_broadcast_s_per_byte * 4.0 * p->param_floats;
         calls = (long)chunks + 3 + (long)gchunks + 1;
     }
     o->compute_s = c.fwd + loss + c.bwd + c.lane_sums + opt;

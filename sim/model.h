@@ -25,6 +25,13 @@ typedef struct {
     int workers;          /* CPU: threads per device that run the lanes, single-threaded each; 1 on a GPU */
 } dp_predict_query;
 
+/* The expected maximum of n independent standard normal samples (0 for n < 2; 0.564 for 2,
+ * 1.029 for 4, 1.424 for 8, 1.766 for 16). */
+double dp_expected_max_normal(int n);
+/* The wait at one synchronisation point that follows the ranks' own compute: the slowest of n
+ * ranks arrives sync_jitter x E[max of n normals] after their mean (0 for n = 1). */
+double dp_sync_wait_seconds(const dp_topology *t, int n);
+
 /* Seconds of one collective of `bytes` per replica over n devices (0 for n = 1). For gather and
  * scatter, bytes is one replica's share; the root's link carries n - 1 of them. */
 double dp_coll_seconds(const dp_topology *t, dp_coll_kind kind, double bytes, int n);

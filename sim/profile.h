@@ -38,8 +38,10 @@ typedef struct {
     size_t bucket_floats[DP_PROFILE_MAX_BUCKETS];
     int bucket_node[DP_PROFILE_MAX_BUCKETS]; /* node after whose backward the bucket is complete */
     /* the CPU trainer's own cost per step beyond the nodes' compute (data hand-off, thread
-       wake-ups and barriers, logging), per (lanes, threads) of a process: measured by real
-       steps on the host at hand; the model adds it on shared-memory (CPU process) topologies */
+       wake-ups and barriers, logging, and what sharing the host with the other processes costs it),
+       per (lanes, threads) of a process: measured by real steps on the host at hand, as many
+       processes of the shape at once as it stands for; the model adds it on shared-memory (CPU
+       process) topologies */
     int n_overheads;
     struct {
         int lanes, workers;

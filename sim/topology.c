@@ -9,7 +9,31 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "backends/backend.h"
 #include "dp_config.h"
+
+static const char *const kind_keys[DP_TOPO_KINDS] = {"broadcast", "reduce", "gather", "scatter"};
+
+int dp_topology_kind_index(int kind) {
+    switch (kind) {
+    case DP_COLL_BROADCAST: return 0;
+    case DP_COLL_REDUCE: return 1;
+    case DP_COLL_GATHER: return 2;
+    case DP_COLL_SCATTER: return 3;
+    default: return -1;
+    }
+}
+
+/* "broadcast_latency_us" -> 0 and *bw 0; "gather_bandwidth_GBps" -> 2 and *bw 1; else -1. */
+static int kind_key(const char *key, int *bw) {
+    for (int i = 0; i < DP_TOPO_KINDS; i++) {
+        size_t n = strlen(kind_keys[i]);
+        if (strncmp(key, kind_keys[i], n) != 0) continue;
+        if (strcmp(key + n, "_latency_us") == 0) return *bw = 0, i;
+        if (strcmp(key + n, "_bandwidth_GBps") == 0) return *bw = 1, i;
+    }
+    return -1;
+}
 
 static int is_file(const char *p) {
     struct stat st;
@@ -116,6 +140,7 @@ dp_status dp_topology_parse(const char *text, const char *origin, dp_topology *t
         if (k <= 0) continue;
         if (k != 2) return dp_fail(DP_ERR_FORMAT, "%s:%d: expected 'key value  # source'", origin, line);
         double d = 0;
+        int ki, is_bw = 0;
         if (strcmp(key, "name") == 0) snprintf(t->name, sizeof t->name, "%s", val);
         else if (strcmp(key, "device") == 0) snprintf(t->device, sizeof t->device, "%s", val);
         else if (strcmp(key, "algorithm") == 0) {
@@ -149,13 +174,31 @@ dp_status dp_topology_parse(const char *text, const char *origin, dp_topology *t
         } else if (strcmp(key, "shared_memory_bus") == 0) {
             DP_TRY(number(origin, line, key, val, 0, &d));
             t->shared_memory_bus = d != 0;
+        } else if (strcmp(key, "sync_jitter_us") == 0) {
+            DP_TRY(number(origin, line, key, val, 0, &d));
+            t->sync_jitter_s = d * 1e-6;
+        } else if (strcmp(key, "touch_allreduce_us_per_MB") == 0) {
+            DP_TRY(number(origin, line, key, val, 0, &d));
+            t->touch_allreduce_s_per_byte = d * 1e-12;
+        } else if (strcmp(key, "touch_broadcast_us_per_MB") == 0) {
+            DP_TRY(number(origin, line, key, val, 0, &d));
+            t->touch_broadcast_s_per_byte = d * 1e-12;
+        } else if ((ki = kind_key(key, &is_bw)) >= 0) {
+            DP_TRY(number(origin, line, key, val, is_bw ? 1e-6 : 0, &d));
+            if (is_bw) t->kind_bw[ki] = d * 1e9;
+            else t->kind_latency_s[ki] = d * 1e-6;
         } else {
             return dp_fail(DP_ERR_FORMAT,
                            "%s:%d: unknown key '%s' (expected name, device, devices, algorithm, bus_bandwidth_GBps, "
                            "latency_us, host_call_us, launch_us, host_bandwidth_GBps, host_latency_us, p2p, "
-                           "shared_memory_bus)", origin, line, key);
+                           "shared_memory_bus, sync_jitter_us, touch_allreduce_us_per_MB, touch_broadcast_us_per_MB, {broadcast,reduce,gather,scatter}_latency_us, "
+                           "{broadcast,reduce,gather,scatter}_bandwidth_GBps)", origin, line, key);
         }
     }
+    for (int i = 0; i < DP_TOPO_KINDS; i++)
+        if (t->kind_latency_s[i] > 0 && !t->kind_bw[i])
+            return dp_fail(DP_ERR_FORMAT, "%s: %s_latency_us without %s_bandwidth_GBps (give both, or neither to use the "
+                           "all-reduce's)", origin, kind_keys[i], kind_keys[i]);
     if (!have_bw) return dp_fail(DP_ERR_FORMAT, "%s: bus_bandwidth_GBps is missing (the one number a topology needs)", origin);
     if (!t->host_bw) t->host_bw = t->bus_bw; /* no separate host link: the same link */
     if (!t->name[0]) snprintf(t->name, sizeof t->name, "%s", origin);
@@ -189,6 +232,12 @@ dp_status dp_topology_save(const char *path, const dp_topology *t, const char *c
             t->latency_s * 1e6, t->host_call_s * 1e6, t->launch_s * 1e6);
     fprintf(f, "host_bandwidth_GBps %.6g\nhost_latency_us %.6g\np2p %d\nshared_memory_bus %d\n", t->host_bw / 1e9,
             t->host_latency_s * 1e6, t->p2p, t->shared_memory_bus);
+    for (int i = 0; i < DP_TOPO_KINDS; i++)
+        if (t->kind_bw[i] > 0)
+            fprintf(f, "%s_latency_us %.6g\n%s_bandwidth_GBps %.6g\n", kind_keys[i], t->kind_latency_s[i] * 1e6,
+                    kind_keys[i], t->kind_bw[i] / 1e9);
+    fprintf(f, "sync_jitter_us %.6g\ntouch_allreduce_us_per_MB %.6g\ntouch_broadcast_us_per_MB %.6g\n",
+            t->sync_jitter_s * 1e6, t->touch_allreduce_s_per_byte * 1e12, t->touch_broadcast_s_per_byte * 1e12);
     if (fclose(f) != 0) return dp_fail(DP_ERR_IO, "%s: writing failed", path);
     return DP_OK;
 }

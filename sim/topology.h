@@ -11,6 +11,8 @@
 
 typedef enum { DP_ALGO_RING = 0, DP_ALGO_TREE = 1 } dp_algo;
 
+#define DP_TOPO_KINDS 4
+
 typedef struct {
     char name[64];
     char path[512];         /* the file it was read from */
@@ -26,7 +28,21 @@ typedef struct {
     int p2p;                /* 1: device-to-device copies go direct; 0: staged through host memory */
     int shared_memory_bus;  /* 1: the devices share one memory bus (CPU processes): compute per device
                                is taken from a profile measured with that many devices busy */
+    /* DataParallel's collectives, each with its own fit (dptrain calibrate): broadcast, reduce,
+       gather, scatter (dp_topology_kind_index); a bandwidth of 0 (the key absent) means the
+       all-reduce's latency_us and bus_bandwidth_GBps, as before */
+    double kind_latency_s[DP_TOPO_KINDS], kind_bw[DP_TOPO_KINDS];
+    double sync_jitter_s;   /* sigma of a rank's arrival at a synchronisation point: each one that
+                               follows the ranks' own compute waits sigma x E[max of N normals] */
+    double touch_allreduce_s_per_byte; /* DDP: the optimizer's first pass over gradients the all-reduce
+                                          just wrote, beyond the same pass in cache */
+    double touch_broadcast_s_per_byte; /* DP: the master's optimizer writing parameters the replicas
+                                          just read (the step's broadcast), beyond the same pass again */
 } dp_topology;
+
+/* The index into kind_latency_s / kind_bw of a dp_coll_kind (backends/backend.h): broadcast 0,
+ * reduce 1, gather 2, scatter 3; -1 for a kind without its own fit. */
+int dp_topology_kind_index(int kind);
 
 /* Reads `name_or_path`: a path (contains '/' or names an existing file) or a preset name looked
  * up in the preset directories (dp_topology_dirs). Fails naming the file and line. */

@@ -4,6 +4,7 @@
  * predict command's log lines. No timing is asserted. */
 #include "testutil.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -249,6 +250,27 @@ static void test_topology_files(void **state) {
     dp_topology u;
     assert_int_equal(dp_topology_load(out, &u), DP_OK);
     assert_float_equal(u.latency_s, t.latency_s, 1e-15);
+    /* the calibrated keys: absent = 0 (the presets), read, written and read back */
+    assert_float_equal(u.sync_jitter_s, 0, EPS);
+    assert_float_equal(u.kind_bw[0], 0, EPS);
+    const char *cal = "bus_bandwidth_GBps 4\nreduce_latency_us 2\nreduce_bandwidth_GBps 6\nsync_jitter_us 30\n"
+                      "touch_allreduce_us_per_MB 5\ntouch_broadcast_us_per_MB 500\n";
+    assert_int_equal(dp_topology_parse(cal, "cal", &u), DP_OK);
+    const int ri = dp_topology_kind_index(DP_COLL_REDUCE);
+    assert_float_equal(u.kind_latency_s[ri], 2e-6, 1e-15);
+    assert_float_equal(u.kind_bw[ri], 6e9, 1);
+    assert_float_equal(u.sync_jitter_s, 30e-6, 1e-15);
+    assert_float_equal(u.touch_allreduce_s_per_byte, 5e-12, 1e-20);
+    assert_float_equal(u.touch_broadcast_s_per_byte, 500e-12, 1e-20);
+    assert_int_equal(dp_topology_save(out, &u, NULL), DP_OK);
+    dp_topology v;
+    assert_int_equal(dp_topology_load(out, &v), DP_OK);
+    assert_float_equal(v.kind_bw[ri], 6e9, 1);
+    assert_float_equal(v.kind_bw[dp_topology_kind_index(DP_COLL_GATHER)], 0, EPS);
+    assert_float_equal(v.sync_jitter_s, 30e-6, 1e-15);
+    assert_float_equal(v.touch_broadcast_s_per_byte, 500e-12, 1e-20);
+    assert_int_equal(dp_topology_parse("bus_bandwidth_GBps 1\ngather_latency_us 3\n", "h", &u), DP_ERR_FORMAT);
+    assert_true(tu_contains(dp_last_error(), "gather_latency_us without gather_bandwidth_GBps"));
     assert_int_equal(dp_topology_parse("bus_bandwidth_GBps 1\nspeed 3\n", "x", &u), DP_ERR_FORMAT);
     assert_true(tu_contains(dp_last_error(), "x:2: unknown key 'speed'"));
     assert_int_equal(dp_topology_parse("latency_us 3\n", "y", &u), DP_ERR_FORMAT);
@@ -256,6 +278,103 @@ static void test_topology_files(void **state) {
     assert_int_equal(dp_topology_parse("bus_bandwidth_GBps -1\n", "z", &u), DP_ERR_FORMAT);
     assert_int_equal(dp_topology_load("no-such-preset", &u), DP_ERR_USAGE);
     assert_true(tu_contains(dp_last_error(), "no preset of that name"));
+}
+
+/* The synchronisation wait: sigma x E[max of N standard normals] per point that follows the
+ * ranks' own compute; DDP pays it per bucket (inside the overlap), DP at its gather (after
+ * forward) and its reduce (after backward). */
+static void test_sync_wait(void **state) {
+    (void)state;
+    assert_float_equal(dp_expected_max_normal(1), 0, EPS);
+    assert_float_equal(dp_expected_max_normal(2), 1 / sqrt(M_PI), 1e-9); /* exact: 1/sqrt(pi) */
+    assert_float_equal(dp_expected_max_normal(4), 1.029375, 1e-5);      /* tables of normal order statistics */
+    assert_float_equal(dp_expected_max_normal(8), 1.423600, 1e-5);
+    assert_float_equal(dp_expected_max_normal(16), 1.765991, 1e-5);
+    dp_profile *p = synthetic_profile();
+    dp_topology t = topo(0, 1e9);
+    t.host_latency_s = 0;
+    dp_prediction o0, o;
+    /* DDP (test_ddp_prediction's case): bucket 0 ready at 4 ms ends at 5 + w, bucket 1 ready at
+       7 ends at 10 + w: exposed grows by the one wait of the last bucket */
+    dp_predict_query q = {.mode = DP_PREDICT_DDP, .devices = 4, .global_batch = 32, .steps_per_epoch = 1, .lanes = 1};
+    assert_int_equal(dp_predict(p, &t, &q, &o0), DP_OK);
+    t.sync_jitter_s = 1e-3;
+    const double w = 1e-3 * dp_expected_max_normal(4);
+    assert_float_equal(dp_sync_wait_seconds(&t, 4), w, EPS);
+    assert_float_equal(dp_sync_wait_seconds(&t, 1), 0, EPS);
+    assert_int_equal(dp_predict(p, &t, &q, &o), DP_OK);
+    assert_float_equal((o.exposed_comm_s - o0.exposed_comm_s), w, 1e-12);
+    assert_float_equal((o.comm_s - o0.comm_s), 2 * w, 1e-12); /* both buckets wait; one is hidden */
+    assert_float_equal(o.compute_s, o0.compute_s, EPS);
+    /* a bucket that finishes early: its wait is hidden behind backward when it fits */
+    t.sync_jitter_s = 0;
+    q.mode = DP_PREDICT_DP;
+    assert_int_equal(dp_predict(p, &t, &q, &o0), DP_OK);
+    t.sync_jitter_s = 1e-3;
+    assert_int_equal(dp_predict(p, &t, &q, &o), DP_OK);
+    assert_float_equal((o.serial_s - o0.serial_s), 2 * w, 1e-12);
+    assert_float_equal((o.step_s - o0.step_s), 2 * w, 1e-12);
+    /* one device: nothing to wait for */
+    q.devices = 1;
+    assert_int_equal(dp_predict(p, &t, &q, &o), DP_OK);
+    assert_float_equal(o.serial_s, 0, EPS);
+    free(p);
+}
+
+/* DataParallel's collectives with their own fits, and the first-touch terms. */
+static void test_kind_fits_and_touch(void **state) {
+    (void)state;
+    dp_topology t = topo(1e-6, 1e9);
+    const double S = 1e6;
+    /* a kind with its own fit uses it, to the ring formula; the others keep the all-reduce's */
+    t.kind_latency_s[dp_topology_kind_index(DP_COLL_BROADCAST)] = 5e-6;
+    t.kind_bw[dp_topology_kind_index(DP_COLL_BROADCAST)] = 4e9;
+    t.kind_latency_s[dp_topology_kind_index(DP_COLL_SCATTER)] = 2e-6;
+    t.kind_bw[dp_topology_kind_index(DP_COLL_SCATTER)] = 2e9;
+    assert_int_equal(dp_topology_kind_index(DP_COLL_ALLREDUCE), -1);
+    assert_float_equal(dp_coll_seconds(&t, DP_COLL_BROADCAST, S, 4), 3 * 5e-6 + 0.25e-3, EPS);
+    assert_float_equal(dp_coll_seconds(&t, DP_COLL_REDUCE, S, 4), 3e-6 + 1e-3, EPS);
+    assert_float_equal(dp_coll_seconds(&t, DP_COLL_SCATTER, S, 4), 3 * (2e-6 + 0.5e-3), EPS);
+    assert_float_equal(dp_coll_seconds(&t, DP_COLL_ALLREDUCE, S, 4), 6e-6 + 1.5e-3, EPS);
+    /* processes sharing the host's memory scatter the input with the backend's scatter */
+    t.shared_memory_bus = 1;
+    assert_float_equal(dp_host_scatter_seconds(&t, S, 4), 3 * (2e-6 + 0.5e-3), EPS);
+    /* the fits recover synthetic points exactly */
+    double bytes[6], bc[6], ga[6], a, b;
+    for (int i = 0; i < 6; i++) {
+        bytes[i] = 4.0 * (1 << (3 * i));
+        bc[i] = 3 * 2e-6 + bytes[i] / 5e9;
+        ga[i] = 3 * (1e-6 + bytes[i] / 8e9);
+    }
+    assert_int_equal(dp_fit_kind(DP_COLL_BROADCAST, bytes, bc, 6, 4, &a, &b), DP_OK);
+    assert_float_equal(a, 2e-6, 1e-12);
+    assert_float_equal(b / 5e9, 1, 1e-9);
+    assert_int_equal(dp_fit_kind(DP_COLL_GATHER, bytes, ga, 6, 4, &a, &b), DP_OK);
+    assert_float_equal(a, 1e-6, 1e-12);
+    assert_float_equal(b / 8e9, 1, 1e-9);
+    assert_int_equal(dp_fit_kind(DP_COLL_GATHER, bytes, ga, 6, 1, &a, &b), DP_ERR_USAGE);
+    /* first touch: DDP's optimizer after the all-reduce, DP's master after the broadcast, per byte
+       of parameters (1e6 floats = 4 MB), on the optimizer, i.e. compute */
+    dp_profile *p = synthetic_profile();
+    dp_topology u = topo(0, 1e9);
+    dp_prediction o0, o;
+    dp_predict_query q = {.mode = DP_PREDICT_DDP, .devices = 2, .global_batch = 16, .steps_per_epoch = 1, .lanes = 1};
+    assert_int_equal(dp_predict(p, &u, &q, &o0), DP_OK);
+    u.touch_allreduce_s_per_byte = 1e-10, u.touch_broadcast_s_per_byte = 1e-9;
+    assert_int_equal(dp_predict(p, &u, &q, &o), DP_OK);
+    assert_float_equal((o.compute_s - o0.compute_s), 4e6 * 1e-10, 1e-12);
+    q.mode = DP_PREDICT_DP;
+    u.touch_allreduce_s_per_byte = 0, u.touch_broadcast_s_per_byte = 0;
+    assert_int_equal(dp_predict(p, &u, &q, &o0), DP_OK);
+    u.touch_broadcast_s_per_byte = 1e-9;
+    assert_int_equal(dp_predict(p, &u, &q, &o), DP_OK);
+    assert_float_equal((o.compute_s - o0.compute_s), 4e6 * 1e-9, 1e-12);
+    q.devices = 1; /* one device: no collective, no touch */
+    assert_int_equal(dp_predict(p, &u, &q, &o), DP_OK);
+    u.touch_broadcast_s_per_byte = 0;
+    assert_int_equal(dp_predict(p, &u, &q, &o0), DP_OK);
+    assert_float_equal(o.step_s, o0.step_s, EPS);
+    free(p);
 }
 
 static void test_alpha_beta_fit(void **state) {
@@ -396,6 +515,8 @@ int main(void) {
         cmocka_unit_test(test_cpu_lanes),
         cmocka_unit_test(test_topology_files),
         cmocka_unit_test(test_alpha_beta_fit),
+        cmocka_unit_test(test_sync_wait),
+        cmocka_unit_test(test_kind_fits_and_touch),
         cmocka_unit_test(test_gather_scatter),
         cmocka_unit_test(test_predict_command),
         cmocka_unit_test(test_run_records),

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The overhead model checked against measurement (issue #9): calibrates this machine's MPI
-# all-reduce into a `host` topology, then in rounds predicts (dptrain predict: a short timing
-# run of the model here + the model) and measures (mpirun -np N dptrain --backend mpi) every
-# multi-device configuration the machine can run: MPI with 1 and 2 processes, DDP and DP,
+# collectives into a `host` topology (each round, with the N processes predicted for), then
+# predicts (dptrain predict: a short timing run of the model here + the model) and measures (mpirun -np N dptrain --backend mpi) every
+# multi-device configuration the machine can run: MPI with 1 and 2 processes (1..16 with
+# --ns on a machine with the cores), DDP and DP,
 # LeNet / Fashion-MNIST, global batch 64, the machine's cores split over the processes.
 # Prints predicted and measured epoch times (medians) and the error; targets 10% DDP, 15% DP.
 set -euo pipefail
@@ -29,27 +30,56 @@ command -v mpirun > /dev/null || { echo "$(basename "$0"): mpirun not found (apt
 mkdir -p "$OUT"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 MPIRUN=(mpirun --oversubscribe --bind-to none)
-if [ -z "$TOPO" ]; then
-    TOPO="$OUT/host"
-    "${MPIRUN[@]}" -np 2 "$DPTRAIN" calibrate --backend mpi --threads 1 --out "$TOPO" | tee "$OUT/calibrate.txt"
-fi
+rm -f "$OUT"/predict-n*.jsonl "$OUT"/mpi-n*.jsonl "$OUT"/calibrate-n*.txt "$OUT"/host-n*
 common=(--epochs "$EPOCHS" --batch-size 64 --no-progress)
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
-# each measurement right after its own prediction: on a shared machine the load drifts
+# each measurement right after its own calibration and prediction: on a shared machine the
+# load drifts, and the all-reduce, the ranks' jitter and the master's first touch with it.
+# The calibration runs with the N processes it predicts for (2 for N = 1, which has no link).
 for r in $(seq "$ROUNDS"); do
     for n in $NS; do
         per=$(( THREADS / n > 0 ? THREADS / n : 1 ))
+        topo=$TOPO
+        if [ -z "$TOPO" ]; then
+            topo="$OUT/host-n$n-r$r"
+            "${MPIRUN[@]}" -np $(( n > 1 ? n : 2 )) "$DPTRAIN" calibrate --backend mpi --threads 1 --out "$topo" \
+                > "$OUT/calibrate-n$n-r$r.txt" || { echo "calibrate -np $n failed: see $OUT/calibrate-n$n-r$r.txt" >&2; exit 1; }
+        fi
         for mode in ddp dp; do
-            "$DPTRAIN" predict --batch-size 64 --threads "$THREADS" --topology "$TOPO" \
+            # --replicas n: the prediction for this N (dptrain predict covers 1, 2, 4, 8 and --replicas)
+            "$DPTRAIN" predict --batch-size 64 --threads "$THREADS" --replicas "$n" --topology "$topo" \
                 --log "$OUT/predict-n$n-$mode-r$r.jsonl" --save-profile "$OUT/profile-n$n-$mode-r$r" > /dev/null
             "${MPIRUN[@]}" -np "$n" "$DPTRAIN" train "${common[@]}" --backend mpi --mode "$mode" --threads "$per" \
-                --log "$OUT/mpi-n$n-$mode-r$r.jsonl" > /dev/null
+                --log "$OUT/mpi-n$n-$mode-r$r.jsonl" > /dev/null \
+                || echo "warning: mpirun -np $n --mode $mode (round $r) failed: its row lacks that round" >&2
         done
     done
 done
 python3 - "$OUT" "$NS" <<'PY'
-import glob, json, statistics, sys
+import glob, json, os, statistics, sys
 out, ns = sys.argv[1], sys.argv[2].split()
+# the calibrated figures the predictions used (medians over rounds), per N
+def topo_keys(f):
+    d = {}
+    for l in open(f):
+        l = l.split("#")[0].split()
+        if len(l) == 2:
+            try: d[l[0]] = float(l[1])
+            except ValueError: pass
+    return d
+cal = {}
+for n in ns:
+    fs = sorted(glob.glob(f"{out}/host-n{n}-r*"))
+    if fs:
+        ks = [topo_keys(f) for f in fs]
+        cal[n] = {k: statistics.median(x.get(k, 0) for x in ks) for k in
+                  ("latency_us", "bus_bandwidth_GBps", "sync_jitter_us", "touch_broadcast_us_per_MB", "reduce_bandwidth_GBps")}
+if cal:
+    print("calibrated (medians over rounds): N: alpha us / all-reduce GB/s / reduce GB/s / sync_jitter us / master's touch us per MB")
+    for n, c in cal.items():
+        print(f"  {n}: {c['latency_us']:.2f} / {c['bus_bandwidth_GBps']:.2f} / {c['reduce_bandwidth_GBps']:.2f} / "
+              f"{c['sync_jitter_us']:.1f} / {c['touch_broadcast_us_per_MB']:.0f}")
+    print()
 pred = {}
 for n in ns:
     for mode in ("ddp", "dp"):
@@ -60,6 +90,7 @@ for n in ns:
                     pred.setdefault((mode, int(n)), []).append(e)
 print("| N | mode | predicted s/epoch | measured s/epoch | error | measured typical epoch (median step x steps) | error | predicted ms/step: compute / exposed comm / DP serial / host | measured comm_s/epoch | target |")
 print("|---:|---|---:|---:|---:|---:|---:|---|---:|---:|")
+rows = []
 for n in ns:
     for mode in ("ddp", "dp"):
         eps, steps, nsteps = [], [], []
@@ -71,6 +102,9 @@ for n in ns:
             nsteps += [sum(1 for e in ev if e.get("event") == "step" and e["epoch"] == 1)]
         p = pred.get((mode, int(n)), [])
         if not eps or not p:
+            why = "no measured epoch (did mpirun fail?)" if not eps else "no prediction for this N"
+            print(f"| {n} | {mode} | | | | | | | | NO ROW: {why} |")
+            rows.append((n, mode, None))
             continue
         meas = statistics.median(e["seconds"] for e in eps)
         typ = statistics.median(steps) * statistics.median(nsteps) if steps else float("nan")
@@ -82,6 +116,15 @@ for n in ns:
         print(f"| {n} | {mode} | {pe:.2f} | {meas:.2f} | {100*err:+.1f}% | {typ:.2f} | {100*err2:+.1f}% | "
               f"{med('compute_s'):.3f} / {med('exposed_comm_s'):.3f} / {med('serial_s'):.3f} / {med('host_s'):.3f} | "
               f"{comm:.3f} | {'within' if abs(err) <= target else 'OUTSIDE'} {int(100*target)}% |")
+        rows.append((n, mode, abs(err) <= target))
+ok = [f"N={n} {m}" for n, m, v in rows if v]
+bad = [f"N={n} {m}" for n, m, v in rows if v is False]
+none = [f"N={n} {m}" for n, m, v in rows if v is None]
+print()
+print(f"targets (epoch time: DDP within 10%, DP within 15%): {len(ok)} of {len(rows)} rows meet them")
+print(f"  within:  {', '.join(ok) or '-'}")
+print(f"  OUTSIDE: {', '.join(bad) or '-'}")
+if none: print(f"  no row:  {', '.join(none)}")
 PY
 echo
 echo "load average (1, 5, 15 min) before: $load_before; after: $(cut -d' ' -f1-3 /proc/loadavg) (other users of the machine)"

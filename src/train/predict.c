@@ -3,6 +3,8 @@
  * 1, 2, 4, 8 devices, and their report. */
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
+#include <stdio.h>
 
 #include "core/timer.h"
 #include "report/predict_report.h"
@@ -95,13 +97,52 @@ static dp_status step_period(dp_trainer *t, double *out) {
     return DP_OK;
 }
 
-/* The CPU trainer's cost per step beyond the nodes, for a process that runs `lanes` lanes of
- * its `batch` samples on `workers` threads (one device of a shared-memory topology): a
- * one-replica sim trainer of that shape (--batch-size batch --chunks lanes --threads workers)
- * runs 400 real steps (loader, lane trees, thread barriers, logging included); their median
- * period less the model's compute for the same shape, alone on the host, is the overhead. */
-static dp_status measure_step_overhead(dp_trainer *t, dp_profile *p, int batch, int lanes, int workers) {
+/* The start signal of the processes of a shape: 0 wait, 1 run, -1 give up. */
+typedef struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int go;
+} co_start;
+
+/* One of the processes of a shape, run on a thread of its own (co_main). */
+typedef struct {
+    dp_trainer *t;
+    co_start *start;
+    double period;
+    dp_status s;
+} co_run;
+
+static void *co_main(void *arg) {
+    co_run *r = arg;
+    pthread_mutex_lock(&r->start->mu);
+    while (!r->start->go) pthread_cond_wait(&r->start->cv, &r->start->mu);
+    const int go = r->start->go;
+    pthread_mutex_unlock(&r->start->mu);
+    r->s = go > 0 ? step_period(r->t, &r->period) : DP_OK;
+    if (r->s != DP_OK) fprintf(stderr, "dptrain predict: a step-overhead companion failed: %s\n", dp_last_error());
+    return NULL;
+}
+
+static void co_signal(co_start *st, int go) {
+    pthread_mutex_lock(&st->mu);
+    st->go = go;
+    pthread_cond_broadcast(&st->cv);
+    pthread_mutex_unlock(&st->mu);
+}
+
+/* The CPU trainer's cost per step beyond the nodes, for `devices` processes each running
+ * `lanes` lanes of its `batch` samples on `workers` threads (one device of a shared-memory
+ * topology of `cores` cores): `devices` one-replica sim trainers of that shape (--batch-size batch
+ * --chunks lanes --threads workers), all at once (the others on threads of their own, as the
+ * other processes would be), run 400 real steps each (loader, lane trees, thread barriers,
+ * logging included); the median period of the first, less the model's compute for the same
+ * shape and concurrency, is the overhead. Running them together puts in what a process pays for
+ * sharing the host with the others (its loader's CPU, the others' traffic) beyond the nodes. */
+static dp_status measure_step_overhead(dp_trainer *t, dp_profile *p, int devices, int cores, int batch, int lanes,
+                                       int workers) {
+    enum { MAX_CO = 64 };
     if (dp_profile_has_overhead(p, lanes, workers) || !t->have_train) return DP_OK;
+    if (devices > MAX_CO) devices = MAX_CO;
     dp_config one = t->cfg;
     one.backend = "sim", one.replicas = 1, one.chunks = lanes, one.threads = workers, one.accumulate = 1;
     one.batch_size = batch;
@@ -110,23 +151,34 @@ static dp_status measure_step_overhead(dp_trainer *t, dp_profile *p, int batch, 
     one.keep = 0; /* the helper writes and reads no checkpoint */
     one.predict_topos = one.save_profile = one.compute_profile = one.plot_path = NULL;
     one.predict_only = 0, one.quiet = 1, one.progress = 0, one.epochs = 1;
-    dp_trainer *t1 = NULL;
-    double step = 0;
-    dp_status s = dp_trainer_create(&one, &t1);
-    const int B = one.batch_size, conc = min_int(workers, lanes), lane_batch = (B + lanes - 1) / lanes;
-    int have = 0;
-    for (int i = 0; i < p->n_rows; i++) have |= p->rows[i].batch == lane_batch && p->rows[i].concurrent == conc;
-    if (s == DP_OK && !have) s = dp_profile_measure(&t->model, lane_batch, conc, TIMING_STEPS, p);
-    if (s == DP_OK) s = step_period(t1, &step);
-    dp_trainer_destroy(t1);
+    dp_trainer *tk[MAX_CO] = {0};
+    co_run run[MAX_CO];
+    pthread_t th[MAX_CO];
+    co_start start = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER, .go = 0};
+    dp_status s = DP_OK;
+    int made = 0, started = 1;
+    for (; made < devices && s == DP_OK; made++) s = dp_trainer_create(&one, &tk[made]);
+    if (s != DP_OK) made--; /* the failed one was not made */
+    if (s == DP_OK) {
+        for (int k = 0; k < devices; k++) run[k] = (co_run){.t = tk[k], .start = &start};
+        for (; started < devices; started++)
+            if (pthread_create(&th[started], NULL, co_main, &run[started]) != 0) break;
+        if (started < devices) s = dp_fail(DP_ERR_INTERNAL, "predict: cannot start the step-overhead companions");
+        co_signal(&start, s == DP_OK ? 1 : -1);
+        if (s == DP_OK) co_main(&run[0]), s = run[0].s;
+        for (int k = 1; k < started; k++) pthread_join(th[k], NULL);
+    }
+    for (int k = 0; k < made; k++) dp_trainer_destroy(tk[k]);
     DP_TRY(s);
-    const dp_topology here = {.bus_bw = 1, .host_bw = 1, .devices = workers, .shared_memory_bus = 1};
-    const dp_predict_query q = {.mode = DP_PREDICT_DDP, .devices = 1, .global_batch = B, .steps_per_epoch = 1,
-                                .lanes = lanes, .workers = workers};
+    /* the model's compute of that shape at that concurrency, with free links */
+    const dp_topology here = {.bus_bw = 1e30, .host_bw = 1e30, .devices = cores, .shared_memory_bus = 1};
+    const dp_predict_query q = {.mode = DP_PREDICT_DDP, .devices = devices, .global_batch = batch * devices,
+                                .steps_per_epoch = 1, .lanes = lanes, .workers = workers};
     dp_prediction pr;
     DP_TRY(dp_profile_set_overhead(p, lanes, workers, 0));
     DP_TRY(dp_predict(p, &here, &q, &pr));
-    return dp_profile_set_overhead(p, lanes, workers, step > pr.step_s ? step - pr.step_s : 0);
+    const double step = run[0].period, model = pr.compute_s;
+    return dp_profile_set_overhead(p, lanes, workers, step > model ? step - model : 0);
 }
 
 /* Overheads for every device count of every shared-memory topology up to its cores (beyond,
@@ -135,8 +187,8 @@ static dp_status measure_overheads(dp_trainer *t, const dp_topology *topos, int 
                                    dp_profile *p) {
     for (int k = 0; k < n_topos; k++)
         for (int i = 0; i < n_devs && topos[k].shared_memory_bus && devs[i] <= topos[k].devices; i++)
-            DP_TRY(measure_step_overhead(t, p, (t->cfg.batch_size + devs[i] - 1) / devs[i], lanes_for(t, &topos[k], devs[i]),
-                                         workers_for(t, &topos[k], devs[i])));
+            DP_TRY(measure_step_overhead(t, p, devs[i], topos[k].devices, (t->cfg.batch_size + devs[i] - 1) / devs[i],
+                                         lanes_for(t, &topos[k], devs[i]), workers_for(t, &topos[k], devs[i])));
     return DP_OK;
 }
 
