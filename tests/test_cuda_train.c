@@ -18,26 +18,8 @@
 #include "trainrun.h"
 
 static void base_config(dp_config *c, const char *model, const char *device) {
-    dp_config_defaults(c);
-    c->model = model;
+    tr_base_config(c, model);
     c->device = device;
-    c->data.name = "synthetic";
-    c->data.dir = "";
-    if (strcmp(model, "lenet") == 0) c->data.c = 1, c->data.h = 28, c->data.w = 28;
-    else c->data.c = 3, c->data.h = 32, c->data.w = 32;
-    c->data.n_classes = 10;
-    c->data.samples = 64 * 24;
-    c->data.seed = 5;
-    c->seed = 7;
-    c->epochs = 1;
-    c->max_steps = 20;
-    c->batch_size = 64;
-    c->lr = 0.05f;
-    c->momentum = 0.9f;
-    c->weight_decay = 1e-4f;
-    c->threads = 2;
-    c->workers = 0;
-    c->quiet = 1;
 }
 
 /* 20 SGD steps compound fp32 rounding differences of the matrix products' summation order;

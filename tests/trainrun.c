@@ -22,6 +22,28 @@ static void read_losses(const char *log, tr_result *r) {
     fclose(f);
 }
 
+void tr_base_config(dp_config *c, const char *model) {
+    dp_config_defaults(c);
+    c->model = model;
+    c->data.name = "synthetic";
+    c->data.dir = "";
+    if (strcmp(model, "lenet") == 0) c->data.c = 1, c->data.h = 28, c->data.w = 28;
+    else c->data.c = 3, c->data.h = 32, c->data.w = 32;
+    c->data.n_classes = 10;
+    c->data.samples = 64 * 24;
+    c->data.seed = 5;
+    c->seed = 7;
+    c->epochs = 1;
+    c->max_steps = 20;
+    c->batch_size = 64;
+    c->lr = 0.05f;
+    c->momentum = 0.9f;
+    c->weight_decay = 1e-4f;
+    c->threads = 2;
+    c->workers = 0;
+    c->quiet = 1;
+}
+
 tr_result tr_run(dp_config *c) {
     tr_result r = {0};
     char log[600];

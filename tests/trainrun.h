@@ -15,6 +15,9 @@ typedef struct {
     dp_layout layout;         /* a copy of the tensor table, for per-tensor messages */
 } tr_result;
 
+/* The suites' common run: synthetic data shaped for the model, 20 SGD steps of batch 64 with
+ * momentum and weight decay, 2 threads, no loader thread, quiet. */
+void tr_base_config(dp_config *c, const char *model);
 /* Trains c (its log_path is set to a scratch file) and collects the result; fails the test on error. */
 tr_result tr_run(dp_config *c);
 void tr_free(tr_result *r);

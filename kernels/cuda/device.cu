@@ -191,6 +191,23 @@ static void cuda_close(dp_dev *d) {
     free(c);
 }
 
+// The operations; dp_cuda_dev_open copies them in and adds the streams, handles and description.
+static dp_dev make_ops(void) {
+    dp_dev o;
+    memset(&o, 0, sizeof o);
+    o.name = "cuda";
+    o.k = &dp_cuda_kernels;
+    o.n_lanes = DP_DEV_LANES;
+    o.alloc = cuda_alloc, o.free = cuda_free, o.host_alloc = cuda_host_alloc, o.host_free = cuda_host_free;
+    o.upload = cuda_upload, o.copy = cuda_copy, o.zero = cuda_zero, o.download = cuda_download, o.wait = cuda_wait;
+    o.capture_begin = cuda_capture_begin, o.capture_end = cuda_capture_end, o.replay = cuda_replay;
+    o.graph_free = cuda_graph_free, o.fork = cuda_fork, o.join = cuda_join, o.mem_info = cuda_mem_info;
+    o.reserved = (unsigned long long)256 << 20; // cuDNN's handle and plans, graphs, headroom
+    o.close = cuda_close;
+    return o;
+}
+static const dp_dev cuda_ops = make_ops();
+
 extern "C" dp_status dp_cuda_dev_open(int ordinal, int tf32, dp_dev **out) {
     *out = NULL;
     int n = 0;
@@ -251,31 +268,13 @@ extern "C" dp_status dp_cuda_dev_open(int ordinal, int tf32, dp_dev **out) {
         cuda_close(d);
         return dp_fail(DP_ERR_BACKEND, "CUDA device %d: cuBLAS, its workspaces or the lane streams could not be set up (status %d)", ordinal, (int)bs);
     }
-    d->name = "cuda";
-    d->is_host = 0;
-    d->k = &dp_cuda_kernels;
+    *d = cuda_ops;
+    d->impl = c;
     d->kc = (dp_kctx){.nthreads = 1, .stream = c->stream, .blas = c->blas, .tf32 = tf32};
-    d->n_lanes = DP_DEV_LANES;
-    for (int i = 0; i < DP_DEV_LANES; i++) d->lane_kc[i] = (dp_kctx){.nthreads = 1, .stream = c->lane[i], .blas = c->lane_blas[i], .tf32 = tf32};
-    d->fork = cuda_fork;
-    d->mem_info = cuda_mem_info;
-    d->reserved = (unsigned long long)256 << 20; /* cuDNN's handle and plans, graphs, headroom */
-    d->join = cuda_join;
+    for (int i = 0; i < DP_DEV_LANES; i++)
+        d->lane_kc[i] = (dp_kctx){.nthreads = 1, .stream = c->lane[i], .blas = c->lane_blas[i], .tf32 = tf32};
     snprintf(d->desc, sizeof d->desc, "%.80s (cuda:%d, sm_%d%d, %.1f GiB, TF32 %s, convolutions: %s)", p.name, ordinal,
              p.major, p.minor, p.totalGlobalMem / 1073741824.0, tf32 ? "on" : "off", dp_cuda_conv_impl());
-    d->alloc = cuda_alloc;
-    d->free = cuda_free;
-    d->upload = cuda_upload;
-    d->host_alloc = cuda_host_alloc;
-    d->host_free = cuda_host_free;
-    d->copy = cuda_copy;
-    d->zero = cuda_zero;
-    d->download = cuda_download;
-    d->wait = cuda_wait;
-    d->capture_begin = cuda_capture_begin;
-    d->capture_end = cuda_capture_end;
-    d->replay = cuda_replay;
-    d->graph_free = cuda_graph_free;
     *out = d;
     return DP_OK;
 }

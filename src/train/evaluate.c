@@ -26,9 +26,8 @@ dp_status dp_evaluate(dp_trainer *t, const dp_dataset *d, dp_step_metrics *m, lo
     /* a device's pieces are filled on the host, go up, and their logits come back */
     float *hx = host ? NULL : malloc((size_t)piece * per * sizeof *hx);
     float *hlogits = host ? NULL : malloc((size_t)piece * K * sizeof *hlogits);
-    int32_t *hy = host ? NULL : malloc((size_t)piece * sizeof *hy);
-    if (!stats || !idx || !bufs || (!host && (!hx || !hlogits || !hy))) {
-        free(stats), free(idx), free(bufs), free(hx), free(hlogits), free(hy);
+    if (!stats || !idx || !bufs || (!host && (!hx || !hlogits))) {
+        free(stats), free(idx), free(bufs), free(hx), free(hlogits);
         return dp_fail(DP_ERR_NOMEM, "out of memory for evaluation");
     }
     dp_status st[nq];
@@ -42,7 +41,7 @@ dp_status dp_evaluate(dp_trainer *t, const dp_dataset *d, dp_step_metrics *m, lo
         dp_exec x = {.training = 0, .nthreads = 1, .k = t->k, .stream = t->kc.stream, .blas = t->kc.blas, .tf32 = t->kc.tf32,
                      .params = t->rep[0].params, .buffers = t->rep[0].buffers};
         float *ex = host ? sl->eval_x : hx;
-        int32_t *ey = host ? sl->eval_y : hy;
+        int32_t *ey = sl->eval_y;
         const int worker = t->rep[r].rank * ns + q % ns;
         for (int c = worker; c < n_pieces && st[q] == DP_OK; c += t->world * ns) {
             int n = d->n - c * piece < piece ? d->n - c * piece : piece;
@@ -89,6 +88,6 @@ dp_status dp_evaluate(dp_trainer *t, const dp_dataset *d, dp_step_metrics *m, lo
         }
         m->loss_sum = dp_tree_sum_scalars(bufs[0] + 2 * K, n_pieces, 1);
     }
-    free(stats), free(idx), free(bufs), free(hx), free(hlogits), free(hy);
+    free(stats), free(idx), free(bufs), free(hx), free(hlogits);
     return s;
 }

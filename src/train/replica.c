@@ -6,9 +6,7 @@
 static dp_status slot_create(dp_slot *s, const dp_model *m, const dp_dev *dev, int max_batch) {
     DP_TRY(dp_acts_create_on(m, max_batch, 1, dev, &s->acts));
     DP_TRY(dev->alloc(dev, &s->eval_x, (size_t)max_batch * dp_shape_size(m->input), "evaluation batch"));
-    float *y;
-    DP_TRY(dev->alloc(dev, &y, (size_t)max_batch, "evaluation labels")); /* int32 in float-sized cells */
-    s->eval_y = (int32_t *)y;
+    DP_ALLOC(s->eval_y, max_batch, "evaluation labels"); /* on the host: the loss is computed there */
     return DP_OK;
 }
 
@@ -52,7 +50,7 @@ void dp_replica_free(dp_replica *r) {
     for (int s = 0; r->slots && s < r->n_slots; s++) {
         dp_acts_free(&r->slots[s].acts);
         d->free(d, r->slots[s].eval_x);
-        d->free(d, r->slots[s].eval_y);
+        free(r->slots[s].eval_y);
     }
     free(r->slots);
     for (int l = 1; r->lane_grads && l < r->n_lanes; l++) d->free(d, r->lane_grads[l]);

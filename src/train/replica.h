@@ -17,7 +17,7 @@ typedef struct {
     dp_acts acts;
     float *grads;       /* the gradient arena of the lane the slot runs now (not owned) */
     float *eval_x;      /* (max_batch, c, h, w) input for evaluation, on the device */
-    int32_t *eval_y;    /* its labels, on the device */
+    int32_t *eval_y;    /* its labels, on the host (evaluation's loss is computed there) */
     int lane;           /* the lane it runs in this micro-step */
     int lo, n;          /* that lane's samples in the replica's batch */
 } dp_slot;

@@ -37,7 +37,7 @@ static int team(const dp_trainer *t) {
 static int lane_streams(const dp_trainer *t) {
     const int nq = t->n_local * t->rep[0].n_active;
     /* eagerly too: the lanes' small kernels overlap on the GPU (LeNet, H100, --no-graph: 2.46 s
-       per epoch against 3.06 s on one stream, docs/gpu.md) */
+       per epoch against 3.06 s on one stream, two calls apart: docs/gpu.md) */
     if (!t->dev->fork || nq < 2) return 0;
     return nq < t->dev->n_lanes ? nq : t->dev->n_lanes;
 }
@@ -466,7 +466,7 @@ dp_status dp_strategy_alloc(dp_trainer *t) {
     DP_TRY(dev_alloc(t, &t->dp_in, (size_t)t->n_local * in, "DataParallel input scatter buffers"));
     DP_TRY(dev_alloc(t, &t->dp_in_all, (size_t)t->world * in, "DataParallel input scatter buffers"));
     DP_ALLOC(t->dp_host_rec, rec * (size_t)t->world, "DataParallel master records");
-    DP_ALLOC(t->dp_tail, (size_t)t->max_local + 1, "DataParallel labels");
+    DP_ALLOC(t->dp_tail, (size_t)t->n_local * ((size_t)t->max_local + 1), "DataParallel labels");
     DP_ALLOC(t->h_labels, (size_t)t->world * (size_t)t->max_local, "DataParallel labels");
     DP_ALLOC(t->h_dp_loss, all, "DataParallel lane losses");
     DP_ALLOC(t->h_dp_correct, all, "DataParallel lane hits");
@@ -622,11 +622,13 @@ static dp_status dp_micro(dp_trainer *t, const dp_batch *b, const dp_batch *hb, 
             const dp_slot *sl = &t->rep[r].slots[l];
             DP_TRY(d->copy(d, s + (size_t)sl->lo * K, sl->acts.out[md->output], (size_t)sl->n * K * sizeof(float)));
         }
-        memset(t->dp_tail, 0, ((size_t)maxb + 1) * sizeof(float));
-        for (int i = 0; i < hb[r].n; i++) t->dp_tail[i] = (float)hb[r].y[i];
-        t->dp_tail[maxb] = (float)hb[r].n;
-        DP_TRY(d->upload(d, s + (size_t)maxb * K, t->dp_tail, ((size_t)maxb + 1) * sizeof(float)));
-        DP_TRY(d->wait(d)); /* dp_tail is reused for the next replica */
+        /* a tail per replica: no upload reads memory the next one overwrites (the step's later
+           downloads wait for all of them before the next step refills it) */
+        float *tail = t->dp_tail + (size_t)r * ((size_t)maxb + 1);
+        memset(tail, 0, ((size_t)maxb + 1) * sizeof(float));
+        for (int i = 0; i < hb[r].n; i++) tail[i] = (float)hb[r].y[i];
+        tail[maxb] = (float)hb[r].n;
+        DP_TRY(d->upload(d, s + (size_t)maxb * K, tail, ((size_t)maxb + 1) * sizeof(float)));
         send[r] = s;
         recv[r] = t->dp_recv + (size_t)r * all;
     }

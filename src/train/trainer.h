@@ -45,7 +45,7 @@ typedef struct dp_trainer {
     /* DP: per local replica, its gather record and the gathered records of all replicas */
     float *dp_send, *dp_recv;
     float *dp_in, *dp_in_all; /* DP: each local replica's scattered input; the master's whole batch */
-    /* DP, the master's loss: the gathered records on the host, a replica's label tail, every
+    /* DP, the master's loss: the gathered records on the host, each replica's label tail, every
        replica's labels (host and device), one lane's logit gradients, the lanes' losses and hits */
     float *dp_host_rec, *dp_tail;
     int32_t *h_labels, *d_labels;
