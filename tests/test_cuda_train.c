@@ -4,7 +4,8 @@
  * parameters, momentum and losses of one replica (the lanes and the ordered all-reduce are
  * the CPU's, so the same kernels run the same shapes); a GPU run repeats its own bits; a GPU
  * checkpoint holds the trained weights, and a run resumed from one is bitwise the run that was
- * never stopped. Synthetic data. Exits 77 (skipped) without a device. */
+ * never stopped; the overhead model's timing run times a GPU's nodes with events. Synthetic data.
+ * Exits 77 (skipped) without a device. */
 #include "testutil.h"
 
 #include <math.h>
@@ -202,6 +203,37 @@ static void test_nccl_launchers(void **state) {
     remove(a), remove(b), remove(m);
 }
 
+/* The overhead model's compute on a GPU: the timing run's events give every node a positive
+ * forward and backward time, the profile names the GPU, and a topology of CPU processes is
+ * refused (a GPU's node times cannot stand for them). */
+static void test_gpu_profile(void **state) {
+    (void)state;
+    char prof[600];
+    snprintf(prof, sizeof prof, "%s", tu_path("gpu.profile"));
+    char *o;
+    int rc = tu_run_dptrain(&o, "predict --device cuda --model lenet --batch-size 64 --topology nvlink4 "
+                                "--save-profile %s", prof);
+    if (rc) fail_msg("predict --device cuda: rc %d:\n%s", rc, o);
+    free(o);
+    FILE *f = fopen(prof, "r");
+    assert_non_null(f);
+    char line[256], device[64] = "";
+    int times = 0, positive = 0;
+    while (fgets(line, sizeof line, f)) {
+        int i;
+        double fwd, bwd;
+        if (sscanf(line, "device %63s", device) == 1) continue;
+        if (sscanf(line, "time %d %lf %lf", &i, &fwd, &bwd) == 3) times++, positive += fwd > 0 && bwd > 0;
+    }
+    fclose(f);
+    if (strncmp(device, "cpu", 3) == 0 || !device[0]) fail_msg("the profile's device is '%s', not the GPU", device);
+    if (times == 0 || positive != times) fail_msg("%d of %d node times positive", positive, times);
+    rc = tu_run_dptrain(&o, "predict --device cuda --model lenet --batch-size 64 --topology host");
+    if (rc == 0 || !strstr(o, "CPU processes")) fail_msg("--topology host on a GPU: rc %d:\n%s", rc, o);
+    free(o);
+    remove(prof);
+}
+
 int main(void) {
     dp_dev *d;
     if (dp_dev_open("cuda", 0, 0, &d) != DP_OK) {
@@ -221,6 +253,7 @@ int main(void) {
         cmocka_unit_test(test_nccl_one_rank_ddp),
         cmocka_unit_test(test_nccl_one_rank_dp),
         cmocka_unit_test(test_nccl_launchers),
+        cmocka_unit_test(test_gpu_profile),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "backends/backend.h"
+#include "dp_config.h"
 #include "sim/calibrate.h"
 #include "sim/model.h"
 
@@ -445,6 +446,26 @@ static void test_predict_command(void **state) {
     rc = tu_run_dptrain(&out, "predict --dataset synthetic --shape 1x28x28 --samples 640 --batch-size 64 "
                               "--topology host --compute %s", prof);
     if (rc != 0) fail_msg("predict --compute failed (%d): %s", rc, out ? out : "");
+    free(out);
+    /* a PNG is the same drawing rasterized (with librsvg); a name that is neither is refused
+       before any timing run */
+    const char *png = tu_path("predict.png");
+    rc = tu_run_dptrain(&out, "predict --dataset synthetic --shape 1x28x28 --samples 640 --batch-size 64 "
+                              "--topology pcie4 --compute %s --plot %s", prof, png);
+#if DP_HAVE_RSVG
+    if (rc != 0) fail_msg("--plot F.png failed (%d): %s", rc, out ? out : "");
+    /* the PNG signature, then IHDR's width and height: twice the SVG's 760 x 480 */
+    assert_int_equal(tu_sh(NULL, "head -c 8 %s | od -An -tx1 | tr -d ' \\n' | grep -qx 89504e470d0a1a0a && "
+                                 "[ \"$(od -An -tu1 -j16 -N8 %s | tr -s ' ')\" = ' 0 0 5 240 0 0 3 192' ]", png, png),
+                     0);
+#else
+    assert_int_equal(rc, 2);
+    assert_true(tu_contains(out, "librsvg2-dev"));
+#endif
+    free(out);
+    rc = tu_run_dptrain(&out, "predict --dataset synthetic --topology pcie4 --plot %s.jpg", png);
+    assert_int_equal(rc, 2);
+    assert_true(tu_contains(out, "name an .svg or a .png file"));
     free(out);
     rc = tu_run_dptrain(&out, "predict --dataset synthetic --topology nosuch");
     assert_int_equal(rc, 2);

@@ -175,6 +175,35 @@ static void cuda_graph_free(const dp_dev *d, void *graph) {
     if (graph) cudaGraphExecDestroy((cudaGraphExec_t)graph);
 }
 
+// Timing events: default flags (timing on); the array is the caller's, freed by events_free.
+static dp_status cuda_events_create(const dp_dev *d, int n, void **events) {
+    cudaEvent_t *ev = (cudaEvent_t *)calloc((size_t)n, sizeof *ev);
+    *events = ev;
+    if (!ev) return dp_fail(DP_ERR_NOMEM, "CUDA device %d: out of host memory for %d timing events", impl_of(d)->ordinal, n);
+    for (int i = 0; i < n; i++) CHECK(d, cudaEventCreate(&ev[i]));
+    return DP_OK;
+}
+
+static dp_status cuda_event_record(const dp_dev *d, void *events, int i) {
+    CHECK(d, cudaEventRecord(((cudaEvent_t *)events)[i], stream_of(d)));
+    return DP_OK;
+}
+
+static dp_status cuda_event_elapsed(const dp_dev *d, void *events, int i, int j, double *seconds) {
+    float ms = 0;
+    CHECK(d, cudaEventElapsedTime(&ms, ((cudaEvent_t *)events)[i], ((cudaEvent_t *)events)[j]));
+    *seconds = 1e-3 * ms;
+    return DP_OK;
+}
+
+static void cuda_events_free(const dp_dev *d, void *events, int n) {
+    (void)d;
+    cudaEvent_t *ev = (cudaEvent_t *)events;
+    for (int i = 0; ev && i < n; i++)
+        if (ev[i]) cudaEventDestroy(ev[i]);
+    free(ev);
+}
+
 static void cuda_close(dp_dev *d) {
     cuda_dev *c = impl_of(d);
     if (c->stream) cudaStreamSynchronize(c->stream);
@@ -202,6 +231,8 @@ static dp_dev make_ops(void) {
     o.upload = cuda_upload, o.copy = cuda_copy, o.zero = cuda_zero, o.download = cuda_download, o.wait = cuda_wait;
     o.capture_begin = cuda_capture_begin, o.capture_end = cuda_capture_end, o.replay = cuda_replay;
     o.graph_free = cuda_graph_free, o.fork = cuda_fork, o.join = cuda_join, o.mem_info = cuda_mem_info;
+    o.events_create = cuda_events_create, o.event_record = cuda_event_record;
+    o.event_elapsed = cuda_event_elapsed, o.events_free = cuda_events_free;
     o.reserved = (unsigned long long)256 << 20; // cuDNN's handle and plans, graphs, headroom
     o.close = cuda_close;
     return o;

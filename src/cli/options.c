@@ -18,6 +18,7 @@
 #include "io/atomic.h"
 #include "kernels/cpu/dispatch.h"
 #include "nn/model.h"
+#include "report/predict_report.h"
 
 typedef enum {
     K_INT,      /* int field, integer range [lo, hi] */
@@ -161,7 +162,7 @@ static const opt_spec opts[] = {
     {"save-profile", "FILE", K_STRING, .off = OFF(save_profile), .help = "write the measured per-node compute profile"},
     {"compute", "FILE", K_STRING, .off = OFF(compute_profile),
      .help = "predict with a saved profile's compute (a path, or a device name next to the presets)"},
-    {"plot", "FILE", K_STRING, .off = OFF(plot_path), .help = "SVG of predicted speedup against devices"},
+    {"plot", "FILE", K_STRING, .off = OFF(plot_path), .help = "plot of predicted speedup against devices: F.svg, or F.png"},
     {"out", "FILE", K_STRING, .off = OFF(calibrate_out), .help = "dptrain calibrate: the topology file to write"},
     {"help", NULL, K_SPECIAL, .set = S_HELP, .help = "this text (also -h)"},
     {"version", NULL, K_SPECIAL, .set = S_VERSION, .help = "version, backends and devices compiled in"},
@@ -271,7 +272,7 @@ static dp_status parse_save_every(const char *s, dp_config *c) {
 void dp_print_usage(FILE *f) {
     fprintf(f, "usage: dptrain [train|eval|predict|calibrate] [options]\n\n"
                "Trains (or evaluates) a CNN with data parallelism over N replicas; predicts and calibrates:\n"
-               "  dptrain predict --model M --batch-size B [--replicas N] --topology T1,T2 [--plot F.svg]\n"
+               "  dptrain predict --model M --batch-size B [--replicas N] --topology T1,T2 [--plot F.svg|F.png]\n"
                "      predictions without training (a short timing run of the model here)\n"
                "  dptrain calibrate --backend sim|mpi [--out FILE]\n"
                "      all-reduce latency and bandwidth over a sweep of sizes; writes a topology file\n");
@@ -420,6 +421,7 @@ dp_status dp_parse_args(int argc, char **argv, dp_config *c, dp_action *action) 
         if (strcmp(c->backend, "sim") != 0) return dp_fail(DP_ERR_USAGE, "predict: runs on the sim backend only");
         c->predict_replicas = c->replicas, c->replicas = 1; /* the timing run needs one replica */
     }
+    if (c->plot_path) DP_TRY(dp_plot_kind(c->plot_path)); /* before the run it would follow */
     if ((c->plot_path || c->compute_profile) && !c->predict_topos)
         return dp_fail(DP_ERR_USAGE, "--%s needs --predict T (or dptrain predict --topology T)",
                        c->plot_path ? "plot" : "compute");

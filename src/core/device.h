@@ -54,6 +54,13 @@ struct dp_dev {
     /* Optional (NULL on the CPU): the device's free and total memory in bytes, and what its own
        workspaces (cuBLAS, cuDNN, lane streams) take besides the run's arenas */
     dp_status (*mem_info)(const dp_dev *, unsigned long long *free_b, unsigned long long *total_b);
+    /* Optional (NULL on the CPU, whose work is timed with the clock as it runs): n timing events;
+       event_record queues event i on the main stream (it completes when the work queued before it
+       does); after a wait, event_elapsed gives the seconds from event i to event j. */
+    dp_status (*events_create)(const dp_dev *, int n, void **events);
+    dp_status (*event_record)(const dp_dev *, void *events, int i);
+    dp_status (*event_elapsed)(const dp_dev *, void *events, int i, int j, double *seconds);
+    void (*events_free)(const dp_dev *, void *events, int n);
     /* Optional, set by a backend whose collectives can wait on other processes (nccl): while a
        wait polls the device it calls watch(watch_ctx, seconds waited), and a failure (a peer's
        error, the deadline) ends the wait with it. NULL: waits block. */

@@ -1,9 +1,14 @@
-/* predict_report.c: the overhead model's console table, log lines and SVG plot. */
+/* predict_report.c: the overhead model's console table, log lines and plot. */
 #include "report/predict_report.h"
 
 #include <errno.h>
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+
+#include "report/svg_png.h"
 
 static const char *const mode_names[2] = {"ddp", "dp"};
 
@@ -47,7 +52,8 @@ static void xml_text(FILE *f, const char *s) {
     }
 }
 
-dp_status dp_plot_speedup_svg(const char *path, const char *title, const dp_predict_series *s, int n_series) {
+/* The plot as an SVG document into f. */
+static void plot_svg(FILE *f, const char *title, const dp_predict_series *s, int n_series) {
     static const char *const colors[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b",
                                          "#e377c2", "#17becf"};
     const double W = 760, H = 480, L = 70, R = 230, T = 50, B = 60; /* plot box margins */
@@ -62,8 +68,6 @@ dp_status dp_plot_speedup_svg(const char *path, const char *title, const dp_pred
     if (nmax > ymax) ymax = nmax; /* room for the ideal line */
     ymax = ceil(ymax);
     const double lx = log2((double)nmax) > 0 ? log2((double)nmax) : 1;
-    FILE *f = fopen(path, "w");
-    if (!f) return dp_fail(DP_ERR_IO, "--plot %s: cannot open for writing: %s", path, strerror(errno));
 #define X(n) (L + (W - L - R) * log2((double)(n)) / lx)
 #define Y(v) (H - B - (H - T - B) * (v) / ymax)
     fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" font-family=\"sans-serif\" "
@@ -115,6 +119,36 @@ dp_status dp_plot_speedup_svg(const char *path, const char *title, const dp_pred
     fprintf(f, "</svg>\n");
 #undef X
 #undef Y
-    if (fclose(f) != 0) return dp_fail(DP_ERR_IO, "--plot %s: writing failed", path);
-    return DP_OK;
+}
+
+dp_status dp_plot_kind(const char *path) {
+    const char *dot = strrchr(path, '.');
+    if (dot && strcasecmp(dot, ".svg") == 0) return DP_OK;
+    if (dot && strcasecmp(dot, ".png") == 0)
+        return dp_png_supported() ? DP_OK
+                                  : dp_fail(DP_ERR_USAGE, "--plot %s: this build writes SVG only (install librsvg2-dev "
+                                                          "and rebuild for PNG, or name the file .svg)", path);
+    return dp_fail(DP_ERR_USAGE, "--plot %s: name an .svg or a .png file", path);
+}
+
+dp_status dp_plot_speedup(const char *path, const char *title, const dp_predict_series *s, int n_series) {
+    DP_TRY(dp_plot_kind(path));
+    char *svg = NULL;
+    size_t len = 0;
+    FILE *m = open_memstream(&svg, &len);
+    if (!m) return dp_fail(DP_ERR_NOMEM, "--plot %s: out of memory for the drawing", path);
+    plot_svg(m, title, s, n_series);
+    if (fclose(m) != 0 || !svg) return free(svg), dp_fail(DP_ERR_NOMEM, "--plot %s: out of memory for the drawing", path);
+    const char *dot = strrchr(path, '.');
+    dp_status st = DP_OK;
+    if (strcasecmp(dot, ".png") == 0) {
+        st = dp_svg_to_png(svg, len, 2.0, path); /* twice the SVG's size: sharp on a high-DPI screen */
+    } else {
+        FILE *f = fopen(path, "w");
+        if (!f) st = dp_fail(DP_ERR_IO, "--plot %s: cannot open for writing: %s", path, strerror(errno));
+        else if ((fwrite(svg, 1, len, f) != len) | (fclose(f) != 0))
+            st = dp_fail(DP_ERR_IO, "--plot %s: writing failed: %s", path, strerror(errno));
+    }
+    free(svg);
+    return st;
 }

@@ -1,6 +1,7 @@
 /* predict_report.h: how the overhead model's predictions are shown: a table per topology on the
- * console, one `predict` object per (topology, mode, devices) in --log, and an SVG of predicted
- * speedup against devices (written by hand: no Python needed). */
+ * console, one `predict` object per (topology, mode, devices) in --log, and a plot of predicted
+ * speedup against devices: drawn as SVG (by hand: no Python needed), rasterized for a PNG
+ * (report/svg_png.h). */
 #ifndef DP_PREDICT_REPORT_H
 #define DP_PREDICT_REPORT_H
 
@@ -18,6 +19,9 @@ typedef struct {
  * workload ("lenet, batch 64, 938 steps/epoch, compute: cpu profile"). */
 dp_status dp_report_predictions(dp_reporter *r, const char *what, const dp_predict_series *s);
 /* Speedup against devices for every series, DDP solid and DP dashed, and the ideal line. */
-dp_status dp_plot_speedup_svg(const char *path, const char *title, const dp_predict_series *s, int n_series);
+dp_status dp_plot_speedup(const char *path, const char *title, const dp_predict_series *s, int n_series);
+/* DP_OK if path names a plot this build can write (.svg, or .png with librsvg); a usage error
+ * otherwise, checked before a run so that a bad name does not cost the run. */
+dp_status dp_plot_kind(const char *path);
 
 #endif

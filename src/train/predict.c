@@ -65,35 +65,32 @@ static dp_status measure_rows(dp_trainer *t, const dp_topology *topos, int n_top
         int have = 0; /* a row from the training run itself is kept */
         for (int i = 0; i < p->n_rows; i++)
             have |= p->rows[i].batch == need[j].batch && p->rows[i].concurrent == need[j].concurrent;
-        if (!have) DP_TRY(dp_profile_measure(&t->model, need[j].batch, need[j].concurrent, TIMING_STEPS, p));
+        if (!have) DP_TRY(dp_profile_measure(&t->model, t->dev, need[j].batch, need[j].concurrent, TIMING_STEPS, p));
     }
     return DP_OK;
 }
 
-/* Real steps of a one-replica trainer t: their median period. */
+/* Real steps of a one-replica trainer t: their mean period. The mean, not the median: an epoch is
+ * the sum of its steps, and the slow tail (a loader refill, a preemption) is in that sum: on this
+ * 2-core machine an epoch was 4-8 % longer than its median step x steps. */
 static dp_status step_period(dp_trainer *t, double *out) {
     enum { WARM = 5, STEPS = 400 };
-    double period[STEPS], last = 0;
+    double first = 0, last = 0;
     int k = 0;
     const dp_batch *batches;
     dp_status s;
     *out = 0;
     DP_TRY(dp_loader_start_epoch(t->loader, 0));
     for (int b = 0; k < STEPS && (s = dp_loader_next(t->loader, &batches, NULL)) == DP_OK; b++) {
-        double now = dp_now();
-        if (b > WARM) period[k++] = now - last;
-        last = now;
+        last = dp_now();
+        if (b == WARM) first = last;
+        if (b > WARM) k++;
         dp_step_metrics m = {0};
         DP_TRY(dp_train_micro(t, batches, b, t->cfg.lr, &m));
     }
     if (s != DP_OK && s != DP_DONE) return s;
     if (k < 5) return DP_OK; /* too few batches in an epoch to tell */
-    for (int i = 1; i < k; i++) /* insertion sort: k is small */
-        for (int j = i; j > 0 && period[j] < period[j - 1]; j--) {
-            double x = period[j];
-            period[j] = period[j - 1], period[j - 1] = x;
-        }
-    *out = period[k / 2];
+    *out = (last - first) / k;
     return DP_OK;
 }
 
@@ -135,7 +132,7 @@ static void co_signal(co_start *st, int go) {
  * topology of `cores` cores): `devices` one-replica sim trainers of that shape (--batch-size batch
  * --chunks lanes --threads workers), all at once (the others on threads of their own, as the
  * other processes would be), run 400 real steps each (loader, lane trees, thread barriers,
- * logging included); the median period of the first, less the model's compute for the same
+ * logging included); the mean period of the first, less the model's compute for the same
  * shape and concurrency, is the overhead. Running them together puts in what a process pays for
  * sharing the host with the others (its loader's CPU, the others' traffic) beyond the nodes. */
 static dp_status measure_step_overhead(dp_trainer *t, dp_profile *p, int devices, int cores, int batch, int lanes,
@@ -214,12 +211,15 @@ static dp_status log_collectives(dp_trainer *t) {
 /* The training run's own per-node times, as the row of its lane size and concurrency: each
  * lane's work on its own, timed around every node call (step.c), averaged over the run. */
 static dp_status row_from_run(dp_trainer *t, dp_profile *p) {
+    /* a GPU's nodes are queued, not run, while the trainer's clock reads them: its rows come
+       from the timing run's events */
+    if (!t->dev->is_host) return DP_OK;
     if (!t->node_s || t->node_runs < 1 || t->cfg.predict_only) return DP_OK;
     const int nn = t->model.n_nodes, slots = t->n_local * t->rep[0].n_slots;
     const int lane_batch = (int)((t->node_samples + t->node_runs / 2) / t->node_runs);
     const int conc = min_int(t->cfg.threads, slots);
     /* the loss, the optimizer step and the lane sum of that row come from the timing run */
-    DP_TRY(dp_profile_measure(&t->model, lane_batch, conc, TIMING_STEPS, p));
+    DP_TRY(dp_profile_measure(&t->model, t->dev, lane_batch, conc, TIMING_STEPS, p));
     dp_profile_row *row = dp_profile_row_for(p, lane_batch, conc);
     if (!row) return DP_ERR_INTERNAL;
     for (int i = 0; i < nn; i++) {
@@ -232,6 +232,17 @@ static dp_status row_from_run(dp_trainer *t, dp_profile *p) {
     return DP_OK;
 }
 
+/* The profile's device name, one word: the GPU's name ("NVIDIA-H100-80GB-HBM3"). */
+static void device_token(const dp_dev *d, char *out, size_t size) {
+    const char *src = d->desc[0] ? d->desc : d->name, *paren = strstr(src, " (");
+    size_t n = paren ? (size_t)(paren - src) : strlen(src);
+    if (n >= size) n = size - 1;
+    memcpy(out, src, n);
+    out[n] = 0;
+    for (char *c = out; *c; c++)
+        if (*c == ' ' || *c == '\t') *c = '-';
+}
+
 dp_status dp_trainer_predict(dp_trainer *t) {
     const dp_config *c = &t->cfg;
     if (!c->predict_topos && !c->save_profile) return DP_OK;
@@ -239,6 +250,11 @@ dp_status dp_trainer_predict(dp_trainer *t) {
     dp_topology topos[MAX_TOPOS];
     int n_topos = 0;
     if (c->predict_topos) DP_TRY(split_topologies(c->predict_topos, topos, &n_topos));
+    for (int k = 0; k < n_topos && !t->dev->is_host && !c->compute_profile; k++)
+        if (topos[k].shared_memory_bus)
+            return dp_fail(DP_ERR_USAGE, "--predict %s: a topology of CPU processes sharing the host's memory, "
+                                         "but this run computes on %s: predict it from a CPU run (--device cpu), or "
+                                         "give --compute a CPU profile", topos[k].name, t->dev->name);
     int devs[MAX_DEVS] = {1, 2, 4, 8}, n_devs = 4;
     if (c->predict_replicas > 1 && c->predict_replicas != 2 && c->predict_replicas != 4 && c->predict_replicas != 8) {
         int k = n_devs++;
@@ -259,12 +275,13 @@ dp_status dp_trainer_predict(dp_trainer *t) {
                         p->model, t->model.name);
     } else {
         s = dp_profile_describe(&t->model, t->bucket_node, p);
+        if (!t->dev->is_host) device_token(t->dev, p->device, sizeof p->device);
         if (s == DP_OK) s = row_from_run(t, p);
         if (s == DP_OK && n_topos) s = measure_rows(t, topos, n_topos, devs, n_devs, p);
         if (s == DP_OK && n_topos) s = measure_overheads(t, topos, n_topos, devs, n_devs, p);
         if (s == DP_OK && !n_topos) /* --save-profile alone: the rows of this run's shape */
             for (int n = 1; n <= 8 && s == DP_OK; n *= 2)
-                s = dp_profile_measure(&t->model, (c->batch_size + n - 1) / n, 1, TIMING_STEPS, p);
+                s = dp_profile_measure(&t->model, t->dev, (c->batch_size + n - 1) / n, 1, TIMING_STEPS, p);
     }
     if (s == DP_OK && c->save_profile) s = dp_profile_save(c->save_profile, p);
     dp_predict_series series[MAX_TOPOS];
@@ -298,7 +315,7 @@ dp_status dp_trainer_predict(dp_trainer *t) {
         char title[160];
         snprintf(title, sizeof title, "%s, global batch %d: predicted speedup (DDP solid, DP dashed)", t->model.name,
                  c->batch_size);
-        s = dp_plot_speedup_svg(c->plot_path, title, series, n_topos);
+        s = dp_plot_speedup(c->plot_path, title, series, n_topos);
     }
     free(p), free(pred);
     return s;

@@ -7,8 +7,6 @@
 #include <string.h>
 
 #include "core/timer.h"
-#include "core/treesum.h"
-#include "kernels/cpu/loss.h"
 #include "optim/sgd.h"
 #include "train/replica.h"
 
@@ -49,68 +47,133 @@ static double median(double *v, int n) {
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-/* One worker: its own replica; times[s][slot] per step s, slots: fwd nodes, bwd nodes, loss, opt,
- * one lane's gradients added into another's (the lane tree's unit, with clearing). */
-static dp_status worker_run(const dp_model *m, int batch, int steps, int warm, double *times, int w) {
+/* A worker's clock. On the CPU a node runs while it is called, so the clock read after each call
+ * marks its end. A GPU's kernels are queued: events recorded on the device's stream between the
+ * nodes time them where they run, read back once the step's work is done. */
+typedef struct {
+    const dp_dev *dev;
+    void *events; /* NULL on the CPU */
+    double host[2 * DP_PROFILE_MAX_NODES + 4];
+} step_clock;
+
+static dp_status clock_mark(step_clock *c, int i) {
+    if (c->events) return c->dev->event_record(c->dev, c->events, i);
+    c->host[i] = dp_now();
+    return DP_OK;
+}
+
+/* Seconds from mark i - 1 to mark i (after the device's work is done). */
+static dp_status clock_span(step_clock *c, int i, double *s) {
+    if (c->events) return c->dev->event_elapsed(c->dev, c->events, i - 1, i, s);
+    *s = c->host[i] - c->host[i - 1];
+    return DP_OK;
+}
+
+/* One step's pieces, in the order they run: each piece's slot in a step's times (fwd nodes,
+ * bwd nodes, loss, opt, one lane's gradients added into another's, with clearing). Mark k + 1
+ * ends piece k; mark 0 starts the step. */
+static int piece_slot(int nn, int k) {
+    if (k < nn) return k;                /* forward, node k */
+    if (k == nn) return 2 * nn;          /* the loss */
+    if (k <= 2 * nn) return nn + (2 * nn - k); /* backward, from the last node down */
+    return k;                            /* 2nn + 1: the optimizer, 2nn + 2: the lane sum */
+}
+
+/* One worker on device dev: its own replica; times[s][slot] per step s (slots: piece_slot). */
+static dp_status worker_run(const dp_model *m, const dp_dev *dev, int batch, int steps, int warm, double *times,
+                            int w) {
     const int nn = m->n_nodes, slots = 2 * nn + 3;
     /* every worker passes the same barriers even when it failed, so no other waits forever */
     dp_replica rep;
-    dp_status st = dp_replica_create(&rep, m, dp_dev_cpu(), w, batch, 2, 1);
+    dp_status st = dp_replica_create(&rep, m, dev, w, batch, 2, 1);
     if (st != DP_OK) {
         for (int s = 0; s < warm + steps; s++) {
 #pragma omp barrier
         }
         return st;
     }
+    step_clock clk = {.dev = dev};
     dp_rng rng;
     dp_rng_seed(&rng, 7, (uint64_t)w);
-    dp_model_init_params(m, rep.params, rep.buffers, &rng);
+    dp_model_init_params(m, rep.h_params, rep.h_buffers, &rng);
+    st = dp_replica_push(&rep, m);
     dp_replica_assign(&rep, 0, 1, &batch);
     dp_slot *ln = &rep.slots[0];
     const size_t in_n = (size_t)batch * dp_shape_size(m->input);
-    float *x = malloc(in_n * sizeof *x);
-    int32_t *y = malloc((size_t)batch * sizeof *y);
-    if (!x || !y) st = dp_fail(DP_ERR_NOMEM, "out of memory for the timing run's input");
-    for (size_t i = 0; i < in_n && x; i++) x[i] = (float)((i * 2654435761u) % 1000) / 500.0f - 1.0f;
-    for (int i = 0; i < batch && y; i++) y[i] = i % m->n_classes;
-    dp_exec ex = {.batch = batch, .stat_batch = batch, .training = 1, .update_stats = 1, .nthreads = 1,
+    float *hx = malloc(in_n * sizeof *hx), *x = NULL, *dev_scalars = NULL;
+    int32_t *hy = malloc((size_t)batch * sizeof *hy);
+    float *dy = NULL; /* the labels in the device's memory (int32, allocated as floats) */
+    if (!hx || !hy) st = dp_fail(DP_ERR_NOMEM, "out of memory for the timing run's input");
+    for (size_t i = 0; i < in_n && hx; i++) hx[i] = (float)((i * 2654435761u) % 1000) / 500.0f - 1.0f;
+    for (int i = 0; i < batch && hy; i++) hy[i] = i % m->n_classes;
+    if (st == DP_OK && dev->is_host) x = hx, dy = (float *)hy;
+    if (st == DP_OK && !dev->is_host) {
+        st = dev->alloc(dev, &x, in_n, "the timing run's input");
+        if (st == DP_OK) st = dev->alloc(dev, &dy, (size_t)batch, "the timing run's labels");
+        if (st == DP_OK) st = dev->upload(dev, x, hx, in_n * sizeof *hx);
+        if (st == DP_OK) st = dev->upload(dev, dy, hy, (size_t)batch * sizeof *hy);
+        if (st == DP_OK) st = dev->events_create(dev, slots + 1, &clk.events);
+    }
+    if (st == DP_OK) st = dev->alloc(dev, &dev_scalars, 2, "the timing run's loss");
+    if (st == DP_OK) st = dev->wait(dev);
+    const dp_kernels *k = dev->k;
+    dp_exec ex = {.batch = batch, .stat_batch = batch, .training = 1, .update_stats = 1, .nthreads = 1, .k = k,
+                  .stream = dev->kc.stream, .blas = dev->kc.blas, .tf32 = dev->kc.tf32,
                   .params = rep.params, .grads = rep.grads, .buffers = rep.buffers};
-    dp_sgd sgd = {.lr = 1e-4f, .momentum = 0.9f};
+    dp_sgd sgd = {.lr = 1e-4f, .momentum = 0.9f, .k = k, .stream = dev->kc.stream};
     for (int s = 0; s < warm + steps; s++) {
-        double *t = s >= warm ? times + (size_t)(s - warm) * slots : NULL, t0;
+        double *t = s >= warm ? times + (size_t)(s - warm) * slots : NULL;
+        int mk = 0;
 #pragma omp barrier
         if (st != DP_OK) continue;
-        memset(rep.grads, 0, m->params.n * sizeof(float));
+        st = dev->zero(dev, rep.grads, m->params.n * sizeof(float));
+        if (st == DP_OK) st = clock_mark(&clk, mk++);
         for (int i = 0; i < nn && st == DP_OK; i++) {
-            t0 = dp_now();
             dp_node_forward_sums(m, i, &ln->acts, &ex, x);
             st = dp_node_forward(m, i, &ln->acts, &ex, x);
-            if (t) t[i] = dp_now() - t0;
+            if (st == DP_OK) st = clock_mark(&clk, mk++);
         }
-        int correct = 0;
-        t0 = dp_now();
-        softmax_xent_cpu(batch, m->n_classes, ln->acts.out[m->output], y, 1.0f / batch, ln->acts.dout[m->output],
-                         &correct);
-        if (t) t[2 * nn] = dp_now() - t0;
+        if (st == DP_OK) {
+            k->softmax_xent(&dev->kc, batch, m->n_classes, ln->acts.out[m->output], (const int32_t *)dy,
+                            1.0f / batch, ln->acts.dout[m->output], dev_scalars, (int32_t *)(dev_scalars + 1));
+            st = clock_mark(&clk, mk++);
+        }
         for (int i = nn - 1; i >= 0 && st == DP_OK; i--) {
-            t0 = dp_now();
             dp_node_backward_sums(m, i, &ln->acts, &ex, x);
             st = dp_node_backward(m, i, &ln->acts, &ex, x);
-            if (t) t[nn + i] = dp_now() - t0;
+            if (st == DP_OK) st = clock_mark(&clk, mk++);
         }
-        t0 = dp_now();
-        dp_sgd_step(&sgd, &m->params, rep.params, rep.grads, rep.momentum, sgd.lr);
-        if (t) t[2 * nn + 1] = dp_now() - t0;
-        t0 = dp_now();
-        dp_tree_sum(rep.lane_grads, 2, 0, m->params.n, 1);
-        if (t) t[2 * nn + 2] = dp_now() - t0;
+        if (st == DP_OK) {
+            dp_sgd_step(&sgd, &m->params, rep.params, rep.grads, rep.momentum, sgd.lr);
+            st = clock_mark(&clk, mk++);
+        }
+        if (st == DP_OK) {
+            k->tree_sum(&dev->kc, rep.lane_grads, 2, 0, m->params.n, 1);
+            st = clock_mark(&clk, mk++);
+        }
+        if (st == DP_OK) st = dev->wait(dev); /* a kernel's failure surfaces here */
+        for (int piece = 0; piece < slots && st == DP_OK && t; piece++)
+            st = clock_span(&clk, piece + 1, &t[piece_slot(nn, piece)]);
     }
-    free(x), free(y), dp_replica_free(&rep);
+    if (clk.events) dev->events_free(dev, clk.events, slots + 1);
+    if (!dev->is_host) {
+        if (x) dev->free(dev, x);
+        if (dy) dev->free(dev, dy);
+    }
+    if (dev_scalars) dev->free(dev, dev_scalars);
+    free(hx), free(hy), dp_replica_free(&rep);
     return st;
 }
 
-dp_status dp_profile_measure(const dp_model *m, int batch, int concurrent, int steps, dp_profile *p) {
+dp_status dp_profile_measure(const dp_model *m, const dp_dev *dev, int batch, int concurrent, int steps,
+                             dp_profile *p) {
     const int nn = m->n_nodes, slots = 2 * nn + 3, warm = 2;
+    if (!dev) dev = dp_dev_cpu();
+    if (!dev->is_host && concurrent != 1)
+        return dp_fail(DP_ERR_USAGE, "timing run on %s: one worker per device (asked for %d at once)", dev->name,
+                       concurrent);
+    if (!dev->is_host && (!dev->events_create || !dev->event_record || !dev->event_elapsed || !dev->events_free))
+        return dp_fail(DP_ERR_UNSUPPORTED, "timing run on %s: the device has no timing events", dev->name);
     if (nn > DP_PROFILE_MAX_NODES) return dp_fail(DP_ERR_UNSUPPORTED, "compute profile: too many nodes (%d)", nn);
     if (steps < 1 || batch < 1 || concurrent < 1)
         return dp_fail(DP_ERR_USAGE, "timing run: batch %d, %d workers, %d steps: all must be positive", batch,
@@ -123,7 +186,7 @@ dp_status dp_profile_measure(const dp_model *m, int batch, int concurrent, int s
     {
         int w = omp_get_thread_num();
         if (w < concurrent) {
-            st[w] = worker_run(m, batch, steps, warm, times + (size_t)w * steps * slots, w);
+            st[w] = worker_run(m, dev, batch, steps, warm, times + (size_t)w * steps * slots, w);
             if (st[w] != DP_OK) {
 #pragma omp critical
                 snprintf(err, sizeof err, "%s", dp_last_error());

@@ -244,7 +244,10 @@ static dp_status setup(dp_trainer *t) {
         t->trace.ready_node = -1;
         t->trace.algorithm = strcmp(c->backend, "sim") == 0 ? c->allreduce_algo : c->backend;
         t->backend->trace = &t->trace;
-        DP_ALLOC(t->node_s, (size_t)t->n_local * t->rep[0].n_slots * 2 * t->model.n_nodes, "per-node times");
+        /* the clock around a node call times its work only where it runs as called (the CPU); a
+           GPU's profile comes from the timing run's events (train/profile_run.c) */
+        if (t->dev->is_host)
+            DP_ALLOC(t->node_s, (size_t)t->n_local * t->rep[0].n_slots * 2 * t->model.n_nodes, "per-node times");
     }
 
     if (t->have_train) {
