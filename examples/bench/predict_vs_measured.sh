@@ -12,51 +12,62 @@ set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 DPTRAIN=${DPTRAIN:-$ROOT/build/dptrain}
-ROUNDS=5 EPOCHS=3 THREADS=2 NS="1 2" OUT="$ROOT/out/predict-vs-measured" TOPO=""
-usage() { echo "usage: $(basename "$0") [--rounds R] [--epochs E>=2] [--threads T] [--ns \"1 2\"] [--topology FILE (skip calibration)] [--out DIR]"; }
+ROUNDS=5 EPOCHS=3 THREADS=2 NS="1 2" OUT="$ROOT/out/predict-vs-measured" TOPO="" REPORT_ONLY=0 NS_SET=0
+usage() { echo "usage: $(basename "$0") [--rounds R] [--epochs E>=2] [--threads T] [--ns \"1 2\"] [--topology FILE (skip calibration)] [--out DIR] [--report-only (the table of DIR's earlier run)]"; }
 while [ $# -gt 0 ]; do
     case "$1" in
         --rounds) ROUNDS=$2; shift 2 ;;
         --epochs) EPOCHS=$2; shift 2 ;;
         --threads) THREADS=$2; shift 2 ;;
-        --ns) NS=$2; shift 2 ;;
+        --ns) NS=$2; NS_SET=1; shift 2 ;;
         --topology) TOPO=$2; shift 2 ;;
         --out) OUT=$2; shift 2 ;;
+        --report-only) REPORT_ONLY=1; shift ;;
         -h|--help) usage; exit 0 ;;
         *) echo "$(basename "$0"): unknown argument '$1'" >&2; usage >&2; exit 2 ;;
     esac
 done
-[ -x "$DPTRAIN" ] || { echo "$(basename "$0"): no dptrain at $DPTRAIN: build first" >&2; exit 1; }
-command -v mpirun > /dev/null || { echo "$(basename "$0"): mpirun not found (apt-get install openmpi-bin)" >&2; exit 1; }
-[ "$EPOCHS" -ge 2 ] || { echo "$(basename "$0"): --epochs must be at least 2 (the first is dropped)" >&2; exit 2; }
-mkdir -p "$OUT"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-MPIRUN=(mpirun --oversubscribe --bind-to none)
-rm -f "$OUT"/predict-n*.jsonl "$OUT"/mpi-n*.jsonl "$OUT"/calibrate-n*.txt "$OUT"/host-n*
-common=(--epochs "$EPOCHS" --batch-size 64 --no-progress)
-load_before=$(cut -d' ' -f1-3 /proc/loadavg)
-# each measurement right after its own calibration and prediction: on a shared machine the
-# load drifts, and the all-reduce, the ranks' jitter and the master's first touch with it.
-# The calibration runs with the N processes it predicts for (2 for N = 1, which has no link).
-for r in $(seq "$ROUNDS"); do
-    for n in $NS; do
-        per=$(( THREADS / n > 0 ? THREADS / n : 1 ))
-        topo=$TOPO
-        if [ -z "$TOPO" ]; then
-            topo="$OUT/host-n$n-r$r"
-            "${MPIRUN[@]}" -np $(( n > 1 ? n : 2 )) "$DPTRAIN" calibrate --backend mpi --threads 1 --out "$topo" \
-                > "$OUT/calibrate-n$n-r$r.txt" || { echo "calibrate -np $n failed: see $OUT/calibrate-n$n-r$r.txt" >&2; exit 1; }
-        fi
-        for mode in ddp dp; do
-            # --replicas n: the prediction for this N (dptrain predict covers 1, 2, 4, 8 and --replicas)
-            "$DPTRAIN" predict --batch-size 64 --threads "$THREADS" --replicas "$n" --topology "$topo" \
-                --log "$OUT/predict-n$n-$mode-r$r.jsonl" --save-profile "$OUT/profile-n$n-$mode-r$r" > /dev/null
-            "${MPIRUN[@]}" -np "$n" "$DPTRAIN" train "${common[@]}" --backend mpi --mode "$mode" --threads "$per" \
-                --log "$OUT/mpi-n$n-$mode-r$r.jsonl" > /dev/null \
-                || echo "warning: mpirun -np $n --mode $mode (round $r) failed: its row lacks that round" >&2
+if [ "$REPORT_ONLY" = 0 ]; then
+    [ -x "$DPTRAIN" ] || { echo "$(basename "$0"): no dptrain at $DPTRAIN: build first" >&2; exit 1; }
+    command -v mpirun > /dev/null || { echo "$(basename "$0"): mpirun not found (apt-get install openmpi-bin)" >&2; exit 1; }
+    [ "$EPOCHS" -ge 2 ] || { echo "$(basename "$0"): --epochs must be at least 2 (the first is dropped)" >&2; exit 2; }
+    mkdir -p "$OUT"
+    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+    MPIRUN=(mpirun --oversubscribe --bind-to none)
+    rm -f "$OUT"/predict-n*.jsonl "$OUT"/mpi-n*.jsonl "$OUT"/calibrate-n*.txt "$OUT"/host-n*
+    common=(--epochs "$EPOCHS" --batch-size 64 --no-progress)
+    load_before=$(cut -d' ' -f1-3 /proc/loadavg)
+    # each measurement right after its own calibration and prediction: on a shared machine the
+    # load drifts, and the all-reduce, the ranks' jitter and the master's first touch with it.
+    # The calibration runs with the N processes it predicts for (2 for N = 1, which has no link).
+    for r in $(seq "$ROUNDS"); do
+        for n in $NS; do
+            per=$(( THREADS / n > 0 ? THREADS / n : 1 ))
+            topo=$TOPO
+            if [ -z "$TOPO" ]; then
+                topo="$OUT/host-n$n-r$r"
+                "${MPIRUN[@]}" -np $(( n > 1 ? n : 2 )) "$DPTRAIN" calibrate --backend mpi --threads 1 --out "$topo" \
+                    > "$OUT/calibrate-n$n-r$r.txt" || { echo "calibrate -np $n failed: see $OUT/calibrate-n$n-r$r.txt" >&2; exit 1; }
+            fi
+            for mode in ddp dp; do
+                # --replicas n: the prediction for this N (dptrain predict covers 1, 2, 4, 8 and --replicas)
+                "$DPTRAIN" predict --batch-size 64 --threads "$THREADS" --replicas "$n" --topology "$topo" \
+                    --log "$OUT/predict-n$n-$mode-r$r.jsonl" --save-profile "$OUT/profile-n$n-$mode-r$r" > /dev/null
+                "${MPIRUN[@]}" -np "$n" "$DPTRAIN" train "${common[@]}" --backend mpi --mode "$mode" --threads "$per" \
+                    --log "$OUT/mpi-n$n-$mode-r$r.jsonl" > /dev/null \
+                    || echo "warning: mpirun -np $n --mode $mode (round $r) failed: its row lacks that round" >&2
+            done
         done
     done
-done
+    {
+        echo "load average (1, 5, 15 min) before: $load_before; after: $(cut -d' ' -f1-3 /proc/loadavg) (other users of the machine)"
+        echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores; $(date -u '+%Y-%m-%d %H:%M UTC'); mpirun $(mpirun --version | head -1 | awk '{print $NF}')"
+        echo "command: examples/bench/predict_vs_measured.sh --rounds $ROUNDS --epochs $EPOCHS --threads $THREADS --ns \"$NS\"$([ -n "$TOPO" ] && echo " --topology $TOPO")"
+    } > "$OUT/run.txt"
+fi
+[ -f "$OUT/run.txt" ] || { echo "$(basename "$0"): no finished run in $OUT" >&2; exit 1; }
+# the N of the run itself (its command line), unless --ns picks some
+[ "$REPORT_ONLY" = 1 ] && [ "$NS_SET" = 0 ] && NS=$(sed -n 's/^command: .*--ns "\([^"]*\)".*/\1/p' "$OUT/run.txt")
 python3 - "$OUT" "$NS" <<'PY'
 import glob, json, os, statistics, sys
 out, ns = sys.argv[1], sys.argv[2].split()
@@ -141,6 +152,4 @@ print(f"  OUTSIDE: {', '.join(bad) or '-'}")
 if none: print(f"  no row:  {', '.join(none)}")
 PY
 echo
-echo "load average (1, 5, 15 min) before: $load_before; after: $(cut -d' ' -f1-3 /proc/loadavg) (other users of the machine)"
-echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores; $(date -u +%Y-%m-%d); mpirun $(mpirun --version | head -1 | awk '{print $NF}')"
-echo "command: examples/bench/predict_vs_measured.sh --rounds $ROUNDS --epochs $EPOCHS --threads $THREADS --ns \"$NS\""
+cat "$OUT/run.txt" 2>/dev/null || true
