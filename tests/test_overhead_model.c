@@ -1,7 +1,8 @@
 /* The overhead model's mechanics on synthetic inputs with answers worked out by hand: the
  * collective formulas, DDP's bucket overlap (order, waiting for the previous bucket, exposure),
- * DP's serial chain, topology and profile files, the alpha-beta fit, gather/scatter, and the
- * predict command's log lines. No timing is asserted. */
+ * DP's serial chain, topology and profile files, the alpha-beta fit, gather/scatter, the timing
+ * run on a device that is not the host (events), and the predict command's log lines and plots. No
+ * timing is asserted. */
 #include "testutil.h"
 
 #include <math.h>
@@ -10,9 +11,13 @@
 #include <string.h>
 
 #include "backends/backend.h"
+#include "core/device.h"
+#include "core/timer.h"
 #include "dp_config.h"
+#include "nn/model.h"
 #include "sim/calibrate.h"
 #include "sim/model.h"
+#include "train/profile_run.h"
 
 #define EPS 1e-12
 
@@ -422,6 +427,67 @@ static void test_gather_scatter(void **state) {
     }
 }
 
+/* The timing run on a device that is not the host (the way a GPU is timed), on a fake one: the
+ * CPU's memory and kernels with is_host 0, and timing events that read the clock when recorded
+ * (a GPU's event completes when the work queued before it has; the CPU's kernels ran on the call).
+ * Every piece of a step lies between two events: slots + 1 of them per step, every node, the loss,
+ * the optimizer and the lane sum timed; two workers, or a device without events, are refused. */
+static double ev_clock[64];
+static int ev_created, ev_records, ev_freed;
+static dp_status ev_create(const dp_dev *d, int n, void **ev) {
+    (void)d;
+    if (n > 64) return dp_fail(DP_ERR_INTERNAL, "test: %d events", n);
+    ev_created = n, *ev = ev_clock;
+    return DP_OK;
+}
+static dp_status ev_record(const dp_dev *d, void *ev, int i) {
+    (void)d;
+    ((double *)ev)[i] = dp_now(), ev_records++;
+    return DP_OK;
+}
+static dp_status ev_elapsed(const dp_dev *d, void *ev, int i, int j, double *s) {
+    (void)d;
+    *s = ((double *)ev)[j] - ((double *)ev)[i];
+    return DP_OK;
+}
+static void ev_free(const dp_dev *d, void *ev, int n) {
+    (void)d, (void)ev, (void)n;
+    ev_freed++;
+}
+
+static void test_profile_on_a_device(void **state) {
+    (void)state;
+    dp_model m;
+    assert_int_equal(dp_model_build("lenet", (dp_shape){1, 28, 28}, 10, &m), DP_OK);
+    dp_profile *p = calloc(1, sizeof *p);
+    assert_non_null(p);
+    assert_int_equal(dp_profile_describe(&m, NULL, p), DP_OK);
+    dp_dev fake = *dp_dev_cpu();
+    fake.name = "fake-gpu", fake.is_host = 0;
+    assert_int_equal(dp_profile_measure(&m, &fake, 8, 1, 3, p), DP_ERR_UNSUPPORTED); /* no events */
+    fake.events_create = ev_create, fake.event_record = ev_record, fake.event_elapsed = ev_elapsed;
+    fake.events_free = ev_free;
+    assert_int_equal(dp_profile_measure(&m, &fake, 8, 2, 3, p), DP_ERR_USAGE); /* one worker per device */
+    assert_int_equal(dp_profile_measure(&m, &fake, 8, 1, 3, p), DP_OK);
+    const int slots = 2 * m.n_nodes + 3;
+    assert_int_equal(ev_created, slots + 1);
+    assert_int_equal(ev_records, (2 + 3) * (slots + 1)); /* 2 warm-up steps and 3 timed */
+    assert_int_equal(ev_freed, 1);
+    const dp_profile_row *r = dp_profile_row_for(p, 8, 1);
+    assert_non_null(r);
+    double fwd = 0, bwd = 0;
+    for (int i = 0; i < m.n_nodes; i++) {
+        assert_true(r->fwd_s[i] >= 0 && r->bwd_s[i] >= 0);
+        fwd += r->fwd_s[i], bwd += r->bwd_s[i];
+    }
+    /* each convolution is real work in both directions: a piece timed into the wrong slot would
+       leave one of them 0 */
+    assert_true(r->fwd_s[0] > 0 && r->bwd_s[0] > 0 && r->fwd_s[3] > 0 && r->bwd_s[3] > 0);
+    assert_true(fwd > 0 && bwd > 0 && r->loss_s > 0 && r->opt_s > 0 && r->sum_s > 0);
+    free(p);
+    dp_model_free(&m);
+}
+
 static void test_predict_command(void **state) {
     (void)state;
     const char *log = tu_path("predict.jsonl"), *svg = tu_path("predict.svg"), *prof = tu_path("lenet.profile");
@@ -539,6 +605,7 @@ int main(void) {
         cmocka_unit_test(test_sync_wait),
         cmocka_unit_test(test_kind_fits_and_touch),
         cmocka_unit_test(test_gather_scatter),
+        cmocka_unit_test(test_profile_on_a_device),
         cmocka_unit_test(test_predict_command),
         cmocka_unit_test(test_run_records),
         cmocka_unit_test(test_bucket_ready_node),
