@@ -8,6 +8,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "io/atomic.h"
 #include "report/svg_png.h"
 
 static const char *const mode_names[2] = {"ddp", "dp"};
@@ -131,24 +132,31 @@ dp_status dp_plot_kind(const char *path) {
     return dp_fail(DP_ERR_USAGE, "--plot %s: name an .svg or a .png file", path);
 }
 
+/* What dp_atomic_write puts in the plot's file: the drawing, or its rendering. */
+typedef struct {
+    const char *svg, *path;
+    size_t len;
+    int png;
+} plot_file;
+
+static dp_status write_plot(FILE *f, void *ctx) {
+    const plot_file *o = ctx;
+    if (o->png) return dp_svg_to_png(o->svg, o->len, 2.0, f, o->path); /* twice the size: sharp on a high-DPI screen */
+    if (fwrite(o->svg, 1, o->len, f) != o->len)
+        return dp_fail(DP_ERR_IO, "--plot %s: writing failed: %s", o->path, strerror(errno));
+    return DP_OK;
+}
+
 dp_status dp_plot_speedup(const char *path, const char *title, const dp_predict_series *s, int n_series) {
     DP_TRY(dp_plot_kind(path));
+    plot_file o = {.path = path, .png = strcasecmp(strrchr(path, '.'), ".png") == 0};
     char *svg = NULL;
-    size_t len = 0;
-    FILE *m = open_memstream(&svg, &len);
+    FILE *m = open_memstream(&svg, &o.len);
     if (!m) return dp_fail(DP_ERR_NOMEM, "--plot %s: out of memory for the drawing", path);
     plot_svg(m, title, s, n_series);
     if (fclose(m) != 0 || !svg) return free(svg), dp_fail(DP_ERR_NOMEM, "--plot %s: out of memory for the drawing", path);
-    const char *dot = strrchr(path, '.');
-    dp_status st = DP_OK;
-    if (strcasecmp(dot, ".png") == 0) {
-        st = dp_svg_to_png(svg, len, 2.0, path); /* twice the SVG's size: sharp on a high-DPI screen */
-    } else {
-        FILE *f = fopen(path, "w");
-        if (!f) st = dp_fail(DP_ERR_IO, "--plot %s: cannot open for writing: %s", path, strerror(errno));
-        else if ((fwrite(svg, 1, len, f) != len) | (fclose(f) != 0))
-            st = dp_fail(DP_ERR_IO, "--plot %s: writing failed: %s", path, strerror(errno));
-    }
+    o.svg = svg;
+    dp_status st = dp_atomic_write("--plot", path, write_plot, &o); /* the old plot or the whole new one */
     free(svg);
     return st;
 }

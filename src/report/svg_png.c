@@ -5,11 +5,17 @@
 
 #if DP_HAVE_RSVG
 #include <cairo.h>
+#include <errno.h>
+#include <string.h>
 #include <librsvg/rsvg.h>
 
 int dp_png_supported(void) { return 1; }
 
-dp_status dp_svg_to_png(const char *svg, size_t len, double scale, const char *path) {
+static cairo_status_t to_file(void *closure, const unsigned char *data, unsigned int length) {
+    return fwrite(data, 1, length, (FILE *)closure) == length ? CAIRO_STATUS_SUCCESS : CAIRO_STATUS_WRITE_ERROR;
+}
+
+dp_status dp_svg_to_png(const char *svg, size_t len, double scale, FILE *out, const char *path) {
     GError *err = NULL;
     RsvgHandle *h = rsvg_handle_new_from_data((const guint8 *)svg, len, &err);
     if (!h) {
@@ -37,8 +43,10 @@ dp_status dp_svg_to_png(const char *svg, size_t len, double scale, const char *p
     cairo_status_t cs = cairo_status(cr);
     if (s == DP_OK && cs != CAIRO_STATUS_SUCCESS)
         s = dp_fail(DP_ERR_INTERNAL, "--plot %s: drawing failed: %s", path, cairo_status_to_string(cs));
-    if (s == DP_OK && (cs = cairo_surface_write_to_png(surf, path)) != CAIRO_STATUS_SUCCESS)
-        s = dp_fail(DP_ERR_IO, "--plot %s: cannot write the PNG: %s", path, cairo_status_to_string(cs));
+    if (s == DP_OK && (cs = cairo_surface_write_to_png_stream(surf, to_file, out)) != CAIRO_STATUS_SUCCESS)
+        s = cs == CAIRO_STATUS_WRITE_ERROR ? dp_fail(DP_ERR_IO, "--plot %s: writing the PNG failed: %s", path, strerror(errno))
+                                           : dp_fail(DP_ERR_INTERNAL, "--plot %s: encoding the PNG failed: %s", path,
+                                                     cairo_status_to_string(cs));
     cairo_destroy(cr);
     cairo_surface_destroy(surf);
     g_object_unref(h);
@@ -47,8 +55,8 @@ dp_status dp_svg_to_png(const char *svg, size_t len, double scale, const char *p
 #else
 int dp_png_supported(void) { return 0; }
 
-dp_status dp_svg_to_png(const char *svg, size_t len, double scale, const char *path) {
-    (void)svg, (void)len, (void)scale;
+dp_status dp_svg_to_png(const char *svg, size_t len, double scale, FILE *out, const char *path) {
+    (void)svg, (void)len, (void)scale, (void)out;
     return dp_fail(DP_ERR_UNSUPPORTED, "--plot %s: this build writes SVG only (install librsvg2-dev and rebuild for "
                                        "PNG, or name the file .svg)", path);
 }

@@ -5,11 +5,13 @@
 #define DP_SVG_PNG_H
 
 #include <stddef.h>
+#include <stdio.h>
 
 #include "core/status.h"
 
-/* Renders svg (len bytes) at `scale` times its size onto white and writes path. */
-dp_status dp_svg_to_png(const char *svg, size_t len, double scale, const char *path);
+/* Renders svg (len bytes) at `scale` times its size onto white, as PNG into out; `path` names the
+ * file in messages. */
+dp_status dp_svg_to_png(const char *svg, size_t len, double scale, FILE *out, const char *path);
 /* 1 if this build can write PNG. */
 int dp_png_supported(void);
 
