@@ -34,7 +34,7 @@ if [ "$REPORT_ONLY" = 0 ]; then
     mkdir -p "$OUT"
     export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
     MPIRUN=(mpirun --oversubscribe --bind-to none)
-    rm -f "$OUT"/predict-n*.jsonl "$OUT"/mpi-n*.jsonl "$OUT"/calibrate-n*.txt "$OUT"/host-n*
+    rm -f "$OUT"/predict-n*.jsonl "$OUT"/mpi-n*.jsonl "$OUT"/calibrate-n*.txt "$OUT"/host-n* "$OUT"/profile-n* "$OUT"/run.txt
     common=(--epochs "$EPOCHS" --batch-size 64 --no-progress)
     load_before=$(cut -d' ' -f1-3 /proc/loadavg)
     # each measurement right after its own calibration and prediction: on a shared machine the
@@ -49,10 +49,11 @@ if [ "$REPORT_ONLY" = 0 ]; then
                 "${MPIRUN[@]}" -np $(( n > 1 ? n : 2 )) "$DPTRAIN" calibrate --backend mpi --threads 1 --out "$topo" \
                     > "$OUT/calibrate-n$n-r$r.txt" || { echo "calibrate -np $n failed: see $OUT/calibrate-n$n-r$r.txt" >&2; exit 1; }
             fi
+            # one prediction for both modes (the same profile and overhead: their difference is the
+            # model's); --replicas n: the prediction for this N (predict covers 1, 2, 4, 8 and --replicas)
+            "$DPTRAIN" predict --batch-size 64 --threads "$THREADS" --replicas "$n" --topology "$topo" \
+                --log "$OUT/predict-n$n-r$r.jsonl" --save-profile "$OUT/profile-n$n-r$r" > /dev/null
             for mode in ddp dp; do
-                # --replicas n: the prediction for this N (dptrain predict covers 1, 2, 4, 8 and --replicas)
-                "$DPTRAIN" predict --batch-size 64 --threads "$THREADS" --replicas "$n" --topology "$topo" \
-                    --log "$OUT/predict-n$n-$mode-r$r.jsonl" --save-profile "$OUT/profile-n$n-$mode-r$r" > /dev/null
                 "${MPIRUN[@]}" -np "$n" "$DPTRAIN" train "${common[@]}" --backend mpi --mode "$mode" --threads "$per" \
                     --log "$OUT/mpi-n$n-$mode-r$r.jsonl" > /dev/null \
                     || echo "warning: mpirun -np $n --mode $mode (round $r) failed: its row lacks that round" >&2
@@ -96,7 +97,8 @@ if cal:
 pred = {}
 for n in ns:
     for mode in ("ddp", "dp"):
-        for f in sorted(glob.glob(f"{out}/predict-n{n}-{mode}-r*.jsonl")):
+        # predict-nN-rR.jsonl (both modes); predict-nN-MODE-rR.jsonl from runs before 2026-11-23 09:00
+        for f in sorted(glob.glob(f"{out}/predict-n{n}-r*.jsonl") + glob.glob(f"{out}/predict-n{n}-{mode}-r*.jsonl")):
             for l in open(f):
                 e = json.loads(l)
                 if e.get("event") == "predict" and e["mode"] == mode and e["devices"] == int(n):

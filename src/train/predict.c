@@ -74,7 +74,7 @@ static dp_status measure_rows(dp_trainer *t, const dp_topology *topos, int n_top
  * the sum of its steps, and the slow tail (a loader refill, a preemption) is in that sum: on this
  * 2-core machine an epoch was 4-8 % longer than its median step x steps. */
 static dp_status step_period(dp_trainer *t, double *out) {
-    enum { WARM = 5, STEPS = 400 };
+    enum { WARM = 5, STEPS = 1000 };
     double first = 0, last = 0;
     int k = 0;
     const dp_batch *batches;
@@ -131,8 +131,8 @@ static void co_signal(co_start *st, int go) {
  * `lanes` lanes of its `batch` samples on `workers` threads (one device of a shared-memory
  * topology of `cores` cores): `devices` one-replica sim trainers of that shape (--batch-size batch
  * --chunks lanes --threads workers), all at once (the others on threads of their own, as the
- * other processes would be), run 400 real steps each (loader, lane trees, thread barriers,
- * logging included); the mean period of the first, less the model's compute for the same
+ * other processes would be), run up to 1000 real steps each, an epoch at most (loader, lane
+ * trees, thread barriers, logging included); the mean period of the first, less the model's compute for the same
  * shape and concurrency, is the overhead. Running them together puts in what a process pays for
  * sharing the host with the others (its loader's CPU, the others' traffic) beyond the nodes. */
 static dp_status measure_step_overhead(dp_trainer *t, dp_profile *p, int devices, int cores, int batch, int lanes,
