@@ -268,8 +268,9 @@ static void mpi_destroy(dp_backend_t b) {
     mpi_impl *m = impl_of(b);
     int finalized = 0;
     MPI_Finalized(&finalized);
-    /* after a failed collective the others may be inside one: finalising would hang */
-    if (!finalized && (m->failed || b->failed)) MPI_Abort(m->comm, 1);
+    /* after a failed collective the others may be inside one: finalising would hang (alone, no
+       one is: finalise, and spare the user OpenMPI's abort banner after a plain usage error) */
+    if (!finalized && (m->failed || b->failed) && m->size > 1) MPI_Abort(m->comm, 1);
     if (!finalized && m->we_initialised) MPI_Finalize();
     free(m);
     free(b);

@@ -108,10 +108,10 @@ print("| N | mode | predicted s/epoch | measured s/epoch | error | error per rou
       "measured typical epoch (median step x steps) | predicted ms/step: compute / exposed comm / DP serial / host | "
       "measured comm_s/epoch | target |")
 print("|---:|---|---:|---:|---:|---|---:|---|---:|---|")
-rows = []
+rows, summary = [], []
 for n in ns:
     for mode in ("ddp", "dp"):
-        eps, steps, nsteps, paired = [], [], [], []
+        eps, steps, nsteps, paired, pairs = [], [], [], [], []
         for f in sorted(glob.glob(f"{out}/mpi-n{n}-{mode}-r*.jsonl")):
             ev = [json.loads(l) for l in open(f)]
             mine = [e for e in ev if e.get("event") == "epoch"][1:]
@@ -124,7 +124,8 @@ for n in ns:
             r = f.rsplit("-r", 1)[1].split(".")[0]
             pr = [e for e in pred.get((mode, int(n)), []) if e.get("_round") == r]
             if mine and pr:
-                paired.append(pr[0]["epoch_s"] / statistics.median(e["seconds"] for e in mine) - 1)
+                pairs.append((pr[0]["epoch_s"], statistics.median(e["seconds"] for e in mine)))
+                paired.append(pairs[-1][0] / pairs[-1][1] - 1)
         p = pred.get((mode, int(n)), [])
         if not eps or not p:
             why = "no measured epoch (did mpirun fail?)" if not eps else "no prediction for this N"
@@ -143,6 +144,10 @@ for n in ns:
               f"{med('compute_s'):.3f} / {med('exposed_comm_s'):.3f} / {med('serial_s'):.3f} / {med('host_s'):.3f} | "
               f"{comm:.3f} | {'within' if abs(err) <= target else 'OUTSIDE'} {int(100*target)}% |")
         rows.append((n, mode, abs(err) <= target))
+        summary.append({"devices": int(n), "mode": mode, "predicted_s": pe, "measured_s": meas, "error": err,
+                        "target": target, "rounds": [{"predicted_s": a, "measured_s": b} for a, b in pairs]})
+# the rows for plots (examples/bench/plot_predict_vs_measured.py)
+json.dump({"rows": summary}, open(f"{out}/summary.json", "w"), indent=1)
 ok = [f"N={n} {m}" for n, m, v in rows if v]
 bad = [f"N={n} {m}" for n, m, v in rows if v is False]
 none = [f"N={n} {m}" for n, m, v in rows if v is None]
