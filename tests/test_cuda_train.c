@@ -211,8 +211,9 @@ static void test_gpu_profile(void **state) {
     char prof[600];
     snprintf(prof, sizeof prof, "%s", tu_path("gpu.profile"));
     char *o;
-    int rc = tu_run_dptrain(&o, "predict --device cuda --model lenet --batch-size 64 --topology nvlink4 "
-                                "--save-profile %s", prof);
+    /* synthetic data: the GPU machine has no data set */
+    int rc = tu_run_dptrain(&o, "predict --device cuda --model lenet --dataset synthetic --shape 1x28x28 "
+                                "--samples 640 --batch-size 64 --topology nvlink4 --save-profile %s", prof);
     if (rc) fail_msg("predict --device cuda: rc %d:\n%s", rc, o);
     free(o);
     FILE *f = fopen(prof, "r");
@@ -228,7 +229,8 @@ static void test_gpu_profile(void **state) {
     fclose(f);
     if (strncmp(device, "cpu", 3) == 0 || !device[0]) fail_msg("the profile's device is '%s', not the GPU", device);
     if (times == 0 || positive != times) fail_msg("%d of %d node times positive", positive, times);
-    rc = tu_run_dptrain(&o, "predict --device cuda --model lenet --batch-size 64 --topology host");
+    rc = tu_run_dptrain(&o, "predict --device cuda --model lenet --dataset synthetic --shape 1x28x28 --samples 640 "
+                            "--batch-size 64 --topology host");
     if (rc == 0 || !strstr(o, "CPU processes")) fail_msg("--topology host on a GPU: rc %d:\n%s", rc, o);
     free(o);
     remove(prof);
