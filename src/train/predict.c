@@ -74,22 +74,25 @@ static dp_status measure_rows(dp_trainer *t, const dp_topology *topos, int n_top
  * the sum of its steps, and the slow tail (a loader refill, a preemption) is in that sum: on this
  * 2-core machine an epoch was 4-8 % longer than its median step x steps. */
 static dp_status step_period(dp_trainer *t, double *out) {
-    enum { WARM = 5, STEPS = 1000 };
+    /* up to 1000 steps (LeNet: about a second), but no more than 3 s of them once 5 are in: a
+       large model's step dwarfs its overhead, and ResNet-18 on a CPU would take 40 minutes */
+    enum { WARM = 5, STEPS = 1000, MIN_STEPS = 5 };
+    const double budget_s = 3.0;
     double first = 0, last = 0;
     int k = 0;
     const dp_batch *batches;
     dp_status s;
     *out = 0;
     DP_TRY(dp_loader_start_epoch(t->loader, 0));
-    for (int b = 0; k < STEPS && (s = dp_loader_next(t->loader, &batches, NULL)) == DP_OK; b++) {
+    for (int b = 0; (s = dp_loader_next(t->loader, &batches, NULL)) == DP_OK; b++) {
         last = dp_now();
         if (b == WARM) first = last;
-        if (b > WARM) k++;
+        if (b > WARM && (++k >= STEPS || (k >= MIN_STEPS && last - first > budget_s))) break;
         dp_step_metrics m = {0};
         DP_TRY(dp_train_micro(t, batches, b, t->cfg.lr, &m));
     }
     if (s != DP_OK && s != DP_DONE) return s;
-    if (k < 5) return DP_OK; /* too few batches in an epoch to tell */
+    if (k < MIN_STEPS) return DP_OK; /* too few batches in an epoch to tell */
     *out = (last - first) / k;
     return DP_OK;
 }
@@ -131,8 +134,8 @@ static void co_signal(co_start *st, int go) {
  * `lanes` lanes of its `batch` samples on `workers` threads (one device of a shared-memory
  * topology of `cores` cores): `devices` one-replica sim trainers of that shape (--batch-size batch
  * --chunks lanes --threads workers), all at once (the others on threads of their own, as the
- * other processes would be), run up to 1000 real steps each, an epoch at most (loader, lane
- * trees, thread barriers, logging included); the mean period of the first, less the model's compute for the same
+ * other processes would be), run up to 1000 real steps each, an epoch and 3 s at most (loader,
+ * lane trees, thread barriers, logging included); the mean period of the first, less the model's compute for the same
  * shape and concurrency, is the overhead. Running them together puts in what a process pays for
  * sharing the host with the others (its loader's CPU, the others' traffic) beyond the nodes. */
 static dp_status measure_step_overhead(dp_trainer *t, dp_profile *p, int devices, int cores, int batch, int lanes,
