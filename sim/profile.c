@@ -197,18 +197,24 @@ dp_status dp_profile_parse(const char *text, const char *origin, dp_profile *p) 
     return DP_OK;
 }
 
-dp_status dp_profile_load(const char *name_or_path, dp_profile *p) {
+dp_status dp_profile_load(const char *name_or_path, const char *model, dp_profile *p) {
     char path[512];
     FILE *probe = fopen(name_or_path, "r");
     if (probe) fclose(probe), snprintf(path, sizeof path, "%s", name_or_path);
     else {
-        char file[300];
+        char file[300], per_model[300];
         snprintf(file, sizeof file, "%s.profile", name_or_path);
-        if (strchr(name_or_path, '/') || !dp_preset_find(file, path, sizeof path)) {
+        snprintf(per_model, sizeof per_model, "%s-%s.profile", name_or_path, model ? model : "");
+        /* a device's profiles, one per model (h100-lenet.profile), or one for all */
+        const int named = !strchr(name_or_path, '/');
+        int found = named && model && dp_preset_find(per_model, path, sizeof path);
+        if (!found) found = named && dp_preset_find(file, path, sizeof path);
+        if (!found) {
             char dirs[2048];
             dp_topology_dirs(dirs, sizeof dirs);
-            return dp_fail(DP_ERR_USAGE, "--compute %s: no such file, and no %s in %s (no GPU profile ships yet: "
-                           "record one with --save-profile on a GPU)", name_or_path, file, dirs);
+            return dp_fail(DP_ERR_USAGE, "--compute %s: no such file, and no %s%s%s in %s (no GPU profile ships yet: "
+                           "record one with --save-profile on a GPU)", name_or_path, model && named ? per_model : "",
+                           model && named ? " or " : "", file, dirs);
         }
     }
     char *text = NULL;

@@ -70,8 +70,9 @@ int dp_profile_has_overhead(const dp_profile *p, int lanes, int workers);
 double dp_profile_compute(const dp_profile *p, int batch, int concurrent);
 
 dp_status dp_profile_save(const char *path, const dp_profile *p);
-/* Reads a profile: a path, or a device name looked up with the presets (h100 -> presets/h100.profile). */
-dp_status dp_profile_load(const char *name_or_path, dp_profile *p);
+/* Reads a profile: a path, or a device name looked up with the presets: for model M (may be NULL),
+ * h100 -> presets/h100-M.profile if there is one, else presets/h100.profile. */
+dp_status dp_profile_load(const char *name_or_path, const char *model, dp_profile *p);
 dp_status dp_profile_parse(const char *text, const char *origin, dp_profile *p);
 
 #endif

@@ -107,7 +107,7 @@ static void test_profile_interpolation(void **state) {
     const char *path = tu_path("toy.profile");
     assert_int_equal(dp_profile_save(path, p), DP_OK);
     dp_profile *q = calloc(1, sizeof *q);
-    assert_int_equal(dp_profile_load(path, q), DP_OK);
+    assert_int_equal(dp_profile_load(path, NULL, q), DP_OK);
     assert_string_equal(q->model, "toy");
     assert_int_equal(q->n_rows, 2);
     assert_int_equal(q->bucket_node[0], 1);
@@ -512,6 +512,20 @@ static void test_predict_command(void **state) {
     rc = tu_run_dptrain(&out, "predict --dataset synthetic --shape 1x28x28 --samples 640 --batch-size 64 "
                               "--topology host --compute %s", prof);
     if (rc != 0) fail_msg("predict --compute failed (%d): %s", rc, out ? out : "");
+    free(out);
+    /* --compute DEVICE: a device's profile per model (fake-lenet.profile) is found before one for
+       all models (fake.profile, which this one is not: it would be refused as another model's) */
+    const char *presets = tu_path("presets");
+    const char *bin = getenv("DPTRAIN") ? getenv("DPTRAIN") : "./dptrain";
+    assert_int_equal(tu_sh(NULL, "mkdir -p %s && cp %s %s/fake-lenet.profile && sed 's/^model lenet/model resnet18/' "
+                                 "%s > %s/fake.profile", presets, prof, presets, prof, presets), 0);
+    rc = tu_sh(&out, "DPTRAIN_PRESETS=%s %s predict --dataset synthetic --shape 1x28x28 --samples 640 --batch-size 64 "
+                     "--topology nvlink4 --compute fake", presets, bin);
+    if (rc != 0) fail_msg("--compute fake (fake-lenet.profile) failed (%d): %s", rc, out ? out : "");
+    free(out);
+    rc = tu_sh(&out, "DPTRAIN_PRESETS=%s %s predict --dataset synthetic --topology nvlink4 --compute nosuch", presets, bin);
+    assert_int_equal(rc, 2);
+    assert_true(tu_contains(out, "nosuch-lenet.profile or nosuch.profile"));
     free(out);
     /* a PNG is the same drawing rasterized (with librsvg); a name that is neither is refused
        before any timing run */

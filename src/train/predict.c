@@ -272,7 +272,7 @@ dp_status dp_trainer_predict(dp_trainer *t) {
         return dp_fail(DP_ERR_NOMEM, "out of memory for the overhead model");
     }
     if (c->compute_profile) {
-        s = dp_profile_load(c->compute_profile, p);
+        s = dp_profile_load(c->compute_profile, t->model.name, p);
         if (s == DP_OK && strcmp(p->model, t->model.name) != 0)
             s = dp_fail(DP_ERR_USAGE, "--compute %s: a profile of model %s, but this run is %s", c->compute_profile,
                         p->model, t->model.name);
