@@ -333,8 +333,23 @@ static dp_status share_id(nccl_impl *m, ncclUniqueId *id, const dp_backend_confi
 #endif
 }
 
+/* The libnccl loaded at run time, not only the header built against, must be 2.19 or newer: older
+ * ones lack parts of the non-blocking communicator API that every wait here relies on. */
+#define DP_NCCL_MIN_VERSION 21900 /* major * 10000 + minor * 100 + patch, NCCL's code since 2.9 */
+static dp_status nccl_version_check(void) {
+    int v = 0;
+    ncclResult_t r = ncclGetVersion(&v);
+    if (r != ncclSuccess)
+        return dp_fail(DP_ERR_BACKEND, "--backend nccl: ncclGetVersion failed: %s", ncclGetErrorString(r));
+    if (v < DP_NCCL_MIN_VERSION)
+        return dp_fail(DP_ERR_UNSUPPORTED, "--backend nccl: the libnccl loaded is %d.%d.%d; dptrain needs NCCL 2.19 or "
+                       "newer (put a newer libnccl.so.2 first on LD_LIBRARY_PATH)", v / 10000, v / 100 % 100, v % 100);
+    return DP_OK;
+}
+
 dp_status dp_nccl_backend_create(const dp_backend_config *cfg, dp_backend_t *out) {
     *out = NULL;
+    DP_TRY(nccl_version_check());
     int gpu = 0;
     DP_TRY(dp_nccl_precheck(&gpu));
     if (!cfg->dev || cfg->dev->is_host || strcmp(cfg->dev->name, "cuda") != 0)

@@ -171,6 +171,7 @@ static void test_not_a_regular_file(void **state) {
     assert_true(tu_contains(dp_last_error(), "FIFO"));
     char *out;
     tu_run_dptrain(&out, "eval --load %s", fifo);
+    if (!tu_contains(out, "is a FIFO (named pipe), expected a regular file")) fprintf(stderr, "dptrain said: %s\n", out);
     assert_true(tu_contains(out, "is a FIFO (named pipe), expected a regular file"));
     free(out);
     tu_run_dptrain(&out, "train --init-from %s --dataset synthetic --samples 64 --epochs 1", fifo);

@@ -8,8 +8,9 @@ set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 DPTRAIN=${DPTRAIN:-$ROOT/build/dptrain}
+DATA=()
 ROUNDS=2 EPOCHS=3 THREADS=2 NS="1 2" OUT="$ROOT/out/mpi-vs-sim"
-usage() { echo "usage: $(basename "$0") [--rounds R] [--epochs E>=2] [--threads T per machine] [--ns \"1 2\"] [--out DIR]"; }
+usage() { echo "usage: $(basename "$0") [--rounds R] [--epochs E>=2] [--threads T per machine] [--ns \"1 2\"] [--data DIR (Fashion-MNIST)] [--out DIR]"; }
 while [ $# -gt 0 ]; do
     case "$1" in
         --rounds) ROUNDS=$2; shift 2 ;;
@@ -17,6 +18,7 @@ while [ $# -gt 0 ]; do
         --threads) THREADS=$2; shift 2 ;;
         --ns) NS=$2; shift 2 ;;
         --out) OUT=$2; shift 2 ;;
+        --data) DATA=(--data "$2"); shift 2 ;;
         -h|--help) usage; exit 0 ;;
         *) echo "$(basename "$0"): unknown argument '$1'" >&2; usage >&2; exit 2 ;;
     esac
@@ -26,7 +28,7 @@ command -v mpirun > /dev/null || { echo "$(basename "$0"): mpirun not found (apt
 [ "$EPOCHS" -ge 2 ] || { echo "$(basename "$0"): --epochs must be at least 2" >&2; exit 2; }
 mkdir -p "$OUT"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-common=(train --epochs "$EPOCHS" --batch-size 64 --no-progress)
+common=(train --epochs "$EPOCHS" --batch-size 64 --no-progress "${DATA[@]}")
 for r in $(seq "$ROUNDS"); do
     for n in $NS; do
         per=$(( THREADS / n > 0 ? THREADS / n : 1 ))

@@ -3,15 +3,18 @@
 (interop.py's LeNet, LeNet-BN, ResNet-18), the same SGD, timed the same way. Prints one JSON line
 per case: {"case":..,"way":..,"seconds":..,"images_per_s":..}.
 
-    python3 examples/pytorch/gpu_reference.py --data DIR [--cases lenet,lenet-bn,resnet18] [--epochs 2]
+    python3 examples/pytorch/gpu_reference.py --data DIR [--cases lenet,lenet-bn,resnet18] [--epochs 3]
 
 Ways: "eager" (the whole training set on the GPU, batches sliced there, one launch per kernel) and
 "graph" (forward, backward and SGD captured once as a CUDA graph and replayed per step, the
-fastest plain PyTorch). ResNet-18: fp32 and TF32, eager (a 256-image step is long enough)."""
+fastest plain PyTorch). ResNet-18: fp32, TF32, and bf16 autocast with channels_last (PyTorch's best
+plain setting on a Hopper GPU), eager (a 256-image step is long enough). Each case is timed --repeats
+times after a warm-up; the line holds the median and the range ("min", "max") of those timings."""
 import argparse
 import gzip
 import json
 import os
+import statistics
 import sys
 import time
 
@@ -74,21 +77,23 @@ def epoch_graph(g, sx, sy, X, Y, batch):
         g.replay()
 
 
-def timed(fn, epochs):
-    best = None
-    for _ in range(epochs):
+def timed(fn, repeats):
+    """Every repeat's seconds (the first call of fn is the caller's warm-up, not timed here)."""
+    times = []
+    for _ in range(repeats):
         torch.cuda.synchronize()
         t0 = time.perf_counter()
         fn()
         torch.cuda.synchronize()
-        dt = time.perf_counter() - t0
-        best = dt if best is None else min(best, dt)
-    return best
+        times.append(time.perf_counter() - t0)
+    return times
 
 
-def report(case, way, seconds, images):
-    print(json.dumps({"case": case, "way": way, "seconds": round(seconds, 4),
-                      "images_per_s": round(images / seconds, 1)}), flush=True)
+def report(case, way, times, images):
+    med = statistics.median(times)
+    print(json.dumps({"case": case, "way": way, "seconds": round(med, 4), "min": round(min(times), 4),
+                      "max": round(max(times), 4), "repeats": len(times),
+                      "images_per_s": round(images / med, 1)}), flush=True)
 
 
 def small(case, X, Y, epochs, dev):
@@ -96,39 +101,49 @@ def small(case, X, Y, epochs, dev):
     torch.manual_seed(0)
     model = build(case, shape[0], shape[1], 10).to(dev)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    epoch_eager(model, opt, X, Y, 64)  # warm-up: allocations, cuDNN's autotuning
     report(case, "eager", timed(lambda: epoch_eager(model, opt, X, Y, 64), epochs), X.shape[0])
     torch.manual_seed(0)
     model = build(case, shape[0], shape[1], 10).to(dev)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     g, sx, sy, _ = graph_step(model, opt, 64, shape, dev)
+    epoch_graph(g, sx, sy, X, Y, 64)
     report(case, "graph", timed(lambda: epoch_graph(g, sx, sy, X, Y, 64), epochs), (X.shape[0] // 64) * 64)
 
 
-def resnet(steps, dev, tf32):
+def resnet(steps, repeats, dev, way):
+    """way: fp32, tf32, or bf16 (autocast to bf16, channels_last, fp32 master weights: AMP)."""
+    tf32 = way != "fp32"
     torch.backends.cuda.matmul.allow_tf32 = tf32
     torch.backends.cudnn.allow_tf32 = tf32
     torch.manual_seed(0)
     model = build("resnet18", 3, 224, 10).to(dev)
-    opt = torch.optim.SGD(model.parameters(), lr=0.02, momentum=0.9, weight_decay=1e-4, nesterov=True)
     x = torch.randn(256, 3, 224, 224, device=dev)
     y = torch.randint(0, 10, (256,), device=dev)
+    if way == "bf16":
+        model = model.to(memory_format=torch.channels_last)
+        x = x.contiguous(memory_format=torch.channels_last)
+    opt = torch.optim.SGD(model.parameters(), lr=0.02, momentum=0.9, weight_decay=1e-4, nesterov=True)
 
     def run():
         for _ in range(steps):
-            loss = F.cross_entropy(model(x), y)
+            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=way == "bf16"):
+                loss = F.cross_entropy(model(x), y)
             opt.zero_grad(set_to_none=False)
             loss.backward()
             opt.step()
     run()  # warm-up: cuDNN's autotuning and allocations
-    report("resnet18", "tf32" if tf32 else "fp32", timed(run, 2), steps * 256)
+    report("resnet18", way, timed(run, repeats), steps * 256)
 
 
 def main():
     a = argparse.ArgumentParser()
     a.add_argument("--data", default="/usr/share/datasets/fashion-mnist")
     a.add_argument("--cases", default="lenet,lenet-bn,resnet18")
-    a.add_argument("--epochs", type=int, default=2)
-    a.add_argument("--resnet-steps", type=int, default=10)
+    a.add_argument("--epochs", type=int, default=3, help="timed epochs (after one warm-up epoch)")
+    a.add_argument("--resnet-steps", type=int, default=10, help="steps per timed repeat")
+    a.add_argument("--resnet-repeats", type=int, default=5)
+    a.add_argument("--resnet-ways", default="fp32,tf32,bf16")
     o = a.parse_args()
     dev = torch.device("cuda")
     torch.backends.cudnn.benchmark = True
@@ -142,8 +157,8 @@ def main():
         Y = torch.randint(0, 10, (50000,), generator=g)
         small("lenet-bn", X.to(dev), Y.to(dev), o.epochs, dev)
     if "resnet18" in cases:
-        resnet(o.resnet_steps, dev, False)
-        resnet(o.resnet_steps, dev, True)
+        for way in o.resnet_ways.split(","):
+            resnet(o.resnet_steps, o.resnet_repeats, dev, way)
 
 
 if __name__ == "__main__":

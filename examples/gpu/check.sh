@@ -1,0 +1,135 @@
+#!/usr/bin/env bash
+# check.sh: everything a lent GPU machine must check, in one command, from a fresh copy of the tree.
+# Carries its own libraries and data (.carry/, see device_env.sh), builds with all cores, runs the
+# CUDA and NCCL suites, the CUDA suites under compute-sanitizer, the benchmarks against PyTorch in
+# the same run, the accuracy over 3 seeds, the overhead model's GPU compute profiles, and the
+# many-core CPU checks (the whole CPU suite, MPI N x T shapes). Each check appends one line to a
+# results file; `examples/gpu/gpu_tables.py doc FILE` makes docs/gpu.md's tables from it.
+#
+#   examples/gpu/check.sh [--quick] [--phases env,build,tests,sanitize,bench,accuracy,profiles,cpu] [--out DIR]
+#
+# --quick: fewer rounds and only the kernel suite under the sanitizers (under 8 minutes);
+# the whole run is under 25 minutes on an H100 with 16 cores. Phases run in the order above;
+# a later call with --phases continues an earlier one's results file in the same --out
+# (the build is kept in build-gpu/). Exit status: 0 when every check passed or was skipped.
+set -uo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+cd "$ROOT" || exit 1
+me=$(basename "$0")
+QUICK=0 PHASES=env,build,tests,sanitize,bench,accuracy,profiles,cpu OUTDIR=$ROOT/out/gpu-check
+JOBS=$(nproc)
+ARGS="$*"
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --quick) QUICK=1 ;;
+        --phases) PHASES=$2; shift ;;
+        --out) OUTDIR=$2; shift ;;
+        -h|--help) sed -n 2,15p "$0"; exit 0 ;;
+        *) echo "$me: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+    esac
+    shift
+done
+for p in ${PHASES//,/ }; do
+    case $p in env|build|tests|sanitize|bench|accuracy|profiles|cpu) ;;
+        *) echo "$me: unknown phase '$p' (env,build,tests,sanitize,bench,accuracy,profiles,cpu)" >&2; exit 2 ;;
+    esac
+done
+has() { [[ ",$PHASES," == *",$1,"* ]]; }
+mkdir -p "$OUTDIR/logs" || exit 1
+RES=$OUTDIR/results.jsonl
+BUILD=$ROOT/build-gpu
+D=$BUILD/dptrain
+FAILED=0
+. "$ROOT/examples/gpu/device_env.sh"
+DATA=${DP_FASHION_DIR:-/usr/share/datasets/fashion-mnist}
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+
+json_str() { python3 -c 'import json,sys; print(json.dumps(sys.argv[1]))' "$1"; }
+# check NAME COMMAND...: runs it with its output in logs/NAME.log, for at most $TMO seconds
+# (default 900); one results line (77 = skipped)
+check() {
+    local name=$1
+    shift
+    local t0 rc status detail
+    t0=$(date +%s%N)
+    echo "== $name: $*"
+    timeout "${TMO:-900}" "$@" > "$OUTDIR/logs/$name.log" 2>&1
+    rc=$?
+    case $rc in 0) status=pass ;; 77) status=skipped ;; 124) status="FAIL (over ${TMO:-900} s)"; FAILED=1 ;;
+        *) status="FAIL (exit $rc)"; FAILED=1 ;; esac
+    detail=$(grep -E 'tests passed|tests failed|ERROR SUMMARY|error|Error|FAIL' "$OUTDIR/logs/$name.log" | tail -2 | tr '\n' ' ' | cut -c1-300)
+    printf '{"who":"check","check":"%s","status":"%s","seconds":%d.%03d,"command":%s,"detail":%s}\n' "$name" "$status" \
+        $(( ($(date +%s%N) - t0) / 1000000000 )) $(( ($(date +%s%N) - t0) / 1000000 % 1000 )) \
+        "$(json_str "$*")" "$(json_str "$detail")" >> "$RES"
+    echo "   $status ($name)"
+    [ $rc = 0 ] || tail -15 "$OUTDIR/logs/$name.log"
+    return 0
+}
+
+if has env; then
+    : > "$RES"
+    printf '{"who":"meta","date":"%s","machine":%s,"command":%s,"quick":%d}\n' "$(date -u '+%Y-%m-%d %H:%M UTC')" \
+        "$(json_str "$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1), $(nproc) cores, $(lscpu | sed -n 's/^Model name: *//p' | head -1)")" \
+        "$(json_str "examples/gpu/check.sh $ARGS")" "$QUICK" >> "$RES"
+    { nvidia-smi; nvcc --version; python3 -c 'import torch; print("torch", torch.__version__, torch.version.cuda, torch.backends.cudnn.version())';
+      ls /usr/local/cuda/lib64 /usr/lib/x86_64-linux-gnu 2>/dev/null | grep -E 'libnccl|libcudnn\.so' ; command -v mpirun compute-sanitizer; } \
+        > "$OUTDIR/logs/env.log" 2>&1
+fi
+if has build; then
+    # the default CUDA architectures, as users build it (DP_CHECK_CUDA_ARCH=native for a faster build)
+    check configure cmake -S "$ROOT" -B "$BUILD" -DDP_WITH_CUDA=ON -DDP_WERROR=ON -DCMAKE_BUILD_TYPE=Release \
+        ${DP_CHECK_CUDA_ARCH:+-DCMAKE_CUDA_ARCHITECTURES=$DP_CHECK_CUDA_ARCH}
+    check build cmake --build "$BUILD" -j "$JOBS"
+    [ -x "$D" ] || { echo "$me: the build failed; see $OUTDIR/logs/build.log" >&2; exit 1; }
+    "$D" --version >> "$OUTDIR/logs/env.log" 2>&1
+fi
+if has tests; then
+    check ctest-cuda ctest --test-dir "$BUILD" -L cuda --output-on-failure --timeout 900
+    check ctest-nccl ctest --test-dir "$BUILD" -L nccl --output-on-failure --timeout 900 --no-tests=ignore
+fi
+if has sanitize; then
+    # the kernel suite under each tool; the training suite under memcheck (the whole run only;
+    # its child processes, the launcher tests' trainings, run unchecked: under memcheck they take
+    # minutes each; API errors are dptrain's own to check, and NCCL probes its kernels with
+    # calls that fail by design)
+    for tool in memcheck racecheck synccheck initcheck; do
+        check "sanitizer-$tool-kernels" compute-sanitizer --tool $tool --error-exitcode 9 --print-limit 20 \
+            "$BUILD/tests/test_cuda_kernels"
+    done
+    [ $QUICK = 1 ] || TMO=420 check sanitizer-memcheck-train env DPTRAIN="$D" DP_TEST_TMP="$BUILD/tests/tmp" \
+        compute-sanitizer --tool memcheck --target-processes application-only --report-api-errors no \
+        --error-exitcode 9 --print-limit 20 "$BUILD/tests/test_cuda_train"
+fi
+if has bench; then
+    rounds=3; [ $QUICK = 1 ] && rounds=1
+    check bench env DPTRAIN="$D" examples/bench/gpu_vs_pytorch.sh --data "$DATA" --rounds $rounds --epochs 3 \
+        --out "$OUTDIR/bench"
+    cat "$OUTDIR/bench/results.jsonl" >> "$RES" 2>/dev/null
+fi
+if has accuracy && [ $QUICK = 0 ]; then
+    check accuracy env DPTRAIN="$D" examples/bench/gpu_vs_pytorch.sh --data "$DATA" --cases none --accuracy \
+        --skip-pytorch --out "$OUTDIR/accuracy"
+    cat "$OUTDIR/accuracy/results.jsonl" >> "$RES" 2>/dev/null
+fi
+if has profiles; then
+    TMO=300 check profiles examples/gpu/record_profiles.sh --build "$BUILD"
+    mkdir -p "$OUTDIR/profiles" && cp sim/presets/h100-*.profile "$OUTDIR/profiles/" 2>/dev/null
+fi
+if has cpu; then
+    check ctest-cpu ctest --test-dir "$BUILD" -L 'cpu|mpi' -j "$JOBS" --output-on-failure --timeout 900
+    if [ $QUICK = 0 ]; then
+        check mpi-shapes env DPTRAIN="$D" examples/bench/mpi_vs_sim.sh --rounds 1 --epochs 3 --threads "$JOBS" \
+            --ns "1 2 4 8" --data "$DATA" --out "$OUTDIR/mpi-vs-sim"
+    fi
+fi
+
+echo
+python3 - "$RES" <<'PY'
+import json, sys
+for l in open(sys.argv[1]):
+    r = json.loads(l)
+    if r.get("who") == "check":
+        print("%-32s %-14s %6.0f s" % (r["check"], r["status"], r["seconds"]))
+PY
+[ -f "$OUTDIR/bench/gpu_vs_pytorch.md" ] && cat "$OUTDIR/bench/gpu_vs_pytorch.md"
+exit $FAILED

@@ -1,0 +1,79 @@
+# dptrain compute profile: seconds of one worker per node and step (docs/overhead-model.md)
+# recorded by examples/gpu/record_profiles.sh on NVIDIA H100 80GB HBM3, 580.159.04, 2026-11-24 08:21 UTC
+model lenet
+device NVIDIA-H100-80GB-HBM3
+input_floats 784
+classes 10
+params 44480
+buffers 0
+nodes 12
+# overhead LANES THREADS SECONDS: the CPU trainer's cost per step beyond the nodes
+# node INDEX NAME KERNELS_FWD KERNELS_BWD
+node 0 conv1 2 3
+node 1 relu1 1 1
+node 2 maxpool2 1 1
+node 3 conv2 2 3
+node 4 relu4 1 1
+node 5 maxpool5 1 1
+node 6 flatten6 1 1
+node 7 fc1 2 3
+node 8 relu8 1 1
+node 9 fc2 2 3
+node 10 relu10 1 1
+node 11 fc3 2 3
+buckets 1
+# bucket INDEX FLOATS READY_AFTER_NODE
+bucket 0 44480 0
+# row BATCH CONCURRENT STEPS LOSS_S OPT_S LANE_SUM_S, then time NODE FWD_S BWD_S per node
+row 64 1 30 5.824000e-06 3.680000e-06 3.712000e-06
+time 0 2.649600e-05 6.692800e-05
+time 1 4.496000e-06 4.224000e-06
+time 2 5.680000e-06 1.353600e-05
+time 3 1.811200e-05 5.816000e-05
+time 4 4.464000e-06 4.032000e-06
+time 5 6.208000e-06 5.504000e-06
+time 6 5.696000e-06 4.000000e-06
+time 7 3.126400e-05 2.753600e-05
+time 8 3.552000e-06 3.744000e-06
+time 9 2.073600e-05 3.252800e-05
+time 10 3.552000e-06 4.640000e-06
+time 11 2.056000e-05 1.913600e-05
+row 32 1 30 5.600000e-06 3.680000e-06 3.712000e-06
+time 0 2.233600e-05 4.683200e-05
+time 1 4.352000e-06 4.000000e-06
+time 2 5.408000e-06 1.334400e-05
+time 3 1.686400e-05 4.979200e-05
+time 4 4.528000e-06 4.000000e-06
+time 5 5.760000e-06 5.056000e-06
+time 6 4.960000e-06 3.616000e-06
+time 7 2.960000e-05 2.556800e-05
+time 8 3.568000e-06 3.696000e-06
+time 9 2.014400e-05 3.064000e-05
+time 10 3.536000e-06 5.104000e-06
+time 11 2.028800e-05 1.622400e-05
+row 16 1 30 5.984000e-06 3.680000e-06 3.712000e-06
+time 0 2.123200e-05 5.574400e-05
+time 1 4.544000e-06 4.288000e-06
+time 2 6.288000e-06 1.334400e-05
+time 3 1.668800e-05 5.081600e-05
+time 4 4.272000e-06 4.256000e-06
+time 5 5.600000e-06 4.976000e-06
+time 6 5.040000e-06 3.760000e-06
+time 7 1.488000e-05 2.220800e-05
+time 8 3.920000e-06 3.712000e-06
+time 9 1.382400e-05 2.540800e-05
+time 10 3.824000e-06 5.216000e-06
+time 11 1.308800e-05 2.150400e-05
+row 8 1 30 5.728000e-06 3.680000e-06 3.696000e-06
+time 0 2.132800e-05 3.318400e-05
+time 1 4.480000e-06 3.904000e-06
+time 2 6.096000e-06 1.316800e-05
+time 3 1.652800e-05 4.926400e-05
+time 4 4.032000e-06 4.624000e-06
+time 5 5.376000e-06 5.984000e-06
+time 6 4.720000e-06 3.824000e-06
+time 7 1.486400e-05 2.238400e-05
+time 8 3.904000e-06 3.712000e-06
+time 9 1.240000e-05 2.505600e-05
+time 10 3.888000e-06 4.992000e-06
+time 11 1.206400e-05 2.044800e-05
