@@ -49,7 +49,8 @@ typedef struct dp_kernels {
     void (*avgpool_backward)(const dp_kctx *c, int batch, int ch, int hw, const float *dy, float *dx);
     /* batch norm over x (batch, ch, hw), in the phases SyncBatchNorm needs; sums in float
      * pairs [sum (ch), sum of squares (ch)] that the executor may add over replicas;
-     * ws: 4 * ch floats of scratch (double sums) */
+     * ws: bn_workspace_floats(batch, ch, hw) floats of scratch (double partial sums) */
+    size_t (*bn_workspace_floats)(int batch, int ch, int hw);
     void (*bn_sums)(const dp_kctx *c, int batch, int ch, int hw, const float *x, float *sums, float *ws);
     /* mean, invstd from the sums over count values (training; updates the running statistics
      * when update is set) or from the running statistics (training = 0) */

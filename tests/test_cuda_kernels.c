@@ -118,8 +118,9 @@ static void test_pooling(void **state) {
 
 static void test_batchnorm(void **state) {
     (void)state;
-    const int B = 6, ch = 7, hws[] = {1, 49};
-    for (int t = 0; t < 2; t++) {
+    /* hw 3000: the GPU's sums run over several slices of a channel (kernels/cuda/batchnorm.cu) */
+    const int B = 6, ch = 7, hws[] = {1, 49, 3000};
+    for (int t = 0; t < 3; t++) {
         const int hw = hws[t];
         const size_t n = (size_t)B * ch * hw;
         float *x = host_rand(n, 2), *g = host_rand(n, 1), *gamma = host_rand(ch, 1), *beta = host_rand(ch, 1);
@@ -127,9 +128,11 @@ static void test_batchnorm(void **state) {
         double wsd[2 * 7]; /* the CPU kernels' scratch: 2 ch doubles */
         float *ws = (float *)(void *)wsd;
         float *dx = dev(x, n * 4), *dg = dev(g, n * 4), *dgamma = dev(gamma, ch * 4), *dbeta = dev(beta, ch * 4);
+        float *gws = dev(NULL, G->bn_workspace_floats(B, ch, hw) * 4);
+        assert_true(C->bn_workspace_floats(B, ch, hw) * sizeof(float) <= sizeof wsd);
         float *dsums = dev(NULL, 14 * 4), *dmean = dev(NULL, ch * 4), *dinv = dev(NULL, ch * 4), *drm = dev(rm, ch * 4),
               *drv = dev(rv, ch * 4), *dout = dev(NULL, n * 4), *dlocal = dev(NULL, 14 * 4), *dpg = dev(NULL, 14 * 4);
-        C->bn_sums(&cc, B, ch, hw, x, sums, ws), G->bn_sums(&gc, B, ch, hw, dx, dsums, NULL);
+        C->bn_sums(&cc, B, ch, hw, x, sums, ws), G->bn_sums(&gc, B, ch, hw, dx, dsums, gws);
         float *h = back(dsums, 14);
         expect("bn sums", sums, h, 14, 1e-6), free(h);
         const double count = (double)B * hw;
@@ -146,16 +149,16 @@ static void test_batchnorm(void **state) {
         h = back(dout, n), expect("bn apply", out, h, n, 0), free(h);
         float local[14], pg[14] = {0};
         C->bn_backward_sums(&cc, B, ch, hw, x, g, mean, invstd, local, ws);
-        G->bn_backward_sums(&gc, B, ch, hw, dx, dg, dmean, dinv, dlocal, NULL);
+        G->bn_backward_sums(&gc, B, ch, hw, dx, dg, dmean, dinv, dlocal, gws);
         h = back(dlocal, 14), expect("bn gradient sums", local, h, 14, 1e-5), free(h);
         assert_int_equal(cudaMemcpy(dlocal, local, sizeof local, cudaMemcpyHostToDevice), cudaSuccess);
         C->bn_backward(&cc, B, ch, hw, x, g, mean, invstd, gamma, local, local, count, out, pg + ch, pg, ws);
-        G->bn_backward(&gc, B, ch, hw, dx, dg, dmean, dinv, dgamma, dlocal, dlocal, count, dout, dpg + ch, dpg, NULL);
+        G->bn_backward(&gc, B, ch, hw, dx, dg, dmean, dinv, dgamma, dlocal, dlocal, count, dout, dpg + ch, dpg, gws);
         h = back(dout, n), expect("bn input gradient", out, h, n, 0), free(h);
         h = back(dpg, 14), expect("bn parameter gradients", pg, h, 14, 0), free(h);
         free(x), free(g), free(gamma), free(beta), free(out);
         cudaFree(dx), cudaFree(dg), cudaFree(dgamma), cudaFree(dbeta), cudaFree(dsums), cudaFree(dmean);
-        cudaFree(dinv), cudaFree(drm), cudaFree(drv), cudaFree(dout), cudaFree(dlocal), cudaFree(dpg);
+        cudaFree(dinv), cudaFree(drm), cudaFree(drv), cudaFree(dout), cudaFree(dlocal), cudaFree(dpg), cudaFree(gws);
     }
 }
 

@@ -6,9 +6,11 @@
 # many-core CPU checks (the whole CPU suite, MPI N x T shapes). Each check appends one line to a
 # results file; `examples/gpu/gpu_tables.py doc FILE` makes docs/gpu.md's tables from it.
 #
-#   examples/gpu/check.sh [--quick] [--phases env,build,tests,sanitize,bench,accuracy,profiles,cpu] [--out DIR]
+#   examples/gpu/check.sh [--quick] [--rounds R] [--phases env,build,tests,sanitize,bench,accuracy,profiles,cpu]
+#                         [--out DIR]
 #
-# --quick: fewer rounds and only the kernel suite under the sanitizers (under 8 minutes);
+# --quick: one bench round (--rounds: another count) and only the kernel suite under the sanitizers
+# (under 8 minutes);
 # the whole run is under 25 minutes on an H100 with 16 cores. Phases run in the order above;
 # a later call with --phases continues an earlier one's results file in the same --out
 # (the build is kept in build-gpu/). Exit status: 0 when every check passed or was skipped.
@@ -16,12 +18,13 @@ set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$ROOT" || exit 1
 me=$(basename "$0")
-QUICK=0 PHASES=env,build,tests,sanitize,bench,accuracy,profiles,cpu OUTDIR=$ROOT/out/gpu-check
+QUICK=0 ROUNDS= PHASES=env,build,tests,sanitize,bench,accuracy,profiles,cpu OUTDIR=$ROOT/out/gpu-check
 JOBS=$(nproc)
 ARGS="$*"
 while [ $# -gt 0 ]; do
     case "$1" in
         --quick) QUICK=1 ;;
+        --rounds) ROUNDS=$2; shift ;;
         --phases) PHASES=$2; shift ;;
         --out) OUTDIR=$2; shift ;;
         -h|--help) sed -n 2,15p "$0"; exit 0 ;;
@@ -101,7 +104,7 @@ if has sanitize; then
         --error-exitcode 9 --print-limit 20 "$BUILD/tests/test_cuda_train"
 fi
 if has bench; then
-    rounds=3; [ $QUICK = 1 ] && rounds=1
+    rounds=${ROUNDS:-$([ $QUICK = 1 ] && echo 1 || echo 3)}
     check bench env DPTRAIN="$D" examples/bench/gpu_vs_pytorch.sh --data "$DATA" --rounds $rounds --epochs 3 \
         --out "$OUTDIR/bench"
     cat "$OUTDIR/bench/results.jsonl" >> "$RES" 2>/dev/null
@@ -117,10 +120,8 @@ if has profiles; then
 fi
 if has cpu; then
     check ctest-cpu ctest --test-dir "$BUILD" -L 'cpu|mpi' -j "$JOBS" --output-on-failure --timeout 900
-    if [ $QUICK = 0 ]; then
-        check mpi-shapes env DPTRAIN="$D" examples/bench/mpi_vs_sim.sh --rounds 1 --epochs 3 --threads "$JOBS" \
-            --ns "1 2 4 8" --data "$DATA" --out "$OUTDIR/mpi-vs-sim"
-    fi
+    check mpi-shapes env DPTRAIN="$D" examples/bench/mpi_vs_sim.sh --rounds 1 --epochs 3 --threads "$JOBS" \
+        --ns "1 2 4 8" --data "$DATA" --out "$OUTDIR/mpi-vs-sim"
 fi
 
 echo

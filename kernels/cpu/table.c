@@ -52,6 +52,11 @@ static void avgpool_fwd(const dp_kctx *c, int batch, int ch, int hw, const float
 static void avgpool_bwd(const dp_kctx *c, int batch, int ch, int hw, const float *dy, float *dx) {
     global_avgpool_backward_cpu(batch, ch, hw, dy, dx, c->nthreads);
 }
+/* two double arrays of ch for the sums */
+static size_t bn_ws_floats(int batch, int ch, int hw) {
+    (void)batch, (void)hw;
+    return 4 * (size_t)ch;
+}
 static void bn_sums(const dp_kctx *c, int batch, int ch, int hw, const float *x, float *sums, float *ws) {
     batchnorm_sums_cpu(batch, ch, hw, x, sums, (double *)(void *)ws, c->nthreads);
 }
@@ -106,6 +111,7 @@ const dp_kernels dp_cpu_kernels = {
     .maxpool_backward = maxpool_bwd,
     .avgpool_forward = avgpool_fwd,
     .avgpool_backward = avgpool_bwd,
+    .bn_workspace_floats = bn_ws_floats,
     .bn_sums = bn_sums,
     .bn_stats = bn_stats,
     .bn_apply = bn_apply,

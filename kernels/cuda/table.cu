@@ -18,6 +18,7 @@ void dp_cuda_maxpool_forward(const dp_kctx *, int, int, int, int, int, int, int,
 void dp_cuda_maxpool_backward(const dp_kctx *, int, int, int, int, int, int, const float *, const int32_t *, float *);
 void dp_cuda_avgpool_forward(const dp_kctx *, int, int, int, const float *, float *);
 void dp_cuda_avgpool_backward(const dp_kctx *, int, int, int, const float *, float *);
+size_t dp_cuda_bn_workspace_floats(int, int, int);
 void dp_cuda_bn_sums(const dp_kctx *, int, int, int, const float *, float *, float *);
 void dp_cuda_bn_stats(const dp_kctx *, int, int, const float *, double, float, float, int, float *, float *, float *,
                       float *);
@@ -47,6 +48,7 @@ const dp_kernels dp_cuda_kernels = {
     dp_cuda_maxpool_backward,
     dp_cuda_avgpool_forward,
     dp_cuda_avgpool_backward,
+    dp_cuda_bn_workspace_floats,
     dp_cuda_bn_sums,
     dp_cuda_bn_stats,
     dp_cuda_bn_apply,

@@ -10,8 +10,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/sysmem.h"
 #include "core/timer.h"
 #include "dp_config.h"
 #include "io/atomic.h"
@@ -67,6 +69,14 @@ static dp_status map_buckets(dp_trainer *t) {
 
 static dp_status load_data(dp_trainer *t) {
     dp_config *c = &t->cfg;
+    /* the weights' file first: a FIFO or a directory there is named before a missing data set */
+    const char *from = c->eval_only ? c->load_path : c->init_path;
+    if (from) {
+        FILE *f;
+        struct stat st;
+        DP_TRY(dp_fopen_regular(from, c->eval_only ? "--load" : "--init-from", &f, &st));
+        fclose(f);
+    }
     if (!c->eval_only) {
         DP_TRY(dp_dataset_load(&c->data, 1, &t->train));
         t->have_train = 1;
