@@ -157,13 +157,12 @@ static dp_status store_serve(dp_store *st, const dp_launch *l, const void *blob,
         int here = 0;
         store_key(key, sizeof key, l, "rank", r);
         while (!here) {
-            DP_TRY(dp_store_check(st, key, &here, deadline));
-            if (here) break;
             if (dp_now() >= deadline)
                 return dp_fail(DP_ERR_BACKEND, "rank 0: rank %d (and perhaps later ones) did not join through torchrun's "
                                "agent store at %s within %.0f s (not started, or started with another MASTER_PORT?)", r,
                                st->where, timeout_s);
-            nanosleep(&nap, NULL);
+            DP_TRY(dp_store_check(st, key, &here, deadline + 5)); /* the question asked in time gets its answer */
+            if (!here) nanosleep(&nap, NULL);
         }
         char w[32] = "";
         size_t wn = 0;
@@ -193,9 +192,10 @@ static dp_status store_join(dp_store *st, const dp_launch *l, void *blob, size_t
     dp_status s = dp_store_get(st, key, val, sizeof(store_head) + n, &got, deadline);
     store_head h = {0, 0};
     if (s == DP_OK && got >= sizeof h) memcpy(&h, val, sizeof h);
-    if (s != DP_OK)
+    if (s != DP_OK && dp_now() >= deadline)
         s = dp_fail(DP_ERR_BACKEND, "rank %d: rank 0 did not publish its id in torchrun's agent store at %s within %.0f s",
                     l->rank, st->where, timeout_s);
+
     else if (got != sizeof h + n || h.magic != MAGIC)
         s = dp_fail(DP_ERR_BACKEND, "rank %d: the agent store's key '%s' is not dptrain's (%zu bytes)", l->rank, key, got);
     else if ((int)h.world != l->world)
@@ -215,6 +215,11 @@ static dp_status through_store(const dp_launch *l, void *blob, size_t n, double 
     dp_status s = l->rank == 0 ? store_serve(&st, l, blob, n, deadline, timeout_s)
                                : store_join(&st, l, blob, n, deadline, timeout_s);
     dp_store_close(&st);
+    if (s != DP_OK && strncmp(dp_last_error(), "rank ", 5) != 0) { /* the store's own message: say whose */
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", dp_last_error());
+        s = dp_fail(s, "rank %d: %s", l->rank, msg);
+    }
     return s;
 }
 

@@ -47,7 +47,7 @@ static dp_status fail_io(const dp_store *s, const char *what) {
 static dp_status request(dp_store *s, int cmd, const char *key, const void *val, size_t n, const int64_t *num,
                          double deadline, const char *what) {
     const size_t klen = key ? strlen(key) : 0;
-    req r = {.cap = 1 + (key ? 8 + klen : 0) + (val ? 8 + n : 0) + (num ? 8 : 0) + (cmd == Q_WAIT ? 8 : 0)};
+    req r = {.cap = 1 + (key ? 8 + klen : 0) + (val ? 8 + n : 0) + (num ? 8 : 0) + (cmd == Q_WAIT || cmd == Q_CHECK ? 8 : 0)};
     r.p = malloc(r.cap);
     if (!r.p) return dp_fail(DP_ERR_NOMEM, "out of memory for a TCPStore request of %zu bytes", r.cap);
     unsigned char c = (unsigned char)(cmd + s->v2);
@@ -61,15 +61,18 @@ static dp_status request(dp_store *s, int cmd, const char *key, const void *val,
     return ok ? DP_OK : fail_io(s, what);
 }
 
-/* The number of keys: the question each dialect is asked when connecting. */
+/* The number of keys, asked four times: the question each dialect is asked when connecting. To a
+ * 1.x server, 2.x's VALIDATE reads as a SET whose key length is the magic number and the next four
+ * bytes: the four questions make that length absurd (about 2^58), so that server drops the
+ * connection at once instead of waiting for gigabytes of key. */
 static int probe(dp_store *s, double deadline) {
-    unsigned char q[6], a[8];
+    unsigned char q[9], a[32];
     size_t n = 0;
     if (s->v2) {
         q[n++] = V2_VALIDATE;
         for (int i = 0; i < 4; i++) q[n++] = (unsigned char)(V2_MAGIC >> (8 * i));
     }
-    q[n++] = (unsigned char)(Q_GETNUMKEYS + s->v2);
+    for (int i = 0; i < 4; i++) q[n++] = (unsigned char)(Q_GETNUMKEYS + s->v2);
     return dp_net_send(s->fd, q, n, deadline) == 0 && dp_net_recv(s->fd, a, sizeof a, deadline) == 0;
 }
 
@@ -78,8 +81,8 @@ dp_status dp_store_connect(dp_store *s, const char *host, int port, double deadl
     s->fd = -1;
     snprintf(s->where, sizeof s->where, "%s:%d", host, port);
     int resolved = 0;
-    /* 2.x first (current torchrun); a 1.x server reads its VALIDATE as a SET with an absurd key
-       length and waits for the key, so it gets a short answer time before 1.x is tried */
+    /* 2.x first (current torchrun); a 1.x server drops the 2.x probe (see probe), and a 2.x server
+       ignores the 1.x one, so each gets a few seconds to answer */
     for (int v2 = 1; v2 >= 0; v2--) {
         struct timespec nap = {0, 50 * 1000 * 1000};
         while (s->fd < 0 && dp_now() < deadline) { /* the agent may not listen yet */
