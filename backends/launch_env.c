@@ -46,6 +46,21 @@ static void describe(dp_launch *l, const char *fmt, ...) {
     va_end(ap);
 }
 
+/* The node's process count, when the launcher gives it in var. */
+static dp_status local_world_from(dp_launch *l, const char *var) {
+    int have = 0;
+    if (!var) return DP_OK;
+    DP_TRY(env_int(var, 1, MAX_WORLD, &l->local_world, &have));
+    if (!have) {
+        l->local_world = 0;
+        return DP_OK;
+    }
+    snprintf(l->local_world_var, sizeof l->local_world_var, "%s", var);
+    if (l->local_rank >= l->local_world)
+        return dp_fail(DP_ERR_USAGE, "launch: the local rank %d is not below %s=%d", l->local_rank, var, l->local_world);
+    return DP_OK;
+}
+
 static dp_status rank_below(const dp_launch *l, const char *rank_var, const char *size_var) {
     if (l->world > 0 && l->rank >= l->world)
         return dp_fail(DP_ERR_USAGE, "launch: %s=%d is not below %s=%d", rank_var, l->rank, size_var, l->world);
@@ -69,6 +84,7 @@ static dp_status from_torchrun(dp_launch *l) {
         return dp_fail(DP_ERR_USAGE, "launch: %s is not set, but %s is: a torchrun-style launch needs RANK, WORLD_SIZE, "
                        "LOCAL_RANK, MASTER_ADDR and MASTER_PORT", missing, have_rank ? "RANK" : "WORLD_SIZE");
     DP_TRY(rank_below(l, "RANK", "WORLD_SIZE"));
+    DP_TRY(local_world_from(l, "LOCAL_WORLD_SIZE"));
     if (strlen(addr) >= sizeof l->addr)
         return dp_fail(DP_ERR_USAGE, "launch: MASTER_ADDR is longer than %zu characters", sizeof l->addr - 1);
     snprintf(l->addr, sizeof l->addr, "%s", addr);
@@ -94,7 +110,7 @@ static dp_status slurm_step_size(int *world, int *local_rank) {
 
 /* An MPI-style launch: rank_var names it; size_var (else the Slurm step's size) its size. */
 static dp_status from_mpi_vars(dp_launch *l, dp_launch_kind kind, const char *rank_var, const char *size_var,
-                               const char *local_var, int size_required) {
+                               const char *local_var, const char *local_size_var, int size_required) {
     int have_rank, have_size, have_local;
     DP_TRY(env_int(rank_var, 0, INT_MAX, &l->rank, &have_rank));
     DP_TRY(env_int(size_var, 1, MAX_WORLD, &l->world, &have_size));
@@ -119,7 +135,8 @@ static dp_status from_mpi_vars(dp_launch *l, dp_launch_kind kind, const char *ra
         describe(l, "%s launch of at least %d processes", dp_launch_name(kind), l->rank + 1);
     else
         describe(l, "%s launch of %d processes", dp_launch_name(kind), l->world);
-    return rank_below(l, rank_var, size_var);
+    DP_TRY(rank_below(l, rank_var, size_var));
+    return local_world_from(l, local_size_var);
 }
 
 /* srun: SLURM_STEP_NUM_TASKS is the step's size; SLURM_NTASKS counts only for a task > 0 (see .h). */
@@ -146,20 +163,23 @@ static dp_status from_slurm(dp_launch *l) {
     l->kind = DP_LAUNCH_SLURM;
     saw(l, size_var), saw(l, "SLURM_PROCID");
     describe(l, "a Slurm srun step of %d tasks", l->world);
-    return rank_below(l, "SLURM_PROCID", size_var);
+    DP_TRY(rank_below(l, "SLURM_PROCID", size_var));
+    return local_world_from(l, "SLURM_NTASKS_PER_NODE");
 }
 
 dp_status dp_launch_from_env(dp_launch *l) {
     memset(l, 0, sizeof *l);
     l->world = 1;
     if (getenv("RANK") || getenv("WORLD_SIZE")) return from_torchrun(l);
-    DP_TRY(from_mpi_vars(l, DP_LAUNCH_MPIRUN, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", 1));
+    DP_TRY(from_mpi_vars(l, DP_LAUNCH_MPIRUN, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+                         "OMPI_COMM_WORLD_LOCAL_SIZE", 1));
     if (l->kind) return DP_OK;
-    DP_TRY(from_mpi_vars(l, DP_LAUNCH_MVAPICH, "MV2_COMM_WORLD_RANK", "MV2_COMM_WORLD_SIZE", "MV2_COMM_WORLD_LOCAL_RANK", 1));
+    DP_TRY(from_mpi_vars(l, DP_LAUNCH_MVAPICH, "MV2_COMM_WORLD_RANK", "MV2_COMM_WORLD_SIZE", "MV2_COMM_WORLD_LOCAL_RANK",
+                         "MV2_COMM_WORLD_LOCAL_SIZE", 1));
     if (l->kind) return DP_OK;
-    DP_TRY(from_mpi_vars(l, DP_LAUNCH_PMI, "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", 0));
+    DP_TRY(from_mpi_vars(l, DP_LAUNCH_PMI, "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS", 0));
     if (l->kind) return DP_OK;
-    DP_TRY(from_mpi_vars(l, DP_LAUNCH_PMIX, "PMIX_RANK", "PMIX_SIZE", "SLURM_LOCALID", 0));
+    DP_TRY(from_mpi_vars(l, DP_LAUNCH_PMIX, "PMIX_RANK", "PMIX_SIZE", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE", 0));
     if (l->kind) return DP_OK;
     DP_TRY(from_slurm(l));
     if (l->kind) return DP_OK;
@@ -248,6 +268,23 @@ dp_status dp_launch_check(const dp_launch *l, const char *backend, dp_mpi_family
             return dp_fail(DP_ERR_USAGE, "%s (%s) but --backend nccl hands NCCL's unique id around over MPI, and %s",
                            l->seen, l->what, why);
     }
+    return DP_OK;
+}
+
+dp_status dp_launch_pick_gpu(const dp_launch *l, int n, const char *cuda_visible, int *gpu) {
+    *gpu = 0;
+    if (l->kind == DP_LAUNCH_SINGLE || l->world == 1) return DP_OK;
+    if (n == 1) {
+        if (l->local_world > 1 && !cuda_visible)
+            return dp_fail(DP_ERR_USAGE, "--backend nccl: rank %d: %d ranks on this node (%s=%d) but one GPU, and NCCL "
+                           "needs a GPU per rank: start at most one rank per GPU on each node (with CUDA_VISIBLE_DEVICES "
+                           "set per rank, each sees its own)", l->rank, l->local_world, l->local_world_var, l->local_world);
+        return DP_OK;
+    }
+    if (l->local_rank >= n)
+        return dp_fail(DP_ERR_BACKEND, "--backend nccl: rank %d: the local rank %d names GPU %d, but this node has %d (more "
+                       "ranks than GPUs on a node?)", l->rank, l->local_rank, l->local_rank, n);
+    *gpu = l->local_rank;
     return DP_OK;
 }
 

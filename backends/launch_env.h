@@ -6,14 +6,17 @@
  * Recognised, innermost launcher first (torchrun is usually started by srun or mpirun, one agent per
  * node, and mpirun under Slurm starts its daemons with srun, so the outer launcher's variables are
  * there too and describe the agents or daemons, not the trainers):
- *   torchrun     RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT (all five, consistent);
+ *   torchrun     RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT (all five, consistent),
+ *                LOCAL_WORLD_SIZE;
  *                TORCHELASTIC_USE_AGENT_STORE=True: the agent hosts a TCPStore on MASTER_PORT
- *   Open MPI     OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE, OMPI_COMM_WORLD_LOCAL_RANK
+ *   Open MPI     OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE, OMPI_COMM_WORLD_LOCAL_RANK, _LOCAL_SIZE
  *   MVAPICH      MV2_COMM_WORLD_RANK, MV2_COMM_WORLD_SIZE, MV2_COMM_WORLD_LOCAL_RANK
- *   Hydra        PMI_RANK, PMI_SIZE, MPI_LOCALRANKID (MPICH's and Intel MPI's mpiexec; srun --mpi=pmi2)
- *   PMIx         PMIX_RANK (srun --mpi=pmix, prterun); the size from SLURM_STEP_NUM_TASKS when set,
- *                else unknown (world 0)
- *   Slurm srun   SLURM_PROCID, SLURM_LOCALID, and the step's size: SLURM_STEP_NUM_TASKS (srun sets
+ *   Hydra        PMI_RANK, PMI_SIZE, MPI_LOCALRANKID, MPI_LOCALNRANKS (MPICH's and Intel MPI's mpiexec;
+ *                srun --mpi=pmi2)
+ *   PMIx         PMIX_RANK (srun --mpi=pmix, prterun); the size from PMIX_SIZE if a launcher sets it,
+ *                else SLURM_STEP_NUM_TASKS, else unknown (world 0)
+ *   Slurm srun   SLURM_PROCID, SLURM_LOCALID, SLURM_NTASKS_PER_NODE (when given), and the step's
+ *                size: SLURM_STEP_NUM_TASKS (srun sets
  *                it in every task). Without it, SLURM_NTASKS is the allocation's (sbatch --ntasks=N
  *                runs its script once, as task 0 of 1): it counts only with SLURM_PROCID > 0, which
  *                no batch script has. So `sbatch --ntasks=4` running dptrain directly trains once.
@@ -40,6 +43,8 @@ typedef enum { DP_MPI_NONE = 0, DP_MPI_OPENMPI, DP_MPI_MPICH } dp_mpi_family;
 typedef struct {
     dp_launch_kind kind;
     int rank, world, local_rank; /* world 0: a PMIx launch whose size is not in the environment */
+    int local_world;             /* processes on this node, 0 when the launcher does not say */
+    char local_world_var[32];    /* the variable that said it: LOCAL_WORLD_SIZE, OMPI_COMM_WORLD_LOCAL_SIZE... */
     char addr[256];              /* torchrun: MASTER_ADDR */
     int port;                    /* torchrun: MASTER_PORT */
     int agent_store;             /* torchrun: TORCHELASTIC_USE_AGENT_STORE=True */
@@ -62,6 +67,13 @@ dp_status dp_launch_check(const dp_launch *l, const char *backend, dp_mpi_family
 
 /* The MPI family this build links (DP_MPI_NONE without MPI). */
 dp_mpi_family dp_mpi_family_built(void);
+
+/* --backend nccl: which of the n visible GPUs this process drives: its local rank's, or the only one
+ * when each rank sees just its own (CUDA_VISIBLE_DEVICES set per rank, as Slurm and Kubernetes do). One
+ * GPU, several ranks on the node and CUDA_VISIBLE_DEVICES unset is a node that has one GPU: NCCL would
+ * refuse two ranks on it ("Duplicate GPU detected") only after the rendezvous, so this says it at once
+ * (DP_ERR_USAGE); a local rank past the node's GPUs is DP_ERR_BACKEND. */
+dp_status dp_launch_pick_gpu(const dp_launch *l, int n, const char *cuda_visible, int *gpu);
 
 /* After MPI_Init: the size MPI reports against the launcher's (l->world, when known). DP_OK when
  * they agree, else DP_ERR_USAGE: MPI did not join the launch (each process would train alone). */

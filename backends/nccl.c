@@ -302,13 +302,7 @@ dp_status dp_nccl_precheck(int *gpu) {
         return dp_fail(DP_ERR_BACKEND, "--backend nccl: rank %d: no usable CUDA device (%s; CUDA_VISIBLE_DEVICES %s%s)",
                        l.rank, e != cudaSuccess ? cudaGetErrorString(e) : "0 devices", visible ? "=" : "unset",
                        visible ? visible : "");
-    /* one GPU visible (CUDA_VISIBLE_DEVICES per rank, as SLURM and Kubernetes do): that one */
-    const int dev = l.kind == DP_LAUNCH_SINGLE || n == 1 ? 0 : l.local_rank;
-    if (dev >= n)
-        return dp_fail(DP_ERR_BACKEND, "--backend nccl: rank %d: the local rank %d names GPU %d, but this node has %d (more "
-                       "ranks than GPUs on a node?)", l.rank, l.local_rank, dev, n);
-    *gpu = dev;
-    return DP_OK;
+    return dp_launch_pick_gpu(&l, n, visible, gpu);
 }
 
 /* The unique id from rank 0 to every rank: over TCP (or torchrun's agent store) under torchrun,

@@ -15,10 +15,11 @@
 
 static const char *const vars[] = {
     "RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_USE_AGENT_STORE",
-    "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_RUN_ID", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
-    "OMPI_COMM_WORLD_LOCAL_RANK", "MV2_COMM_WORLD_RANK", "MV2_COMM_WORLD_SIZE", "MV2_COMM_WORLD_LOCAL_RANK", "PMI_RANK",
-    "PMI_SIZE", "MPI_LOCALRANKID", "PMIX_RANK", "PMIX_SIZE", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_STEP_NUM_TASKS",
-    "SLURM_LOCALID"};
+    "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_RUN_ID", "LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_RANK",
+    "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE", "MV2_COMM_WORLD_RANK",
+    "MV2_COMM_WORLD_SIZE", "MV2_COMM_WORLD_LOCAL_RANK", "MV2_COMM_WORLD_LOCAL_SIZE", "PMI_RANK", "PMI_SIZE",
+    "MPI_LOCALRANKID", "MPI_LOCALNRANKS", "PMIX_RANK", "PMIX_SIZE", "SLURM_PROCID", "SLURM_NTASKS",
+    "SLURM_STEP_NUM_TASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE"};
 
 static void clear_env(void) {
     for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) unsetenv(vars[i]);
@@ -191,6 +192,38 @@ static void test_which_backend_joins(void **state) {
     clear_env();
 }
 
+/* --backend nccl's GPU: the local rank's; a node's only GPU for several ranks refused at once. */
+static void test_gpu_of_each_rank(void **state) {
+    (void)state;
+    int gpu = -1;
+    clear_env();
+    dp_launch l = parsed();
+    assert_int_equal(dp_launch_pick_gpu(&l, 4, NULL, &gpu), DP_OK), assert_int_equal(gpu, 0);
+    ENV("RANK=3", "WORLD_SIZE=4", "LOCAL_RANK=1", "LOCAL_WORLD_SIZE=2", "MASTER_ADDR=n0", "MASTER_PORT=1");
+    l = parsed();
+    assert_int_equal(l.local_world, 2);
+    assert_int_equal(dp_launch_pick_gpu(&l, 4, NULL, &gpu), DP_OK), assert_int_equal(gpu, 1);
+    assert_int_equal(dp_launch_pick_gpu(&l, 1, "5", &gpu), DP_OK), assert_int_equal(gpu, 0); /* each its own */
+    assert_int_equal(dp_launch_pick_gpu(&l, 1, NULL, &gpu), DP_ERR_USAGE);
+    if (!tu_contains(dp_last_error(), "2 ranks on this node (LOCAL_WORLD_SIZE=2) but one GPU")) fail_msg("%s", dp_last_error());
+    ENV("OMPI_COMM_WORLD_RANK=2", "OMPI_COMM_WORLD_SIZE=3", "OMPI_COMM_WORLD_LOCAL_RANK=2",
+        "OMPI_COMM_WORLD_LOCAL_SIZE=3");
+    l = parsed();
+    assert_int_equal(dp_launch_pick_gpu(&l, 2, NULL, &gpu), DP_ERR_BACKEND);
+    assert_true(tu_contains(dp_last_error(), "the local rank 2 names GPU 2, but this node has 2"));
+    ENV("PMI_RANK=1", "PMI_SIZE=2", "MPI_LOCALRANKID=1", "MPI_LOCALNRANKS=2");
+    l = parsed();
+    assert_int_equal(dp_launch_pick_gpu(&l, 1, NULL, &gpu), DP_ERR_USAGE);
+    assert_true(tu_contains(dp_last_error(), "MPI_LOCALNRANKS=2"));
+    ENV("SLURM_PROCID=1", "SLURM_STEP_NUM_TASKS=2", "SLURM_LOCALID=1", "SLURM_NTASKS_PER_NODE=2");
+    assert_int_equal(parsed().local_world, 2);
+    ENV("RANK=1", "WORLD_SIZE=2", "LOCAL_RANK=1", "LOCAL_WORLD_SIZE=1", "MASTER_ADDR=n0", "MASTER_PORT=1");
+    expect_refused("the local rank 1 is not below LOCAL_WORLD_SIZE=1");
+    ENV("OMPI_COMM_WORLD_RANK=0", "OMPI_COMM_WORLD_SIZE=2", "OMPI_COMM_WORLD_LOCAL_SIZE=0");
+    expect_refused("OMPI_COMM_WORLD_LOCAL_SIZE='0'");
+    clear_env();
+}
+
 /* After MPI_Init: a world of one under a launch of two did not join it. */
 static void test_mpi_world_must_match(void **state) {
     (void)state;
@@ -261,6 +294,7 @@ int main(void) {
         cmocka_unit_test(test_innermost_launcher_wins),
         cmocka_unit_test(test_malformed_values_are_named),
         cmocka_unit_test(test_which_backend_joins),
+        cmocka_unit_test(test_gpu_of_each_rank),
         cmocka_unit_test(test_mpi_world_must_match),
         cmocka_unit_test(test_cli_refuses),
     };
