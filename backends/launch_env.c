@@ -91,6 +91,10 @@ static dp_status from_torchrun(dp_launch *l) {
     /* torch writes str(True): anything else means its workers host their own store */
     const char *agent = getenv("TORCHELASTIC_USE_AGENT_STORE");
     l->agent_store = agent && strcmp(agent, "True") == 0;
+    const char *run_id = getenv("TORCHELASTIC_RUN_ID");
+    if (run_id && strlen(run_id) >= sizeof l->run_id)
+        return dp_fail(DP_ERR_USAGE, "launch: TORCHELASTIC_RUN_ID is longer than %zu characters", sizeof l->run_id - 1);
+    snprintf(l->run_id, sizeof l->run_id, "%s", run_id ? run_id : "");
     l->kind = DP_LAUNCH_TORCHRUN;
     saw(l, "WORLD_SIZE"), saw(l, "RANK");
     describe(l, "%s %d processes", getenv("TORCHELASTIC_RUN_ID") ? "a torchrun launch of" : "torchrun-style variables for",

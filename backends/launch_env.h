@@ -49,6 +49,7 @@ typedef struct {
     int port;                    /* torchrun: MASTER_PORT */
     int agent_store;             /* torchrun: TORCHELASTIC_USE_AGENT_STORE=True */
     int restart;                 /* torchrun: TORCHELASTIC_RESTART_COUNT (0 when unset) */
+    char run_id[64];             /* torchrun: TORCHELASTIC_RUN_ID ("" when unset) */
     char seen[256];              /* the variables that decided, "NAME=value NAME=value" */
     char what[96];               /* "a Slurm srun step of 2 tasks" */
 } dp_launch;

@@ -2,8 +2,8 @@
  * through torchrun's agent store.
  * Own server: a rank connects and sends {magic, rank, world}; rank 0 answers {status} and, when the
  * status is 0, the blob.
- * Agent store (keys under dptrain/attempt_<TORCHELASTIC_RESTART_COUNT>/, so that a restarted group
- * never reads the previous attempt's id): rank 0 sets "id" = {magic, world, blob}; every other rank r
+ * Agent store (keys under dptrain/<TORCHELASTIC_RUN_ID>/attempt_<TORCHELASTIC_RESTART_COUNT>/, so that
+ * a restarted group never reads the previous attempt's id): rank 0 sets "id" = {magic, world, blob}; every other rank r
  * sets "world/<r>" to its WORLD_SIZE, adds 1 to "rank/<r>" (a 2 is a second process with that RANK),
  * then waits for "id" and compares the world sizes; rank 0 waits until every "rank/<r>" exists and
  * checks every "world/<r>", so both sides name a missing or mismatched rank. */
@@ -133,17 +133,17 @@ typedef struct {
     uint32_t magic, world;
 } store_head;
 
+/* dptrain/<run id>/attempt_<restart>/<what>[/<rank>]: one job's keys apart from another's sharing the
+ * store, and a restarted group's apart from the attempt before */
 static void store_key(char *key, size_t cap, const dp_launch *l, const char *what, int r) {
-    if (r >= 0)
-        snprintf(key, cap, "dptrain/attempt_%d/%s/%d", l->restart, what, r);
-    else
-        snprintf(key, cap, "dptrain/attempt_%d/%s", l->restart, what);
+    int n = snprintf(key, cap, "dptrain/%s%sattempt_%d/%s", l->run_id, l->run_id[0] ? "/" : "", l->restart, what);
+    if (r >= 0 && n > 0 && (size_t)n < cap) snprintf(key + n, cap - (size_t)n, "/%d", r);
 }
 
 /* Rank 0: publishes the blob, then waits for every rank and checks their world sizes. */
 static dp_status store_serve(dp_store *st, const dp_launch *l, const void *blob, size_t n, double deadline,
                              double timeout_s) {
-    char key[128];
+    char key[192];
     unsigned char *val = malloc(sizeof(store_head) + n);
     if (!val) return dp_fail(DP_ERR_NOMEM, "rank 0: out of memory for the rendezvous blob");
     store_head h = {MAGIC, (uint32_t)l->world};
@@ -177,7 +177,7 @@ static dp_status store_serve(dp_store *st, const dp_launch *l, const void *blob,
 
 /* Rank r > 0: announces itself, then reads the blob. */
 static dp_status store_join(dp_store *st, const dp_launch *l, void *blob, size_t n, double deadline, double timeout_s) {
-    char key[128], w[32];
+    char key[192], w[32];
     snprintf(w, sizeof w, "%d", l->world);
     store_key(key, sizeof key, l, "world", l->rank);
     DP_TRY(dp_store_set(st, key, w, strlen(w), deadline));

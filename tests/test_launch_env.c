@@ -65,6 +65,7 @@ static void test_each_launcher(void **state) {
     dp_launch l = parsed();
     assert_int_equal(l.kind, DP_LAUNCH_TORCHRUN);
     assert_int_equal(l.agent_store, 1), assert_int_equal(l.restart, 3), assert_int_equal(l.port, 29500);
+    assert_string_equal(l.run_id, "abc");
     assert_true(tu_contains(l.what, "a torchrun launch of 4 processes"));
     ENV("RANK=2", "WORLD_SIZE=4", "LOCAL_RANK=0", "MASTER_ADDR=node7", "MASTER_PORT=29500",
         "TORCHELASTIC_USE_AGENT_STORE=False");

@@ -113,9 +113,13 @@ static int exit_of(pid_t pid) {
 
 static void test_blob_through_torch_store(void **state) {
     (void)state;
-    pid_t kids[4];
-    for (int r = 0; r < 4; r++) kids[r] = start_rank(agent_launch(r, 4, 0), 30);
-    for (int r = 0; r < 4; r++) assert_int_equal(exit_of(kids[r]), 0);
+    pid_t kids[8];
+    for (int r = 0; r < 4; r++) { /* two jobs at once on one store, told apart by TORCHELASTIC_RUN_ID */
+        dp_launch a = agent_launch(r, 4, 0), b = agent_launch(r, 4, 0);
+        snprintf(a.run_id, sizeof a.run_id, "job-a"), snprintf(b.run_id, sizeof b.run_id, "job-b");
+        kids[r] = start_rank(a, 30), kids[4 + r] = start_rank(b, 30);
+    }
+    for (int r = 0; r < 8; r++) assert_int_equal(exit_of(kids[r]), 0);
 }
 
 static void test_store_names_what_went_wrong(void **state) {
