@@ -118,11 +118,11 @@ static dp_status from_mpi_vars(dp_launch *l, dp_launch_kind kind, const char *ra
     int have_rank, have_size, have_local;
     DP_TRY(env_int(rank_var, 0, INT_MAX, &l->rank, &have_rank));
     DP_TRY(env_int(size_var, 1, MAX_WORLD, &l->world, &have_size));
-    DP_TRY(env_int(local_var, 0, INT_MAX, &l->local_rank, &have_local));
     if (!have_rank && !have_size) return DP_OK; /* not this launcher */
+    DP_TRY(env_int(local_var, 0, INT_MAX, &l->local_rank, &have_local));
     if (!have_rank || (size_required && !have_size))
-        return dp_fail(DP_ERR_USAGE, "launch: %s is set but %s is not (a broken %s launch?)", have_rank ? rank_var : size_var,
-                       have_rank ? size_var : rank_var, dp_launch_name(kind));
+        return dp_fail(DP_ERR_USAGE, "launch: %s is set but %s is not (set by hand? %s launch sets both)",
+                       have_rank ? rank_var : size_var, have_rank ? size_var : rank_var, dp_launch_name(kind));
     if (!have_size || !have_local) {
         int w, loc;
         DP_TRY(slurm_step_size(&w, &loc));
