@@ -192,11 +192,11 @@ static dp_status store_join(dp_store *st, const dp_launch *l, void *blob, size_t
     dp_status s = dp_store_get(st, key, val, sizeof(store_head) + n, &got, deadline);
     store_head h = {0, 0};
     if (s == DP_OK && got >= sizeof h) memcpy(&h, val, sizeof h);
-    if (s != DP_OK && dp_now() >= deadline)
-        s = dp_fail(DP_ERR_BACKEND, "rank %d: rank 0 did not publish its id in torchrun's agent store at %s within %.0f s",
-                    l->rank, st->where, timeout_s);
-
-    else if (got != sizeof h + n || h.magic != MAGIC)
+    if (s != DP_OK) {
+        if (dp_now() >= deadline) /* else the store's own message stands */
+            s = dp_fail(DP_ERR_BACKEND, "rank %d: rank 0 did not publish its id in torchrun's agent store at %s within "
+                        "%.0f s", l->rank, st->where, timeout_s);
+    } else if (got != sizeof h + n || h.magic != MAGIC)
         s = dp_fail(DP_ERR_BACKEND, "rank %d: the agent store's key '%s' is not dptrain's (%zu bytes)", l->rank, key, got);
     else if ((int)h.world != l->world)
         s = dp_fail(DP_ERR_USAGE, "rank %d: rank 0 was started with WORLD_SIZE=%u, this rank with %d", l->rank, h.world,
