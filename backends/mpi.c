@@ -20,6 +20,7 @@
 #include <time.h>
 
 #include "backends/backend.h"
+#include "backends/launch_env.h"
 #include "core/timer.h"
 #include "core/treesum.h"
 
@@ -301,6 +302,13 @@ dp_status dp_mpi_backend_create(const dp_backend_config *cfg, dp_backend_t *out)
         free(b), free(m);
         return dp_fail(DP_ERR_NOMEM, "out of memory creating the mpi backend");
     }
+    /* read before MPI_Init, which rewrites some of them (PMIX_RANK) when it starts alone */
+    dp_launch l;
+    dp_status ls0 = dp_launch_from_env(&l);
+    if (ls0 != DP_OK) {
+        free(b), free(m);
+        return ls0;
+    }
     int inited = 0;
     MPI_Initialized(&inited);
     if (!inited) {
@@ -317,6 +325,14 @@ dp_status dp_mpi_backend_create(const dp_backend_config *cfg, dp_backend_t *out)
     MPI_Comm_set_errhandler(m->comm, MPI_ERRORS_RETURN);
     MPI_Comm_rank(m->comm, &m->rank);
     MPI_Comm_size(m->comm, &m->size);
+    /* an MPI that did not join the launch comes up as N worlds of one: refuse, not N trainings */
+    dp_status ls = dp_launch_check_mpi_world(&l, "mpi", m->rank, m->size);
+    if (ls != DP_OK) {
+        MPI_Comm_free(&m->comm);
+        if (m->we_initialised) MPI_Finalize();
+        free(b), free(m);
+        return ls;
+    }
     m->timeout_s = cfg->timeout_s > 0 ? cfg->timeout_s : 300;
     term_len = (size_t)snprintf(term_msg, sizeof term_msg,
                                 "dptrain: rank %d: terminated by the MPI launcher (another rank probably died)\n",

@@ -1,6 +1,7 @@
 /* nccl.c: the NCCL backend (issue #8): one replica per process and per GPU, launched plainly (one
  * process, one GPU), by torchrun (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT: the
- * unique id goes over TCP, backends/rendezvous.h) or by mpirun (the unique id goes over MPI).
+ * unique id goes over TCP or torchrun's agent store, backends/rendezvous.h) or by an MPI launcher
+ * (mpirun, mpiexec, srun --mpi=pmix: the unique id goes over MPI; backends/launch_env.h).
  * Collectives are queued on the trainer's CUDA stream (core/device.h), in stream order after the
  * kernels that wrote their buffers, so the host never waits for them.
  *
@@ -301,16 +302,12 @@ dp_status dp_nccl_precheck(int *gpu) {
         return dp_fail(DP_ERR_BACKEND, "--backend nccl: rank %d: no usable CUDA device (%s; CUDA_VISIBLE_DEVICES %s%s)",
                        l.rank, e != cudaSuccess ? cudaGetErrorString(e) : "0 devices", visible ? "=" : "unset",
                        visible ? visible : "");
-    /* one GPU visible (CUDA_VISIBLE_DEVICES per rank, as SLURM and Kubernetes do): that one */
-    const int dev = l.kind == DP_LAUNCH_SINGLE || n == 1 ? 0 : l.local_rank;
-    if (dev >= n)
-        return dp_fail(DP_ERR_BACKEND, "--backend nccl: rank %d: LOCAL_RANK %d names GPU %d, but this node has %d (more "
-                       "ranks than GPUs on a node?)", l.rank, l.local_rank, dev, n);
-    *gpu = dev;
-    return DP_OK;
+    return dp_launch_pick_gpu(&l, n, visible, gpu);
 }
 
-/* The unique id from rank 0 to every rank: over MPI under mpirun, over TCP under torchrun. */
+/* The unique id from rank 0 to every rank: over TCP (or torchrun's agent store) under torchrun,
+ * over MPI under any MPI launcher (mpirun, mpiexec, srun --mpi=pmix: main has refused the launches
+ * this build's MPI cannot join, backends/launch_env.h). */
 static dp_status share_id(nccl_impl *m, ncclUniqueId *id, const dp_backend_config *cfg) {
     if (m->l.world == 1) return DP_OK;
     if (m->l.kind == DP_LAUNCH_TORCHRUN) return dp_rendezvous_share(&m->l, id, sizeof *id, m->timeout_s);
@@ -323,6 +320,12 @@ static dp_status share_id(nccl_impl *m, ncclUniqueId *id, const dp_backend_confi
             return dp_fail(DP_ERR_BACKEND, "--backend nccl: rank %d: MPI_Init_thread failed", m->l.rank);
         m->we_initialised_mpi = 1;
     }
+    int mpi_rank = 0, mpi_size = 0;
+    if (MPI_Comm_rank(MPI_COMM_WORLD, &mpi_rank) != MPI_SUCCESS || MPI_Comm_size(MPI_COMM_WORLD, &mpi_size) != MPI_SUCCESS)
+        return dp_fail(DP_ERR_BACKEND, "--backend nccl: rank %d: MPI_Comm_rank or MPI_Comm_size failed", m->l.rank);
+    /* an MPI that did not join the launch is a world of one: its broadcast would hang no one, wrongly */
+    DP_TRY(dp_launch_check_mpi_world(&m->l, "nccl", mpi_rank, mpi_size));
+    m->l.world = mpi_size; /* a PMIx launch may not say its size: MPI does */
     if (MPI_Bcast(id, (int)sizeof *id, MPI_BYTE, 0, MPI_COMM_WORLD) != MPI_SUCCESS)
         return dp_fail(DP_ERR_BACKEND, "--backend nccl: rank %d: the unique id's MPI_Bcast failed", m->l.rank);
     return DP_OK;

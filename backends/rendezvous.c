@@ -1,6 +1,12 @@
-/* rendezvous.c: the launch variables and the TCP exchange of rank 0's blob (rendezvous.h).
- * The handshake: a rank connects and sends {magic, rank, world}; rank 0 answers {status} and,
- * when the status is 0, the blob. */
+/* rendezvous.c: the exchange of rank 0's blob (rendezvous.h), over rank 0's own TCP server or
+ * through torchrun's agent store.
+ * Own server: a rank connects and sends {magic, rank, world}; rank 0 answers {status} and, when the
+ * status is 0, the blob.
+ * Agent store (keys under dptrain/<TORCHELASTIC_RUN_ID>/attempt_<TORCHELASTIC_RESTART_COUNT>/, so that
+ * a restarted group never reads the previous attempt's id): rank 0 sets "id" = {magic, world, blob}; every other rank r
+ * sets "world/<r>" to its WORLD_SIZE, adds 1 to "rank/<r>" (a 2 is a second process with that RANK),
+ * then waits for "id" and compares the world sizes; rank 0 waits until every "rank/<r>" exists and
+ * checks every "world/<r>", so both sides name a missing or mismatched rank. */
 #include "backends/rendezvous.h"
 
 #include <errno.h>
@@ -17,103 +23,13 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "backends/netio.h"
+#include "backends/tcpstore.h"
 #include "core/timer.h"
 
 #define MAGIC 0x44505256u /* "DPRV" */
 
 enum { ST_OK = 0, ST_WORLD = 1, ST_DUPLICATE = 2, ST_RANGE = 3 };
-
-/* An integer variable in [lo, hi]; *present says whether it was set. */
-static dp_status env_int(const char *name, int lo, int hi, int *out, int *present) {
-    const char *v = getenv(name);
-    *present = v != NULL;
-    if (!v) return DP_OK;
-    char *end;
-    errno = 0;
-    long x = strtol(v, &end, 10);
-    if (!*v || *end || errno || x < lo || x > hi)
-        return dp_fail(DP_ERR_USAGE, "launch: %s='%s' is not an integer from %d to %d", name, v, lo, hi);
-    *out = (int)x;
-    return DP_OK;
-}
-
-static dp_status from_torchrun(dp_launch *l) {
-    int have_rank, have_world, have_local, have_port;
-    DP_TRY(env_int("WORLD_SIZE", 1, 1 << 20, &l->world, &have_world));
-    DP_TRY(env_int("RANK", 0, INT_MAX, &l->rank, &have_rank));
-    DP_TRY(env_int("LOCAL_RANK", 0, INT_MAX, &l->local_rank, &have_local));
-    DP_TRY(env_int("MASTER_PORT", 1, 65535, &l->port, &have_port));
-    const char *addr = getenv("MASTER_ADDR");
-    const char *missing = !have_world ? "WORLD_SIZE" : !have_rank ? "RANK" : !have_local ? "LOCAL_RANK"
-                          : !addr || !*addr ? "MASTER_ADDR" : !have_port ? "MASTER_PORT" : NULL;
-    if (missing)
-        return dp_fail(DP_ERR_USAGE, "launch: %s is not set, but %s is: a torchrun-style launch needs RANK, WORLD_SIZE, "
-                       "LOCAL_RANK, MASTER_ADDR and MASTER_PORT", missing, have_rank ? "RANK" : "WORLD_SIZE");
-    if (l->rank >= l->world)
-        return dp_fail(DP_ERR_USAGE, "launch: RANK=%d is not below WORLD_SIZE=%d", l->rank, l->world);
-    if (strlen(addr) >= sizeof l->addr)
-        return dp_fail(DP_ERR_USAGE, "launch: MASTER_ADDR is longer than %zu characters", sizeof l->addr - 1);
-    snprintf(l->addr, sizeof l->addr, "%s", addr);
-    l->kind = DP_LAUNCH_TORCHRUN;
-    return DP_OK;
-}
-
-dp_status dp_launch_from_env(dp_launch *l) {
-    memset(l, 0, sizeof *l);
-    l->world = 1;
-    if (getenv("RANK") || getenv("WORLD_SIZE")) return from_torchrun(l);
-    int have_rank, have_size, have_local;
-    DP_TRY(env_int("OMPI_COMM_WORLD_RANK", 0, INT_MAX, &l->rank, &have_rank));
-    DP_TRY(env_int("OMPI_COMM_WORLD_SIZE", 1, 1 << 20, &l->world, &have_size));
-    DP_TRY(env_int("OMPI_COMM_WORLD_LOCAL_RANK", 0, INT_MAX, &l->local_rank, &have_local));
-    if (have_rank && have_size) {
-        if (l->rank >= l->world)
-            return dp_fail(DP_ERR_USAGE, "launch: OMPI_COMM_WORLD_RANK=%d is not below OMPI_COMM_WORLD_SIZE=%d", l->rank,
-                           l->world);
-        if (!have_local) l->local_rank = 0;
-        l->kind = DP_LAUNCH_MPIRUN;
-        return DP_OK;
-    }
-    l->rank = 0, l->world = 1, l->local_rank = 0;
-    l->kind = DP_LAUNCH_SINGLE;
-    return DP_OK;
-}
-
-/* Waits until fd is readable (POLLIN) or writable (POLLOUT), up to the deadline. */
-static int wait_fd(int fd, short events, double deadline) {
-    for (;;) {
-        double left = deadline - dp_now();
-        if (left <= 0) return 0;
-        struct pollfd p = {.fd = fd, .events = events};
-        int r = poll(&p, 1, (int)(left * 1000) + 1);
-        if (r > 0) return 1;
-        if (r < 0 && errno != EINTR) return -1;
-    }
-}
-
-static int send_all(int fd, const void *buf, size_t n, double deadline) {
-    const char *p = buf;
-    while (n) {
-        if (wait_fd(fd, POLLOUT, deadline) <= 0) return -1;
-        ssize_t k = send(fd, p, n, MSG_NOSIGNAL);
-        if (k < 0 && (errno == EINTR || errno == EAGAIN)) continue;
-        if (k <= 0) return -1;
-        p += k, n -= (size_t)k;
-    }
-    return 0;
-}
-
-static int recv_all(int fd, void *buf, size_t n, double deadline) {
-    char *p = buf;
-    while (n) {
-        if (wait_fd(fd, POLLIN, deadline) <= 0) return -1;
-        ssize_t k = recv(fd, p, n, 0);
-        if (k < 0 && (errno == EINTR || errno == EAGAIN)) continue;
-        if (k <= 0) return -1;
-        p += k, n -= (size_t)k;
-    }
-    return 0;
-}
 
 static dp_status serve(const dp_launch *l, const void *blob, size_t n, double deadline, double timeout_s) {
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE};
@@ -132,7 +48,8 @@ static dp_status serve(const dp_launch *l, const void *blob, size_t n, double de
     }
     freeaddrinfo(ai);
     if (fd < 0)
-        return dp_fail(DP_ERR_BACKEND, "rank 0: cannot listen on port %d (MASTER_PORT): %s (another job there?)",
+        return dp_fail(DP_ERR_BACKEND, "rank 0: cannot listen on port %d (MASTER_PORT): %s (another job there? under a real "
+                       "torchrun its agent's store is, and TORCHELASTIC_USE_AGENT_STORE=True says so)",
                        l->port, strerror(errno));
     char *seen = calloc((size_t)l->world, 1);
     if (!seen) {
@@ -141,7 +58,7 @@ static dp_status serve(const dp_launch *l, const void *blob, size_t n, double de
     }
     dp_status st = DP_OK;
     for (int joined = 1; joined < l->world && st == DP_OK;) {
-        int w = wait_fd(fd, POLLIN, deadline);
+        int w = dp_net_wait(fd, POLLIN, deadline);
         if (w <= 0) {
             char list[256] = "";
             size_t used = 0;
@@ -154,14 +71,16 @@ static dp_status serve(const dp_launch *l, const void *blob, size_t n, double de
         int c = accept4(fd, NULL, NULL, SOCK_CLOEXEC);
         if (c < 0) continue;
         uint32_t hello[3];
-        if (recv_all(c, hello, sizeof hello, deadline) != 0 || hello[0] != MAGIC) {
+        /* a few seconds per connection: one that stays silent (a health check) must not hold the others */
+        const double hello_by = dp_now() + 5 < deadline ? dp_now() + 5 : deadline;
+        if (dp_net_recv(c, hello, sizeof hello, hello_by) != 0 || hello[0] != MAGIC) {
             close(c); /* not one of ours (a port scanner, another program): ignore it */
             continue;
         }
         const int r = (int)hello[1], world = (int)hello[2];
         uint32_t status = world != l->world ? ST_WORLD : r < 1 || r >= l->world ? ST_RANGE : seen[r] ? ST_DUPLICATE : ST_OK;
-        send_all(c, &status, sizeof status, deadline);
-        if (status == ST_OK && send_all(c, blob, n, deadline) == 0) seen[r] = 1, joined++;
+        const int told = dp_net_send(c, &status, sizeof status, deadline) == 0; /* else that rank reports it */
+        if (told && status == ST_OK && dp_net_send(c, blob, n, deadline) == 0) seen[r] = 1, joined++;
         close(c);
         if (status == ST_WORLD)
             st = dp_fail(DP_ERR_USAGE, "rank 0: rank %d was started with WORLD_SIZE=%d, rank 0 with %d", r, world,
@@ -175,48 +94,133 @@ static dp_status serve(const dp_launch *l, const void *blob, size_t n, double de
 }
 
 static dp_status join(const dp_launch *l, void *blob, size_t n, double deadline, double timeout_s) {
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
-    char port[16];
-    snprintf(port, sizeof port, "%d", l->port);
-    /* rank 0 may start later: retry until the deadline */
+    /* rank 0 may start later: retry until the deadline, each attempt bounded (a dropped SYN would
+       otherwise hold a blocking connect for minutes) */
     struct timespec nap = {0, 50 * 1000 * 1000};
     int resolved = 0;
     while (dp_now() < deadline) {
-        struct addrinfo *ai = NULL;
-        if (getaddrinfo(l->addr, port, &hints, &ai) != 0 || !ai) {
+        double attempt = dp_now() + 5;
+        int res = 0, fd = dp_net_connect(l->addr, l->port, attempt < deadline ? attempt : deadline, &res);
+        resolved |= res;
+        if (fd < 0) {
             nanosleep(&nap, NULL);
             continue;
         }
-        resolved = 1;
-        for (struct addrinfo *a = ai; a; a = a->ai_next) {
-            int fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, 0);
-            if (fd < 0) continue;
-            if (connect(fd, a->ai_addr, a->ai_addrlen) != 0) {
-                close(fd);
-                continue;
-            }
-            uint32_t hello[3] = {MAGIC, (uint32_t)l->rank, (uint32_t)l->world}, status = 0;
-            int ok = send_all(fd, hello, sizeof hello, deadline) == 0 && recv_all(fd, &status, sizeof status, deadline) == 0;
-            if (ok && status == ST_OK) ok = recv_all(fd, blob, n, deadline) == 0;
-            close(fd);
-            freeaddrinfo(ai);
-            if (!ok) return dp_fail(DP_ERR_BACKEND, "rank %d: the connection to rank 0 at %s:%d broke", l->rank, l->addr,
-                                    l->port);
-            if (status == ST_WORLD)
-                return dp_fail(DP_ERR_USAGE, "rank %d: rank 0 at %s:%d was started with another WORLD_SIZE than %d",
-                               l->rank, l->addr, l->port, l->world);
-            if (status == ST_DUPLICATE)
-                return dp_fail(DP_ERR_USAGE, "rank %d: another process was started with RANK=%d", l->rank, l->rank);
-            if (status != ST_OK)
-                return dp_fail(DP_ERR_USAGE, "rank %d: rank 0 refused RANK=%d", l->rank, l->rank);
-            return DP_OK;
-        }
-        freeaddrinfo(ai);
-        nanosleep(&nap, NULL);
+        uint32_t hello[3] = {MAGIC, (uint32_t)l->rank, (uint32_t)l->world}, status = 0;
+        int ok = dp_net_send(fd, hello, sizeof hello, deadline) == 0 && dp_net_recv(fd, &status, sizeof status, deadline) == 0;
+        if (ok && status == ST_OK) ok = dp_net_recv(fd, blob, n, deadline) == 0;
+        close(fd);
+        if (!ok)
+            return dp_fail(DP_ERR_BACKEND, "rank %d: the connection to rank 0 at %s:%d broke%s", l->rank, l->addr, l->port,
+                           l->kind == DP_LAUNCH_TORCHRUN ? " (a real torchrun's agent store there? it sets "
+                           "TORCHELASTIC_USE_AGENT_STORE=True)" : "");
+        if (status == ST_WORLD)
+            return dp_fail(DP_ERR_USAGE, "rank %d: rank 0 at %s:%d was started with another WORLD_SIZE than %d",
+                           l->rank, l->addr, l->port, l->world);
+        if (status == ST_DUPLICATE)
+            return dp_fail(DP_ERR_USAGE, "rank %d: another process was started with RANK=%d", l->rank, l->rank);
+        if (status != ST_OK) return dp_fail(DP_ERR_USAGE, "rank %d: rank 0 refused RANK=%d", l->rank, l->rank);
+        return DP_OK;
     }
     if (!resolved) return dp_fail(DP_ERR_USAGE, "rank %d: MASTER_ADDR '%s' does not resolve", l->rank, l->addr);
     return dp_fail(DP_ERR_BACKEND, "rank %d: rank 0 did not answer at %s:%d within %.0f s (MASTER_ADDR and "
                    "MASTER_PORT must name rank 0's machine and a free port)", l->rank, l->addr, l->port, timeout_s);
+}
+
+/* ---- through torchrun's agent store ---- */
+
+typedef struct {
+    uint32_t magic, world;
+} store_head;
+
+/* dptrain/<run id>/attempt_<restart>/<what>[/<rank>]: one job's keys apart from another's sharing the
+ * store, and a restarted group's apart from the attempt before */
+static void store_key(char *key, size_t cap, const dp_launch *l, const char *what, int r) {
+    int n = snprintf(key, cap, "dptrain/%s%sattempt_%d/%s", l->run_id, l->run_id[0] ? "/" : "", l->restart, what);
+    if (r >= 0 && n > 0 && (size_t)n < cap) snprintf(key + n, cap - (size_t)n, "/%d", r);
+}
+
+/* Rank 0: publishes the blob, then waits for every rank and checks their world sizes. */
+static dp_status store_serve(dp_store *st, const dp_launch *l, const void *blob, size_t n, double deadline,
+                             double timeout_s) {
+    char key[192];
+    unsigned char *val = malloc(sizeof(store_head) + n);
+    if (!val) return dp_fail(DP_ERR_NOMEM, "rank 0: out of memory for the rendezvous blob");
+    store_head h = {MAGIC, (uint32_t)l->world};
+    memcpy(val, &h, sizeof h), memcpy(val + sizeof h, blob, n);
+    store_key(key, sizeof key, l, "id", -1);
+    dp_status s = dp_store_set(st, key, val, sizeof h + n, deadline);
+    free(val);
+    DP_TRY(s);
+    struct timespec nap = {0, 20 * 1000 * 1000};
+    for (int r = 1; r < l->world; r++) {
+        int here = 0;
+        store_key(key, sizeof key, l, "rank", r);
+        while (!here) {
+            if (dp_now() >= deadline)
+                return dp_fail(DP_ERR_BACKEND, "rank 0: rank %d (and perhaps later ones) did not join through torchrun's "
+                               "agent store at %s within %.0f s (not started, or started with another MASTER_PORT?)", r,
+                               st->where, timeout_s);
+            DP_TRY(dp_store_check(st, key, &here, deadline + 5)); /* the question asked in time gets its answer */
+            if (!here) nanosleep(&nap, NULL);
+        }
+        char w[32] = "";
+        size_t wn = 0;
+        store_key(key, sizeof key, l, "world", r);
+        DP_TRY(dp_store_get(st, key, w, sizeof w - 1, &wn, deadline));
+        w[wn] = '\0';
+        if (atoi(w) != l->world)
+            return dp_fail(DP_ERR_USAGE, "rank 0: rank %d was started with WORLD_SIZE=%s, rank 0 with %d", r, w, l->world);
+    }
+    return DP_OK;
+}
+
+/* Rank r > 0: announces itself, then reads the blob. */
+static dp_status store_join(dp_store *st, const dp_launch *l, void *blob, size_t n, double deadline, double timeout_s) {
+    char key[192], w[32];
+    snprintf(w, sizeof w, "%d", l->world);
+    store_key(key, sizeof key, l, "world", l->rank);
+    DP_TRY(dp_store_set(st, key, w, strlen(w), deadline));
+    int64_t count = 0;
+    store_key(key, sizeof key, l, "rank", l->rank);
+    DP_TRY(dp_store_add(st, key, 1, &count, deadline));
+    if (count > 1) return dp_fail(DP_ERR_USAGE, "rank %d: another process was started with RANK=%d", l->rank, l->rank);
+    unsigned char *val = malloc(sizeof(store_head) + n);
+    if (!val) return dp_fail(DP_ERR_NOMEM, "rank %d: out of memory for the rendezvous blob", l->rank);
+    size_t got = 0;
+    store_key(key, sizeof key, l, "id", -1);
+    dp_status s = dp_store_get(st, key, val, sizeof(store_head) + n, &got, deadline);
+    store_head h = {0, 0};
+    if (s == DP_OK && got >= sizeof h) memcpy(&h, val, sizeof h);
+    if (s != DP_OK) {
+        if (dp_now() >= deadline) /* else the store's own message stands */
+            s = dp_fail(DP_ERR_BACKEND, "rank %d: rank 0 did not publish its id in torchrun's agent store at %s within "
+                        "%.0f s", l->rank, st->where, timeout_s);
+    } else if (got != sizeof h + n || h.magic != MAGIC)
+        s = dp_fail(DP_ERR_BACKEND, "rank %d: the agent store's key '%s' is not dptrain's (%zu bytes)", l->rank, key, got);
+    else if ((int)h.world != l->world)
+        s = dp_fail(DP_ERR_USAGE, "rank %d: rank 0 was started with WORLD_SIZE=%u, this rank with %d", l->rank, h.world,
+                    l->world);
+    else
+        memcpy(blob, val + sizeof h, n);
+    free(val);
+    return s;
+}
+
+static dp_status through_store(const dp_launch *l, void *blob, size_t n, double deadline, double timeout_s) {
+    char who[32];
+    snprintf(who, sizeof who, "rank %d", l->rank);
+    dp_store st;
+    DP_TRY(dp_store_connect(&st, l->addr, l->port, deadline, who));
+    dp_status s = l->rank == 0 ? store_serve(&st, l, blob, n, deadline, timeout_s)
+                               : store_join(&st, l, blob, n, deadline, timeout_s);
+    dp_store_close(&st);
+    if (s != DP_OK && strncmp(dp_last_error(), "rank ", 5) != 0) { /* the store's own message: say whose */
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", dp_last_error());
+        s = dp_fail(s, "rank %d: %s", l->rank, msg);
+    }
+    return s;
 }
 
 dp_status dp_rendezvous_share(const dp_launch *l, void *blob, size_t n, double timeout_s) {
@@ -224,5 +228,7 @@ dp_status dp_rendezvous_share(const dp_launch *l, void *blob, size_t n, double t
     if (l->kind != DP_LAUNCH_TORCHRUN)
         return dp_fail(DP_ERR_INTERNAL, "rendezvous over TCP needs a torchrun-style launch (MASTER_ADDR, MASTER_PORT)");
     const double deadline = dp_now() + timeout_s;
+    /* a real torchrun's agent already listens on MASTER_PORT: be its client, never bind there */
+    if (l->agent_store) return through_store(l, blob, n, deadline, timeout_s);
     return l->rank == 0 ? serve(l, blob, n, deadline, timeout_s) : join(l, blob, n, deadline, timeout_s);
 }

@@ -155,6 +155,31 @@ static void test_absent_rank0_times_out_named(void **state) {
     assert_true(tu_contains(dp_last_error(), "does not resolve"));
 }
 
+/* torchrun's agent store where none answers: nothing listening, or a listener that is not a
+ * TCPStore (it accepts and stays silent): a message naming the variable, within the deadline. Rank
+ * 0 never binds MASTER_PORT then (the agent holds it). */
+static void test_agent_store_that_does_not_answer(void **state) {
+    (void)state;
+    dp_launch l = launch(0, 2, free_port());
+    l.agent_store = 1;
+    unsigned char blob[128] = {0};
+    assert_int_equal(dp_rendezvous_share(&l, blob, sizeof blob, 0.5), DP_ERR_BACKEND);
+    if (!tu_contains(dp_last_error(), "nothing answered as torchrun's agent store") ||
+        !tu_contains(dp_last_error(), "TORCHELASTIC_USE_AGENT_STORE=True"))
+        fail_msg("%s", dp_last_error());
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK), .sin_port = 0};
+    socklen_t len = sizeof a;
+    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+    assert_int_equal(listen(fd, 8), 0);
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+    l = launch(1, 2, ntohs(a.sin_port));
+    l.agent_store = 1;
+    assert_int_equal(dp_rendezvous_share(&l, blob, sizeof blob, 1.0), DP_ERR_BACKEND);
+    if (!tu_contains(dp_last_error(), "rank 1: nothing answered as torchrun's agent store")) fail_msg("%s", dp_last_error());
+    close(fd);
+}
+
 /* The CLI: --backend nccl on a machine without a GPU fails in one line (exit 1), and a torchrun
  * launch with a variable missing is refused (exit 2) naming it. */
 static void test_nccl_cli_without_gpu(void **state) {
@@ -189,6 +214,7 @@ int main(void) {
         cmocka_unit_test(test_other_world_size_is_named),
         cmocka_unit_test(test_missing_rank_times_out_named),
         cmocka_unit_test(test_absent_rank0_times_out_named),
+        cmocka_unit_test(test_agent_store_that_does_not_answer),
         cmocka_unit_test(test_nccl_cli_without_gpu),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "backends/launch_env.h"
 #include "cli/options.h"
 #include "sim/calibrate.h"
 #include "train/trainer.h"
@@ -60,6 +61,15 @@ int main(int argc, char **argv) {
     if (action == DP_ACTION_VERSION) {
         dp_print_version(stdout);
         return 0;
+    }
+    /* before anything runs: a launch of N processes that this backend does not join would be N
+       separate trainings writing the same files */
+    dp_launch launch;
+    s = dp_launch_from_env(&launch);
+    if (s == DP_OK) s = dp_launch_check(&launch, cfg.backend, dp_mpi_family_built());
+    if (s != DP_OK) {
+        fprintf(stderr, "dptrain: %s\n", dp_last_error());
+        return dp_exit_code(s);
     }
     cfg.argc = &argc;
     cfg.argv = &argv;

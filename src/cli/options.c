@@ -104,7 +104,9 @@ static const opt_spec opts[] = {
      .help = "linear LR warm-up over X epochs"},
     {"seed", "S", K_U64, .ilo = 0, .ihi = INT64_MAX, .off = OFF(seed), .def = "0",
      .help = "initialisation, order and augmentation"},
-    {"backend", "NAME", K_CHOICE, .choices = backends, .off = OFF(backend), .def = "sim", .help = "where replicas run",
+    {"backend", "NAME", K_CHOICE, .choices = backends, .off = OFF(backend), .def = "sim",
+     .help = "where replicas run (sim: all in this process; mpi: one per MPI rank, mpirun or srun --mpi=pmix; nccl: one "
+             "per GPU process, torchrun --no-python or mpirun; a launch the backend does not join is refused)",
      .section = "parallelism"},
     {"replicas", "N", K_INT, .ilo = 1, .ihi = 1024, .off = OFF(replicas), .def = "1", .help = "sim: logical replicas"},
     {"device", "D", K_CHOICE, .choices = devices, .off = OFF(device), .def = "cpu",

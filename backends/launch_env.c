@@ -1,0 +1,303 @@
+/* launch_env.c: the launchers' variables, and which backend joins which launch (launch_env.h). */
+#include "backends/launch_env.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dp_config.h"
+
+#if DP_HAVE_MPI
+#include <mpi.h>
+#endif
+
+#define MAX_WORLD (1 << 20)
+
+/* An integer variable in [lo, hi]; *present says whether it was set. */
+static dp_status env_int(const char *name, int lo, int hi, int *out, int *present) {
+    const char *v = getenv(name);
+    *present = v != NULL;
+    if (!v) return DP_OK;
+    char *end;
+    errno = 0;
+    long x = strtol(v, &end, 10);
+    if (!*v || *end || errno || x < lo || x > hi)
+        return dp_fail(DP_ERR_USAGE, "launch: %s='%s' is not an integer from %d to %d", name, v, lo, hi);
+    *out = (int)x;
+    return DP_OK;
+}
+
+/* Appends "NAME=value" (as set) to l->seen. */
+static void saw(dp_launch *l, const char *name) {
+    const char *v = getenv(name);
+    if (!v) return;
+    size_t used = strlen(l->seen);
+    snprintf(l->seen + used, sizeof l->seen - used, "%s%s=%s", used ? " " : "", name, v);
+}
+
+static void describe(dp_launch *l, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void describe(dp_launch *l, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(l->what, sizeof l->what, fmt, ap);
+    va_end(ap);
+}
+
+/* The node's process count, when the launcher gives it in var. */
+static dp_status local_world_from(dp_launch *l, const char *var) {
+    int have = 0;
+    if (!var) return DP_OK;
+    DP_TRY(env_int(var, 1, MAX_WORLD, &l->local_world, &have));
+    if (!have) {
+        l->local_world = 0;
+        return DP_OK;
+    }
+    snprintf(l->local_world_var, sizeof l->local_world_var, "%s", var);
+    if (l->local_rank >= l->local_world)
+        return dp_fail(DP_ERR_USAGE, "launch: the local rank %d is not below %s=%d", l->local_rank, var, l->local_world);
+    return DP_OK;
+}
+
+static dp_status rank_below(const dp_launch *l, const char *rank_var, const char *size_var) {
+    if (l->world > 0 && l->rank >= l->world)
+        return dp_fail(DP_ERR_USAGE, "launch: %s=%d is not below %s=%d", rank_var, l->rank, size_var, l->world);
+    if (l->world > 0 && l->local_rank >= l->world)
+        return dp_fail(DP_ERR_USAGE, "launch: the local rank %d is not below the launch's size %s=%d", l->local_rank,
+                       size_var, l->world);
+    return DP_OK;
+}
+
+static dp_status from_torchrun(dp_launch *l) {
+    int have_rank, have_world, have_local, have_port, have_restart;
+    DP_TRY(env_int("WORLD_SIZE", 1, MAX_WORLD, &l->world, &have_world));
+    DP_TRY(env_int("RANK", 0, INT_MAX, &l->rank, &have_rank));
+    DP_TRY(env_int("LOCAL_RANK", 0, INT_MAX, &l->local_rank, &have_local));
+    DP_TRY(env_int("MASTER_PORT", 1, 65535, &l->port, &have_port));
+    DP_TRY(env_int("TORCHELASTIC_RESTART_COUNT", 0, INT_MAX, &l->restart, &have_restart));
+    const char *addr = getenv("MASTER_ADDR");
+    const char *missing = !have_world ? "WORLD_SIZE" : !have_rank ? "RANK" : !have_local ? "LOCAL_RANK"
+                          : !addr || !*addr ? "MASTER_ADDR" : !have_port ? "MASTER_PORT" : NULL;
+    if (missing)
+        return dp_fail(DP_ERR_USAGE, "launch: %s is not set, but %s is: a torchrun-style launch needs RANK, WORLD_SIZE, "
+                       "LOCAL_RANK, MASTER_ADDR and MASTER_PORT", missing, have_rank ? "RANK" : "WORLD_SIZE");
+    DP_TRY(rank_below(l, "RANK", "WORLD_SIZE"));
+    DP_TRY(local_world_from(l, "LOCAL_WORLD_SIZE"));
+    if (strlen(addr) >= sizeof l->addr)
+        return dp_fail(DP_ERR_USAGE, "launch: MASTER_ADDR is longer than %zu characters", sizeof l->addr - 1);
+    snprintf(l->addr, sizeof l->addr, "%s", addr);
+    /* torch writes str(True): anything else means its workers host their own store */
+    const char *agent = getenv("TORCHELASTIC_USE_AGENT_STORE");
+    l->agent_store = agent && strcmp(agent, "True") == 0;
+    const char *run_id = getenv("TORCHELASTIC_RUN_ID");
+    if (run_id && strlen(run_id) >= sizeof l->run_id)
+        return dp_fail(DP_ERR_USAGE, "launch: TORCHELASTIC_RUN_ID is longer than %zu characters", sizeof l->run_id - 1);
+    snprintf(l->run_id, sizeof l->run_id, "%s", run_id ? run_id : "");
+    l->kind = DP_LAUNCH_TORCHRUN;
+    saw(l, "WORLD_SIZE"), saw(l, "RANK");
+    describe(l, "%s %d processes", getenv("TORCHELASTIC_RUN_ID") ? "a torchrun launch of" : "torchrun-style variables for",
+             l->world);
+    return DP_OK;
+}
+
+/* The size of the Slurm step around a PMI or PMIx launch that does not give its own: 0 if unknown. */
+static dp_status slurm_step_size(int *world, int *local_rank) {
+    int have_step = 0, have_local = 0, step = 0;
+    DP_TRY(env_int("SLURM_STEP_NUM_TASKS", 1, MAX_WORLD, &step, &have_step));
+    DP_TRY(env_int("SLURM_LOCALID", 0, INT_MAX, local_rank, &have_local));
+    *world = have_step ? step : 0;
+    if (!have_local) *local_rank = 0;
+    return DP_OK;
+}
+
+/* An MPI-style launch: rank_var names it; size_var (else the Slurm step's size) its size. */
+static dp_status from_mpi_vars(dp_launch *l, dp_launch_kind kind, const char *rank_var, const char *size_var,
+                               const char *local_var, const char *local_size_var, int size_required) {
+    int have_rank, have_size, have_local;
+    DP_TRY(env_int(rank_var, 0, INT_MAX, &l->rank, &have_rank));
+    DP_TRY(env_int(size_var, 1, MAX_WORLD, &l->world, &have_size));
+    if (!have_rank && !have_size) return DP_OK; /* not this launcher */
+    DP_TRY(env_int(local_var, 0, INT_MAX, &l->local_rank, &have_local));
+    if (!have_rank || (size_required && !have_size))
+        return dp_fail(DP_ERR_USAGE, "launch: %s is set but %s is not (set by hand? %s launch sets both)",
+                       have_rank ? rank_var : size_var, have_rank ? size_var : rank_var, dp_launch_name(kind));
+    if (!have_size || !have_local) {
+        int w, loc;
+        DP_TRY(slurm_step_size(&w, &loc));
+        if (!have_size) l->world = w;
+        if (!have_local) l->local_rank = loc;
+        if (!have_size && w > 0) size_var = "SLURM_STEP_NUM_TASKS";
+    }
+    l->kind = kind;
+    if (have_size || l->world > 0) saw(l, size_var);
+    saw(l, rank_var);
+    if (l->world == 0 && l->rank == 0)
+        describe(l, "%s launch whose size is not in the environment", dp_launch_name(kind));
+    else if (l->world == 0)
+        describe(l, "%s launch of at least %d processes", dp_launch_name(kind), l->rank + 1);
+    else
+        describe(l, "%s launch of %d processes", dp_launch_name(kind), l->world);
+    DP_TRY(rank_below(l, rank_var, size_var));
+    return local_world_from(l, local_size_var);
+}
+
+/* srun: SLURM_STEP_NUM_TASKS is the step's size; SLURM_NTASKS counts only for a task > 0 (see .h). */
+static dp_status from_slurm(dp_launch *l) {
+    int have_procid, have_step, have_ntasks, have_local, step = 0, ntasks = 0;
+    DP_TRY(env_int("SLURM_PROCID", 0, INT_MAX, &l->rank, &have_procid));
+    if (!have_procid) return DP_OK;
+    DP_TRY(env_int("SLURM_STEP_NUM_TASKS", 1, MAX_WORLD, &step, &have_step));
+    DP_TRY(env_int("SLURM_NTASKS", 1, MAX_WORLD, &ntasks, &have_ntasks));
+    DP_TRY(env_int("SLURM_LOCALID", 0, INT_MAX, &l->local_rank, &have_local));
+    if (!have_local) l->local_rank = 0;
+    const char *size_var = have_step ? "SLURM_STEP_NUM_TASKS" : "SLURM_NTASKS";
+    if (have_step)
+        l->world = step;
+    else if (l->rank > 0 && have_ntasks)
+        l->world = ntasks;
+    else if (l->rank > 0)
+        return dp_fail(DP_ERR_USAGE, "launch: SLURM_PROCID=%d, but neither SLURM_STEP_NUM_TASKS nor SLURM_NTASKS is set",
+                       l->rank);
+    else {
+        l->rank = 0, l->world = 1, l->local_rank = 0; /* the batch script itself: one process */
+        return DP_OK;
+    }
+    l->kind = DP_LAUNCH_SLURM;
+    saw(l, size_var), saw(l, "SLURM_PROCID");
+    describe(l, "a Slurm srun step of %d tasks", l->world);
+    DP_TRY(rank_below(l, "SLURM_PROCID", size_var));
+    return local_world_from(l, "SLURM_NTASKS_PER_NODE");
+}
+
+dp_status dp_launch_from_env(dp_launch *l) {
+    memset(l, 0, sizeof *l);
+    l->world = 1;
+    if (getenv("RANK") || getenv("WORLD_SIZE")) return from_torchrun(l);
+    DP_TRY(from_mpi_vars(l, DP_LAUNCH_MPIRUN, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+                         "OMPI_COMM_WORLD_LOCAL_SIZE", 1));
+    if (l->kind) return DP_OK;
+    DP_TRY(from_mpi_vars(l, DP_LAUNCH_MVAPICH, "MV2_COMM_WORLD_RANK", "MV2_COMM_WORLD_SIZE", "MV2_COMM_WORLD_LOCAL_RANK",
+                         "MV2_COMM_WORLD_LOCAL_SIZE", 1));
+    if (l->kind) return DP_OK;
+    DP_TRY(from_mpi_vars(l, DP_LAUNCH_PMI, "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS", 0));
+    if (l->kind) return DP_OK;
+    DP_TRY(from_mpi_vars(l, DP_LAUNCH_PMIX, "PMIX_RANK", "PMIX_SIZE", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE", 0));
+    if (l->kind) return DP_OK;
+    DP_TRY(from_slurm(l));
+    if (l->kind) return DP_OK;
+    memset(l, 0, sizeof *l);
+    l->world = 1;
+    l->kind = DP_LAUNCH_SINGLE;
+    return DP_OK;
+}
+
+const char *dp_launch_name(dp_launch_kind k) {
+    switch (k) {
+    case DP_LAUNCH_SINGLE: return "a single process";
+    case DP_LAUNCH_TORCHRUN: return "a torchrun";
+    case DP_LAUNCH_MPIRUN: return "an Open MPI mpirun";
+    case DP_LAUNCH_MVAPICH: return "an MVAPICH";
+    case DP_LAUNCH_PMI: return "an MPICH or Intel MPI (PMI)";
+    case DP_LAUNCH_PMIX: return "a PMIx";
+    case DP_LAUNCH_SLURM: return "a Slurm srun";
+    }
+    return "an unknown";
+}
+
+dp_mpi_family dp_mpi_family_built(void) {
+#if !DP_HAVE_MPI
+    return DP_MPI_NONE;
+#elif defined(OPEN_MPI)
+    return DP_MPI_OPENMPI;
+#else
+    return DP_MPI_MPICH; /* MPICH and its derivatives (Intel MPI, MVAPICH): Hydra's PMI */
+#endif
+}
+
+/* Why MPI_Init of a build of family fam cannot join a launch of kind k, and what to do instead,
+ * into buf (np: the launch's size or "N"); NULL when it can (or may: the size check after MPI_Init
+ * has the last word). */
+static const char *mpi_cannot_join(dp_launch_kind k, dp_mpi_family fam, const char *np, char *buf, size_t cap) {
+    if (k == DP_LAUNCH_TORCHRUN)
+        snprintf(buf, cap, "it joins MPI launchers only; start it with mpirun -np %s, or use --backend nccl under "
+                 "torchrun", np);
+    else if (fam == DP_MPI_OPENMPI && (k == DP_LAUNCH_PMI || k == DP_LAUNCH_MVAPICH))
+        snprintf(buf, cap, "this dptrain's MPI is Open MPI, which cannot join an MPICH-family launcher; start it with "
+                 "Open MPI's mpirun -np %s (or rebuild dptrain against that MPI)", np);
+    else if (fam == DP_MPI_OPENMPI && k == DP_LAUNCH_SLURM)
+        snprintf(buf, cap, "this dptrain's MPI is Open MPI, which joins an srun step only through PMIx; use srun "
+                 "--mpi=pmix (or mpirun -np %s inside the allocation)", np);
+    else if (fam == DP_MPI_MPICH && k == DP_LAUNCH_MPIRUN)
+        snprintf(buf, cap, "this dptrain's MPI is MPICH-family, which cannot join Open MPI's mpirun; start it with that "
+                 "MPI's mpiexec -n %s (or rebuild dptrain against Open MPI)", np);
+    else
+        return NULL;
+    return buf;
+}
+
+dp_status dp_launch_check(const dp_launch *l, const char *backend, dp_mpi_family fam) {
+    if (l->kind == DP_LAUNCH_SINGLE || l->world == 1) return DP_OK;
+    const int n = l->world; /* 0: unknown, more than one */
+    char replicas[32] = "N";
+    if (n > 0) snprintf(replicas, sizeof replicas, "%d", n);
+    char why[320];
+    const char *cannot = mpi_cannot_join(l->kind, fam, replicas, why, sizeof why);
+    if (strcmp(backend, "sim") == 0) {
+        const char *use;
+        if (l->kind == DP_LAUNCH_TORCHRUN || fam == DP_MPI_NONE)
+            use = "--backend nccl under torchrun";
+        else if (cannot && l->kind == DP_LAUNCH_SLURM)
+            use = "--backend mpi or --backend nccl under srun --mpi=pmix";
+        else if (cannot)
+            use = "--backend mpi or --backend nccl under the mpirun of this dptrain's MPI";
+        else
+            use = "--backend mpi or --backend nccl";
+        return dp_fail(DP_ERR_USAGE, "%s (%s) but --backend sim runs in one process; use %s, or one process with "
+                       "--backend sim --replicas %s", l->seen, l->what, use, replicas);
+    }
+    if (strcmp(backend, "mpi") == 0) {
+        if (fam == DP_MPI_NONE) return DP_OK; /* the registry says the backend is not built */
+        if (cannot) return dp_fail(DP_ERR_USAGE, "%s (%s) but --backend mpi cannot join it: %s", l->seen, l->what, why);
+        return DP_OK;
+    }
+    if (strcmp(backend, "nccl") == 0) {
+        if (!DP_HAVE_NCCL || l->kind == DP_LAUNCH_TORCHRUN) return DP_OK; /* torchrun: over TCP or its store */
+        if (fam == DP_MPI_NONE)
+            return dp_fail(DP_ERR_USAGE, "%s (%s) but --backend nccl hands NCCL's unique id around over MPI or torchrun's "
+                           "variables, and this build has no MPI; launch with torchrun (or set RANK, WORLD_SIZE, "
+                           "LOCAL_RANK, MASTER_ADDR, MASTER_PORT)", l->seen, l->what);
+        if (cannot)
+            return dp_fail(DP_ERR_USAGE, "%s (%s) but --backend nccl hands NCCL's unique id around over MPI, and %s",
+                           l->seen, l->what, why);
+    }
+    return DP_OK;
+}
+
+dp_status dp_launch_pick_gpu(const dp_launch *l, int n, const char *cuda_visible, int *gpu) {
+    *gpu = 0;
+    if (l->kind == DP_LAUNCH_SINGLE || l->world == 1) return DP_OK;
+    if (n == 1) {
+        if (l->local_world > 1 && !cuda_visible)
+            return dp_fail(DP_ERR_USAGE, "--backend nccl: rank %d: %d ranks on this node (%s=%d) but one GPU, and NCCL "
+                           "needs a GPU per rank: start at most one rank per GPU on each node (with CUDA_VISIBLE_DEVICES "
+                           "set per rank, each sees its own)", l->rank, l->local_world, l->local_world_var, l->local_world);
+        return DP_OK;
+    }
+    if (l->local_rank >= n)
+        return dp_fail(DP_ERR_BACKEND, "--backend nccl: rank %d: the local rank %d names GPU %d, but this node has %d (more "
+                       "ranks than GPUs on a node?)", l->rank, l->local_rank, l->local_rank, n);
+    *gpu = l->local_rank;
+    return DP_OK;
+}
+
+dp_status dp_launch_check_mpi_world(const dp_launch *l, const char *backend, int mpi_rank, int mpi_size) {
+    if (l->kind == DP_LAUNCH_SINGLE || l->kind == DP_LAUNCH_TORCHRUN) return DP_OK;
+    const int world_ok = l->world == 0 ? mpi_size > l->rank : mpi_size == l->world;
+    if (world_ok && mpi_rank == l->rank) return DP_OK;
+    return dp_fail(DP_ERR_USAGE, "--backend %s: MPI_Init made this process rank %d of %d, but %s (%s): this dptrain's MPI "
+                   "did not join that launch, and each process would train alone; start it with the launcher of the MPI "
+                   "it was built with (%s)", backend, mpi_rank, mpi_size, l->seen, l->what,
+                   dp_mpi_family_built() == DP_MPI_MPICH ? "mpiexec -n N" : "mpirun -np N, or srun --mpi=pmix");
+}

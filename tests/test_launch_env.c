@@ -1,0 +1,303 @@
+/* Launch detection and refusal (backends/launch_env.h): every launcher's variables parsed (torchrun,
+ * Open MPI, MVAPICH, MPICH/Intel MPI's PMI, PMIx, Slurm srun), malformed values named, the innermost
+ * launcher winning, the Slurm batch-script rule; which backend joins which launch for each MPI
+ * family; and the built dptrain, run under each launcher's variables with a backend that does not
+ * join, exiting 2 with one line before anything is trained or written. */
+#include "testutil.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "backends/launch_env.h"
+#include "dp_config.h"
+
+static const char *const vars[] = {
+    "RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_USE_AGENT_STORE",
+    "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_RUN_ID", "LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_RANK",
+    "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE", "MV2_COMM_WORLD_RANK",
+    "MV2_COMM_WORLD_SIZE", "MV2_COMM_WORLD_LOCAL_RANK", "MV2_COMM_WORLD_LOCAL_SIZE", "PMI_RANK", "PMI_SIZE",
+    "MPI_LOCALRANKID", "MPI_LOCALNRANKS", "PMIX_RANK", "PMIX_SIZE", "SLURM_PROCID", "SLURM_NTASKS",
+    "SLURM_STEP_NUM_TASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE"};
+
+static void clear_env(void) {
+    for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) unsetenv(vars[i]);
+}
+
+/* Sets "NAME=value" pairs (NULL-terminated) on a clean launch environment. */
+static void env_of(const char *const *pairs) {
+    clear_env();
+    for (; *pairs; pairs++) {
+        char name[64];
+        const char *eq = strchr(*pairs, '=');
+        assert_non_null(eq);
+        snprintf(name, sizeof name, "%.*s", (int)(eq - *pairs), *pairs);
+        assert_int_equal(setenv(name, eq + 1, 1), 0);
+    }
+}
+#define ENV(...) env_of((const char *const[]){__VA_ARGS__, NULL})
+
+static dp_launch parsed(void) {
+    dp_launch l;
+    if (dp_launch_from_env(&l) != DP_OK) fail_msg("refused: %s", dp_last_error());
+    return l;
+}
+
+static void expect(dp_launch_kind kind, int rank, int world, int local) {
+    dp_launch l = parsed();
+    assert_int_equal(l.kind, kind);
+    assert_int_equal(l.rank, rank), assert_int_equal(l.world, world), assert_int_equal(l.local_rank, local);
+}
+
+static void expect_refused(const char *needle) {
+    dp_launch l;
+    assert_int_equal(dp_launch_from_env(&l), DP_ERR_USAGE);
+    if (!tu_contains(dp_last_error(), needle)) fail_msg("message '%s' does not name %s", dp_last_error(), needle);
+}
+
+static void test_each_launcher(void **state) {
+    (void)state;
+    clear_env();
+    expect(DP_LAUNCH_SINGLE, 0, 1, 0);
+    ENV("RANK=2", "WORLD_SIZE=4", "LOCAL_RANK=0", "MASTER_ADDR=node7", "MASTER_PORT=29500",
+        "TORCHELASTIC_USE_AGENT_STORE=True", "TORCHELASTIC_RESTART_COUNT=3", "TORCHELASTIC_RUN_ID=abc");
+    dp_launch l = parsed();
+    assert_int_equal(l.kind, DP_LAUNCH_TORCHRUN);
+    assert_int_equal(l.agent_store, 1), assert_int_equal(l.restart, 3), assert_int_equal(l.port, 29500);
+    assert_string_equal(l.run_id, "abc");
+    assert_true(tu_contains(l.what, "a torchrun launch of 4 processes"));
+    ENV("RANK=2", "WORLD_SIZE=4", "LOCAL_RANK=0", "MASTER_ADDR=node7", "MASTER_PORT=29500",
+        "TORCHELASTIC_USE_AGENT_STORE=False");
+    assert_int_equal(parsed().agent_store, 0); /* the workers host their own store: rank 0 listens */
+    ENV("OMPI_COMM_WORLD_RANK=1", "OMPI_COMM_WORLD_SIZE=3", "OMPI_COMM_WORLD_LOCAL_RANK=1");
+    expect(DP_LAUNCH_MPIRUN, 1, 3, 1);
+    ENV("MV2_COMM_WORLD_RANK=2", "MV2_COMM_WORLD_SIZE=4", "MV2_COMM_WORLD_LOCAL_RANK=0");
+    expect(DP_LAUNCH_MVAPICH, 2, 4, 0);
+    ENV("PMI_RANK=3", "PMI_SIZE=4", "MPI_LOCALRANKID=1");
+    expect(DP_LAUNCH_PMI, 3, 4, 1);
+    assert_string_equal(parsed().seen, "PMI_SIZE=4 PMI_RANK=3");
+    ENV("PMI_RANK=1", "SLURM_STEP_NUM_TASKS=2", "SLURM_PROCID=1", "SLURM_LOCALID=1"); /* srun --mpi=pmi2 */
+    expect(DP_LAUNCH_PMI, 1, 2, 1);
+    ENV("PMIX_RANK=1", "SLURM_STEP_NUM_TASKS=4", "SLURM_PROCID=1", "SLURM_LOCALID=1"); /* srun --mpi=pmix */
+    expect(DP_LAUNCH_PMIX, 1, 4, 1);
+    ENV("PMIX_RANK=0"); /* prterun without a size: more than one, how many unknown */
+    expect(DP_LAUNCH_PMIX, 0, 0, 0);
+    ENV("SLURM_STEP_NUM_TASKS=4", "SLURM_NTASKS=8", "SLURM_PROCID=2", "SLURM_LOCALID=0");
+    expect(DP_LAUNCH_SLURM, 2, 4, 0); /* the step's size, not the allocation's */
+    assert_string_equal(parsed().seen, "SLURM_STEP_NUM_TASKS=4 SLURM_PROCID=2");
+    ENV("SLURM_NTASKS=2", "SLURM_PROCID=1");
+    expect(DP_LAUNCH_SLURM, 1, 2, 0); /* a task > 0: only a step has one */
+    assert_true(tu_contains(parsed().what, "a Slurm srun step of 2 tasks"));
+    ENV("SLURM_NTASKS=4", "SLURM_PROCID=0", "SLURM_LOCALID=0");
+    expect(DP_LAUNCH_SINGLE, 0, 1, 0); /* sbatch --ntasks=4 running its script once */
+    clear_env();
+}
+
+/* The launcher nearest the process wins: torchrun's workers under srun, mpirun's ranks whose
+ * daemons srun started. */
+static void test_innermost_launcher_wins(void **state) {
+    (void)state;
+    ENV("RANK=1", "WORLD_SIZE=8", "LOCAL_RANK=1", "MASTER_ADDR=n0", "MASTER_PORT=29500", "SLURM_STEP_NUM_TASKS=2",
+        "SLURM_PROCID=0");
+    expect(DP_LAUNCH_TORCHRUN, 1, 8, 1);
+    ENV("OMPI_COMM_WORLD_RANK=5", "OMPI_COMM_WORLD_SIZE=8", "OMPI_COMM_WORLD_LOCAL_RANK=1", "SLURM_STEP_NUM_TASKS=2",
+        "SLURM_PROCID=1", "PMIX_RANK=5");
+    expect(DP_LAUNCH_MPIRUN, 5, 8, 1);
+    clear_env();
+}
+
+static void test_malformed_values_are_named(void **state) {
+    (void)state;
+    ENV("RANK=1", "WORLD_SIZE=4", "LOCAL_RANK=1", "MASTER_ADDR=n0"), expect_refused("MASTER_PORT is not set");
+    ENV("RANK=x", "WORLD_SIZE=4", "LOCAL_RANK=0", "MASTER_ADDR=n0", "MASTER_PORT=1"), expect_refused("RANK='x'");
+    ENV("RANK=4", "WORLD_SIZE=4", "LOCAL_RANK=0", "MASTER_ADDR=n0", "MASTER_PORT=1"), expect_refused("RANK=4 is not below");
+    ENV("RANK=1", "WORLD_SIZE=4", "LOCAL_RANK=-1", "MASTER_ADDR=n0", "MASTER_PORT=1"), expect_refused("LOCAL_RANK='-1'");
+    ENV("RANK=1", "WORLD_SIZE=4", "LOCAL_RANK=4", "MASTER_ADDR=n0", "MASTER_PORT=1"), expect_refused("local rank 4");
+    ENV("RANK=0", "WORLD_SIZE=1", "LOCAL_RANK=0", "MASTER_ADDR=n0", "MASTER_PORT=1", "TORCHELASTIC_RESTART_COUNT=z"),
+        expect_refused("TORCHELASTIC_RESTART_COUNT='z'");
+    ENV("OMPI_COMM_WORLD_RANK=1"), expect_refused("OMPI_COMM_WORLD_SIZE");
+    ENV("OMPI_COMM_WORLD_RANK=2", "OMPI_COMM_WORLD_SIZE=2"), expect_refused("OMPI_COMM_WORLD_RANK=2 is not below");
+    ENV("MV2_COMM_WORLD_RANK=1", "MV2_COMM_WORLD_SIZE=two"), expect_refused("MV2_COMM_WORLD_SIZE='two'");
+    ENV("PMI_RANK=1", "PMI_SIZE=x"), expect_refused("PMI_SIZE='x'");
+    ENV("PMI_RANK=-1", "PMI_SIZE=2"), expect_refused("PMI_RANK='-1'");
+    ENV("PMI_RANK=3", "PMI_SIZE=2"), expect_refused("PMI_RANK=3 is not below PMI_SIZE=2");
+    ENV("PMI_SIZE=2"), expect_refused("PMI_RANK");
+    ENV("PMI_RANK=0", "PMI_SIZE=0"), expect_refused("PMI_SIZE='0'");
+    ENV("PMIX_RANK=abc"), expect_refused("PMIX_RANK='abc'");
+    ENV("PMIX_RANK=2", "SLURM_STEP_NUM_TASKS=2", "SLURM_PROCID=2"), expect_refused("PMIX_RANK=2 is not below");
+    ENV("SLURM_PROCID=1.5", "SLURM_NTASKS=2"), expect_refused("SLURM_PROCID='1.5'");
+    ENV("SLURM_PROCID=2", "SLURM_NTASKS=2"), expect_refused("SLURM_PROCID=2 is not below SLURM_NTASKS=2");
+    ENV("SLURM_PROCID=1", "SLURM_STEP_NUM_TASKS=-2"), expect_refused("SLURM_STEP_NUM_TASKS='-2'");
+    ENV("SLURM_PROCID=1"), expect_refused("neither SLURM_STEP_NUM_TASKS nor SLURM_NTASKS");
+    ENV("SLURM_PROCID=0", "SLURM_STEP_NUM_TASKS=2", "SLURM_LOCALID=2"), expect_refused("local rank 2");
+    ENV("SLURM_PROCID=1", "SLURM_NTASKS=99999999999"), expect_refused("SLURM_NTASKS='99999999999'");
+    clear_env();
+}
+
+static void expect_joins(const char *backend, dp_mpi_family fam) {
+    dp_launch l = parsed();
+    if (dp_launch_check(&l, backend, fam) != DP_OK)
+        fail_msg("--backend %s (MPI family %d) refused %s: %s", backend, (int)fam, l.seen, dp_last_error());
+}
+
+static void expect_check_refuses(const char *backend, dp_mpi_family fam, const char *needle) {
+    dp_launch l = parsed();
+    assert_int_equal(dp_launch_check(&l, backend, fam), DP_ERR_USAGE);
+    if (!tu_contains(dp_last_error(), needle) || !tu_contains(dp_last_error(), l.seen))
+        fail_msg("--backend %s: '%s' names neither '%s' nor what was seen (%s)", backend, dp_last_error(), needle, l.seen);
+}
+
+/* Which backend joins which launch, for each MPI a build may link. */
+static void test_which_backend_joins(void **state) {
+    (void)state;
+    const dp_mpi_family O = DP_MPI_OPENMPI, M = DP_MPI_MPICH, N = DP_MPI_NONE;
+    clear_env();
+    expect_joins("sim", O), expect_joins("mpi", O), expect_joins("nccl", O); /* one process: anything */
+    ENV("SLURM_NTASKS=4", "SLURM_PROCID=0"), expect_joins("sim", O);        /* the batch script */
+    ENV("RANK=0", "WORLD_SIZE=1", "LOCAL_RANK=0", "MASTER_ADDR=n0", "MASTER_PORT=1"), expect_joins("sim", O);
+
+    ENV("RANK=1", "WORLD_SIZE=2", "LOCAL_RANK=1", "MASTER_ADDR=n0", "MASTER_PORT=1");
+    expect_check_refuses("sim", O, "--backend sim runs in one process; use --backend nccl under torchrun");
+    expect_check_refuses("mpi", O, "start it with mpirun -np 2");
+    expect_joins("nccl", O), expect_joins("nccl", N);
+
+    ENV("OMPI_COMM_WORLD_RANK=1", "OMPI_COMM_WORLD_SIZE=2");
+    expect_check_refuses("sim", O, "--backend sim --replicas 2");
+    expect_joins("mpi", O), expect_joins("nccl", O);
+    expect_check_refuses("mpi", M, "cannot join Open MPI's mpirun");
+
+    ENV("PMI_RANK=1", "PMI_SIZE=2");
+    expect_check_refuses("sim", M, "use --backend mpi or --backend nccl");
+    expect_joins("mpi", M);
+    expect_check_refuses("mpi", O, "Open MPI, which cannot join an MPICH-family launcher");
+    if (DP_HAVE_NCCL) expect_check_refuses("nccl", O, "over MPI");
+
+    ENV("PMIX_RANK=1", "SLURM_STEP_NUM_TASKS=2", "SLURM_PROCID=1");
+    expect_check_refuses("sim", O, "(a PMIx launch of 2 processes)");
+    expect_joins("mpi", O), expect_joins("mpi", M);
+    ENV("PMIX_RANK=0");
+    expect_check_refuses("sim", O, "size is not in the environment");
+
+    ENV("SLURM_NTASKS=2", "SLURM_PROCID=1");
+    expect_check_refuses("sim", O, "SLURM_NTASKS=2 SLURM_PROCID=1 (a Slurm srun step of 2 tasks) but --backend sim runs "
+                                   "in one process; use --backend mpi or --backend nccl under srun --mpi=pmix");
+    expect_check_refuses("mpi", O, "srun --mpi=pmix");
+    expect_joins("mpi", M);
+    if (DP_HAVE_NCCL) {
+        expect_check_refuses("nccl", O, "srun --mpi=pmix");
+        expect_check_refuses("nccl", N, "launch with torchrun");
+    }
+    expect_check_refuses("sim", N, "use --backend nccl under torchrun");
+    expect_joins("mpi", N); /* not built: the registry says so */
+    clear_env();
+}
+
+/* --backend nccl's GPU: the local rank's; a node's only GPU for several ranks refused at once. */
+static void test_gpu_of_each_rank(void **state) {
+    (void)state;
+    int gpu = -1;
+    clear_env();
+    dp_launch l = parsed();
+    assert_int_equal(dp_launch_pick_gpu(&l, 4, NULL, &gpu), DP_OK), assert_int_equal(gpu, 0);
+    ENV("RANK=3", "WORLD_SIZE=4", "LOCAL_RANK=1", "LOCAL_WORLD_SIZE=2", "MASTER_ADDR=n0", "MASTER_PORT=1");
+    l = parsed();
+    assert_int_equal(l.local_world, 2);
+    assert_int_equal(dp_launch_pick_gpu(&l, 4, NULL, &gpu), DP_OK), assert_int_equal(gpu, 1);
+    assert_int_equal(dp_launch_pick_gpu(&l, 1, "5", &gpu), DP_OK), assert_int_equal(gpu, 0); /* each its own */
+    assert_int_equal(dp_launch_pick_gpu(&l, 1, NULL, &gpu), DP_ERR_USAGE);
+    if (!tu_contains(dp_last_error(), "2 ranks on this node (LOCAL_WORLD_SIZE=2) but one GPU")) fail_msg("%s", dp_last_error());
+    ENV("OMPI_COMM_WORLD_RANK=2", "OMPI_COMM_WORLD_SIZE=3", "OMPI_COMM_WORLD_LOCAL_RANK=2",
+        "OMPI_COMM_WORLD_LOCAL_SIZE=3");
+    l = parsed();
+    assert_int_equal(dp_launch_pick_gpu(&l, 2, NULL, &gpu), DP_ERR_BACKEND);
+    assert_true(tu_contains(dp_last_error(), "the local rank 2 names GPU 2, but this node has 2"));
+    ENV("PMI_RANK=1", "PMI_SIZE=2", "MPI_LOCALRANKID=1", "MPI_LOCALNRANKS=2");
+    l = parsed();
+    assert_int_equal(dp_launch_pick_gpu(&l, 1, NULL, &gpu), DP_ERR_USAGE);
+    assert_true(tu_contains(dp_last_error(), "MPI_LOCALNRANKS=2"));
+    ENV("SLURM_PROCID=1", "SLURM_STEP_NUM_TASKS=2", "SLURM_LOCALID=1", "SLURM_NTASKS_PER_NODE=2");
+    assert_int_equal(parsed().local_world, 2);
+    ENV("RANK=1", "WORLD_SIZE=2", "LOCAL_RANK=1", "LOCAL_WORLD_SIZE=1", "MASTER_ADDR=n0", "MASTER_PORT=1");
+    expect_refused("the local rank 1 is not below LOCAL_WORLD_SIZE=1");
+    ENV("OMPI_COMM_WORLD_RANK=0", "OMPI_COMM_WORLD_SIZE=2", "OMPI_COMM_WORLD_LOCAL_SIZE=0");
+    expect_refused("OMPI_COMM_WORLD_LOCAL_SIZE='0'");
+    clear_env();
+}
+
+/* After MPI_Init: a world of one under a launch of two did not join it. */
+static void test_mpi_world_must_match(void **state) {
+    (void)state;
+    ENV("SLURM_STEP_NUM_TASKS=2", "SLURM_PROCID=1");
+    dp_launch l = parsed();
+    assert_int_equal(dp_launch_check_mpi_world(&l, "mpi", 1, 2), DP_OK);
+    assert_int_equal(dp_launch_check_mpi_world(&l, "mpi", 0, 1), DP_ERR_USAGE);
+    assert_true(tu_contains(dp_last_error(), "MPI_Init made this process rank 0 of 1, but SLURM_STEP_NUM_TASKS=2"));
+    ENV("PMIX_RANK=1");
+    l = parsed();
+    assert_int_equal(dp_launch_check_mpi_world(&l, "nccl", 1, 3), DP_OK); /* the size comes from MPI */
+    assert_int_equal(dp_launch_check_mpi_world(&l, "nccl", 0, 1), DP_ERR_USAGE);
+    clear_env();
+    l = parsed();
+    assert_int_equal(dp_launch_check_mpi_world(&l, "mpi", 0, 1), DP_OK);
+}
+
+/* The built dptrain under a launch it does not join: exit 2, exactly one line naming what was seen
+ * and the backend, before anything is trained or written. */
+static void refused_by_cli(const char *env, const char *backend, const char *needle) {
+    const char *bin = getenv("DPTRAIN") ? getenv("DPTRAIN") : "./dptrain";
+    const char *save = tu_path("refused.safetensors");
+    unlink(save);
+    clear_env();
+    char *out = NULL;
+    int rc = tu_sh(&out, "env %s '%s' train --backend %s --model lenet --dataset synthetic --samples 64 --epochs 1 "
+                   "--batch-size 16 --save '%s'", env, bin, backend, save);
+    const char *nl = strchr(out, '\n');
+    if (rc != 2 || strncmp(out, "dptrain: ", 9) != 0 || !nl || nl[1] || !tu_contains(out, needle))
+        fail_msg("%s dptrain --backend %s: rc %d (expected 2 and one line naming '%s'):\n%s", env, backend, rc, needle, out);
+    if (access(save, F_OK) == 0) fail_msg("%s --backend %s: refused, but wrote %s", env, backend, save);
+    printf("%s --backend %s -> %s", env, backend, out);
+    free(out);
+}
+
+static void test_cli_refuses(void **state) {
+    (void)state;
+    refused_by_cli("SLURM_NTASKS=2 SLURM_PROCID=1", "sim",
+                   "SLURM_NTASKS=2 SLURM_PROCID=1 (a Slurm srun step of 2 tasks) but --backend sim runs in one process");
+    refused_by_cli("SLURM_STEP_NUM_TASKS=2 SLURM_NTASKS=2 SLURM_PROCID=0", "sim", "SLURM_STEP_NUM_TASKS=2 SLURM_PROCID=0");
+    refused_by_cli("PMI_SIZE=2 PMI_RANK=1", "sim", "PMI_SIZE=2 PMI_RANK=1");
+    refused_by_cli("PMIX_RANK=1", "sim", "PMIX_RANK=1");
+    refused_by_cli("OMPI_COMM_WORLD_SIZE=2 OMPI_COMM_WORLD_RANK=0", "sim", "OMPI_COMM_WORLD_SIZE=2");
+    refused_by_cli("MV2_COMM_WORLD_SIZE=2 MV2_COMM_WORLD_RANK=1", "sim", "MV2_COMM_WORLD_SIZE=2");
+    refused_by_cli("RANK=1 WORLD_SIZE=2 LOCAL_RANK=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 "
+                   "TORCHELASTIC_USE_AGENT_STORE=True TORCHELASTIC_RUN_ID=t", "sim", "a torchrun launch of 2 processes");
+    refused_by_cli("PMI_SIZE=x PMI_RANK=1", "sim", "PMI_SIZE='x'");
+    if (dp_mpi_family_built() == DP_MPI_OPENMPI) {
+        refused_by_cli("SLURM_NTASKS=2 SLURM_PROCID=1", "mpi", "but --backend mpi cannot join it");
+        refused_by_cli("PMI_SIZE=2 PMI_RANK=1", "mpi", "MPICH-family launcher");
+    }
+    if (dp_mpi_family_built() != DP_MPI_NONE)
+        refused_by_cli("RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=29500", "mpi",
+                       "mpirun -np 2");
+    if (DP_HAVE_NCCL && dp_mpi_family_built() == DP_MPI_OPENMPI)
+        refused_by_cli("SLURM_STEP_NUM_TASKS=2 SLURM_PROCID=0", "nccl", "srun --mpi=pmix");
+    /* one process (an sbatch script of 4 tasks) still trains */
+    char *out = NULL;
+    int rc = tu_sh(&out, "env SLURM_NTASKS=4 SLURM_PROCID=0 '%s' train --model lenet --dataset synthetic --samples 64 "
+                   "--epochs 1 --batch-size 16 --quiet", getenv("DPTRAIN") ? getenv("DPTRAIN") : "./dptrain");
+    if (rc != 0) fail_msg("SLURM_NTASKS=4 SLURM_PROCID=0 (an sbatch script): rc %d\n%s", rc, out);
+    free(out);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_each_launcher),
+        cmocka_unit_test(test_innermost_launcher_wins),
+        cmocka_unit_test(test_malformed_values_are_named),
+        cmocka_unit_test(test_which_backend_joins),
+        cmocka_unit_test(test_gpu_of_each_rank),
+        cmocka_unit_test(test_mpi_world_must_match),
+        cmocka_unit_test(test_cli_refuses),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
