@@ -21,7 +21,9 @@
 #if DP_HAVE_NCCL
 
 #include <cuda_runtime_api.h>
+#include <dlfcn.h>
 #include <nccl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -38,6 +40,7 @@
 typedef struct {
     dp_launch l;
     int gpu;
+    char where[32]; /* "GPU 0", or "host memory" under the test double */
     ncclComm_t comm;
     dp_dev *dev;         /* the trainer's; its waits call nccl_watch while this backend lives */
     float *scratch;  /* the shard owner's receive buffer: world pieces of the largest shard */
@@ -62,15 +65,15 @@ static dp_status settle(nccl_impl *m, ncclResult_t r, const char *what) {
         if (now_s() > deadline) {
             ncclCommAbort(m->comm);
             m->comm = NULL;
-            return dp_fail(DP_ERR_BACKEND, "nccl: rank %d (GPU %d): %s did not complete within --timeout %.0f s (a "
-                           "rank died or is stuck); the communicator was aborted", m->l.rank, m->gpu, what,
+            return dp_fail(DP_ERR_BACKEND, "nccl: rank %d (%s): %s did not complete within --timeout %.0f s (a "
+                           "rank died or is stuck); the communicator was aborted", m->l.rank, m->where, what,
                            m->timeout_s);
         }
         if (ncclCommGetAsyncError(m->comm, &r) != ncclSuccess) r = ncclInvalidUsage;
     }
     if (r != ncclSuccess) {
         const char *last = m->comm ? ncclGetLastError(m->comm) : NULL;
-        return dp_fail(DP_ERR_BACKEND, "nccl: rank %d (GPU %d): %s failed: %s%s%s", m->l.rank, m->gpu, what,
+        return dp_fail(DP_ERR_BACKEND, "nccl: rank %d (%s): %s failed: %s%s%s", m->l.rank, m->where, what,
                        ncclGetErrorString(r), last && *last ? ": " : "", last ? last : "");
     }
     return DP_OK;
@@ -98,14 +101,14 @@ static dp_status nccl_watch(void *ctx, double waited_s) {
         const char *last = ncclGetLastError(m->comm);
         ncclCommAbort(m->comm);
         m->comm = NULL;
-        return dp_fail(DP_ERR_BACKEND, "nccl: rank %d (GPU %d): a collective failed: %s%s%s; the communicator was "
-                       "aborted", m->l.rank, m->gpu, ncclGetErrorString(r), last && *last ? ": " : "", last ? last : "");
+        return dp_fail(DP_ERR_BACKEND, "nccl: rank %d (%s): a collective failed: %s%s%s; the communicator was "
+                       "aborted", m->l.rank, m->where, ncclGetErrorString(r), last && *last ? ": " : "", last ? last : "");
     }
     if (waited_s > m->timeout_s) {
         ncclCommAbort(m->comm);
         m->comm = NULL;
-        return dp_fail(DP_ERR_BACKEND, "nccl: rank %d (GPU %d): the GPU waited %.0f s (--timeout) for a collective (a "
-                       "rank died or is stuck); the communicator was aborted", m->l.rank, m->gpu, waited_s);
+        return dp_fail(DP_ERR_BACKEND, "nccl: rank %d (%s): the GPU waited %.0f s (--timeout) for a collective (a "
+                       "rank died or is stuck); the communicator was aborted", m->l.rank, m->where, waited_s);
     }
     return DP_OK;
 }
@@ -292,9 +295,20 @@ static const struct dp_backend_i nccl_iface = {
     .destroy = nccl_destroy,
 };
 
+/* The test double (tests/nccl_double/) says it moves host memory; real NCCL has no such symbol. */
+int dp_nccl_moves_host_memory(void) {
+    int (*f)(void) = NULL;
+    *(void **)&f = dlsym(RTLD_DEFAULT, "dp_nccl_double_host_memory");
+    return f && f();
+}
+
 dp_status dp_nccl_precheck(int *gpu) {
     dp_launch l;
     DP_TRY(dp_launch_from_env(&l));
+    if (dp_nccl_moves_host_memory()) { /* no GPU to pick: the ranks' memory is the host's */
+        *gpu = -1;
+        return DP_OK;
+    }
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
     const char *visible = getenv("CUDA_VISIBLE_DEVICES");
@@ -355,7 +369,8 @@ dp_status dp_nccl_backend_create(const dp_backend_config *cfg, dp_backend_t *out
     DP_TRY(nccl_version_check());
     int gpu = 0;
     DP_TRY(dp_nccl_precheck(&gpu));
-    if (!cfg->dev || cfg->dev->is_host || strcmp(cfg->dev->name, "cuda") != 0)
+    const int host = dp_nccl_moves_host_memory();
+    if (!cfg->dev || (!host && (cfg->dev->is_host || strcmp(cfg->dev->name, "cuda") != 0)))
         return dp_fail(DP_ERR_UNSUPPORTED, "--backend nccl: its collectives take CUDA memory, so it needs the trainer's "
                        "CUDA device (--device cuda)");
     dp_backend_t b = calloc(1, sizeof *b);
@@ -368,6 +383,8 @@ dp_status dp_nccl_backend_create(const dp_backend_config *cfg, dp_backend_t *out
     b->impl = m;
     m->dev = cfg->dev;
     m->gpu = gpu;
+    if (gpu >= 0) snprintf(m->where, sizeof m->where, "GPU %d", gpu);
+    else snprintf(m->where, sizeof m->where, "host memory");
     m->timeout_s = cfg->timeout_s > 0 ? cfg->timeout_s : 300;
     dp_status s = dp_launch_from_env(&m->l);
     ncclUniqueId id;

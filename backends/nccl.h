@@ -7,5 +7,9 @@
 #include "core/status.h"
 
 dp_status dp_nccl_precheck(int *gpu);
+/* Whether the NCCL loaded moves host memory: only its test double does (tests/nccl_double/,
+ * loaded with LD_PRELOAD), and then `--device cpu` takes NCCL's collectives, so that CI runs
+ * the backend with several ranks without a GPU. */
+int dp_nccl_moves_host_memory(void);
 
 #endif

@@ -185,16 +185,17 @@ static dp_status setup(dp_trainer *t) {
                        "(drop --device; GPUs across processes are --backend nccl)", c->device);
     int gpu = c->gpu;
     if (strcmp(c->backend, "nccl") == 0) { /* one GPU per process: the launch says which */
-        if (c->device && strcmp(c->device, "cpu") == 0)
+#if DP_HAVE_NCCL
+        const int on_cpu = c->device && strcmp(c->device, "cpu") == 0;
+        if (on_cpu && !dp_nccl_moves_host_memory())
             return dp_fail(DP_ERR_USAGE, "--device cpu: --backend nccl moves GPU memory (drop --device, or use --backend "
                            "sim or mpi for the CPU)");
-#if DP_HAVE_NCCL
         DP_TRY(dp_nccl_precheck(&gpu));
+        if (!on_cpu) c->device = "cuda";
 #else
         return dp_fail(DP_ERR_UNSUPPORTED, "--backend nccl: not compiled into this build (needs the CUDA toolkit and "
                        "NCCL at build time; set NCCL_ROOT and rebuild)");
 #endif
-        c->device = "cuda";
     }
     if (!c->device) c->device = "cpu";
     DP_TRY(dp_dev_open(c->device, gpu, c->tf32, &t->dev));
@@ -417,6 +418,11 @@ static dp_status run_epoch(dp_trainer *t, int epoch, int first, int *stop) {
         dp_step_metrics before = sm;
         dp_status ss = dp_train_micro(t, batches, b, lr, &sm);
         compute += dp_now() - tc;
+        if (ss != DP_OK && ss != DP_ERR_NUMERIC) { /* a collective or the device failed: say where in the run */
+            char why[1024];
+            snprintf(why, sizeof why, "%s", dp_last_error());
+            return dp_fail(ss, "%s (epoch %d, step %ld)", why, epoch, t->step + 1);
+        }
         t->bn_batches++;
         if (b % K != dp_sampler_step_micro(&t->sampler, b) - 1 && ss == DP_OK) continue;
         long skipped = t->skipped;

@@ -1,0 +1,743 @@
+/* nccl_double.c: a test double of the NCCL subset dptrain calls (backends/nccl.c), so that
+ * `--backend nccl` runs with 2-8 ranks on a machine without GPUs (NCCL itself refuses two ranks
+ * on one GPU, and CI has none). Loaded with LD_PRELOAD over the real libnccl; tests only.
+ *
+ * Ranks are processes on one machine, joined pairwise by Unix stream sockets in the abstract
+ * namespace (named by the unique id: no files, no ports). Buffers are host memory: the double
+ * says so through dp_nccl_double_host_memory(), which backends/nccl.c looks up to let a CPU
+ * device take NCCL's collectives. Everything else behaves as a non-blocking communicator:
+ * init and every group end return ncclInProgress, the work progresses inside
+ * ncclCommGetAsyncError (the caller polls it, as dptrain does), errors arrive asynchronously,
+ * abort, finalize and destroy end the communicator.
+ *
+ * The checker: a receive first sends the sender a ready-to-receive note describing itself (the
+ * call, its element count and type, its operation number); the send compares it with its own
+ * description before any data moves, so ranks that issue different operations (another
+ * collective, another count, another type) fail at once with a message naming both ranks,
+ * instead of hanging. A peer that exits or aborts is seen as a closed connection.
+ *
+ * Faults, for tests (DP_NCCL_DOUBLE_FAULT="KIND@RANK:OP", OP counting the rank's NCCL calls
+ * that move data from 1):
+ *   stall@R:K        operation K on rank R never completes
+ *   error@R:K        operation K on rank R fails (ncclSystemError)
+ *   exit@R:K         rank R exits at once (status 9, as if killed) when it issues operation K
+ *   abort-blocks@R:0 ncclCommAbort on rank R blocks for ever */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <errno.h>
+#include <fcntl.h>
+#include <nccl.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAGIC 0x44504e43u /* "DPNC" */
+#define MAX_RANKS 64
+#define WHAT 96
+
+enum { MSG_HELLO = 1, MSG_RTR, MSG_DATA };
+enum { OP_SEND, OP_RECV, OP_COPY };
+
+typedef struct {
+    uint32_t magic, type;
+    int32_t from, world;
+    int64_t index;           /* the sender's operation number */
+    uint64_t count, bytes;   /* elements and payload bytes (DATA) */
+    int32_t dtype, pad;
+    char what[WHAT];         /* "all-gather of 100 floats" */
+} msg;
+
+typedef struct {
+    int kind, peer;
+    char *buf;
+    const char *src; /* OP_COPY */
+    size_t count, bytes;
+    ncclDataType_t dtype;
+    long index;
+    char what[WHAT];
+    int started, done;
+    /* sum: after every transfer of the group, rank-order sum of `parts` into buf */
+} op;
+
+typedef struct out_item { /* a queued outbound message */
+    msg h;
+    const char *payload;
+    size_t len, off; /* over header + payload */
+    struct out_item *next;
+} out_item;
+
+typedef struct {
+    int fd, closed; /* closed: the peer ended its side after its last operation with this rank */
+    /* inbound: a header being read, then its payload into the receive it matched */
+    msg in;
+    size_t in_off;
+    op *in_op;
+    size_t in_payload_off;
+    msg rtr[16]; /* ready-to-receive notes not yet met by a send */
+    int n_rtr;
+    out_item *out_head, *out_tail;
+} link_t;
+
+typedef struct group {
+    op *ops;
+    int n, cap;
+    /* an all-reduce's sum, done once its transfers are: parts[q] (q != rank) summed in rank order */
+    float *sum_dst;
+    float **parts;
+    size_t sum_n;
+    struct group *next;
+} group;
+
+struct ncclComm {
+    int rank, world, blocking, init_done, listen_fd;
+    ncclUniqueId id;
+    link_t p[MAX_RANKS];
+    group *head, *tail; /* in flight, in issue order */
+    ncclResult_t async;
+    char last[512];
+    long n_ops;
+    double init_deadline;
+};
+
+static struct {
+    int depth;
+    group *g;
+    ncclComm_t comm;
+} grp;
+
+int dp_nccl_double_host_memory(void) { return 1; }
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static ncclResult_t fail(ncclComm_t c, ncclResult_t r, const char *fmt, ...) {
+    if (c->async == ncclSuccess || c->async == ncclInProgress) {
+        va_list ap;
+        va_start(ap, fmt);
+        int k = snprintf(c->last, sizeof c->last, "nccl test double: rank %d: ", c->rank);
+        vsnprintf(c->last + k, sizeof c->last - (size_t)k, fmt, ap);
+        va_end(ap);
+        c->async = r;
+    }
+    return r;
+}
+
+/* ---- faults ---- */
+static int fault(const char *kind, int rank, long index) {
+    const char *f = getenv("DP_NCCL_DOUBLE_FAULT");
+    if (!f) return 0;
+    char k[32];
+    int r;
+    long i;
+    if (sscanf(f, "%31[^@]@%d:%ld", k, &r, &i) != 3) return 0;
+    return strcmp(k, kind) == 0 && r == rank && (i == index || index < 0);
+}
+
+static size_t type_size(ncclDataType_t t) {
+    switch (t) {
+    case ncclInt8: case ncclUint8: return 1;
+    case ncclFloat16: case ncclBfloat16: return 2;
+    case ncclInt32: case ncclUint32: case ncclFloat32: return 4;
+    case ncclInt64: case ncclUint64: case ncclFloat64: return 8;
+    default: return 0;
+    }
+}
+
+/* ---- sockets ---- */
+static void addr_of(const ncclUniqueId *id, int rank, struct sockaddr_un *a, socklen_t *len) {
+    memset(a, 0, sizeof *a);
+    a->sun_family = AF_UNIX;
+    /* abstract namespace: a leading NUL, then the id's text */
+    int k = snprintf(a->sun_path + 1, sizeof a->sun_path - 1, "%.80s-r%d", id->internal, rank);
+    *len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)k);
+}
+
+static int nonblock(int fd) { return fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK); }
+
+static void enqueue(ncclComm_t c, int q, const msg *h, const char *payload) {
+    out_item *it = calloc(1, sizeof *it);
+    if (!it) {
+        fail(c, ncclSystemError, "out of memory queueing a message to rank %d", q);
+        return;
+    }
+    it->h = *h;
+    it->payload = payload;
+    it->len = sizeof(msg) + (payload ? h->bytes : 0);
+    if (c->p[q].out_tail) c->p[q].out_tail->next = it;
+    else c->p[q].out_head = it;
+    c->p[q].out_tail = it;
+}
+
+static msg header(ncclComm_t c, uint32_t type, const op *o) {
+    msg h;
+    memset(&h, 0, sizeof h);
+    h.magic = MAGIC, h.type = type, h.from = c->rank, h.world = c->world;
+    if (o) {
+        h.index = o->index, h.count = o->count, h.dtype = (int32_t)o->dtype;
+        h.bytes = type == MSG_DATA ? o->bytes : 0;
+        memcpy(h.what, o->what, WHAT);
+    }
+    return h;
+}
+
+/* Writes what the socket takes; 0, or -1 after recording the failure. */
+static int flush_out(ncclComm_t c, int q) {
+    link_t *p = &c->p[q];
+    while (p->out_head) {
+        out_item *it = p->out_head;
+        const char *src;
+        size_t avail;
+        if (it->off < sizeof(msg)) src = (const char *)&it->h + it->off, avail = sizeof(msg) - it->off;
+        else src = it->payload + (it->off - sizeof(msg)), avail = it->len - it->off;
+        ssize_t w = send(p->fd, src, avail, MSG_NOSIGNAL);
+        if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return 0;
+        if (w <= 0) {
+            fail(c, ncclRemoteError, "the connection to rank %d closed while sending (rank %d exited, was killed or "
+                 "aborted)", q, q);
+            return -1;
+        }
+        it->off += (size_t)w;
+        if (it->off < it->len) continue;
+        p->out_head = it->next;
+        if (!p->out_head) p->out_tail = NULL;
+        free(it);
+    }
+    return 0;
+}
+
+/* The first receive from q in flight that has not got its data. */
+static op *pending_recv(ncclComm_t c, int q) {
+    for (group *g = c->head; g; g = g->next)
+        for (int i = 0; i < g->n; i++)
+            if (g->ops[i].kind == OP_RECV && g->ops[i].peer == q && g->ops[i].started && !g->ops[i].done)
+                return &g->ops[i];
+    return NULL;
+}
+
+/* Whether a send to q in flight still waits for q's ready-to-receive note. */
+static int awaits(ncclComm_t c, int q) {
+    for (group *g = c->head; g; g = g->next)
+        for (int i = 0; i < g->n; i++)
+            if (g->ops[i].kind == OP_SEND && g->ops[i].peer == q && !g->ops[i].done) return 1;
+    return 0;
+}
+
+/* Reads what has arrived from q. */
+static int read_in(ncclComm_t c, int q) {
+    link_t *p = &c->p[q];
+    for (;;) {
+        char *dst;
+        size_t want;
+        if (p->in_off < sizeof(msg)) dst = (char *)&p->in + p->in_off, want = sizeof(msg) - p->in_off;
+        else dst = p->in_op->buf + p->in_payload_off, want = p->in.bytes - p->in_payload_off;
+        ssize_t r = want ? recv(p->fd, dst, want, 0) : 0;
+        if (want && r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return 0;
+        if (want && r == 0 && p->in_off == 0 && !p->out_head && !pending_recv(c, q) && !awaits(c, q)) {
+            p->closed = 1; /* a peer that finished: an error only if an operation needs it later */
+            return 0;
+        }
+        if (want && r <= 0) {
+            op *o = pending_recv(c, q);
+            fail(c, ncclRemoteError, "the connection to rank %d closed (rank %d exited, was killed or aborted%s%s)%s%s",
+                 q, q, r < 0 ? "; " : "", r < 0 ? strerror(errno) : "", o ? " while this rank waited for its data for " : "",
+                 o ? o->what : "");
+            return -1;
+        }
+        if (p->in_off < sizeof(msg)) {
+            p->in_off += (size_t)r;
+            if (p->in_off < sizeof(msg)) continue;
+            if (p->in.magic != MAGIC || p->in.from != q) {
+                fail(c, ncclInternalError, "a garbled message from rank %d", q);
+                return -1;
+            }
+            if (p->in.type == MSG_RTR) {
+                if (p->n_rtr == 16) {
+                    fail(c, ncclInternalError, "rank %d posted more than 16 receives that this rank never met", q);
+                    return -1;
+                }
+                p->rtr[p->n_rtr++] = p->in;
+                p->in_off = 0;
+                continue;
+            }
+            if (p->in.type != MSG_DATA) {
+                fail(c, ncclInternalError, "an unexpected message (type %u) from rank %d", p->in.type, q);
+                return -1;
+            }
+            p->in_op = pending_recv(c, q);
+            if (!p->in_op || p->in_op->bytes != p->in.bytes) {
+                fail(c, ncclInternalError, "data from rank %d (%s) that no receive here asked for", q, p->in.what);
+                return -1;
+            }
+            p->in_payload_off = 0;
+        } else {
+            p->in_payload_off += (size_t)r;
+        }
+        if (p->in_payload_off == p->in.bytes) {
+            p->in_op->done = 1;
+            p->in_off = 0, p->in_op = NULL;
+        }
+    }
+}
+
+/* A send meets the receiver's ready-to-receive note: the checker. */
+static int match_send(ncclComm_t c, op *o) {
+    link_t *p = &c->p[o->peer];
+    if (!p->n_rtr) return 0;
+    const msg *r = &p->rtr[0];
+    if (r->count != o->count || r->dtype != (int32_t)o->dtype || strcmp(r->what, o->what) != 0) {
+        fail(c, ncclInvalidUsage, "mismatched operations: this rank's operation %ld sends rank %d %s, but rank %d's "
+             "operation %ld waits to receive %s from it", o->index, o->peer, o->what, o->peer, (long)r->index, r->what);
+        return -1;
+    }
+    memmove(p->rtr, p->rtr + 1, (size_t)(--p->n_rtr) * sizeof(msg));
+    msg h = header(c, MSG_DATA, o);
+    enqueue(c, o->peer, &h, o->buf);
+    o->done = 1; /* the bytes are queued; the caller keeps buf until the group completes */
+    return 0;
+}
+
+static void sum_parts(group *g, int world, int me) {
+    /* rank order, as dptrain's canonical order does for its own sums */
+    for (size_t i = 0; i < g->sum_n; i++) {
+        float s = 0;
+        for (int q = 0; q < world; q++) s += q == me ? g->sum_dst[i] : g->parts[q][i];
+        g->parts[me][i] = s;
+    }
+    memcpy(g->sum_dst, g->parts[me], g->sum_n * sizeof(float));
+}
+
+static void group_free(group *g) {
+    if (!g) return;
+    if (g->parts)
+        for (int q = 0; q < MAX_RANKS; q++) free(g->parts[q]);
+    free(g->parts);
+    free(g->ops);
+    free(g);
+}
+
+/* One round of progress: init, then the groups in flight. */
+static void progress(ncclComm_t c, int wait_ms) {
+    if (c->async != ncclSuccess && c->async != ncclInProgress) return;
+    if (!c->init_done) {
+        /* connect to every lower rank (retrying until it listens), accept every higher one */
+        int missing = 0;
+        for (int q = 0; q < c->world; q++) {
+            if (q == c->rank || c->p[q].fd >= 0) continue;
+            missing++;
+            if (q < c->rank) {
+                int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+                struct sockaddr_un a;
+                socklen_t len;
+                addr_of(&c->id, q, &a, &len);
+                if (fd >= 0 && connect(fd, (struct sockaddr *)&a, len) == 0) {
+                    msg h = header(c, MSG_HELLO, NULL);
+                    if (send(fd, &h, sizeof h, MSG_NOSIGNAL) == (ssize_t)sizeof h && nonblock(fd) == 0) {
+                        c->p[q].fd = fd, missing--;
+                        continue;
+                    }
+                }
+                if (fd >= 0) close(fd);
+            }
+        }
+        struct pollfd pf = {.fd = c->listen_fd, .events = POLLIN};
+        while (missing && poll(&pf, 1, 0) == 1) {
+            int fd = accept4(c->listen_fd, NULL, NULL, SOCK_CLOEXEC);
+            if (fd < 0) break;
+            msg h;
+            /* the connecting rank sent its hello before this accept could see it */
+            if (recv(fd, &h, sizeof h, MSG_WAITALL) != (ssize_t)sizeof h || h.magic != MAGIC || h.type != MSG_HELLO ||
+                h.from <= c->rank || h.from >= c->world || c->p[h.from].fd >= 0) {
+                close(fd);
+                continue;
+            }
+            if (h.world != c->world) {
+                close(fd);
+                fail(c, ncclInvalidUsage, "rank %d joined with %d ranks, this rank with %d", h.from, h.world, c->world);
+                return;
+            }
+            nonblock(fd);
+            c->p[h.from].fd = fd, missing--;
+        }
+        if (missing) {
+            if (now_s() > c->init_deadline)
+                fail(c, ncclSystemError, "%d of the %d other ranks never connected within 300 s", missing, c->world - 1);
+            else if (wait_ms) usleep(1000);
+            return;
+        }
+        c->init_done = 1;
+        if (c->async == ncclInProgress) c->async = ncclSuccess;
+    }
+    if (!c->head) return;
+    for (int i = 0; i < c->head->n; i++)
+        if (fault("stall", c->rank, c->head->ops[i].index)) {
+            if (wait_ms) usleep(1000);
+            return;
+        }
+    /* start the oldest group's operations (later groups wait: NCCL runs groups in order) */
+    group *g = c->head;
+    for (int i = 0; i < g->n; i++) {
+        op *o = &g->ops[i];
+        if (o->started) continue;
+        o->started = 1;
+        if (o->kind == OP_COPY) {
+            if (o->bytes && o->buf != o->src) memmove(o->buf, o->src, o->bytes);
+            o->done = 1;
+        } else if (o->kind == OP_RECV) {
+            msg h = header(c, MSG_RTR, o);
+            enqueue(c, o->peer, &h, NULL);
+        }
+        if (o->kind != OP_COPY && c->p[o->peer].closed) {
+            fail(c, ncclRemoteError, "rank %d has closed its connection (it exited or aborted) before this rank's %s",
+                 o->peer, o->what);
+            return;
+        }
+    }
+    struct pollfd pf[MAX_RANKS];
+    int np = 0, who[MAX_RANKS];
+    for (int q = 0; q < c->world; q++) {
+        if (q == c->rank || c->p[q].closed) continue;
+        pf[np] = (struct pollfd){.fd = c->p[q].fd, .events = (short)(POLLIN | (c->p[q].out_head ? POLLOUT : 0))};
+        who[np++] = q;
+    }
+    poll(pf, (nfds_t)np, wait_ms);
+    for (int k = 0; k < np; k++) {
+        if ((pf[k].revents & (POLLIN | POLLHUP | POLLERR)) && read_in(c, who[k]) < 0) return;
+        if (flush_out(c, who[k]) < 0) return;
+    }
+    int left = 0;
+    for (int i = 0; i < g->n; i++) {
+        op *o = &g->ops[i];
+        if (o->kind == OP_SEND && !o->done && match_send(c, o) < 0) return;
+        left += !o->done;
+    }
+    for (int q = 0; q < c->world; q++)
+        if (q != c->rank && !c->p[q].closed && flush_out(c, q) < 0) return;
+    int queued = 0; /* sends complete once their bytes have left */
+    for (int q = 0; q < c->world; q++) queued += q != c->rank && c->p[q].out_head != NULL;
+    if (left || queued) return;
+    if (g->sum_dst) sum_parts(g, c->world, c->rank);
+    c->head = g->next;
+    if (!c->head) c->tail = NULL;
+    group_free(g);
+}
+
+/* ---- the API ---- */
+ncclResult_t ncclGetVersion(int *version) {
+    if (!version) return ncclInvalidArgument;
+    *version = NCCL_VERSION_CODE;
+    return ncclSuccess;
+}
+
+ncclResult_t ncclGetUniqueId(ncclUniqueId *id) {
+    if (!id) return ncclInvalidArgument;
+    memset(id, 0, sizeof *id);
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    snprintf(id->internal, sizeof id->internal, "dp-nccl-double-%d-%ld-%ld", (int)getpid(), (long)ts.tv_sec,
+             ts.tv_nsec);
+    return ncclSuccess;
+}
+
+const char *ncclGetErrorString(ncclResult_t r) {
+    switch (r) {
+    case ncclSuccess: return "no error";
+    case ncclUnhandledCudaError: return "unhandled cuda error";
+    case ncclSystemError: return "unhandled system error";
+    case ncclInternalError: return "internal error";
+    case ncclInvalidArgument: return "invalid argument";
+    case ncclInvalidUsage: return "invalid usage";
+    case ncclRemoteError: return "remote process exited or there was a network error";
+    case ncclInProgress: return "NCCL operation in progress";
+    default: return "unknown result code";
+    }
+}
+
+const char *ncclGetLastError(ncclComm_t c) { return c ? c->last : ""; }
+
+ncclResult_t ncclCommInitRankConfig(ncclComm_t *out, int nranks, ncclUniqueId id, int rank, ncclConfig_t *config) {
+    if (!out || nranks < 1 || nranks > MAX_RANKS || rank < 0 || rank >= nranks) return ncclInvalidArgument;
+    ncclComm_t c = calloc(1, sizeof *c);
+    if (!c) return ncclSystemError;
+    c->rank = rank, c->world = nranks;
+    c->blocking = !config || config->blocking != 0;
+    c->id = id;
+    c->id.internal[sizeof c->id.internal - 1] = 0;
+    for (int q = 0; q < MAX_RANKS; q++) c->p[q].fd = -1;
+    c->init_deadline = now_s() + 300;
+    c->async = ncclInProgress;
+    *out = c;
+    c->listen_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_un a;
+    socklen_t len;
+    addr_of(&id, rank, &a, &len);
+    if (c->listen_fd < 0 || bind(c->listen_fd, (struct sockaddr *)&a, len) != 0 || listen(c->listen_fd, MAX_RANKS) != 0)
+        return fail(c, ncclSystemError, "cannot listen for the other ranks: %s", strerror(errno));
+    nonblock(c->listen_fd);
+    if (c->blocking) {
+        while (c->async == ncclInProgress) progress(c, 1);
+        return c->async;
+    }
+    progress(c, 0);
+    return c->async;
+}
+
+ncclResult_t ncclCommGetAsyncError(ncclComm_t c, ncclResult_t *r) {
+    if (!c || !r) return ncclInvalidArgument;
+    progress(c, 1);
+    *r = c->async != ncclSuccess ? c->async : (c->head ? ncclInProgress : ncclSuccess);
+    return ncclSuccess;
+}
+
+static ncclResult_t add_op(ncclComm_t c, op o) {
+    if (!c) return ncclInvalidArgument;
+    if (c->async != ncclSuccess && c->async != ncclInProgress) return c->async;
+    if (!c->init_done) return fail(c, ncclInvalidUsage, "an operation before the communicator was ready");
+    if (grp.comm && grp.comm != c) return fail(c, ncclInvalidUsage, "one group over two communicators");
+    if (!grp.g && !(grp.g = calloc(1, sizeof *grp.g))) return ncclSystemError;
+    grp.comm = c;
+    group *g = grp.g;
+    if (g->n == g->cap) {
+        int cap = g->cap ? 2 * g->cap : 8;
+        op *ops = realloc(g->ops, (size_t)cap * sizeof *ops);
+        if (!ops) return ncclSystemError;
+        g->ops = ops, g->cap = cap;
+    }
+    g->ops[g->n++] = o;
+    return ncclSuccess;
+}
+
+/* Queues the current group on its communicator; blocking communicators wait for it. */
+static ncclResult_t launch(void) {
+    group *g = grp.g;
+    ncclComm_t c = grp.comm;
+    grp.g = NULL, grp.comm = NULL;
+    if (!g) return ncclSuccess;
+    if (c->async != ncclSuccess && c->async != ncclInProgress) {
+        group_free(g);
+        return c->async;
+    }
+    if (c->tail) c->tail->next = g;
+    else c->head = g;
+    c->tail = g;
+    if (c->blocking) {
+        while (c->head && c->async == ncclSuccess) progress(c, 1);
+        return c->async;
+    }
+    progress(c, 0);
+    return c->async != ncclSuccess ? c->async : (c->head ? ncclInProgress : ncclSuccess);
+}
+
+/* A data-moving call: its number, and the faults that fire when it is issued. */
+static ncclResult_t issue(ncclComm_t c, long *index) {
+    if (!c) return ncclInvalidArgument;
+    *index = ++c->n_ops;
+    if (fault("exit", c->rank, *index)) _exit(9);
+    if (fault("error", c->rank, *index))
+        return fail(c, ncclSystemError, "injected fault at operation %ld (DP_NCCL_DOUBLE_FAULT)", *index);
+    return ncclSuccess;
+}
+
+static op make(int kind, int peer, void *buf, size_t count, ncclDataType_t t, long index, const char *what) {
+    op o;
+    memset(&o, 0, sizeof o);
+    o.kind = kind, o.peer = peer, o.buf = buf, o.count = count, o.dtype = t, o.index = index;
+    o.bytes = count * type_size(t);
+    snprintf(o.what, sizeof o.what, "%s", what);
+    return o;
+}
+
+static void describe(char *w, const char *call, size_t count, ncclDataType_t t, int root) {
+    const char *ty = t == ncclFloat32 ? "float" : t == ncclInt32 ? "int32" : "element";
+    if (root >= 0) snprintf(w, WHAT, "%s (root %d) of %zu %ss", call, root, count, ty);
+    else snprintf(w, WHAT, "%s of %zu %ss", call, count, ty);
+}
+
+/* Inside the double, group_start/group_end: calls to the exported names would go through the
+ * PLT to whichever libnccl was loaded first (the real one, in a process that has both). */
+static ncclResult_t group_start(void) {
+    grp.depth++;
+    return ncclSuccess;
+}
+
+static ncclResult_t group_end(void) {
+    if (grp.depth <= 0) return ncclInvalidUsage;
+    if (--grp.depth > 0) return ncclSuccess;
+    return launch();
+}
+
+ncclResult_t ncclGroupStart(void) { return group_start(); }
+ncclResult_t ncclGroupEnd(void) { return group_end(); }
+
+/* The calls outside ncclGroupStart/End are groups of one call. */
+#define IMPLICIT_GROUP(c, body)                  \
+    do {                                         \
+        ncclResult_t r_ = group_start();         \
+        if (r_ != ncclSuccess) return r_;        \
+        r_ = (body);                             \
+        if (r_ != ncclSuccess) {                 \
+            grp.depth--;                         \
+            group_free(grp.g);                   \
+            grp.g = NULL, grp.comm = NULL;       \
+            return r_;                           \
+        }                                        \
+        return group_end();                      \
+    } while (0)
+
+static ncclResult_t p2p(int kind, void *buf, size_t count, ncclDataType_t t, int peer, ncclComm_t c) {
+    long index;
+    ncclResult_t r = issue(c, &index);
+    if (r != ncclSuccess) return r;
+    if (!type_size(t)) return fail(c, ncclInvalidArgument, "a data type the double does not move (%d)", (int)t);
+    if (peer < 0 || peer >= c->world || peer == c->rank)
+        return fail(c, ncclInvalidArgument, "%s rank %d of %d", kind == OP_SEND ? "send to" : "receive from", peer,
+                    c->world);
+    /* the checker compares the call, the count and the type: a send describes itself as the
+       receive it must meet */
+    char w[WHAT];
+    describe(w, "send/receive", count, t, -1);
+    return add_op(c, make(kind, peer, buf, count, t, index, w));
+}
+
+ncclResult_t ncclSend(const void *buf, size_t count, ncclDataType_t t, int peer, ncclComm_t c, cudaStream_t s) {
+    (void)s;
+    if (grp.depth == 0) IMPLICIT_GROUP(c, p2p(OP_SEND, (void *)buf, count, t, peer, c));
+    return p2p(OP_SEND, (void *)buf, count, t, peer, c);
+}
+
+ncclResult_t ncclRecv(void *buf, size_t count, ncclDataType_t t, int peer, ncclComm_t c, cudaStream_t s) {
+    (void)s;
+    if (grp.depth == 0) IMPLICIT_GROUP(c, p2p(OP_RECV, buf, count, t, peer, c));
+    return p2p(OP_RECV, buf, count, t, peer, c);
+}
+
+static ncclResult_t bcast(const void *send, void *recv, size_t count, ncclDataType_t t, int root, ncclComm_t c) {
+    long index;
+    ncclResult_t r = issue(c, &index);
+    if (r != ncclSuccess) return r;
+    if (!type_size(t) || root < 0 || root >= c->world)
+        return fail(c, ncclInvalidArgument, "broadcast: type %d, root %d of %d", (int)t, root, c->world);
+    char w[WHAT];
+    describe(w, "broadcast", count, t, root);
+    if (c->rank == root) {
+        op cp = make(OP_COPY, root, recv, count, t, index, w);
+        cp.src = send;
+        if ((r = add_op(c, cp)) != ncclSuccess) return r;
+        for (int q = 0; q < c->world && r == ncclSuccess; q++)
+            if (q != root) r = add_op(c, make(OP_SEND, q, (void *)send, count, t, index, w));
+        return r;
+    }
+    return add_op(c, make(OP_RECV, root, recv, count, t, index, w));
+}
+
+ncclResult_t ncclBroadcast(const void *send, void *recv, size_t count, ncclDataType_t t, int root, ncclComm_t c,
+                           cudaStream_t s) {
+    (void)s;
+    if (grp.depth == 0) IMPLICIT_GROUP(c, bcast(send, recv, count, t, root, c));
+    return bcast(send, recv, count, t, root, c);
+}
+
+static ncclResult_t gather_all(const void *send, void *recv, size_t count, ncclDataType_t t, ncclComm_t c) {
+    long index;
+    ncclResult_t r = issue(c, &index);
+    if (r != ncclSuccess) return r;
+    const size_t sz = type_size(t);
+    if (!sz) return fail(c, ncclInvalidArgument, "all-gather: type %d", (int)t);
+    char w[WHAT];
+    describe(w, "all-gather", count, t, -1);
+    op cp = make(OP_COPY, c->rank, (char *)recv + (size_t)c->rank * count * sz, count, t, index, w);
+    cp.src = send;
+    if ((r = add_op(c, cp)) != ncclSuccess) return r;
+    for (int q = 0; q < c->world && r == ncclSuccess; q++) {
+        if (q == c->rank) continue;
+        r = add_op(c, make(OP_SEND, q, (void *)send, count, t, index, w));
+        if (r == ncclSuccess) r = add_op(c, make(OP_RECV, q, (char *)recv + (size_t)q * count * sz, count, t, index, w));
+    }
+    return r;
+}
+
+ncclResult_t ncclAllGather(const void *send, void *recv, size_t count, ncclDataType_t t, ncclComm_t c,
+                           cudaStream_t s) {
+    (void)s;
+    if (grp.depth == 0) IMPLICIT_GROUP(c, gather_all(send, recv, count, t, c));
+    return gather_all(send, recv, count, t, c);
+}
+
+/* Sum only, float only (all dptrain asks of it: its barrier); every rank's buffer to every
+ * rank, added in rank order. */
+static ncclResult_t all_reduce(const void *send, void *recv, size_t count, ncclDataType_t t, ncclRedOp_t red,
+                               ncclComm_t c) {
+    long index;
+    ncclResult_t r = issue(c, &index);
+    if (r != ncclSuccess) return r;
+    if (t != ncclFloat32 || red != ncclSum)
+        return fail(c, ncclInvalidArgument, "all-reduce: the double adds floats only (type %d, op %d)", (int)t, (int)red);
+    if (grp.g && grp.g->sum_dst) return fail(c, ncclInvalidUsage, "two all-reduces in one group (not in the double)");
+    char w[WHAT];
+    describe(w, "all-reduce", count, t, -1);
+    op cp = make(OP_COPY, c->rank, recv, count, t, index, w);
+    cp.src = send;
+    if ((r = add_op(c, cp)) != ncclSuccess) return r;
+    group *g = grp.g;
+    g->parts = calloc(MAX_RANKS, sizeof *g->parts);
+    if (!g->parts) return ncclSystemError;
+    g->sum_dst = recv, g->sum_n = count;
+    for (int q = 0; q < c->world; q++) {
+        g->parts[q] = malloc(count ? count * sizeof(float) : 1);
+        if (!g->parts[q]) return ncclSystemError;
+    }
+    for (int q = 0; q < c->world && r == ncclSuccess; q++) {
+        if (q == c->rank) continue;
+        r = add_op(c, make(OP_SEND, q, (void *)send, count, t, index, w));
+        if (r == ncclSuccess) r = add_op(c, make(OP_RECV, q, g->parts[q], count, t, index, w));
+    }
+    return r;
+}
+
+ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count, ncclDataType_t t, ncclRedOp_t red,
+                           ncclComm_t c, cudaStream_t s) {
+    (void)s;
+    if (grp.depth == 0) IMPLICIT_GROUP(c, all_reduce(send, recv, count, t, red, c));
+    return all_reduce(send, recv, count, t, red, c);
+}
+
+static void comm_free(ncclComm_t c) {
+    for (int q = 0; q < MAX_RANKS; q++) {
+        if (c->p[q].fd >= 0) close(c->p[q].fd);
+        for (out_item *it = c->p[q].out_head, *n; it; it = n) n = it->next, free(it);
+    }
+    if (c->listen_fd >= 0) close(c->listen_fd);
+    for (group *g = c->head, *n; g; g = n) n = g->next, group_free(g);
+    free(c);
+}
+
+ncclResult_t ncclCommFinalize(ncclComm_t c) {
+    if (!c) return ncclInvalidArgument;
+    if (c->blocking)
+        while (c->head && c->async == ncclSuccess) progress(c, 1);
+    return c->async != ncclSuccess ? c->async : (c->head ? ncclInProgress : ncclSuccess);
+}
+
+ncclResult_t ncclCommDestroy(ncclComm_t c) {
+    if (!c) return ncclInvalidArgument;
+    comm_free(c);
+    return ncclSuccess;
+}
+
+ncclResult_t ncclCommAbort(ncclComm_t c) {
+    if (!c) return ncclSuccess;
+    if (fault("abort-blocks", c->rank, -1))
+        for (;;) pause();
+    comm_free(c);
+    return ncclSuccess;
+}

@@ -1,0 +1,316 @@
+/* test_nccl_double.c: the NCCL backend with 2, 3, 4 and 8 ranks on a machine without a GPU,
+ * through the NCCL test double (tests/nccl_double/, LD_PRELOAD'ed into each dptrain rank):
+ * bitwise equal to `--backend sim --replicas N` for DDP, DP, lenet-bn with --sync-bn,
+ * --accumulate 2 and a resume at another world size; a killed rank and a stalled rank end every
+ * survivor within --timeout plus 5 s, naming the rank; and the double's own checker, which
+ * names both ranks when they issue different operations (called here through dlopen). */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <arpa/inet.h>
+#include <dlfcn.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "dp_config.h"
+#include "testutil.h"
+
+#if DP_HAVE_NCCL
+#include <nccl.h>
+
+static const char *lib(void) {
+    const char *p = getenv("DP_NCCL_DOUBLE");
+    assert_non_null(p);
+    return p;
+}
+
+static int free_port(void) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK), .sin_port = 0};
+    socklen_t len = sizeof a;
+    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+/* Runs world dptrain ranks with torchrun's variables and the double; each rank's output in
+ * DIR/rankR.log and its exit status in codes[r]. The ranks run under `timeout` (a hang fails
+ * the test, never the CI job). Returns the seconds the slowest rank took. */
+static double run_ranks(const char *dir, int world, const char *fault, int codes[], const char *args_fmt, ...) {
+    char args[2048];
+    va_list ap;
+    va_start(ap, args_fmt);
+    vsnprintf(args, sizeof args, args_fmt, ap);
+    va_end(ap);
+    char *out = NULL;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    tu_sh(&out,
+          "mkdir -p %s && cd %s && pids= && for r in $(seq 0 %d); do "
+          "RANK=$r WORLD_SIZE=%d LOCAL_RANK=$r LOCAL_WORLD_SIZE=%d MASTER_ADDR=127.0.0.1 MASTER_PORT=%d "
+          "LD_PRELOAD=%s ASAN_OPTIONS=verify_asan_link_order=0:$ASAN_OPTIONS %s%s "
+          "timeout -s KILL 240 %s train --backend nccl --device cpu --no-progress --threads 1 %s > rank$r.log 2>&1 & "
+          "pids=\"$pids $!\"; done; r=0; for p in $pids; do wait $p; echo \"rank $r exit $?\"; r=$((r+1)); done",
+          dir, dir, world - 1, world, world, free_port(), lib(), fault ? "DP_NCCL_DOUBLE_FAULT=" : "", fault ? fault : "",
+          getenv("DPTRAIN"), args);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    for (int r = 0; r < world; r++) {
+        char key[32];
+        snprintf(key, sizeof key, "rank %d exit ", r);
+        const char *at = out ? strstr(out, key) : NULL;
+        codes[r] = at ? atoi(at + strlen(key)) : -1;
+    }
+    free(out);
+    return (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+}
+
+static char *rank_log(const char *dir, int r) {
+    char *out = NULL;
+    tu_sh(&out, "cat %s/rank%d.log", dir, r);
+    return out;
+}
+
+static void expect_all_ok(const char *dir, int world, const int codes[]) {
+    int bad = 0;
+    for (int r = 0; r < world; r++) bad |= codes[r] != 0;
+    for (int r = 0; r < world && bad; r++) {
+        char *log = rank_log(dir, r);
+        fprintf(stderr, "rank %d of %d exited %d:\n%s\n", r, world, codes[r], log ? log : "");
+        free(log);
+    }
+    assert_false(bad);
+}
+
+#define DATA "--dataset synthetic --samples 384 --batch-size 64 --seed 5"
+
+/* nccl with `world` ranks against the sim with as many replicas, the same flags: bitwise. */
+static void nccl_equals_sim(const char *tag, int world, const char *flags) {
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s", tu_path(tag));
+    int codes[16];
+    run_ranks(dir, world, NULL, codes, "%s %s --save nccl.ckpt", DATA, flags);
+    expect_all_ok(dir, world, codes);
+    char *out = NULL;
+    int rc = tu_run_dptrain(&out, "train --backend sim --replicas %d --no-progress --threads 1 %s %s --save %s/sim.ckpt",
+                            world, DATA, flags, dir);
+    if (rc != 0) fprintf(stderr, "%s\n", out ? out : "");
+    assert_int_equal(rc, 0);
+    free(out);
+    char a[600], b[600];
+    snprintf(a, sizeof a, "%s/nccl.ckpt", dir), snprintf(b, sizeof b, "%s/sim.ckpt", dir);
+    const char *diff = tu_ckpt_diff(a, b);
+    if (diff) fprintf(stderr, "%s, %d ranks, %s: %s\n", tag, world, flags, diff);
+    assert_null(diff);
+}
+
+static void test_ddp_2_3_4_8_ranks_equal_the_sim(void **state) {
+    (void)state;
+    const int worlds[] = {2, 3, 4, 8};
+    for (int i = 0; i < 4; i++) nccl_equals_sim("ddp", worlds[i], "--epochs 1");
+}
+
+static void test_dp_2_4_ranks_equal_the_sim(void **state) {
+    (void)state;
+    nccl_equals_sim("dp2", 2, "--epochs 1 --mode dp");
+    nccl_equals_sim("dp4", 4, "--epochs 1 --mode dp");
+}
+
+static void test_sync_bn_and_accumulate_equal_the_sim(void **state) {
+    (void)state;
+    nccl_equals_sim("syncbn", 2, "--epochs 1 --model lenet-bn --sync-bn");
+    nccl_equals_sim("syncbn3", 3, "--epochs 1 --model lenet-bn --sync-bn");
+    nccl_equals_sim("bn-dp", 2, "--epochs 1 --model lenet-bn --mode dp");
+    nccl_equals_sim("accum", 4, "--epochs 1 --accumulate 2");
+}
+
+/* Two ranks for the first epoch, four for the second, from the first's checkpoint: the same
+ * bits as the sim's four replicas for both (replica counts do not change the bits). */
+static void test_resume_at_another_world_size(void **state) {
+    (void)state;
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s", tu_path("resume"));
+    int codes[4];
+    run_ranks(dir, 2, NULL, codes, "%s --epochs 1 --checkpoint ck", DATA);
+    expect_all_ok(dir, 2, codes);
+    run_ranks(dir, 4, NULL, codes, "%s --epochs 2 --checkpoint ck --resume ck --save nccl.ckpt", DATA);
+    expect_all_ok(dir, 4, codes);
+    char *out = NULL;
+    assert_int_equal(tu_run_dptrain(&out, "train --backend sim --replicas 4 --no-progress --threads 1 %s --epochs 2 "
+                                          "--save %s/sim.ckpt", DATA, dir), 0);
+    free(out);
+    char a[600], b[600];
+    snprintf(a, sizeof a, "%s/nccl.ckpt", dir), snprintf(b, sizeof b, "%s/sim.ckpt", dir);
+    assert_null(tu_ckpt_diff(a, b));
+}
+
+/* A rank killed (exit 9 at its 40th collective call) or stalled (its 40th never completes):
+ * every survivor ends within --timeout + 5 s with exit 1, naming a rank and the collective. */
+static void faulted_run(const char *tag, const char *fault, int victim, double timeout, const char *expect,
+                        const char *alt) {
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s", tu_path(tag));
+    int codes[3];
+    double took = run_ranks(dir, 3, fault, codes, "%s --epochs 3 --timeout %.0f", DATA, timeout);
+    if (took > timeout + 5) fprintf(stderr, "%s: the ranks took %.1f s (--timeout %.0f)\n", tag, took, timeout);
+    assert_true(took <= timeout + 5);
+    for (int r = 0; r < 3; r++) {
+        char *log = rank_log(dir, r);
+        if (r == victim && strcmp(tag, "killed") == 0) {
+            assert_int_equal(codes[r], 9);
+        } else {
+            /* the rank and the collective (nccl.c), the step (the trainer), and the cause: the dead
+               rank named, or the deadline (a stalled rank's own deadline may end it first, and its
+               exit then reaches the others as a closed connection) */
+            const int named = tu_contains(log, expect) || (alt && tu_contains(log, alt));
+            const int where = tu_contains(log, "nccl: rank") && tu_contains(log, "(epoch ") && tu_contains(log, "step ");
+            if (codes[r] != 1 || !named || !where)
+                fprintf(stderr, "%s: rank %d exited %d:\n%s\n", tag, r, codes[r], log ? log : "");
+            assert_int_equal(codes[r], 1);
+            assert_true(named);
+            assert_true(where);
+        }
+        free(log);
+    }
+}
+
+static void test_killed_rank_ends_every_survivor(void **state) {
+    (void)state;
+    faulted_run("killed", "exit@1:40", 1, 20, "rank 1", NULL);
+}
+
+static void test_stalled_rank_ends_every_survivor(void **state) {
+    (void)state;
+    faulted_run("stalled", "stall@1:40", 1, 6, "--timeout", "connection to rank 1 closed");
+}
+
+/* ---- the double itself, through dlopen ---- */
+typedef struct {
+    void *h;
+    ncclResult_t (*get_id)(ncclUniqueId *);
+    ncclResult_t (*init)(ncclComm_t *, int, ncclUniqueId, int, ncclConfig_t *);
+    ncclResult_t (*async_error)(ncclComm_t, ncclResult_t *);
+    const char *(*last_error)(ncclComm_t);
+    ncclResult_t (*bcast)(const void *, void *, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t);
+    ncclResult_t (*allgather)(const void *, void *, size_t, ncclDataType_t, ncclComm_t, cudaStream_t);
+    ncclResult_t (*allreduce)(const void *, void *, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t, cudaStream_t);
+    ncclResult_t (*destroy)(ncclComm_t);
+} api;
+
+static api load(void) {
+    api a;
+    a.h = dlopen(lib(), RTLD_NOW | RTLD_LOCAL);
+    assert_non_null(a.h);
+    *(void **)&a.get_id = dlsym(a.h, "ncclGetUniqueId");
+    *(void **)&a.init = dlsym(a.h, "ncclCommInitRankConfig");
+    *(void **)&a.async_error = dlsym(a.h, "ncclCommGetAsyncError");
+    *(void **)&a.last_error = dlsym(a.h, "ncclGetLastError");
+    *(void **)&a.bcast = dlsym(a.h, "ncclBroadcast");
+    *(void **)&a.allgather = dlsym(a.h, "ncclAllGather");
+    *(void **)&a.allreduce = dlsym(a.h, "ncclAllReduce");
+    *(void **)&a.destroy = dlsym(a.h, "ncclCommDestroy");
+    assert_true(a.get_id && a.init && a.async_error && a.last_error && a.bcast && a.allgather && a.allreduce && a.destroy);
+    return a;
+}
+
+/* Polls a non-blocking call to its end (10 s at most); the final result. */
+static ncclResult_t settle(const api *a, ncclComm_t c, ncclResult_t r) {
+    time_t t0 = time(NULL);
+    while (r == ncclInProgress && time(NULL) - t0 < 10) a->async_error(c, &r);
+    return r;
+}
+
+/* Rank `rank` of 2 in a child: what `body` returns is its exit status. */
+static pid_t child(const api *a, ncclUniqueId id, int rank, int (*body)(const api *, ncclComm_t, int)) {
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid) return pid;
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    cfg.blocking = 0;
+    ncclComm_t c = NULL;
+    ncclResult_t r = a->init(&c, 2, id, rank, &cfg);
+    if (r != ncclInProgress && r != ncclSuccess) _exit(20);
+    if (settle(a, c, r) != ncclSuccess) _exit(21);
+    _exit(body(a, c, rank));
+}
+
+static int exit_of(pid_t pid) {
+    int st = 0;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 100 + WTERMSIG(st);
+}
+
+static int sums_in_rank_order(const api *a, ncclComm_t c, int rank) {
+    float v[3] = {1.0f + (float)rank, 2.0f, 1e8f * (float)(rank == 0 ? 1 : -1)};
+    if (settle(a, c, a->allreduce(v, v, 3, ncclFloat, ncclSum, c, NULL)) != ncclSuccess) return 2;
+    float g[4] = {0};
+    if (settle(a, c, a->allgather(v, g, 2, ncclFloat, c, NULL)) != ncclSuccess) return 3;
+    return v[0] == 3.0f && v[1] == 4.0f && v[2] == 0.0f && g[0] == 3.0f && g[2] == 3.0f ? 0 : 4;
+}
+
+static void test_double_moves_and_sums(void **state) {
+    (void)state;
+    api a = load();
+    ncclUniqueId id;
+    assert_int_equal(a.get_id(&id), ncclSuccess);
+    pid_t p0 = child(&a, id, 0, sums_in_rank_order), p1 = child(&a, id, 1, sums_in_rank_order);
+    assert_int_equal(exit_of(p0), 0);
+    assert_int_equal(exit_of(p1), 0);
+    dlclose(a.h);
+}
+
+/* Rank 0 broadcasts while rank 1 gathers: the checker fails rank 0 at once, naming both. */
+static int mismatched(const api *a, ncclComm_t c, int rank) {
+    float v[4] = {0}, g[8];
+    ncclResult_t r = rank == 0 ? a->bcast(v, v, 4, ncclFloat, 0, c, NULL) : a->allgather(v, g, 4, ncclFloat, c, NULL);
+    r = settle(a, c, r);
+    if (rank == 0) {
+        const char *m = a->last_error(c);
+        fprintf(stderr, "rank 0: %s\n", m);
+        return r == ncclInvalidUsage && strstr(m, "rank 0") && strstr(m, "rank 1") && strstr(m, "broadcast") &&
+                       strstr(m, "all-gather")
+                   ? 0
+                   : 5;
+    }
+    /* rank 1 waits for rank 0, which exits: its connection closes */
+    return r == ncclRemoteError && strstr(a->last_error(c), "rank 0") ? 0 : 6;
+}
+
+static void test_checker_names_both_ranks(void **state) {
+    (void)state;
+    api a = load();
+    ncclUniqueId id;
+    assert_int_equal(a.get_id(&id), ncclSuccess);
+    time_t t0 = time(NULL);
+    pid_t p0 = child(&a, id, 0, mismatched), p1 = child(&a, id, 1, mismatched);
+    assert_int_equal(exit_of(p0), 0);
+    assert_int_equal(exit_of(p1), 0);
+    assert_true(time(NULL) - t0 < 5); /* at once, not after a timeout */
+    dlclose(a.h);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_double_moves_and_sums),
+        cmocka_unit_test(test_checker_names_both_ranks),
+        cmocka_unit_test(test_ddp_2_3_4_8_ranks_equal_the_sim),
+        cmocka_unit_test(test_dp_2_4_ranks_equal_the_sim),
+        cmocka_unit_test(test_sync_bn_and_accumulate_equal_the_sim),
+        cmocka_unit_test(test_resume_at_another_world_size),
+        cmocka_unit_test(test_killed_rank_ends_every_survivor),
+        cmocka_unit_test(test_stalled_rank_ends_every_survivor),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
+#else
+int main(void) {
+    fprintf(stderr, "test_nccl_double: this build has no NCCL headers (the double implements nccl.h)\n");
+    return 77;
+}
+#endif
