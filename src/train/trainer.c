@@ -69,11 +69,12 @@ static dp_status map_buckets(dp_trainer *t) {
 
 static dp_status load_data(dp_trainer *t) {
     dp_config *c = &t->cfg;
-    /* the weights' file first: a FIFO or a directory there is named before a missing data set */
+    /* the weights' file first: a FIFO or a missing file there is named before a missing data set
+       (a directory is left to the checkpoint reader, which names the newest checkpoint in it) */
     const char *from = c->eval_only ? c->load_path : c->init_path;
-    if (from) {
+    struct stat st;
+    if (from && !(stat(from, &st) == 0 && S_ISDIR(st.st_mode))) {
         FILE *f;
-        struct stat st;
         DP_TRY(dp_fopen_regular(from, c->eval_only ? "--load" : "--init-from", &f, &st));
         fclose(f);
     }
