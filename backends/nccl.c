@@ -47,6 +47,7 @@ typedef struct {
     size_t scratch_n;
     double timeout_s;
     int we_initialised_mpi;
+    int in_group; /* between ncclGroupStart and ncclGroupEnd: a failure must not abort yet */
 } nccl_impl;
 
 static nccl_impl *impl_of(dp_backend_t b) { return (nccl_impl *)b->impl; }
@@ -57,35 +58,67 @@ static double now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* Ends the communicator at once: the other ranks may be gone, so nothing waits for them. */
+static void abort_comm(nccl_impl *m) {
+    if (m->comm) ncclCommAbort(m->comm);
+    m->comm = NULL;
+}
+
+/* NCCL's last message, copied: the communicator that holds it may be aborted next. */
+static const char *last_error(const nccl_impl *m, char *buf, size_t cap) {
+    const char *last = m->comm ? ncclGetLastError(m->comm) : NULL;
+    snprintf(buf, cap, "%s%s", last && *last ? ": " : "", last ? last : "");
+    return buf;
+}
+
 /* An NCCL call's result on the non-blocking communicator: ncclInProgress is polled to the end,
- * up to the deadline; a failure names the rank, the GPU, the collective and NCCL's reason. */
+ * up to the deadline (yielding the core: NCCL's own threads may need it on a small host); a
+ * failure names the rank, the device, the collective and NCCL's reason. Inside a group the
+ * communicator is not aborted here (the group still holds its operations): GROUP_TRY ends the
+ * group first, then aborts. */
 static dp_status settle(nccl_impl *m, ncclResult_t r, const char *what) {
     const double deadline = now_s() + m->timeout_s;
-    while (r == ncclInProgress) {
+    for (long polls = 0; r == ncclInProgress; polls++) {
         if (now_s() > deadline) {
-            ncclCommAbort(m->comm);
-            m->comm = NULL;
+            if (!m->in_group) abort_comm(m);
             return dp_fail(DP_ERR_BACKEND, "nccl: rank %d (%s): %s did not complete within --timeout %.0f s (a "
                            "rank died or is stuck); the communicator was aborted", m->l.rank, m->where, what,
                            m->timeout_s);
         }
         if (ncclCommGetAsyncError(m->comm, &r) != ncclSuccess) r = ncclInvalidUsage;
+        if (r == ncclInProgress && polls > 64) {
+            const struct timespec pause = {0, 50000}; /* 50 us: the collective is already slow to come */
+            nanosleep(&pause, NULL);
+        }
     }
     if (r != ncclSuccess) {
-        const char *last = m->comm ? ncclGetLastError(m->comm) : NULL;
-        return dp_fail(DP_ERR_BACKEND, "nccl: rank %d (%s): %s failed: %s%s%s", m->l.rank, m->where, what,
-                       ncclGetErrorString(r), last && *last ? ": " : "", last ? last : "");
+        char last[600];
+        last_error(m, last, sizeof last);
+        if (!m->in_group) abort_comm(m);
+        return dp_fail(DP_ERR_BACKEND, "nccl: rank %d (%s): %s failed: %s%s", m->l.rank, m->where, what,
+                       ncclGetErrorString(r), last);
     }
     return DP_OK;
 }
 
 #define NCCL_TRY(m, call, what) DP_TRY(settle((m), (call), (what)))
-/* Inside ncclGroupStart/End: a failure closes the group before returning. */
+static dp_status group_start(nccl_impl *m, const char *what) {
+    DP_TRY(settle(m, ncclGroupStart(), what));
+    m->in_group = 1;
+    return DP_OK;
+}
+static dp_status group_end(nccl_impl *m, const char *what) {
+    m->in_group = 0;
+    return settle(m, ncclGroupEnd(), what);
+}
+/* Inside a group: a failure closes the group (its result is not waited for), then aborts. */
 #define GROUP_TRY(m, call, what)                                    \
     do {                                                            \
         dp_status g_ = settle((m), (call), (what));                 \
         if (g_ != DP_OK) {                                          \
-            ncclGroupEnd();                                         \
+            (m)->in_group = 0;                                      \
+            (void)ncclGroupEnd();                                   \
+            abort_comm(m);                                          \
             return g_;                                              \
         }                                                           \
     } while (0)
@@ -98,15 +131,14 @@ static dp_status nccl_watch(void *ctx, double waited_s) {
     ncclResult_t r = ncclSuccess;
     if (ncclCommGetAsyncError(m->comm, &r) != ncclSuccess) r = ncclInvalidUsage;
     if (r != ncclSuccess && r != ncclInProgress) {
-        const char *last = ncclGetLastError(m->comm);
-        ncclCommAbort(m->comm);
-        m->comm = NULL;
-        return dp_fail(DP_ERR_BACKEND, "nccl: rank %d (%s): a collective failed: %s%s%s; the communicator was "
-                       "aborted", m->l.rank, m->where, ncclGetErrorString(r), last && *last ? ": " : "", last ? last : "");
+        char last[600];
+        last_error(m, last, sizeof last);
+        abort_comm(m);
+        return dp_fail(DP_ERR_BACKEND, "nccl: rank %d (%s): a collective failed: %s%s; the communicator was aborted",
+                       m->l.rank, m->where, ncclGetErrorString(r), last);
     }
     if (waited_s > m->timeout_s) {
-        ncclCommAbort(m->comm);
-        m->comm = NULL;
+        abort_comm(m);
         return dp_fail(DP_ERR_BACKEND, "nccl: rank %d (%s): the GPU waited %.0f s (--timeout) for a collective (a "
                        "rank died or is stuck); the communicator was aborted", m->l.rank, m->where, waited_s);
     }
@@ -139,7 +171,7 @@ static dp_status ordered_sum(nccl_impl *m, float *buf, size_t n, int root, const
     size_t mlo, mlen;
     shard(n, w, me, &mlo, &mlen);
     /* reduce-scatter: my piece of shard k goes to rank k; rank q's piece of my shard lands in slot q */
-    NCCL_TRY(m, ncclGroupStart(), what);
+    DP_TRY(group_start(m, what));
     for (int k = 0; k < w; k++) {
         size_t lo, len;
         shard(n, w, k, &lo, &len);
@@ -147,14 +179,14 @@ static dp_status ordered_sum(nccl_impl *m, float *buf, size_t n, int root, const
         if (k != me && mlen)
             GROUP_TRY(m, ncclRecv(m->scratch + (size_t)k * piece, mlen, ncclFloat, k, m->comm, stream_of(m)), what);
     }
-    NCCL_TRY(m, ncclGroupEnd(), what);
+    DP_TRY(group_end(m, what));
     /* the fixed tree over the ranks' pieces, in rank order; my own piece stays in buf */
     float *v[w];
     for (int q = 0; q < w; q++) v[q] = q == me ? buf + mlo : m->scratch + (size_t)q * piece;
     if (mlen) m->dev->k->tree_sum(&m->dev->kc, v, w, 0, mlen, 0);
     if (v[0] != buf + mlo) DP_TRY(m->dev->copy(m->dev, buf + mlo, v[0], mlen * sizeof(float)));
     /* the finished shards: to everyone, or to the root */
-    NCCL_TRY(m, ncclGroupStart(), what);
+    DP_TRY(group_start(m, what));
     for (int k = 0; k < w; k++) {
         if (k == me) continue;
         size_t lo, len;
@@ -164,7 +196,7 @@ static dp_status ordered_sum(nccl_impl *m, float *buf, size_t n, int root, const
         if ((root < 0 || me == root) && len)
             GROUP_TRY(m, ncclRecv(buf + lo, len, ncclFloat, k, m->comm, stream_of(m)), what);
     }
-    NCCL_TRY(m, ncclGroupEnd(), what);
+    DP_TRY(group_end(m, what));
     return DP_OK;
 }
 
@@ -216,14 +248,14 @@ static dp_status nccl_gather(dp_backend_t b, const float *const *send, float *co
     const int me = m->l.rank;
     if (me == root) DP_TRY(m->dev->copy(m->dev, recv[0] + (size_t)me * n, send[0], n * sizeof(float)));
     if (m->l.world == 1 || n == 0) return DP_OK;
-    NCCL_TRY(m, ncclGroupStart(), "gather");
+    DP_TRY(group_start(m, "gather"));
     if (me == root) {
         for (int q = 0; q < m->l.world; q++)
             if (q != me) GROUP_TRY(m, ncclRecv(recv[0] + (size_t)q * n, n, ncclFloat, q, m->comm, stream_of(m)), "gather");
     } else {
         GROUP_TRY(m, ncclSend(send[0], n, ncclFloat, root, m->comm, stream_of(m)), "gather");
     }
-    NCCL_TRY(m, ncclGroupEnd(), "gather");
+    DP_TRY(group_end(m, "gather"));
     return DP_OK;
 }
 
@@ -232,14 +264,14 @@ static dp_status nccl_scatter(dp_backend_t b, const float *const *send, float *c
     const int me = m->l.rank;
     if (me == root) DP_TRY(m->dev->copy(m->dev, recv[0], send[0] + (size_t)me * n, n * sizeof(float)));
     if (m->l.world == 1 || n == 0) return DP_OK;
-    NCCL_TRY(m, ncclGroupStart(), "scatter");
+    DP_TRY(group_start(m, "scatter"));
     if (me == root) {
         for (int q = 0; q < m->l.world; q++)
             if (q != me) GROUP_TRY(m, ncclSend(send[0] + (size_t)q * n, n, ncclFloat, q, m->comm, stream_of(m)), "scatter");
     } else {
         GROUP_TRY(m, ncclRecv(recv[0], n, ncclFloat, root, m->comm, stream_of(m)), "scatter");
     }
-    NCCL_TRY(m, ncclGroupEnd(), "scatter");
+    DP_TRY(group_end(m, "scatter"));
     return DP_OK;
 }
 
@@ -254,12 +286,11 @@ static dp_status nccl_barrier(dp_backend_t b) {
 static void nccl_destroy(dp_backend_t b) {
     nccl_impl *m = impl_of(b);
     if (m->comm) {
-        if (b->failed) {
-            ncclCommAbort(m->comm); /* the other ranks may be gone: do not wait for them */
-        } else {
-            m->dev->wait(m->dev);
-            if (settle(m, ncclCommFinalize(m->comm), "finalising the communicator") == DP_OK) ncclCommDestroy(m->comm);
-            else if (m->comm) ncclCommAbort(m->comm);
+        if (b->failed || m->dev->wait(m->dev) != DP_OK) {
+            abort_comm(m); /* the other ranks may be gone: do not wait for them */
+        } else if (settle(m, ncclCommFinalize(m->comm), "finalising the communicator") == DP_OK) {
+            ncclCommDestroy(m->comm);
+            m->comm = NULL;
         }
     }
     if (m->scratch) m->dev->free(m->dev, m->scratch);

@@ -43,6 +43,12 @@ static int free_port(void) {
 /* Runs world dptrain ranks with torchrun's variables and the double; each rank's output in
  * DIR/rankR.log and its exit status in codes[r]. The ranks run under `timeout` (a hang fails
  * the test, never the CI job). Returns the seconds the slowest rank took. */
+/* Whether a message places the failure in the run: a step, an epoch's evaluation, the final one. */
+static int placed(const char *log) {
+    return tu_contains(log, "(epoch ") || tu_contains(log, "(evaluating epoch ") ||
+           tu_contains(log, "(the final evaluation)");
+}
+
 static double run_ranks(const char *dir, int world, const char *fault, int codes[], const char *args_fmt, ...) {
     char args[2048];
     va_list ap;
@@ -169,7 +175,7 @@ static void faulted_run(const char *tag, const char *fault, int victim, double t
                rank named, or the deadline (a stalled rank's own deadline may end it first, and its
                exit then reaches the others as a closed connection) */
             const int named = tu_contains(log, expect) || (alt && tu_contains(log, alt));
-            const int where = tu_contains(log, "nccl: rank") && tu_contains(log, "(epoch ") && tu_contains(log, "step ");
+            const int where = tu_contains(log, "nccl: rank") && placed(log);
             if (codes[r] != 1 || !named || !where)
                 fprintf(stderr, "%s: rank %d exited %d:\n%s\n", tag, r, codes[r], log ? log : "");
             assert_int_equal(codes[r], 1);
@@ -183,6 +189,25 @@ static void faulted_run(const char *tag, const char *fault, int victim, double t
 static void test_killed_rank_ends_every_survivor(void **state) {
     (void)state;
     faulted_run("killed", "exit@1:40", 1, 20, "rank 1", NULL);
+}
+
+/* An NCCL call that fails inside a group (rank 1's 41st: a send of the gradients' all-reduce):
+ * the group is closed before the communicator is aborted, and every rank ends within seconds. */
+static void test_error_inside_a_group_ends_every_rank(void **state) {
+    (void)state;
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s", tu_path("error"));
+    int codes[3];
+    double took = run_ranks(dir, 3, "error@1:41", codes, "%s --epochs 3 --timeout 60", DATA);
+    assert_true(took < 30);
+    for (int r = 0; r < 3; r++) {
+        char *log = rank_log(dir, r);
+        const int ok = codes[r] == 1 && placed(log) &&
+                       tu_contains(log, r == 1 ? "injected fault at operation 41" : "rank 1");
+        if (!ok) fprintf(stderr, "error: rank %d exited %d:\n%s\n", r, codes[r], log ? log : "");
+        assert_true(ok);
+        free(log);
+    }
 }
 
 static void test_stalled_rank_ends_every_survivor(void **state) {
@@ -305,6 +330,7 @@ int main(void) {
         cmocka_unit_test(test_resume_at_another_world_size),
         cmocka_unit_test(test_killed_rank_ends_every_survivor),
         cmocka_unit_test(test_stalled_rank_ends_every_survivor),
+        cmocka_unit_test(test_error_inside_a_group_ends_every_rank),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -6,6 +6,7 @@
 
 #include <cblas.h>
 #include <math.h>
+#include <stdarg.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -357,11 +358,25 @@ static dp_status log_config(dp_trainer *t) {
     return DP_OK;
 }
 
+/* s with where it happened appended to its message ("... (epoch 2, step 31)"), for failures that
+ * the layers below cannot place in the run: a collective, the device. */
+static dp_status in_context(dp_status s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static dp_status in_context(dp_status s, const char *fmt, ...) {
+    if (s == DP_OK) return s;
+    char why[1024], where[128];
+    snprintf(why, sizeof why, "%s", dp_last_error());
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(where, sizeof where, fmt, ap);
+    va_end(ap);
+    return dp_fail(s, "%s (%s)", why, where);
+}
+
 static dp_status final_eval(dp_trainer *t, double *acc_out) {
     int K = t->model.n_classes;
     long correct[K], count[K];
     dp_step_metrics m;
-    DP_TRY(dp_evaluate(t, &t->test, &m, correct, count));
+    DP_TRY(in_context(dp_evaluate(t, &t->test, &m, correct, count), "the final evaluation"));
     double acc = m.count ? (double)m.correct / m.count : 0;
     DP_TRY(dp_report_final(&t->report, t->test.name, acc, K, correct, count, t->test.class_names));
     if (acc_out) *acc_out = acc;
@@ -419,11 +434,8 @@ static dp_status run_epoch(dp_trainer *t, int epoch, int first, int *stop) {
         dp_step_metrics before = sm;
         dp_status ss = dp_train_micro(t, batches, b, lr, &sm);
         compute += dp_now() - tc;
-        if (ss != DP_OK && ss != DP_ERR_NUMERIC) { /* a collective or the device failed: say where in the run */
-            char why[1024];
-            snprintf(why, sizeof why, "%s", dp_last_error());
-            return dp_fail(ss, "%s (epoch %d, step %ld)", why, epoch, t->step + 1);
-        }
+        if (ss != DP_OK && ss != DP_ERR_NUMERIC) /* a collective or the device failed: say where in the run */
+            return in_context(ss, "epoch %d, step %ld", epoch, t->step + 1);
         t->bn_batches++;
         if (b % K != dp_sampler_step_micro(&t->sampler, b) - 1 && ss == DP_OK) continue;
         long skipped = t->skipped;
@@ -440,7 +452,7 @@ static dp_status run_epoch(dp_trainer *t, int epoch, int first, int *stop) {
         DP_TRY(dp_report_progress(&t->report, epoch, c->epochs, b + 1, nb, em.count ? em.loss_sum / em.count : 0,
                                   el > 0 ? em.count / el : 0, el));
         int sig = 0;
-        DP_TRY(dp_persist_stop_requested(t, &sig));
+        DP_TRY(in_context(dp_persist_stop_requested(t, &sig), "epoch %d, step %ld", epoch, t->step));
         if (sig || (c->checkpoint_dir && c->save_every && t->step % c->save_every == 0))
             if (c->checkpoint_dir) DP_TRY(dp_persist_save(t, "--checkpoint", NULL));
         if (sig) {
@@ -464,7 +476,7 @@ static dp_status run_epoch(dp_trainer *t, int epoch, int first, int *stop) {
     double te = dp_now();
     DP_TRY(dp_strategy_finish(t));
     dp_step_metrics tm;
-    DP_TRY(dp_evaluate(t, &t->test, &tm, NULL, NULL));
+    DP_TRY(in_context(dp_evaluate(t, &t->test, &tm, NULL, NULL), "evaluating epoch %d", epoch));
     e.eval_seconds = dp_now() - te;
     e.test_acc = tm.count ? (double)tm.correct / tm.count : 0;
     e.test_loss = tm.count ? tm.loss_sum / tm.count : 0;
