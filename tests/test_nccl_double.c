@@ -62,7 +62,7 @@ static double run_ranks(const char *dir, int world, const char *fault, int codes
           "mkdir -p %s && cd %s && pids= && for r in $(seq 0 %d); do "
           "RANK=$r WORLD_SIZE=%d LOCAL_RANK=$r LOCAL_WORLD_SIZE=%d MASTER_ADDR=127.0.0.1 MASTER_PORT=%d "
           "LD_PRELOAD=%s ASAN_OPTIONS=verify_asan_link_order=0:$ASAN_OPTIONS %s%s "
-          "timeout -s KILL 240 %s train --backend nccl --device cpu --no-progress --threads 1 %s > rank$r.log 2>&1 & "
+          "timeout -s KILL 240 %s train --backend nccl --device cpu --no-progress %s > rank$r.log 2>&1 & "
           "pids=\"$pids $!\"; done; r=0; for p in $pids; do wait $p; echo \"rank $r exit $?\"; r=$((r+1)); done",
           dir, dir, world - 1, world, world, free_port(), lib(), fault ? "DP_NCCL_DOUBLE_FAULT=" : "", fault ? fault : "",
           getenv("DPTRAIN"), args);
@@ -94,7 +94,7 @@ static void expect_all_ok(const char *dir, int world, const int codes[]) {
     assert_false(bad);
 }
 
-#define DATA "--dataset synthetic --samples 384 --batch-size 64 --seed 5"
+#define DATA "--dataset synthetic --samples 384 --batch-size 64 --seed 5 --threads 1"
 
 /* nccl with `world` ranks against the sim with as many replicas, the same flags: bitwise. */
 static void nccl_equals_sim(const char *tag, int world, const char *flags) {
@@ -104,7 +104,7 @@ static void nccl_equals_sim(const char *tag, int world, const char *flags) {
     run_ranks(dir, world, NULL, codes, "%s %s --save nccl.ckpt", DATA, flags);
     expect_all_ok(dir, world, codes);
     char *out = NULL;
-    int rc = tu_run_dptrain(&out, "train --backend sim --replicas %d --no-progress --threads 1 %s %s --save %s/sim.ckpt",
+    int rc = tu_run_dptrain(&out, "train --backend sim --replicas %d --no-progress %s %s --save %s/sim.ckpt",
                             world, DATA, flags, dir);
     if (rc != 0) fprintf(stderr, "%s\n", out ? out : "");
     assert_int_equal(rc, 0);
@@ -148,7 +148,7 @@ static void test_resume_at_another_world_size(void **state) {
     run_ranks(dir, 4, NULL, codes, "%s --epochs 2 --checkpoint ck --resume ck --save nccl.ckpt", DATA);
     expect_all_ok(dir, 4, codes);
     char *out = NULL;
-    assert_int_equal(tu_run_dptrain(&out, "train --backend sim --replicas 4 --no-progress --threads 1 %s --epochs 2 "
+    assert_int_equal(tu_run_dptrain(&out, "train --backend sim --replicas 4 --no-progress %s --epochs 2 "
                                           "--save %s/sim.ckpt", DATA, dir), 0);
     free(out);
     char a[600], b[600];
@@ -191,8 +191,9 @@ static void test_killed_rank_ends_every_survivor(void **state) {
     faulted_run("killed", "exit@1:40", 1, 20, "rank 1", NULL);
 }
 
-/* An NCCL call that fails inside a group (rank 1's 41st: a send of the gradients' all-reduce):
- * the group is closed before the communicator is aborted, and every rank ends within seconds. */
+/* An NCCL call that fails inside a group (rank 1's 41st): the group is closed before the
+ * communicator is aborted, and every rank ends within seconds; the others name the rank whose
+ * connection closed on them (rank 1, or a rank that ended because of it). */
 static void test_error_inside_a_group_ends_every_rank(void **state) {
     (void)state;
     char dir[512];
@@ -203,7 +204,7 @@ static void test_error_inside_a_group_ends_every_rank(void **state) {
     for (int r = 0; r < 3; r++) {
         char *log = rank_log(dir, r);
         const int ok = codes[r] == 1 && placed(log) &&
-                       tu_contains(log, r == 1 ? "injected fault at operation 41" : "rank 1");
+                       tu_contains(log, r == 1 ? "injected fault at operation 41" : "closed");
         if (!ok) fprintf(stderr, "error: rank %d exited %d:\n%s\n", r, codes[r], log ? log : "");
         assert_true(ok);
         free(log);
@@ -213,6 +214,24 @@ static void test_error_inside_a_group_ends_every_rank(void **state) {
 static void test_stalled_rank_ends_every_survivor(void **state) {
     (void)state;
     faulted_run("stalled", "stall@1:40", 1, 6, "--timeout", "connection to rank 1 closed");
+}
+
+/* Without --threads, ranks that share an unbound machine share its cores. */
+static void test_ranks_share_the_cores(void **state) {
+    (void)state;
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s", tu_path("threads"));
+    int codes[2];
+    run_ranks(dir, 2, NULL, codes, "--dataset synthetic --samples 128 --batch-size 64 --epochs 1 --log run.jsonl");
+    expect_all_ok(dir, 2, codes);
+    char *out = NULL;
+    tu_sh(&out, "grep -o '\"threads\":[0-9]*' %s/run.jsonl", dir);
+    const long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    char want[64];
+    snprintf(want, sizeof want, "\"threads\":%ld", cores / 2 > 0 ? cores / 2 : 1);
+    if (!tu_contains(out, want)) fprintf(stderr, "want %s, log has %s\n", want, out ? out : "");
+    assert_true(tu_contains(out, want));
+    free(out);
 }
 
 /* ---- the double itself, through dlopen ---- */
@@ -331,6 +350,7 @@ int main(void) {
         cmocka_unit_test(test_killed_rank_ends_every_survivor),
         cmocka_unit_test(test_stalled_rank_ends_every_survivor),
         cmocka_unit_test(test_error_inside_a_group_ends_every_rank),
+        cmocka_unit_test(test_ranks_share_the_cores),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -129,7 +129,7 @@ static const opt_spec opts[] = {
     {"chunks", "C", K_INT, .ilo = 1, .ihi = DP_CHUNKS_MAX, .pow2 = 1, .off = OFF(chunks), .def = STR(DP_CHUNKS_DEFAULT),
      .help = "gradients are summed in C fixed chunks of each step: bitwise equal results for every replica "
              "count dividing C"},
-    {"threads", "T", K_INT, .ilo = 1, .ihi = 1024, .off = OFF(threads), .def = "all cores", .help = "compute threads"},
+    {"threads", "T", K_INT, .ilo = 1, .ihi = 1024, .off = OFF(threads), .def = "all cores (shared among the ranks on a machine)", .help = "compute threads"},
     {"timeout", "S", K_DOUBLE, 0, 86400, 1, 0, .off = OFF(timeout_s), .def = "300",
      .help = "mpi: seconds to wait for a dead rank"},
     {"log", "FILE", K_STRING, .off = OFF(log_path),

@@ -2,6 +2,7 @@
  * before a file is written), the epoch loop, and tearing it down. */
 #include "train/trainer.h"
 
+#include "backends/launch_env.h"
 #include "backends/nccl.h"
 
 #include <cblas.h>
@@ -172,6 +173,18 @@ static dp_status precheck_synthetic(dp_trainer *t) {
     return s;
 }
 
+/* The cores this process may use, shared with the other ranks on its node: a launcher that
+ * bound each rank to its own cores has already divided them (the affinity mask is smaller than
+ * the machine); one that did not (torchrun, mpirun --bind-to none) leaves all of them to every
+ * rank, and the ranks would oversubscribe the node. */
+static int default_threads(void) {
+    const int usable = omp_get_num_procs();
+    const long online = sysconf(_SC_NPROCESSORS_ONLN);
+    dp_launch l;
+    if (usable < online || dp_launch_from_env(&l) != DP_OK || l.local_world <= 1) return usable;
+    return usable / l.local_world > 0 ? usable / l.local_world : 1;
+}
+
 static int holds_rank0(const dp_trainer *t) {
     for (int r = 0; r < t->n_local; r++)
         if (t->rep[r].rank == 0) return 1;
@@ -180,7 +193,7 @@ static int holds_rank0(const dp_trainer *t) {
 
 static dp_status setup(dp_trainer *t) {
     dp_config *c = &t->cfg;
-    if (c->threads <= 0) c->threads = omp_get_num_procs();
+    if (c->threads <= 0) c->threads = default_threads();
     openblas_set_num_threads(1); /* parallelism is ours: over samples or over replicas */
     if (c->device && strcmp(c->device, "cpu") != 0 && strcmp(c->backend, "mpi") == 0)
         return dp_fail(DP_ERR_USAGE, "--device %s: --backend mpi moves host memory, so its replicas compute on the CPU "
