@@ -30,6 +30,7 @@
 
 #include "backends/backend.h"
 #include "backends/nccl.h"
+#include "backends/nccl_watchdog.h"
 #include "backends/rendezvous.h"
 #include "core/device.h"
 
@@ -48,6 +49,8 @@ typedef struct {
     double timeout_s;
     int we_initialised_mpi;
     int in_group; /* between ncclGroupStart and ncclGroupEnd: a failure must not abort yet */
+    dp_nccl_watchdog *wd; /* ends the process if a call below outlives --timeout and a grace period */
+    char abort_what[1200]; /* what the watchdog says while an abort runs */
 } nccl_impl;
 
 static nccl_impl *impl_of(dp_backend_t b) { return (nccl_impl *)b->impl; }
@@ -58,9 +61,17 @@ static double now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* Ends the communicator at once: the other ranks may be gone, so nothing waits for them. */
+/* Ends the communicator at once: the other ranks may be gone, so nothing waits for them. Called
+ * after the failure was recorded (dp_fail), whose message the watchdog repeats if the abort
+ * itself never returns. */
 static void abort_comm(nccl_impl *m) {
-    if (m->comm) ncclCommAbort(m->comm);
+    if (m->comm) {
+        snprintf(m->abort_what, sizeof m->abort_what, "aborting the communicator (ncclCommAbort) after \"%s\"",
+                 dp_last_error());
+        dp_nccl_watchdog_enter_brief(m->wd, m->abort_what);
+        ncclCommAbort(m->comm);
+        dp_nccl_watchdog_leave(m->wd);
+    }
     m->comm = NULL;
 }
 
@@ -76,14 +87,22 @@ static const char *last_error(const nccl_impl *m, char *buf, size_t cap) {
  * failure names the rank, the device, the collective and NCCL's reason. Inside a group the
  * communicator is not aborted here (the group still holds its operations): GROUP_TRY ends the
  * group first, then aborts. */
+static dp_status settle_watched(nccl_impl *m, ncclResult_t r, const char *what);
 static dp_status settle(nccl_impl *m, ncclResult_t r, const char *what) {
+    dp_nccl_watchdog_enter(m->wd, what);
+    dp_status s = settle_watched(m, r, what);
+    dp_nccl_watchdog_leave(m->wd);
+    return s;
+}
+static dp_status settle_watched(nccl_impl *m, ncclResult_t r, const char *what) {
     const double deadline = now_s() + m->timeout_s;
     for (long polls = 0; r == ncclInProgress; polls++) {
         if (now_s() > deadline) {
+            dp_status e = dp_fail(DP_ERR_BACKEND, "nccl: rank %d (%s): %s did not complete within --timeout %.0f s "
+                                  "(a rank died or is stuck); the communicator was aborted", m->l.rank, m->where, what,
+                                  m->timeout_s);
             if (!m->in_group) abort_comm(m);
-            return dp_fail(DP_ERR_BACKEND, "nccl: rank %d (%s): %s did not complete within --timeout %.0f s (a "
-                           "rank died or is stuck); the communicator was aborted", m->l.rank, m->where, what,
-                           m->timeout_s);
+            return e;
         }
         if (ncclCommGetAsyncError(m->comm, &r) != ncclSuccess) r = ncclInvalidUsage;
         if (r == ncclInProgress && polls > 64) {
@@ -94,9 +113,10 @@ static dp_status settle(nccl_impl *m, ncclResult_t r, const char *what) {
     if (r != ncclSuccess) {
         char last[600];
         last_error(m, last, sizeof last);
+        dp_status e = dp_fail(DP_ERR_BACKEND, "nccl: rank %d (%s): %s failed: %s%s", m->l.rank, m->where, what,
+                              ncclGetErrorString(r), last);
         if (!m->in_group) abort_comm(m);
-        return dp_fail(DP_ERR_BACKEND, "nccl: rank %d (%s): %s failed: %s%s", m->l.rank, m->where, what,
-                       ncclGetErrorString(r), last);
+        return e;
     }
     return DP_OK;
 }
@@ -133,14 +153,16 @@ static dp_status nccl_watch(void *ctx, double waited_s) {
     if (r != ncclSuccess && r != ncclInProgress) {
         char last[600];
         last_error(m, last, sizeof last);
+        dp_status e = dp_fail(DP_ERR_BACKEND, "nccl: rank %d (%s): a collective failed: %s%s; the communicator was "
+                              "aborted", m->l.rank, m->where, ncclGetErrorString(r), last);
         abort_comm(m);
-        return dp_fail(DP_ERR_BACKEND, "nccl: rank %d (%s): a collective failed: %s%s; the communicator was aborted",
-                       m->l.rank, m->where, ncclGetErrorString(r), last);
+        return e;
     }
     if (waited_s > m->timeout_s) {
+        dp_status e = dp_fail(DP_ERR_BACKEND, "nccl: rank %d (%s): the GPU waited %.0f s (--timeout) for a collective "
+                              "(a rank died or is stuck); the communicator was aborted", m->l.rank, m->where, waited_s);
         abort_comm(m);
-        return dp_fail(DP_ERR_BACKEND, "nccl: rank %d (%s): the GPU waited %.0f s (--timeout) for a collective (a "
-                       "rank died or is stuck); the communicator was aborted", m->l.rank, m->where, waited_s);
+        return e;
     }
     return DP_OK;
 }
@@ -289,10 +311,13 @@ static void nccl_destroy(dp_backend_t b) {
         if (b->failed || m->dev->wait(m->dev) != DP_OK) {
             abort_comm(m); /* the other ranks may be gone: do not wait for them */
         } else if (settle(m, ncclCommFinalize(m->comm), "finalising the communicator") == DP_OK) {
+            dp_nccl_watchdog_enter(m->wd, "destroying the communicator (ncclCommDestroy)");
             ncclCommDestroy(m->comm);
+            dp_nccl_watchdog_leave(m->wd);
             m->comm = NULL;
         }
     }
+    dp_nccl_watchdog_stop(m->wd);
     if (m->scratch) m->dev->free(m->dev, m->scratch);
     if (m->dev && m->dev->watch_ctx == m) m->dev->watch = NULL, m->dev->watch_ctx = NULL;
 #if DP_HAVE_MPI
@@ -418,6 +443,12 @@ dp_status dp_nccl_backend_create(const dp_backend_config *cfg, dp_backend_t *out
     else snprintf(m->where, sizeof m->where, "host memory");
     m->timeout_s = cfg->timeout_s > 0 ? cfg->timeout_s : 300;
     dp_status s = dp_launch_from_env(&m->l);
+    if (s == DP_OK) {
+        char who[96];
+        snprintf(who, sizeof who, "rank %d (%s)", m->l.rank, m->where);
+        /* the grace: time for an abort that was started at the deadline to return */
+        s = dp_nccl_watchdog_start(who, m->timeout_s, 5 + 0.1 * m->timeout_s, &m->wd);
+    }
     ncclUniqueId id;
     memset(&id, 0, sizeof id);
     if (s == DP_OK && m->l.rank == 0) {

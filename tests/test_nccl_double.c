@@ -216,6 +216,24 @@ static void test_stalled_rank_ends_every_survivor(void **state) {
     faulted_run("stalled", "stall@1:40", 1, 6, "--timeout", "connection to rank 1 closed");
 }
 
+/* Rank 1 stalls; rank 0's abort after its --timeout never returns: its watchdog ends it within
+ * the grace period, naming the call, and no rank is left running. */
+static void test_watchdog_ends_a_rank_whose_abort_hangs(void **state) {
+    (void)state;
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s", tu_path("watchdog"));
+    int codes[3];
+    const double timeout = 4, grace = 5 + 0.1 * timeout;
+    double took = run_ranks(dir, 3, "stall@1:40,abort-blocks@0:0", codes, "%s --epochs 3 --timeout %.0f", DATA, timeout);
+    char *log = rank_log(dir, 0);
+    const int ok = codes[0] == 1 && tu_contains(log, "aborting the communicator (ncclCommAbort) after") && tu_contains(log, "did not complete within --timeout") &&
+                   tu_contains(log, "the watchdog ends this rank") && took < timeout + grace + 5;
+    if (!ok) fprintf(stderr, "rank 0 exited %d after %.1f s:\n%s\n", codes[0], took, log ? log : "");
+    assert_true(ok);
+    free(log);
+    for (int r = 1; r < 3; r++) assert_int_equal(codes[r], 1);
+}
+
 /* Without --threads, ranks that share an unbound machine share its cores. */
 static void test_ranks_share_the_cores(void **state) {
     (void)state;
@@ -351,6 +369,7 @@ int main(void) {
         cmocka_unit_test(test_stalled_rank_ends_every_survivor),
         cmocka_unit_test(test_error_inside_a_group_ends_every_rank),
         cmocka_unit_test(test_ranks_share_the_cores),
+        cmocka_unit_test(test_watchdog_ends_a_rank_whose_abort_hangs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -16,8 +16,8 @@
  * collective, another count, another type) fail at once with a message naming both ranks,
  * instead of hanging. A peer that exits or aborts is seen as a closed connection.
  *
- * Faults, for tests (DP_NCCL_DOUBLE_FAULT="KIND@RANK:OP", OP counting the rank's NCCL calls
- * that move data from 1):
+ * Faults, for tests (DP_NCCL_DOUBLE_FAULT="KIND@RANK:OP[,KIND@RANK:OP...]", OP counting the
+ * rank's NCCL calls that move data from 1):
  *   stall@R:K        operation K on rank R never completes
  *   error@R:K        operation K on rank R fails (ncclSystemError)
  *   exit@R:K         rank R exits at once (status 9, as if killed) when it issues operation K
@@ -135,13 +135,15 @@ static ncclResult_t fail(ncclComm_t c, ncclResult_t r, const char *fmt, ...) {
 
 /* ---- faults ---- */
 static int fault(const char *kind, int rank, long index) {
-    const char *f = getenv("DP_NCCL_DOUBLE_FAULT");
-    if (!f) return 0;
-    char k[32];
-    int r;
-    long i;
-    if (sscanf(f, "%31[^@]@%d:%ld", k, &r, &i) != 3) return 0;
-    return strcmp(k, kind) == 0 && r == rank && (i == index || index < 0);
+    for (const char *f = getenv("DP_NCCL_DOUBLE_FAULT"); f && *f; f = strchr(f, ',') ? strchr(f, ',') + 1 : NULL) {
+        char k[32];
+        int r;
+        long i;
+        if (sscanf(f, "%31[^@]@%d:%ld", k, &r, &i) == 3 && strcmp(k, kind) == 0 && r == rank &&
+            (i == index || index < 0))
+            return 1;
+    }
+    return 0;
 }
 
 static size_t type_size(ncclDataType_t t) {
