@@ -85,6 +85,11 @@ struct dp_backend_i {
     /* (optional) non-blocking allreduce; the buffers must not be touched until wait returns. */
     dp_status (*allreduce_start)(dp_backend_t, float *const *bufs, size_t n, dp_redop op, dp_req *req);
     dp_status (*wait)(dp_backend_t, dp_req req);
+    /* (optional) the largest collective the run will make, in floats, known once the model is
+       built: a backend with scratch of its own sizes it here, once, instead of growing it mid-run
+       (on a GPU a free is a device-wide synchronisation, and no allocation may happen inside a
+       recorded graph) */
+    dp_status (*reserve)(dp_backend_t, size_t max_floats);
     void (*destroy)(dp_backend_t);
 };
 
@@ -118,6 +123,9 @@ void dp_backend_describe(char *buf, size_t n);
 /* Convenience wrappers over the table; allreduce_start falls back to a blocking allreduce. */
 static inline const char *dp_backend_name(dp_backend_t b) { return b->iface->name(b); }
 static inline int dp_backend_world(dp_backend_t b) { return b->iface->world_size(b); }
+static inline dp_status dp_backend_reserve(dp_backend_t b, size_t max_floats) {
+    return b->iface->reserve ? b->iface->reserve(b, max_floats) : DP_OK;
+}
 static inline int dp_backend_n_local(dp_backend_t b) { return b->iface->n_local(b); }
 static inline int dp_backend_rank(dp_backend_t b, int local) { return b->iface->rank(b, local); }
 static inline dp_device dp_backend_device(dp_backend_t b) { return b->iface->device(b); }

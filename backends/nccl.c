@@ -222,6 +222,13 @@ static dp_status ordered_sum(nccl_impl *m, float *buf, size_t n, int root, const
     return DP_OK;
 }
 
+/* The shard owner's receive buffer for the largest sum of the run, sized once at start. */
+static dp_status nccl_reserve(dp_backend_t b, size_t max_floats) {
+    nccl_impl *m = impl_of(b);
+    const size_t w = (size_t)m->l.world;
+    return w > 1 ? ensure_scratch(m, (max_floats / w + 1) * w) : DP_OK;
+}
+
 static const char *nccl_name(dp_backend_t b) {
     (void)b;
     return "nccl";
@@ -348,6 +355,7 @@ static const struct dp_backend_i nccl_iface = {
     .barrier = nccl_barrier,
     .allreduce_start = NULL, /* queued on the stream already: the registry's blocking fallback waits for nothing */
     .wait = NULL,
+    .reserve = nccl_reserve,
     .destroy = nccl_destroy,
 };
 

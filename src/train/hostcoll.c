@@ -39,6 +39,10 @@ static dp_status host_coll(dp_trainer *t, float *const *bufs, size_t n, int broa
     return DP_OK;
 }
 
+dp_status dp_host_reserve(dp_trainer *t, size_t n) {
+    return t->dev->is_host || t->n_local == t->world ? DP_OK : scratch_for(t, n);
+}
+
 dp_status dp_host_allreduce(dp_trainer *t, float *const *bufs, size_t n) { return host_coll(t, bufs, n, 0); }
 dp_status dp_host_broadcast(dp_trainer *t, float *const *bufs, size_t n) { return host_coll(t, bufs, n, 1); }
 

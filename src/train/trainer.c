@@ -248,6 +248,15 @@ static dp_status setup(dp_trainer *t) {
     DP_TRY(dp_layout_make_buckets(&t->model.params, (size_t)(c->bucket_mb * 1024 * 1024)));
     DP_TRY(map_buckets(t));
     DP_TRY(dp_check_consistency(t));
+    /* the largest collective: DP reduces the whole gradient, DDP a bucket at a time */
+    size_t largest = 0;
+    const dp_layout *L = &t->model.params;
+    if (c->mode == DP_MODE_DDP)
+        for (int k = 0; k < L->n_buckets; k++) largest = L->buckets[k].count > largest ? L->buckets[k].count : largest;
+    else
+        largest = L->n;
+    DP_TRY(dp_backend_reserve(t->backend, largest));
+    DP_TRY(dp_host_reserve(t, 4096));
 
     /* the sampler fixes the lanes: which samples each lane sums, so which additions happen */
     lane_plan lp;

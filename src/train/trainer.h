@@ -124,6 +124,8 @@ void dp_persist_resume_command(const dp_trainer *t, char *buf, size_t n);
 /* Collectives over small host arrays on any device (hostcoll.c): sum over all replicas, and
  * rank 0's values to all; every rank calls them. */
 dp_status dp_host_allreduce(dp_trainer *t, float *const *bufs, size_t n);
+/* Sizes the device scratch of these collectives for n floats, once at start. */
+dp_status dp_host_reserve(dp_trainer *t, size_t n);
 dp_status dp_host_broadcast(dp_trainer *t, float *const *bufs, size_t n);
 /* One replica per process: every rank's n floats of send, rank r's at recv + r n. */
 dp_status dp_host_allgather(dp_trainer *t, const float *send, float *recv, size_t n);
