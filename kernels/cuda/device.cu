@@ -74,7 +74,23 @@ static void cuda_host_free(const dp_dev *d, void *p) {
     if (p) cudaFreeHost(p);
 }
 
+static dp_status cuda_wait(const dp_dev *d);
+
+/* Whether host memory is pageable: a copy from or to it may wait for the stream inside the CUDA
+ * call, where no watch can end the wait. */
+static int pageable(const void *host) {
+    cudaPointerAttributes a;
+    if (cudaPointerGetAttributes(&a, host) != cudaSuccess) {
+        cudaGetLastError(); /* older runtimes fail on plain host pointers: pageable */
+        return 1;
+    }
+    return a.type == cudaMemoryTypeUnregistered;
+}
+
 static dp_status cuda_upload(const dp_dev *d, void *dst, const void *src, size_t bytes) {
+    /* with collectives queued (a watch is set), a pageable source would make the copy wait for
+       them unwatched: wait here first, polled, so a dead peer ends the wait */
+    if (bytes && d->watch && pageable(src)) DP_TRY(cuda_wait(d));
     if (bytes) CHECK(d, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_of(d)));
     return DP_OK;
 }
@@ -116,6 +132,9 @@ static dp_status cuda_wait(const dp_dev *d) {
 }
 
 static dp_status cuda_download(const dp_dev *d, void *dst, const void *src, size_t bytes) {
+    /* a copy to pageable memory returns only when it is done, so it would wait inside the call
+       for a collective that never ends: with a watch set, the queued work is waited for first */
+    if (bytes && d->watch) DP_TRY(cuda_wait(d));
     if (bytes) CHECK(d, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_of(d)));
     return cuda_wait(d);
 }
