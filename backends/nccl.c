@@ -30,6 +30,7 @@
 
 #include "backends/backend.h"
 #include "backends/nccl.h"
+#include "backends/nccl_sidechan.h"
 #include "backends/nccl_watchdog.h"
 #include "backends/rendezvous.h"
 #include "core/device.h"
@@ -51,6 +52,7 @@ typedef struct {
     int in_group; /* between ncclGroupStart and ncclGroupEnd: a failure must not abort yet */
     dp_nccl_watchdog *wd; /* ends the process if a call below outlives --timeout and a grace period */
     char abort_what[1200]; /* what the watchdog says while an abort runs */
+    dp_sidechan *sc;       /* tells the other ranks at once when this one fails, and this one when they do */
 } nccl_impl;
 
 static nccl_impl *impl_of(dp_backend_t b) { return (nccl_impl *)b->impl; }
@@ -65,6 +67,7 @@ static double now_s(void) {
  * after the failure was recorded (dp_fail), whose message the watchdog repeats if the abort
  * itself never returns. */
 static void abort_comm(nccl_impl *m) {
+    dp_sidechan_fail(m->sc, dp_last_error());
     if (m->comm) {
         snprintf(m->abort_what, sizeof m->abort_what, "aborting the communicator (ncclCommAbort) after \"%s\"",
                  dp_last_error());
@@ -105,16 +108,25 @@ static dp_status settle_watched(nccl_impl *m, ncclResult_t r, const char *what) 
             return e;
         }
         if (ncclCommGetAsyncError(m->comm, &r) != ncclSuccess) r = ncclInvalidUsage;
+        char why[512];
+        if (r == ncclInProgress && dp_sidechan_poll(m->sc, why, sizeof why)) {
+            dp_status e = dp_fail(DP_ERR_BACKEND, "nccl: rank %d (%s): %s stopped because another rank failed: %s; the "
+                                  "communicator was aborted", m->l.rank, m->where, what, why);
+            if (!m->in_group) abort_comm(m);
+            return e;
+        }
         if (r == ncclInProgress && polls > 64) {
             const struct timespec pause = {0, 50000}; /* 50 us: the collective is already slow to come */
             nanosleep(&pause, NULL);
         }
     }
     if (r != ncclSuccess) {
-        char last[600];
+        char last[600], why[512];
         last_error(m, last, sizeof last);
-        dp_status e = dp_fail(DP_ERR_BACKEND, "nccl: rank %d (%s): %s failed: %s%s", m->l.rank, m->where, what,
-                              ncclGetErrorString(r), last);
+        /* a peer's closed connection is often a consequence: the side channel may know the cause */
+        const int first = dp_sidechan_poll(m->sc, why, sizeof why);
+        dp_status e = dp_fail(DP_ERR_BACKEND, "nccl: rank %d (%s): %s failed: %s%s%s%s", m->l.rank, m->where, what,
+                              ncclGetErrorString(r), last, first ? "; first failure: " : "", first ? why : "");
         if (!m->in_group) abort_comm(m);
         return e;
     }
@@ -155,6 +167,13 @@ static dp_status nccl_watch(void *ctx, double waited_s) {
         last_error(m, last, sizeof last);
         dp_status e = dp_fail(DP_ERR_BACKEND, "nccl: rank %d (%s): a collective failed: %s%s; the communicator was "
                               "aborted", m->l.rank, m->where, ncclGetErrorString(r), last);
+        abort_comm(m);
+        return e;
+    }
+    char why[512];
+    if (dp_sidechan_poll(m->sc, why, sizeof why)) {
+        dp_status e = dp_fail(DP_ERR_BACKEND, "nccl: rank %d (%s): stopped waiting for a collective because another "
+                              "rank failed: %s; the communicator was aborted", m->l.rank, m->where, why);
         abort_comm(m);
         return e;
     }
@@ -314,6 +333,7 @@ static dp_status nccl_barrier(dp_backend_t b) {
 
 static void nccl_destroy(dp_backend_t b) {
     nccl_impl *m = impl_of(b);
+    if (b->failed) dp_sidechan_fail(m->sc, dp_last_error()); /* a failure outside NCCL (a checkpoint write) */
     if (m->comm) {
         if (b->failed || m->dev->wait(m->dev) != DP_OK) {
             abort_comm(m); /* the other ranks may be gone: do not wait for them */
@@ -324,6 +344,7 @@ static void nccl_destroy(dp_backend_t b) {
             m->comm = NULL;
         }
     }
+    dp_sidechan_close(m->sc, !b->failed && !m->comm);
     dp_nccl_watchdog_stop(m->wd);
     if (m->scratch) m->dev->free(m->dev, m->scratch);
     if (m->dev && m->dev->watch_ctx == m) m->dev->watch = NULL, m->dev->watch_ctx = NULL;
@@ -386,7 +407,13 @@ dp_status dp_nccl_precheck(int *gpu) {
 /* The unique id from rank 0 to every rank: over TCP (or torchrun's agent store) under torchrun,
  * over MPI under any MPI launcher (mpirun, mpiexec, srun --mpi=pmix: main has refused the launches
  * this build's MPI cannot join, backends/launch_env.h). */
-static dp_status share_id(nccl_impl *m, ncclUniqueId *id, const dp_backend_config *cfg) {
+/* What rank 0 hands every rank: NCCL's unique id and where its side channel listens. */
+typedef struct {
+    ncclUniqueId id;
+    dp_sidechan_addr hub;
+} shared_blob;
+
+static dp_status share_id(nccl_impl *m, shared_blob *id, const dp_backend_config *cfg) {
     if (m->l.world == 1) return DP_OK;
     if (m->l.kind == DP_LAUNCH_TORCHRUN) return dp_rendezvous_share(&m->l, id, sizeof *id, m->timeout_s);
 #if DP_HAVE_MPI
@@ -457,18 +484,20 @@ dp_status dp_nccl_backend_create(const dp_backend_config *cfg, dp_backend_t *out
         /* the grace: time for an abort that was started at the deadline to return */
         s = dp_nccl_watchdog_start(who, m->timeout_s, 5 + 0.1 * m->timeout_s, &m->wd);
     }
-    ncclUniqueId id;
-    memset(&id, 0, sizeof id);
+    shared_blob blob;
+    memset(&blob, 0, sizeof blob);
     if (s == DP_OK && m->l.rank == 0) {
-        ncclResult_t r = ncclGetUniqueId(&id);
+        ncclResult_t r = ncclGetUniqueId(&blob.id);
         if (r != ncclSuccess)
             s = dp_fail(DP_ERR_BACKEND, "nccl: rank 0: ncclGetUniqueId failed: %s", ncclGetErrorString(r));
+        if (s == DP_OK && m->l.world > 1) dp_sidechan_listen(&blob.hub, &m->sc);
     }
-    if (s == DP_OK) s = share_id(m, &id, cfg);
+    if (s == DP_OK) s = share_id(m, &blob, cfg);
+    if (s == DP_OK && m->l.world > 1) dp_sidechan_connect(&m->sc, &blob.hub, m->l.rank, m->l.world, m->timeout_s);
     if (s == DP_OK) {
         ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
         config.blocking = 0; /* every wait polls, with a deadline: no silent hang */
-        s = settle(m, ncclCommInitRankConfig(&m->comm, m->l.world, id, m->l.rank, &config),
+        s = settle(m, ncclCommInitRankConfig(&m->comm, m->l.world, blob.id, m->l.rank, &config),
                    "creating the communicator (ncclCommInitRankConfig)");
     }
     if (s != DP_OK) {

@@ -221,8 +221,8 @@ static void test_killed_rank_ends_every_survivor(void **state) {
 }
 
 /* An NCCL call that fails inside a group (rank 1's 41st): the group is closed before the
- * communicator is aborted, and every rank ends within seconds; the others name the rank whose
- * connection closed on them (rank 1, or a rank that ended because of it). */
+ * communicator is aborted, and every rank ends within seconds with rank 1's reason (the side
+ * channel carries it to the ranks that only saw a connection close). */
 static void test_error_inside_a_group_ends_every_rank(void **state) {
     (void)state;
     char dir[512];
@@ -233,7 +233,7 @@ static void test_error_inside_a_group_ends_every_rank(void **state) {
     for (int r = 0; r < 3; r++) {
         char *log = rank_log(dir, r);
         const int ok = codes[r] == 1 && placed(log) &&
-                       tu_contains(log, r == 1 ? "injected fault at operation 41" : "closed");
+                       tu_contains(log, "injected fault at operation 41");
         if (!ok) fprintf(stderr, "error: rank %d exited %d:\n%s\n", r, codes[r], log ? log : "");
         assert_true(ok);
         free(log);
