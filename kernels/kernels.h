@@ -43,7 +43,8 @@ typedef struct dp_kernels {
     /* pooling: max (argmax saved per output), global average */
     void (*maxpool_forward)(const dp_kctx *c, int batch, int ch, int h, int w, int k, int stride, int pad,
                             const float *x, float *y, int32_t *argmax);
-    void (*maxpool_backward)(const dp_kctx *c, int batch, int ch, int h, int w, int oh, int ow, const float *dy,
+    void (*maxpool_backward)(const dp_kctx *c, int batch, int ch, int h, int w, int k, int stride, int pad, int oh,
+                             int ow, const float *dy,
                              const int32_t *argmax, float *dx);
     void (*avgpool_forward)(const dp_kctx *c, int batch, int ch, int hw, const float *x, float *y);
     void (*avgpool_backward)(const dp_kctx *c, int batch, int ch, int hw, const float *dy, float *dx);

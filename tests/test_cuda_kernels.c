@@ -99,8 +99,8 @@ static void test_pooling(void **state) {
         float *hy = back(dy, no), *ham = back(dam, no);
         expect("max pool forward", y, hy, no, 0);
         assert_memory_equal(am, ham, no * 4);
-        C->maxpool_backward(&cc, B, ch, h, w, oh, ow, g, am, dxh);
-        G->maxpool_backward(&gc, B, ch, h, w, oh, ow, dg, dam, ddx);
+        C->maxpool_backward(&cc, B, ch, h, w, ks, s, p, oh, ow, g, am, dxh);
+        G->maxpool_backward(&gc, B, ch, h, w, ks, s, p, oh, ow, dg, dam, ddx);
         float *hdx = back(ddx, ni);
         expect("max pool backward", dxh, hdx, ni, 0);
         C->avgpool_forward(&cc, B, ch, h * w, x, y);

@@ -42,8 +42,9 @@ static void maxpool_fwd(const dp_kctx *c, int batch, int ch, int h, int w, int k
                         float *y, int32_t *argmax) {
     maxpool2d_forward_cpu(batch, ch, h, w, k, stride, pad, x, y, argmax, c->nthreads);
 }
-static void maxpool_bwd(const dp_kctx *c, int batch, int ch, int h, int w, int oh, int ow, const float *dy,
-                        const int32_t *argmax, float *dx) {
+static void maxpool_bwd(const dp_kctx *c, int batch, int ch, int h, int w, int k, int stride, int pad, int oh, int ow,
+                        const float *dy, const int32_t *argmax, float *dx) {
+    (void)k, (void)stride, (void)pad; /* the CPU scatters through the argmax */
     maxpool2d_backward_cpu(batch, ch, h, w, oh, ow, dy, argmax, dx, c->nthreads);
 }
 static void avgpool_fwd(const dp_kctx *c, int batch, int ch, int hw, const float *x, float *y) {

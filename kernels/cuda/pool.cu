@@ -3,6 +3,7 @@
 #include <math.h>
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/pool_index.h"
 
 __global__ void maxpool_fwd_k(size_t n, int h, int w, int k, int s, int p, int oh, int ow, const float *x, float *y,
                               int32_t *am) {
@@ -25,17 +26,17 @@ __global__ void maxpool_fwd_k(size_t n, int h, int w, int k, int s, int p, int o
     }
 }
 
-// One block a plane: zero it, then one thread adds the gradients in output order, as the CPU
-// does where windows overlap (deterministic, no atomics).
-__global__ void maxpool_bwd_k(int hw, int ohw, const float *dy, const int32_t *am, float *dx) {
-    const size_t pl = blockIdx.x;
-    float *xp = dx + pl * hw;
-    for (int e = threadIdx.x; e < hw; e += blockDim.x) xp[e] = 0.0f;
-    __syncthreads();
-    if (threadIdx.x != 0) return;
-    const float *gp = dy + pl * ohw;
-    const int32_t *ap = am + pl * ohw;
-    for (int q = 0; q < ohw; q++) xp[ap[q]] += gp[q];
+// One thread an input element: it gathers the gradients of the outputs whose window covers it
+// and whose argmax it is, in output order, as the CPU's scatter adds them where windows overlap
+// (kernels/pool_index.h; deterministic, no atomics, every element in parallel).
+__global__ void maxpool_bwd_k(size_t n, int h, int w, int k, int s, int p, int oh, int ow, const float *dy,
+                              const int32_t *am, float *dx) {
+    DP_FOR(e, n) { // e = (plane, a, b)
+        const size_t pl = e / ((size_t)h * w);
+        const int rem = (int)(e - pl * (size_t)h * w);
+        const size_t off = pl * (size_t)oh * ow;
+        dx[e] = dp_pool_gather(rem / w, rem % w, w, k, s, p, oh, ow, dy + off, (const int *)(am + off));
+    }
 }
 
 __global__ void gap_fwd_k(size_t planes, int hw, const float *x, float *y) {
@@ -61,11 +62,11 @@ extern "C" void dp_cuda_maxpool_forward(const dp_kctx *c, int batch, int ch, int
     maxpool_fwd_k<<<dp_blocks(n), DP_CUDA_THREADS, 0, dp_stream(c)>>>(n, h, w, k, stride, pad, oh, ow, x, y, argmax);
     DP_LAUNCHED("max pool forward");
 }
-extern "C" void dp_cuda_maxpool_backward(const dp_kctx *c, int batch, int ch, int h, int w, int oh, int ow,
-                                         const float *dy, const int32_t *argmax, float *dx) {
-    const unsigned planes = (unsigned)(batch * ch);
-    if (!planes) return;
-    maxpool_bwd_k<<<planes, DP_CUDA_THREADS, 0, dp_stream(c)>>>(h * w, oh * ow, dy, argmax, dx);
+extern "C" void dp_cuda_maxpool_backward(const dp_kctx *c, int batch, int ch, int h, int w, int k, int stride, int pad,
+                                         int oh, int ow, const float *dy, const int32_t *argmax, float *dx) {
+    const size_t n = (size_t)batch * ch * h * w;
+    if (!n || oh <= 0 || ow <= 0) return;
+    maxpool_bwd_k<<<dp_blocks(n), DP_CUDA_THREADS, 0, dp_stream(c)>>>(n, h, w, k, stride, pad, oh, ow, dy, argmax, dx);
     DP_LAUNCHED("max pool backward");
 }
 extern "C" void dp_cuda_avgpool_forward(const dp_kctx *c, int batch, int ch, int hw, const float *x, float *y) {

@@ -15,7 +15,8 @@ void dp_cuda_relu_backward(const dp_kctx *, size_t, const float *, const float *
 void dp_cuda_add(const dp_kctx *, size_t, const float *, const float *, float *);
 void dp_cuda_copy(const dp_kctx *, size_t, const float *, float *);
 void dp_cuda_maxpool_forward(const dp_kctx *, int, int, int, int, int, int, int, const float *, float *, int32_t *);
-void dp_cuda_maxpool_backward(const dp_kctx *, int, int, int, int, int, int, const float *, const int32_t *, float *);
+void dp_cuda_maxpool_backward(const dp_kctx *, int, int, int, int, int, int, int, int, int, const float *,
+                              const int32_t *, float *);
 void dp_cuda_avgpool_forward(const dp_kctx *, int, int, int, const float *, float *);
 void dp_cuda_avgpool_backward(const dp_kctx *, int, int, int, const float *, float *);
 size_t dp_cuda_bn_workspace_floats(int, int, int);

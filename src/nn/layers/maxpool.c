@@ -35,8 +35,8 @@ static dp_status backward(const dp_layer *l, const dp_exec *x, const float *cons
     const dp_shape s = l->in_shape[0];
     const dp_kctx c = dp_exec_kctx(x);
     if (din[0])
-        dp_exec_kernels(x)->maxpool_backward(&c, x->batch, s.c, s.h, s.w, l->out.h, l->out.w, dout,
-                                              (const int32_t *)ctx, din[0]);
+        dp_exec_kernels(x)->maxpool_backward(&c, x->batch, s.c, s.h, s.w, l->cfg.pool.k, l->cfg.pool.stride,
+                                              l->cfg.pool.pad, l->out.h, l->out.w, dout, (const int32_t *)ctx, din[0]);
     return DP_OK;
 }
 
