@@ -40,12 +40,17 @@ typedef struct {
     int n;
     void *meta_json;        /* cJSON object of __metadata__ (may be NULL) */
     void *root;             /* the whole header */
+    int *by_name;           /* tensor indices sorted by name, for dp_st_find */
 } dp_st_file;
 
-/* Reads and checks path: header length, JSON, dtypes, offsets inside the file, sizes matching
- * shapes, no overlap, and the CRC when the file carries one. Every failure names the file. */
+/* Reads and checks path as strictly as the reference reader: header length, then the header alone
+ * (JSON with nothing after it but padding spaces, one __metadata__ of strings, unique names, F32 or
+ * I64, whole-number shapes and offsets, the tensors tiling the data exactly), and only then, when
+ * the memory is there, the data and its CRC when the file carries one. A crafted or huge file is
+ * refused before its data is read. Every failure names the file. */
 dp_status dp_st_read(const char *path, dp_st_file *out);
 void dp_st_free(dp_st_file *f);
+/* The tensor called name, or NULL (a binary search). */
 const dp_st_tensor *dp_st_find(const dp_st_file *f, const char *name);
 /* A metadata string, or NULL if absent. */
 const char *dp_st_meta_get(const dp_st_file *f, const char *key);

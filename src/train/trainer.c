@@ -87,9 +87,11 @@ static dp_status init_params(dp_trainer *t) {
     const char *from = t->cfg.eval_only ? t->cfg.load_path : t->cfg.init_path;
     for (int r = 0; r < t->n_local; r++) {
         if (t->rep[r].rank != 0) continue;
+        /* num_batches_tracked goes on from the file's, as PyTorch's load_state_dict does; only rank 0
+         * writes checkpoints, so only its process needs the count */
         if (from)
             DP_TRY(dp_checkpoint_load_weights(t->cfg.eval_only ? "--load" : "--init-from", from, m, t->rep[r].h_params,
-                                              t->rep[r].h_buffers));
+                                              t->rep[r].h_buffers, &t->bn_batches));
         else
             dp_model_init_params(m, t->rep[r].h_params, t->rep[r].h_buffers, &rng);
         DP_TRY(dp_replica_push(&t->rep[r], m)); /* a device's arenas from the host copies */
