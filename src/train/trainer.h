@@ -109,6 +109,9 @@ dp_status dp_strategy_finish(dp_trainer *t);
 /* The overhead model after a run (--predict, --save-profile) or instead of one (dptrain
  * predict): times the model here (or reads --compute), predicts, reports (src/train/predict.c). */
 dp_status dp_trainer_predict(dp_trainer *t);
+/* At start: --save-profile can be written, --predict's topologies and --compute's profile read
+ * and fit this run's model (a typo must not cost the whole training run). */
+dp_status dp_predict_precheck(const dp_config *c);
 /* persist.c: the checkpoints of a run. Which settings a checkpoint records and checks on resume. */
 dp_status dp_persist_setup(dp_trainer *t);
 /* Writes a checkpoint continuing at (next_epoch, next_batch) into --checkpoint DIR (path NULL) or
