@@ -148,7 +148,8 @@ static const opt_spec opts[] = {
     {"keep", "K", K_INT, .ilo = 1, .ihi = 1000000, .off = OFF(keep), .def = "3", .help = "checkpoints kept in DIR"},
     {"resume", "DIR|FILE", K_STRING, .off = OFF(resume_path),
      .help = "continue from the newest good checkpoint in DIR (damaged ones skipped with a warning) or from FILE, "
-             "bitwise as the run never stopped; implies --checkpoint DIR"},
+             "bitwise as the run never stopped; implies --checkpoint DIR; a new or empty DIR starts the run there "
+             "(one command line starts or continues it)"},
     {"init-from", "FILE", K_STRING, .off = OFF(init_path),
      .help = "initial weights and BN statistics from a safetensors state_dict (PyTorch's names: a dptrain "
              "checkpoint or one PyTorch wrote); epochs and momentum start afresh"},
@@ -457,8 +458,13 @@ dp_status dp_parse_args(int argc, char **argv, dp_config *c, dp_action *action) 
     if (c->resume_path && c->init_path)
         return dp_fail(DP_ERR_USAGE, "--resume and --init-from exclude each other (--resume restores the weights too)");
     if (c->resume_path && !c->checkpoint_dir) {
+        /* a directory, or a path not there yet that does not look like a checkpoint file: the run's
+           directory, so that one command line starts the run or continues it */
         struct stat st;
-        if (stat(c->resume_path, &st) == 0 && S_ISDIR(st.st_mode)) c->checkpoint_dir = c->resume_path;
+        size_t n = strlen(c->resume_path);
+        int there = stat(c->resume_path, &st) == 0;
+        int file_like = n >= 12 && strcmp(c->resume_path + n - 12, ".safetensors") == 0;
+        if (there ? S_ISDIR(st.st_mode) : errno == ENOENT && !file_like) c->checkpoint_dir = c->resume_path;
     }
     if (c->checkpoint_dir && !c->save_every && !c->save_every_epochs) c->save_every_epochs = 1;
     if (c->on_nan_skip && c->accumulate > 1)

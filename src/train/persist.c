@@ -38,6 +38,8 @@ dp_status dp_persist_setup(dp_trainer *t) {
     t->sgd.nonfinite = &t->nonfinite;
     const char *inj = getenv("DPTRAIN_INJECT_NAN_STEP");
     t->inject_nan_step = inj ? atol(inj) : 0;
+    const char *sig = getenv("DPTRAIN_INJECT_SIGNAL_FINAL_EVAL");
+    t->inject_eval_signal = sig ? atoi(sig) : 0;
     DP_ALLOC(t->stop_bufs, t->n_local, "stop flags");
     for (int r = 0; r < t->n_local; r++) DP_ALLOC(t->stop_bufs[r], 2, "stop flags");
     if (c->on_nan_skip && t->model.buffers.n)
@@ -187,10 +189,14 @@ static dp_status load_newest(dp_trainer *t, dp_replica *r0, dp_train_pos *pos) {
         damaged++;
     }
     dp_ckpt_dir_free(paths, n);
-    if (s == DP_OK || s == DP_ERR_USAGE) {
-        if (n == 0) return dp_fail(DP_ERR_USAGE, "--resume %s: no checkpoint (ckpt-*.safetensors) in the directory", src);
-        return s;
+    if (n == 0) { /* a first run (or one killed before its first checkpoint): start it */
+        *pos = (dp_train_pos){.epoch = 1};
+        if (!t->cfg.quiet)
+            fprintf(stderr, "dptrain: note: --resume %s: no checkpoint there yet; starting a fresh run (its checkpoints "
+                    "go there)\n", src);
+        return DP_OK;
     }
+    if (s == DP_OK || s == DP_ERR_USAGE) return s;
     return dp_fail(DP_ERR_FORMAT, "--resume %s: none of the %d checkpoints is readable (see the warnings above)", src,
                    damaged);
 }

@@ -6,6 +6,7 @@
 
 #include <cblas.h>
 #include <math.h>
+#include <signal.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -459,13 +460,18 @@ static dp_status run_epoch(dp_trainer *t, int epoch, int first, int *stop) {
     return DP_OK;
 }
 
-static dp_status say_stopped(dp_trainer *t) {
+/* after_training: the signal came during the final evaluation, with training done. */
+static dp_status say_stopped(dp_trainer *t, int after_training) {
     if (!holds_rank0(t)) return DP_OK;
     char cmd[8192];
     dp_persist_resume_command(t, cmd, sizeof cmd);
     if (t->report.progress) printf("\n"); /* off the progress bar's line */
     fflush(stdout);
-    if (t->cfg.checkpoint_dir)
+    if (after_training)
+        fprintf(stderr, "dptrain: stopped by %s during the final evaluation, after training finished (step %ld)%s%s%s\n",
+                dp_signal_name(t->stop_signal), t->step, t->last_ckpt[0] ? "; checkpoint " : "", t->last_ckpt,
+                t->last_ckpt[0] ? " written" : "");
+    else if (t->cfg.checkpoint_dir)
         fprintf(stderr, "dptrain: stopped by %s after step %ld (epoch %d); checkpoint %s written; resume with: %s\n",
                 dp_signal_name(t->stop_signal), t->step, t->epoch, t->last_ckpt, cmd);
     else
@@ -504,12 +510,21 @@ static dp_status run(dp_trainer *t) {
         if (!stop && t->cfg.checkpoint_dir && t->cfg.save_every_epochs && epoch % t->cfg.save_every_epochs == 0)
             DP_TRY(dp_persist_save(t, "--checkpoint", NULL));
     }
-    if (t->stop_signal) return say_stopped(t);
+    if (t->stop_signal) return say_stopped(t, 0);
+    if (t->inject_eval_signal) raise(t->inject_eval_signal);
     DP_TRY(final_eval(t, NULL));
+    /* a signal during the last evaluations: training is done, so its state is still saved below,
+       but the run ends as a stopped one (128 + signal), without --predict's timing runs */
+    int sig = 0;
+    DP_TRY(dp_persist_stop_requested(t, &sig));
     /* the run's last state, so that --resume of a finished run (e.g. with more --epochs) goes on from here */
     if (t->cfg.checkpoint_dir) DP_TRY(dp_persist_save(t, "--checkpoint", NULL));
     if (t->cfg.save_path) DP_TRY(dp_persist_save(t, "--save", t->cfg.save_path));
     dp_signals_restore();
+    if (sig) {
+        t->stop_signal = sig;
+        return say_stopped(t, 1);
+    }
     if (holds_rank0(t)) DP_TRY(dp_trainer_predict(t));
     return DP_OK;
 }

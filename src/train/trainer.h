@@ -84,6 +84,8 @@ typedef struct dp_trainer {
     int stop_signal;          /* the signal that stopped the run (exit 128 + it), 0 if none */
     float **stop_bufs;        /* (n_local) the stop flag's all-reduce */
     long inject_nan_step;     /* DPTRAIN_INJECT_NAN_STEP=k: a NaN in step k's first input (tests only) */
+    int inject_eval_signal;   /* DPTRAIN_INJECT_SIGNAL_FINAL_EVAL=s: signal s raised as the final evaluation
+                                 starts (tests only: a signal there is otherwise a race to hit) */
     float *bn_snapshot;       /* (n_local * buffers.n) BN buffers before a step, for --on-nan skip */
 } dp_trainer;
 

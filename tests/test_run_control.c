@@ -1,0 +1,80 @@
+/* test_run_control.c: how a run starts and ends: `--resume DIR` on a first run starts it there (one
+ * command line starts or continues a run), and a SIGINT/SIGTERM during the final evaluation is
+ * honoured (128 + signal, the state saved) instead of exiting 0. */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "testutil.h"
+
+#define DATA "--dataset synthetic --samples 128 --shape 1x28x28 --batch-size 32 --no-progress --threads 1"
+
+static const char *fresh_dir(const char *name) {
+    const char *d = tu_path(name);
+    tu_sh(NULL, "rm -rf '%s'", d);
+    return d;
+}
+
+static int count_ckpts(const char *dir) {
+    char *out;
+    tu_sh(&out, "ls '%s' | grep -c '^ckpt-.*safetensors$'", dir);
+    int n = atoi(out);
+    free(out);
+    return n;
+}
+
+static void test_resume_starts_fresh(void **state) {
+    (void)state;
+    const char *d = fresh_dir("start-or-continue");
+    char *o;
+    /* the directory does not exist: the run starts there */
+    int rc = tu_run_dptrain(&o, "train " DATA " --epochs 1 --resume %s", d);
+    if (rc || !tu_contains(o, "no checkpoint there yet; starting a fresh run")) fail_msg("rc %d:\n%s", rc, o);
+    free(o);
+    assert_true(count_ckpts(d) >= 1);
+    /* the same command line with more epochs continues it */
+    rc = tu_run_dptrain(&o, "train " DATA " --epochs 2 --resume %s", d);
+    if (rc || !tu_contains(o, "resuming from") || !tu_contains(o, "epoch 2/2")) fail_msg("rc %d:\n%s", rc, o);
+    free(o);
+    /* an empty directory (a run killed before its first checkpoint, its temporary file left) starts too */
+    const char *e = fresh_dir("empty-start");
+    tu_sh(NULL, "mkdir -p '%s' && touch '%s/.ckpt-0000000003.safetensors.AbC123'", e, e);
+    rc = tu_run_dptrain(&o, "train " DATA " --epochs 1 --resume %s", e);
+    if (rc || !tu_contains(o, "starting a fresh run")) fail_msg("rc %d:\n%s", rc, o);
+    free(o);
+    /* a directory whose checkpoints are all damaged is not silently restarted */
+    tu_sh(NULL, "for f in '%s'/ckpt-*; do printf garbage > \"$f\"; done", e);
+    rc = tu_run_dptrain(&o, "train " DATA " --epochs 1 --resume %s", e);
+    if (rc != 1 || !tu_contains(o, "none of the")) fail_msg("rc %d:\n%s", rc, o);
+    free(o);
+}
+
+static void signal_in_final_eval(int sig) {
+    const char *d = fresh_dir("sig-final"), *save = tu_path("sig-final.safetensors");
+    unlink(save);
+    char *o;
+    int rc = tu_sh(&o, "DPTRAIN_INJECT_SIGNAL_FINAL_EVAL=%d %s train " DATA " --epochs 1 --checkpoint %s --save %s "
+                   "--predict host", sig, getenv("DPTRAIN"), d, save);
+    if (rc != 128 + sig || !tu_contains(o, "during the final evaluation, after training finished") ||
+        !tu_contains(o, "test accuracy") || tu_contains(o, "predicted"))
+        fail_msg("signal %d: rc %d:\n%s", sig, rc, o);
+    free(o);
+    struct stat st;
+    assert_int_equal(stat(save, &st), 0); /* the finished training is saved */
+    assert_true(count_ckpts(d) >= 1);
+}
+
+static void test_sigint_in_final_eval(void **state) { (void)state; signal_in_final_eval(SIGINT); }
+static void test_sigterm_in_final_eval(void **state) { (void)state; signal_in_final_eval(SIGTERM); }
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_resume_starts_fresh),
+        cmocka_unit_test(test_sigint_in_final_eval),
+        cmocka_unit_test(test_sigterm_in_final_eval),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
