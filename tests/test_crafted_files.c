@@ -279,11 +279,44 @@ static void test_init_from_keeps_count(void **state) {
     ckpt_free(&c);
 }
 
+/* A header damaged so that it still parses (a tensor renamed): the header's own CRC tells it from a
+ * file of another model, so --resume DIR skips it for the older good checkpoint (it refused the run). */
+static void test_damaged_header_skipped(void **state) {
+    (void)state;
+    const char *d = tu_path("hdr-damage");
+    tu_sh(NULL, "rm -rf '%s'", d);
+    const char *data = "--dataset synthetic --samples 128 --shape 1x28x28 --batch-size 32 --no-progress --threads 1";
+    char *o;
+    int rc = tu_run_dptrain(&o, "train %s --epochs 2 --checkpoint %s --keep 5", data, d);
+    if (rc) fail_msg("rc %d:\n%s", rc, o);
+    free(o);
+    /* the newest: conv1.weight -> conv1.weighu, same length, still valid JSON */
+    char newest[700];
+    snprintf(newest, sizeof newest, "%s/ckpt-0000000008.safetensors", d);
+    FILE *f = fopen(newest, "r+b");
+    assert_non_null(f);
+    char head[4096];
+    size_t got = fread(head, 1, sizeof head, f);
+    char *at = NULL;
+    for (size_t i = 8; i + 12 < got && !at; i++)
+        if (memcmp(head + i, "conv1.weight", 12) == 0) at = head + i;
+    assert_non_null(at);
+    assert_int_equal(fseek(f, (long)(at - head) + 11, SEEK_SET), 0);
+    assert_int_equal(fputc('u', f), 'u');
+    assert_int_equal(fclose(f), 0);
+    rc = tu_run_dptrain(&o, "train %s --epochs 3 --checkpoint %s --keep 5 --resume %s", data, d, d);
+    if (rc || !tu_contains(o, "skipping a damaged checkpoint") || !tu_contains(o, "header's CRC-32") ||
+        !tu_contains(o, "resuming from") || !tu_contains(o, "ckpt-0000000004"))
+        fail_msg("rc %d:\n%s", rc, o);
+    free(o);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_st_strict),           cmocka_unit_test(test_st_many_entries),
         cmocka_unit_test(test_st_huge_sparse),      cmocka_unit_test(test_resume_extra_counter),
         cmocka_unit_test(test_resume_position_ranges), cmocka_unit_test(test_init_from_keeps_count),
+        cmocka_unit_test(test_damaged_header_skipped),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,6 +1,7 @@
 /* test_run_control.c: how a run starts and ends: `--resume DIR` on a first run starts it there (one
  * command line starts or continues a run), and a SIGINT/SIGTERM during the final evaluation is
- * honoured (128 + signal, the state saved) instead of exiting 0. */
+ * honoured (128 + signal, the state saved) instead of exiting 0; a checkpoint directory is held
+ * by one run at a time. */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "io/ckpt_dir.h"
 #include "testutil.h"
 
 #define DATA "--dataset synthetic --samples 128 --shape 1x28x28 --batch-size 32 --no-progress --threads 1"
@@ -70,11 +72,46 @@ static void signal_in_final_eval(int sig) {
 static void test_sigint_in_final_eval(void **state) { (void)state; signal_in_final_eval(SIGINT); }
 static void test_sigterm_in_final_eval(void **state) { (void)state; signal_in_final_eval(SIGTERM); }
 
+/* Two runs on one checkpoint directory (a requeued job while the old one runs): the second is
+ * refused naming the holder; once the holder is gone, the directory is free again. */
+static void test_checkpoint_dir_locked(void **state) {
+    (void)state;
+    const char *d = fresh_dir("locked");
+    assert_int_equal(mkdir(d, 0755), 0);
+    int fd;
+    assert_int_equal(dp_ckpt_dir_lock("--checkpoint", d, &fd), DP_OK);
+    char *o, pid[32];
+    snprintf(pid, sizeof pid, "pid %d on host ", (int)getpid());
+    int rc = tu_run_dptrain(&o, "train " DATA " --epochs 1 --resume %s", d);
+    if (rc != 2 || !tu_contains(o, "another run is using this directory") || !tu_contains(o, pid) ||
+        tu_contains(o, "epoch 1/1"))
+        fail_msg("rc %d:\n%s", rc, o);
+    free(o);
+    rc = tu_run_dptrain(&o, "train " DATA " --epochs 1 --checkpoint %s", d);
+    if (rc != 2 || !tu_contains(o, pid)) fail_msg("rc %d:\n%s", rc, o);
+    free(o);
+    dp_ckpt_dir_unlock(fd);
+    rc = tu_run_dptrain(&o, "train " DATA " --epochs 1 --checkpoint %s", d);
+    if (rc) fail_msg("rc %d:\n%s", rc, o);
+    free(o);
+    /* a symlink at the lock's name is not followed (its target is not truncated) */
+    const char *e = fresh_dir("locklink"), *victim = tu_path("lock-victim");
+    tu_write_file(victim, "keep", 4);
+    tu_sh(NULL, "mkdir -p '%s' && ln -s '%s' '%s/.dptrain.lock'", e, victim, e);
+    rc = tu_run_dptrain(&o, "train " DATA " --epochs 1 --checkpoint %s", e);
+    if (rc == 0 || !tu_contains(o, "lock file")) fail_msg("rc %d:\n%s", rc, o);
+    free(o);
+    tu_sh(&o, "cat '%s'", victim);
+    assert_string_equal(o, "keep");
+    free(o);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_resume_starts_fresh),
         cmocka_unit_test(test_sigint_in_final_eval),
         cmocka_unit_test(test_sigterm_in_final_eval),
+        cmocka_unit_test(test_checkpoint_dir_locked),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -22,6 +22,27 @@ static uint32_t crc_of(const dp_st_tensor *t, int n) {
     return (uint32_t)crc;
 }
 
+char *dp_st_header_crc_slot(const char *hdr, size_t n) {
+    static const char pat[] = "\"" DP_ST_HEADER_CRC_KEY "\":\"";
+    const size_t pl = sizeof pat - 1;
+    char *found = NULL;
+    for (size_t i = 0; i + pl + 9 <= n; i++)
+        if (hdr[i] == '"' && memcmp(hdr + i, pat, pl) == 0 && hdr[i + pl + 8] == '"') {
+            if (found) return NULL;
+            found = (char *)hdr + i + pl;
+        }
+    return found;
+}
+
+uint32_t dp_st_header_crc(const unsigned char *head, size_t n) {
+    const unsigned char *slot = n > 8 ? (const unsigned char *)dp_st_header_crc_slot((const char *)head + 8, n - 8) : NULL;
+    uLong crc = crc32(0L, Z_NULL, 0);
+    if (!slot) return (uint32_t)crc32(crc, head, (uInt)n);
+    crc = crc32(crc, head, (uInt)(slot - head));
+    crc = crc32(crc, (const unsigned char *)"00000000", 8);
+    return (uint32_t)crc32(crc, slot + 8, (uInt)(n - (size_t)(slot - head) - 8));
+}
+
 dp_status dp_st_write(FILE *f, const char *what, const dp_st_tensor *t, int n, const dp_st_meta *meta, int n_meta) {
     cJSON *root = cJSON_CreateObject(), *md = cJSON_CreateObject();
     if (!root || !md) {
@@ -33,6 +54,7 @@ dp_status dp_st_write(FILE *f, const char *what, const dp_st_tensor *t, int n, c
     char crc[16];
     snprintf(crc, sizeof crc, "%08x", crc_of(t, n));
     cJSON_AddStringToObject(md, "dptrain.data_crc32", crc);
+    cJSON_AddStringToObject(md, DP_ST_HEADER_CRC_KEY, "00000000"); /* filled in below */
     size_t off = 0;
     for (int i = 0; i < n; i++) {
         cJSON *e = cJSON_CreateObject();
@@ -50,11 +72,26 @@ dp_status dp_st_write(FILE *f, const char *what, const dp_st_tensor *t, int n, c
     if (!json) return dp_fail(DP_ERR_NOMEM, "%s: out of memory printing the safetensors header", what);
     /* pad with spaces so the data starts 8-byte aligned, as the reference writer does */
     size_t hl = strlen(json), padded = (hl + 7) & ~(size_t)7;
-    unsigned char len8[8];
-    for (int i = 0; i < 8; i++) len8[i] = (unsigned char)((uint64_t)padded >> (8 * i));
-    int bad = fwrite(len8, 1, 8, f) != 8 || fwrite(json, 1, hl, f) != hl;
-    for (size_t i = hl; i < padded && !bad; i++) bad = fputc(' ', f) == EOF;
+    unsigned char *head = malloc(8 + padded);
+    if (!head) {
+        free(json);
+        return dp_fail(DP_ERR_NOMEM, "%s: out of memory printing the safetensors header", what);
+    }
+    for (int i = 0; i < 8; i++) head[i] = (unsigned char)((uint64_t)padded >> (8 * i));
+    memcpy(head + 8, json, hl);
+    memset(head + 8 + hl, ' ', padded - hl);
     free(json);
+    /* the header's CRC-32, taken with its own value as 00000000, then written into that place */
+    char *slot = dp_st_header_crc_slot((char *)head + 8, padded);
+    if (!slot) {
+        free(head);
+        return dp_fail(DP_ERR_INTERNAL, "%s: the header CRC's place is not in the header", what);
+    }
+    char hex[9];
+    snprintf(hex, sizeof hex, "%08x", dp_st_header_crc(head, 8 + padded));
+    memcpy(slot, hex, 8);
+    int bad = fwrite(head, 1, 8 + padded, f) != 8 + padded;
+    free(head);
     for (int i = 0; i < n && !bad; i++) bad = t[i].nbytes && fwrite(t[i].data, 1, t[i].nbytes, f) != t[i].nbytes;
     if (bad) return dp_fail(DP_ERR_IO, "%s: write failed: %s", what, strerror(errno));
     return DP_OK;

@@ -218,6 +218,27 @@ static dp_status parse_header(const char *path, const char *hdr, size_t hl, uint
     return s;
 }
 
+/* The header's own CRC when the file carries one (safetensors.h). */
+static dp_status check_header_crc(const char *path, const unsigned char *len8, const char *hdr, size_t hl,
+                                  const dp_st_file *f) {
+    const char *want = dp_st_meta_get(f, DP_ST_HEADER_CRC_KEY);
+    if (!want) return DP_OK;
+    unsigned char *head = malloc(8 + hl);
+    if (!head) return dp_fail(DP_ERR_NOMEM, "%s: out of memory reading the header", path);
+    memcpy(head, len8, 8);
+    memcpy(head + 8, hdr, hl);
+    dp_status s = DP_OK;
+    char have[16], shown[40];
+    if (!dp_st_header_crc_slot(hdr, hl))
+        s = dp_fail(DP_ERR_FORMAT, "%s: corrupt: the header's CRC-32 (%s) is not where it was written", path,
+                    dp_printable(want, shown, sizeof shown));
+    else if (snprintf(have, sizeof have, "%08x", dp_st_header_crc(head, 8 + hl)), strcmp(have, want) != 0)
+        s = dp_fail(DP_ERR_FORMAT, "%s: corrupt: the header's CRC-32 is %s, the header says %s", path, have,
+                    dp_printable(want, shown, sizeof shown));
+    free(head);
+    return s;
+}
+
 static dp_status read_file(const char *path, int fd, off_t fsize, dp_st_file *f) {
     if (fsize < 8)
         return dp_fail(DP_ERR_FORMAT, "%s: not a safetensors file (%lld bytes, too short)", path, (long long)fsize);
@@ -234,6 +255,7 @@ static dp_status read_file(const char *path, int fd, off_t fsize, dp_st_file *f)
     span *spans = NULL;
     dp_status s = read_at(path, fd, hdr, (size_t)hl, 8);
     if (s == DP_OK) s = parse_header(path, hdr, (size_t)hl, size - 8 - hl, f, &spans);
+    if (s == DP_OK) s = check_header_crc(path, len8, hdr, (size_t)hl, f);
     /* only a file whose header describes all of it is read whole: never more than the memory there is */
     if (s == DP_OK && dp_memory_check(size, path) != DP_OK) {
         char msg[600];

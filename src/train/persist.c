@@ -53,6 +53,9 @@ dp_status dp_persist_setup(dp_trainer *t) {
     }
     /* only what a killed writer left: pruning to --keep waits for a new checkpoint (the newest may be damaged) */
     if (c->checkpoint_dir && holds_rank0(t)) {
+        /* before anything in it is read or removed: a second run (a requeued job while the first
+           still runs) is refused instead of pruning the first one's temporary files */
+        DP_TRY(dp_ckpt_dir_lock("--checkpoint", c->checkpoint_dir, &t->ckpt_lock_fd));
         DP_TRY(dp_ckpt_dir_prune(c->checkpoint_dir, 1000000000));
         char **paths;
         int n;

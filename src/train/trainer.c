@@ -17,6 +17,7 @@
 #include "dp_config.h"
 #include "io/atomic.h"
 #include "io/checkpoint.h"
+#include "io/ckpt_dir.h"
 #include "report/progress.h"
 #include "train/memory.h"
 #include "train/signals.h"
@@ -286,6 +287,7 @@ dp_status dp_trainer_create(const dp_config *cfg, dp_trainer **out) {
     dp_trainer *t = calloc(1, sizeof *t);
     if (!t) return dp_fail(DP_ERR_NOMEM, "out of memory creating the trainer");
     t->cfg = *cfg;
+    t->ckpt_lock_fd = -1;
     dp_status s = setup(t);
     if (s != DP_OK) {
         char msg[1024];
@@ -558,6 +560,7 @@ void dp_trainer_destroy(dp_trainer *t) {
     if (t->stop_bufs)
         for (int r = 0; r < t->n_local; r++) free(t->stop_bufs[r]);
     free(t->stop_bufs);
+    dp_ckpt_dir_unlock(t->ckpt_lock_fd);
     if (t->dev) t->dev->free(t->dev, t->bn_snapshot);
     dp_host_coll_free(t);
     if (t->dev) dp_graph_cache_free(&t->graphs, t->dev);
