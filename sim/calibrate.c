@@ -270,7 +270,7 @@ dp_status dp_calibrate(dp_backend_t b, const char *name, const char *path, FILE 
     char what[96];
     snprintf(what, sizeof what, "calibrate over %d replicas (%d in this process)", world, nl);
     if (dp_memory_check(need, what) != DP_OK) {
-        char msg[1024];
+        char msg[DP_ERROR_MAX];
         snprintf(msg, sizeof msg, "%s", dp_last_error());
         return dp_fail(DP_ERR_NOMEM, "%s; give fewer %s", msg, nl > 1 ? "--replicas" : "ranks");
     }

@@ -311,12 +311,42 @@ static void test_damaged_header_skipped(void **state) {
     free(o);
 }
 
+/* A message longer than the buffer keeps its end, where the reason is: a long path no longer
+ * loses it (messages were cut at 1023 bytes). */
+static void test_long_message_keeps_reason(void **state) {
+    (void)state;
+    char path[3000];
+    int k = snprintf(path, sizeof path, "%s", tu_path("long"));
+    tu_sh(NULL, "rm -rf '%s'", path);
+    for (int level = 0; level < 10; level++) {
+        k += snprintf(path + k, sizeof path - (size_t)k, "/%0200d", level);
+    }
+    assert_int_equal(tu_sh(NULL, "mkdir -p '%s' && mkfifo '%s/ckpt.fifo'", path, path), 0);
+    char *o;
+    int rc = tu_run_dptrain(&o, "eval --load '%s/ckpt.fifo' --dataset synthetic --samples 10", path);
+    if (rc == 0 || !tu_contains(o, "is a FIFO (named pipe), expected a regular file") || !tu_contains(o, "--load "))
+        fail_msg("rc %d:\n%s", rc, o);
+    free(o);
+    /* in the library: a 9000-byte message keeps both ends */
+    char *big = malloc(9001);
+    assert_non_null(big);
+    memset(big, 'x', 9000);
+    big[9000] = '\0';
+    dp_fail(DP_ERR_IO, "start %s: the reason", big);
+    assert_true(strncmp(dp_last_error(), "start xxx", 9) == 0);
+    assert_true(tu_contains(dp_last_error(), "x: the reason"));
+    assert_true(tu_contains(dp_last_error(), " [...] "));
+    assert_true(strlen(dp_last_error()) < DP_ERROR_MAX);
+    free(big);
+    tu_sh(NULL, "rm -rf '%s'", tu_path("long"));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_st_strict),           cmocka_unit_test(test_st_many_entries),
         cmocka_unit_test(test_st_huge_sparse),      cmocka_unit_test(test_resume_extra_counter),
         cmocka_unit_test(test_resume_position_ranges), cmocka_unit_test(test_init_from_keeps_count),
-        cmocka_unit_test(test_damaged_header_skipped),
+        cmocka_unit_test(test_damaged_header_skipped), cmocka_unit_test(test_long_message_keeps_reason),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

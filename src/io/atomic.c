@@ -85,7 +85,7 @@ dp_status dp_atomic_write(const char *flag, const char *path, dp_write_fn fill, 
     if (fclose(f) != 0 && s == DP_OK && !e) e = errno;
     if (s == DP_OK && !e && rename(tmp, path) != 0) e = errno;
     if (s != DP_OK || e) {
-        char msg[768];
+        char msg[DP_ERROR_MAX];
         snprintf(msg, sizeof msg, "%s", s != DP_OK ? dp_last_error() : strerror(e));
         unlink(tmp);
         return dp_fail(DP_ERR_IO, "%s %s: writing failed (%s); the previous file, if any, is kept", flag, path, msg);

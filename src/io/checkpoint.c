@@ -211,7 +211,7 @@ dp_status dp_checkpoint_load_weights(const char *flag, const char *path, const d
     dp_st_file f;
     dp_status s = dp_st_read(path, &f);
     if (s != DP_OK) {
-        char msg[768];
+        char msg[DP_ERROR_MAX];
         snprintf(msg, sizeof msg, "%s", dp_last_error());
         return dp_fail(s, "%s %s", flag, msg);
     }

@@ -258,7 +258,7 @@ static dp_status read_file(const char *path, int fd, off_t fsize, dp_st_file *f)
     if (s == DP_OK) s = check_header_crc(path, len8, hdr, (size_t)hl, f);
     /* only a file whose header describes all of it is read whole: never more than the memory there is */
     if (s == DP_OK && dp_memory_check(size, path) != DP_OK) {
-        char msg[600];
+        char msg[DP_ERROR_MAX];
         snprintf(msg, sizeof msg, "%s", dp_last_error());
         s = dp_fail(DP_ERR_NOMEM, "%s (the whole file is read)", msg);
     }

@@ -277,7 +277,7 @@ void dp_report_error(dp_reporter *r, const char *message) {
     dp_jbuf_printf(&r->line, "{\"event\":\"error\",\"message\":");
     dp_jbuf_string(&r->line, message);
     dp_jbuf_printf(&r->line, "}");
-    char keep[1024];
+    char keep[DP_ERROR_MAX];
     snprintf(keep, sizeof keep, "%s", dp_last_error()); /* a failing log write must not replace the run's reason */
     if (commit_line(r, 1) != DP_OK) dp_set_error(keep);
 }

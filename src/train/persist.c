@@ -147,7 +147,7 @@ dp_status dp_persist_save(dp_trainer *t, const char *flag, const char *path) {
     dp_status s = dp_checkpoint_save(flag, path, &t->model, r0->h_params, r0->h_buffers,
                                      t->cfg.momentum > 0 ? r0->h_momentum : NULL, &pos, meta, n);
     if (s != DP_OK) {
-        char msg[1024];
+        char msg[DP_ERROR_MAX];
         snprintf(msg, sizeof msg, "%s", dp_last_error());
         return dp_fail(s, "%s%s%s", msg, t->last_ckpt[0] ? "; the last good checkpoint is " : "", t->last_ckpt);
     }

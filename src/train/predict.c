@@ -59,7 +59,7 @@ dp_status dp_predict_precheck(const dp_config *c) {
     if (s == DP_OK && topos) s = split_topologies(c->predict_topos, topos, &n);
     if (s == DP_OK && p) s = dp_profile_load(c->compute_profile, c->model, p), flag = "--compute";
     if (s != DP_OK && strncmp(dp_last_error(), "--", 2) != 0) { /* name the flag the file came from */
-        char msg[900];
+        char msg[DP_ERROR_MAX];
         snprintf(msg, sizeof msg, "%s", dp_last_error());
         s = dp_fail(s, "%s: %s", flag, msg);
     }

@@ -290,7 +290,7 @@ dp_status dp_trainer_create(const dp_config *cfg, dp_trainer **out) {
     t->ckpt_lock_fd = -1;
     dp_status s = setup(t);
     if (s != DP_OK) {
-        char msg[1024];
+        char msg[DP_ERROR_MAX];
         snprintf(msg, sizeof msg, "%s", dp_last_error());
         if (t->backend && dp_backend_n_local(t->backend) < dp_backend_world(t->backend)) {
             /* say why before a multi-process backend aborts the job (main would say it too late) */
@@ -367,7 +367,7 @@ static dp_status final_eval(dp_trainer *t, double *acc_out) {
 static dp_status nonfinite_step(dp_trainer *t, dp_status s, int epoch) {
     int grads = atomic_exchange(&t->nonfinite, 0);
     if (s != DP_ERR_NUMERIC && !grads) return s;
-    char msg[1024];
+    char msg[DP_ERROR_MAX];
     if (s == DP_ERR_NUMERIC) snprintf(msg, sizeof msg, "%s", dp_last_error());
     else
         snprintf(msg, sizeof msg, "epoch %d, step %ld: the all-reduced gradients hold NaN or Inf (the same on every "
