@@ -116,6 +116,7 @@ static dp_status plan_lanes(dp_trainer *t, dp_sampler *s, int n_train, lane_plan
         if (s->n_batches < 1)
             return dp_fail(DP_ERR_USAGE, "--batch-size %d: the %d training samples give no full batch with --drop-last",
                            c->batch_size, n_train);
+        s->contiguous = c->mode == DP_MODE_DP; /* nn.DataParallel scatters contiguous blocks */
         dp_sampler_set_plan(s, c->chunks, c->accumulate);
         p->lanes = s->plan.lanes;
         p->slots = s->max_lanes;
