@@ -128,6 +128,41 @@ static void test_st_huge_sparse(void **state) {
     unlink(p);
 }
 
+/* The old DPCKPT01 format too: its header is judged before the file is read. */
+static void test_v1_huge_sparse(void **state) {
+    (void)state;
+    dp_model m;
+    assert_int_equal(dp_model_build("lenet", (dp_shape){1, 28, 28}, 10, &m), DP_OK);
+    const char *p = tu_path("huge.ckpt");
+    unsigned char pre[8 + sizeof(dp_ckpt_v1_header)];
+    dp_ckpt_v1_header h;
+    memset(&h, 0, sizeof h);
+    snprintf(h.model, sizeof h.model, "lenet");
+    h.c = 1, h.h = 28, h.w = 28, h.n_classes = 10, h.n_params = (int64_t)m.params.n;
+    memcpy(pre, "DPCKPT01", 8);
+    memcpy(pre + 8, &h, sizeof h);
+    float *params = calloc(m.params.n, sizeof *params), buffers[1];
+    double t0 = dp_now();
+    /* the header describes a small file: the 1 TiB one is refused unread */
+    tu_write_file(p, pre, sizeof pre);
+    if (truncate(p, (off_t)(1ull << 40)) == 0) {
+        assert_int_equal(dp_checkpoint_load_weights("--load", p, &m, params, buffers, NULL), DP_ERR_FORMAT);
+        assert_true(tu_contains(dp_last_error(), "header says"));
+    }
+    /* a header that describes the whole huge file is for another model */
+    h.n_params = ((1ll << 40) - (int64_t)sizeof pre - 4) / 4;
+    memcpy(pre + 8, &h, sizeof h);
+    tu_write_file(p, pre, sizeof pre);
+    if (truncate(p, (off_t)(1ull << 40)) == 0) {
+        assert_int_equal(dp_checkpoint_load_weights("--load", p, &m, params, buffers, NULL), DP_ERR_USAGE);
+        assert_true(tu_contains(dp_last_error(), "checkpoint is for model lenet"));
+    }
+    assert_true(dp_now() - t0 < 5);
+    unlink(p);
+    free(params);
+    dp_model_free(&m);
+}
+
 /* --- checkpoints given to resume ------------------------------------------------------------- */
 
 typedef struct {
@@ -344,7 +379,8 @@ static void test_long_message_keeps_reason(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_st_strict),           cmocka_unit_test(test_st_many_entries),
-        cmocka_unit_test(test_st_huge_sparse),      cmocka_unit_test(test_resume_extra_counter),
+        cmocka_unit_test(test_st_huge_sparse),      cmocka_unit_test(test_v1_huge_sparse),
+        cmocka_unit_test(test_resume_extra_counter),
         cmocka_unit_test(test_resume_position_ranges), cmocka_unit_test(test_init_from_keeps_count),
         cmocka_unit_test(test_damaged_header_skipped), cmocka_unit_test(test_long_message_keeps_reason),
     };

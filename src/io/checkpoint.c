@@ -255,10 +255,11 @@ dp_status dp_checkpoint_load_resume(const char *path, const dp_model *m, float *
         const char *k = expect[i].key;
         int is_arg = strncmp(k, "dptrain.arg.", 12) == 0;
         const char *label = is_arg ? k + 12 : strcmp(k, "dptrain.train_data_crc32") == 0 ? "the training data's CRC-32" : k;
+        char shown[160];
         s = dp_fail(DP_ERR_USAGE, "%s: refusing to resume: %s%s is %s%s%s in the checkpoint but %s in this run (resume "
                     "with the same %s, or start afresh from its weights with --init-from)", path,
-                    is_arg ? "--" : "", label, have ? "'" : "", have ? have : "missing", have ? "'" : "",
-                    expect[i].value, is_arg ? "value" : "data");
+                    is_arg ? "--" : "", label, have ? "'" : "", have ? dp_printable(have, shown, sizeof shown) : "missing",
+                    have ? "'" : "", expect[i].value, is_arg ? "value" : "data");
     }
     long nbt = 0;
     if (s == DP_OK) s = take_model(path, &f, m, params, buffers, momentum, &nbt);
