@@ -150,6 +150,35 @@ static void test_outputs_checked_at_start(void **state) {
     assert_true(S_ISREG(st.st_mode));
 }
 
+/* No output replaces another output or an input (the profile replaced the log or the checkpoint). */
+static void test_outputs_distinct(void **state) {
+    (void)state;
+    const char *a = tu_path("same.out");
+    char dot[600];
+    snprintf(dot, sizeof dot, "%s", a);
+    char *slash = strrchr(dot, '/');
+    memmove(slash + 2, slash, strlen(slash) + 1);
+    slash[0] = '/', slash[1] = '.'; /* the same file as dir/./name */
+    static const char *const runs[][2] = {
+        {"train " DATA " --log %s --save-profile %s", "--log and --save-profile name the same file"},
+        {"train " DATA " --save %s --save-profile %s", "--save and --save-profile name the same file"},
+        {"train " DATA " --predict host --plot %s.svg --save-profile %s.svg", "--save-profile and --plot name the same file"},
+    };
+    for (size_t i = 0; i < sizeof runs / sizeof *runs; i++) {
+        char *out;
+        int rc = tu_run_dptrain(&out, runs[i][0], a, dot);
+        if (rc != 2 || !tu_contains(out, runs[i][1])) fail_msg("%s: rc %d:\n%s", runs[i][0], rc, out);
+        free(out);
+    }
+    const char *prof = tu_path("in.profile");
+    const char *text = "model lenet\nnodes 1\nparams 10\nrow 8 1 5 0.001 0.002\ntime 0 0.001 0.001\n";
+    tu_write_file(prof, text, strlen(text));
+    char *out;
+    int rc = tu_run_dptrain(&out, "train " DATA " --predict host --compute %s --save-profile %s", prof, prof);
+    if (rc != 2 || !tu_contains(out, "--save-profile would overwrite the file given to --compute")) fail_msg("rc %d:\n%s", rc, out);
+    free(out);
+}
+
 /* calibrate's buffers grow with replicas squared: refused before they are allocated. */
 static void test_calibrate_memory(void **state) {
     (void)state;
@@ -164,7 +193,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_topology_ranges), cmocka_unit_test(test_profile_ranges),
         cmocka_unit_test(test_fifo_refused),    cmocka_unit_test(test_outputs_checked_at_start),
-        cmocka_unit_test(test_calibrate_memory),
+        cmocka_unit_test(test_calibrate_memory), cmocka_unit_test(test_outputs_distinct),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -115,6 +115,13 @@ dp_status dp_ckpt_dir_lock(const char *flag, const char *dir, int *fd_out) {
     struct flock lk = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
     if (fcntl(fd, F_SETLK, &lk) != 0) {
         int e = errno;
+        if (e == ENOLCK || e == EOPNOTSUPP || e == ENOSYS) { /* no record locks there: run, saying what is unguarded */
+            fprintf(stderr, "dptrain: warning: %s %s: the file system does not support locks (%s); a second run on "
+                    "this directory would not be refused\n", flag, dir, strerror(e));
+            close(fd);
+            *fd_out = -1;
+            return DP_OK;
+        }
         char holder[256] = "", shown[300];
         ssize_t k = e == EACCES || e == EAGAIN ? pread(fd, holder, sizeof holder - 1, 0) : -1;
         close(fd);
