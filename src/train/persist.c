@@ -196,7 +196,7 @@ static dp_status load_newest(dp_trainer *t, dp_replica *r0, dp_train_pos *pos) {
         *pos = (dp_train_pos){.epoch = 1};
         if (!t->cfg.quiet)
             fprintf(stderr, "dptrain: note: --resume %s: no checkpoint there yet; starting a fresh run (its checkpoints "
-                    "go there)\n", src);
+                    "go to %s)\n", src, t->cfg.checkpoint_dir ? t->cfg.checkpoint_dir : src);
         return DP_OK;
     }
     if (s == DP_OK || s == DP_ERR_USAGE) return s;
