@@ -314,6 +314,25 @@ static void test_init_from_keeps_count(void **state) {
     ckpt_free(&c);
 }
 
+/* Every --load / --init-from message names the flag (a wrong model's did not). */
+static void test_load_messages_prefixed(void **state) {
+    (void)state;
+    const char *p = tu_path("other-model.safetensors");
+    int64_t nbt = 0;
+    ckpt c;
+    ckpt_init(&c, "lenet", &nbt);
+    ckpt_write(p, &c, NULL, 0, "1", "0", "0");
+    ckpt_free(&c);
+    char *o;
+    int rc = tu_run_dptrain(&o, "eval --load %s --model lenet-bn --dataset synthetic --shape 1x28x28 --samples 10", p);
+    if (rc != 2 || !tu_contains(o, "dptrain: --load ") || !tu_contains(o, "the checkpoint is for model lenet"))
+        fail_msg("rc %d:\n%s", rc, o);
+    free(o);
+    rc = tu_run_dptrain(&o, "train --init-from %s --model lenet-bn --dataset synthetic --shape 1x28x28 --samples 10", p);
+    if (rc != 2 || !tu_contains(o, "dptrain: --init-from ")) fail_msg("rc %d:\n%s", rc, o);
+    free(o);
+}
+
 /* A header damaged so that it still parses (a tensor renamed): the header's own CRC tells it from a
  * file of another model, so --resume DIR skips it for the older good checkpoint (it refused the run). */
 static void test_damaged_header_skipped(void **state) {
@@ -383,6 +402,7 @@ int main(void) {
         cmocka_unit_test(test_resume_extra_counter),
         cmocka_unit_test(test_resume_position_ranges), cmocka_unit_test(test_init_from_keeps_count),
         cmocka_unit_test(test_damaged_header_skipped), cmocka_unit_test(test_long_message_keeps_reason),
+        cmocka_unit_test(test_load_messages_prefixed),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

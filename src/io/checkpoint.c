@@ -207,17 +207,22 @@ dp_status dp_checkpoint_load_weights(const char *flag, const char *path, const d
         dp_ckpt_dir_free(paths, n);
         return s;
     }
-    if (is_v1(path)) return dp_checkpoint_v1_load(path, m, params, buffers, NULL, NULL);
-    dp_st_file f;
-    dp_status s = dp_st_read(path, &f);
-    if (s != DP_OK) {
+    dp_status s;
+    if (is_v1(path)) s = dp_checkpoint_v1_load(path, m, params, buffers, NULL, NULL);
+    else {
+        dp_st_file f;
+        s = dp_st_read(path, &f);
+        if (s == DP_OK) {
+            s = take_model(path, &f, m, params, buffers, NULL, bn_batches);
+            dp_st_free(&f);
+        }
+    }
+    if (s != DP_OK) { /* every message of this file under one prefix: the flag that named it */
         char msg[DP_ERROR_MAX];
         snprintf(msg, sizeof msg, "%s", dp_last_error());
         return dp_fail(s, "%s %s", flag, msg);
     }
-    s = take_model(path, &f, m, params, buffers, NULL, bn_batches);
-    dp_st_free(&f);
-    return s;
+    return DP_OK;
 }
 
 static dp_status meta_long(const char *path, const dp_st_file *f, const char *key, long lo, long hi, long *out) {
