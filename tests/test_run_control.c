@@ -54,6 +54,26 @@ static void test_resume_starts_fresh(void **state) {
     free(o);
 }
 
+/* A resumed epoch's train figures cover the batches trained after the resume: the epoch line and
+ * the log say which (they were unmarked). */
+static void test_resumed_epoch_marked(void **state) {
+    (void)state;
+    const char *d = fresh_dir("mid-epoch"), *log = tu_path("mid-epoch.log");
+    unlink(log);
+    char *o;
+    /* 4 batches an epoch: stop after 2, continue */
+    int rc = tu_run_dptrain(&o, "train " DATA " --epochs 1 --max-steps 2 --save-every 1 --checkpoint %s", d);
+    if (rc) fail_msg("rc %d:\n%s", rc, o);
+    free(o);
+    rc = tu_run_dptrain(&o, "train " DATA " --epochs 2 --save-every 1 --resume %s --log %s", d, log);
+    if (rc || !tu_contains(o, "epoch 1/2 (resumed: batches 3-4)  train loss") || tu_contains(o, "epoch 2/2 (resumed"))
+        fail_msg("rc %d:\n%s", rc, o);
+    free(o);
+    tu_sh(&o, "cat '%s'", log);
+    if (!tu_contains(o, "\"first_batch\":2") || !tu_contains(o, "\"first_batch\":0")) fail_msg("%s", o);
+    free(o);
+}
+
 static void signal_in_final_eval(int sig) {
     const char *d = fresh_dir("sig-final"), *save = tu_path("sig-final.safetensors");
     unlink(save);
@@ -112,6 +132,7 @@ int main(void) {
         cmocka_unit_test(test_sigint_in_final_eval),
         cmocka_unit_test(test_sigterm_in_final_eval),
         cmocka_unit_test(test_checkpoint_dir_locked),
+        cmocka_unit_test(test_resumed_epoch_marked),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -447,7 +447,8 @@ static dp_status run_epoch(dp_trainer *t, int epoch, int first, int *stop) {
     double seconds = dp_now() - t0;
     dp_epoch_report e = {.epoch = epoch, .epochs = c->epochs, .steps = t->step, .lr = lr, .seconds = seconds,
                          .data_wait_s = wait_total, .compute_s = compute, .comm = t->backend->stats,
-                         .comm_hidden_s = t->comm_overlap_s, .skipped_steps = t->skipped};
+                         .comm_hidden_s = t->comm_overlap_s, .skipped_steps = t->skipped, .first_batch = first,
+                         .n_batches = nb};
     e.train_loss = em.count ? em.loss_sum / em.count : 0;
     e.train_acc = em.count ? (double)em.correct / em.count : 0;
     e.images_per_s = seconds > 0 ? em.count / seconds : 0;
