@@ -289,6 +289,7 @@ dp_status dp_trainer_create(const dp_config *cfg, dp_trainer **out) {
     if (!t) return dp_fail(DP_ERR_NOMEM, "out of memory creating the trainer");
     t->cfg = *cfg;
     t->ckpt_lock_fd = -1;
+    t->eval_step = -1;
     dp_status s = setup(t);
     if (s != DP_OK) {
         char msg[DP_ERROR_MAX];
@@ -352,11 +353,23 @@ static dp_status log_config(dp_trainer *t) {
     return DP_OK;
 }
 
+/* The test set with per-class counts, kept for the final report (t->eval_*). */
+static dp_status evaluate_test(dp_trainer *t, dp_step_metrics *m) {
+    const int K = t->model.n_classes;
+    if (!t->eval_correct) DP_ALLOC(t->eval_correct, K, "per-class counts");
+    if (!t->eval_count) DP_ALLOC(t->eval_count, K, "per-class counts");
+    t->eval_step = -1;
+    DP_TRY(dp_evaluate(t, &t->test, m, t->eval_correct, t->eval_count));
+    t->eval_m = *m;
+    t->eval_step = t->step;
+    return DP_OK;
+}
+
 static dp_status final_eval(dp_trainer *t, double *acc_out) {
     int K = t->model.n_classes;
-    long correct[K], count[K];
-    dp_step_metrics m;
-    DP_TRY(dp_evaluate(t, &t->test, &m, correct, count));
+    dp_step_metrics m = t->eval_m;
+    if (t->cfg.eval_only || t->eval_step != t->step) DP_TRY(evaluate_test(t, &m));
+    const long *correct = t->eval_correct, *count = t->eval_count;
     double acc = m.count ? (double)m.correct / m.count : 0;
     DP_TRY(dp_report_final(&t->report, t->test.name, acc, K, correct, count, t->test.class_names));
     if (acc_out) *acc_out = acc;
@@ -455,7 +468,7 @@ static dp_status run_epoch(dp_trainer *t, int epoch, int first, int *stop) {
     double te = dp_now();
     DP_TRY(dp_strategy_finish(t));
     dp_step_metrics tm;
-    DP_TRY(dp_evaluate(t, &t->test, &tm, NULL, NULL));
+    DP_TRY(evaluate_test(t, &tm));
     e.eval_seconds = dp_now() - te;
     e.test_acc = tm.count ? (double)tm.correct / tm.count : 0;
     e.test_loss = tm.count ? tm.loss_sum / tm.count : 0;
@@ -562,6 +575,8 @@ void dp_trainer_destroy(dp_trainer *t) {
     if (t->stop_bufs)
         for (int r = 0; r < t->n_local; r++) free(t->stop_bufs[r]);
     free(t->stop_bufs);
+    free(t->eval_correct);
+    free(t->eval_count);
     dp_ckpt_dir_unlock(t->ckpt_lock_fd);
     if (t->dev) t->dev->free(t->dev, t->bn_snapshot);
     dp_host_coll_free(t);

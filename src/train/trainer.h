@@ -84,6 +84,11 @@ typedef struct dp_trainer {
     int stop_signal;          /* the signal that stopped the run (exit 128 + it), 0 if none */
     float **stop_bufs;        /* (n_local) the stop flag's all-reduce */
     int ckpt_lock_fd;         /* rank 0's lock on --checkpoint DIR (io/ckpt_dir.h), -1 when none */
+    /* the last evaluation of the test set, after step eval_step (-1: none): the final one reuses it
+       when no step came after (the last epoch's test set was evaluated twice) */
+    long eval_step;
+    dp_step_metrics eval_m;
+    long *eval_correct, *eval_count; /* (n_classes) */
     long inject_nan_step;     /* DPTRAIN_INJECT_NAN_STEP=k: a NaN in step k's first input (tests only) */
     int inject_eval_signal;   /* DPTRAIN_INJECT_SIGNAL_FINAL_EVAL=s: signal s raised as the final evaluation
                                  starts (tests only: a signal there is otherwise a race to hit) */
