@@ -179,6 +179,24 @@ static void test_outputs_distinct(void **state) {
     free(out);
 }
 
+/* A GPU topology priced with this CPU's profile says so where the numbers are printed, and the plot
+ * draws a topology only up to the devices it has. */
+static void test_predict_says_cpu_profile(void **state) {
+    (void)state;
+    const char *topo = tu_path("two.topo"), *svg = tu_path("two.svg");
+    const char *text = "name two\ndevice cpu-process\ndevices 2\nbus_bandwidth_GBps 5\nlatency_us 1\nshared_memory_bus 1\n";
+    tu_write_file(topo, text, strlen(text));
+    char *out;
+    int rc = tu_run_dptrain(&out, "predict --batch-size 32 --dataset synthetic --samples 256 --shape 1x28x28 --topology "
+                            "nvlink4,%s --plot %s", topo, svg);
+    if (rc || !tu_contains(out, "NOTE: the compute is this CPU's, not a H100-SXM's")) fail_msg("rc %d:\n%s", rc, out);
+    free(out);
+    /* nvlink4: 1, 2, 4, 8 devices x DDP and DP; two: 1, 2 x DDP and DP */
+    tu_sh(&out, "grep -o '<circle' '%s' | wc -l", svg);
+    assert_int_equal(atoi(out), 12);
+    free(out);
+}
+
 /* calibrate's buffers grow with replicas squared: refused before they are allocated. */
 static void test_calibrate_memory(void **state) {
     (void)state;
@@ -194,6 +212,7 @@ int main(void) {
         cmocka_unit_test(test_topology_ranges), cmocka_unit_test(test_profile_ranges),
         cmocka_unit_test(test_fifo_refused),    cmocka_unit_test(test_outputs_checked_at_start),
         cmocka_unit_test(test_calibrate_memory), cmocka_unit_test(test_outputs_distinct),
+        cmocka_unit_test(test_predict_says_cpu_profile),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

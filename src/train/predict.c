@@ -336,7 +336,14 @@ dp_status dp_trainer_predict(dp_trainer *t) {
             }
             series[k].pred[m] = out;
         }
-        if (s == DP_OK) s = dp_report_predictions(&t->report, what, &series[k]);
+        /* a GPU topology priced with a CPU profile: its compute column is this CPU's, said where it is read */
+        char what_k[512];
+        const int cpu_profile = strncmp(p->device, "cpu", 3) == 0;
+        snprintf(what_k, sizeof what_k, "%s%s%s%s", what, cpu_profile && !topos[k].shared_memory_bus
+                 ? "; NOTE: the compute is this CPU's, not a " : "", cpu_profile && !topos[k].shared_memory_bus
+                 ? topos[k].device : "", cpu_profile && !topos[k].shared_memory_bus
+                 ? "'s (give --compute a profile recorded on one: --save-profile)" : "");
+        if (s == DP_OK) s = dp_report_predictions(&t->report, what_k, &series[k]);
     }
     if (s == DP_OK && c->plot_path && n_topos) {
         char title[160];
