@@ -74,6 +74,20 @@ static void test_resumed_epoch_marked(void **state) {
     free(o);
 }
 
+/* The console lines fit an 80-column terminal (the epoch line was 130-170 columns and wrapped). */
+static void test_console_fits_80_columns(void **state) {
+    (void)state;
+    char *o;
+    int rc = tu_run_dptrain(&o, "train " DATA " --epochs 2 --replicas 4 --on-nan skip");
+    if (rc) fail_msg("rc %d:\n%s", rc, o);
+    for (char *line = o, *end; *line; line = end + (*end != '\0')) {
+        end = line + strcspn(line, "\n");
+        if (end - line > 80) fail_msg("a line of %d columns:\n%.*s", (int)(end - line), (int)(end - line), line);
+    }
+    assert_true(tu_contains(o, "epoch 2/2"));
+    free(o);
+}
+
 static void signal_in_final_eval(int sig) {
     const char *d = fresh_dir("sig-final"), *save = tu_path("sig-final.safetensors");
     unlink(save);
@@ -133,6 +147,7 @@ int main(void) {
         cmocka_unit_test(test_sigterm_in_final_eval),
         cmocka_unit_test(test_checkpoint_dir_locked),
         cmocka_unit_test(test_resumed_epoch_marked),
+        cmocka_unit_test(test_console_fits_80_columns),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -194,15 +194,17 @@ dp_status dp_report_epoch(dp_reporter *r, const dp_epoch_report *e) {
     }
     double hidden = comm_s > 0 ? e->comm_hidden_s / comm_s : 0;
     if (r->console) {
+        /* three short lines rather than one of 130-170 columns that wraps on an 80- or 120-column terminal */
         printf("epoch %d/%d", e->epoch, e->epochs);
         /* a resumed epoch's train figures are those of its batches trained here: say which */
         if (e->first_batch > 0) printf(" (resumed: batches %d-%d)", e->first_batch + 1, e->n_batches);
-        printf("  train loss %.4f  train acc %.4f  test acc %.4f  %.2f s  %.0f img/s  (data wait %.2f s, compute %.2f s",
-               e->train_loss, e->train_acc, e->test_acc, e->seconds, e->images_per_s, e->data_wait_s, e->compute_s);
-        if (calls) printf(", comm %ld calls %.1f MB %.2f s, %.0f%% during backward", calls, bytes / 1e6, comm_s, 100 * hidden);
-        printf(")");
-        if (e->skipped_steps) printf("  NaN/Inf steps skipped: %ld", e->skipped_steps);
+        printf("  train loss %.4f  train acc %.4f  test acc %.4f  %.2f s\n", e->train_loss, e->train_acc, e->test_acc,
+               e->seconds);
+        printf("  %.0f img/s, data wait %.2f s, compute %.2f s", e->images_per_s, e->data_wait_s, e->compute_s);
+        if (e->skipped_steps) printf(", NaN/Inf steps skipped: %ld", e->skipped_steps);
         printf("\n");
+        if (calls)
+            printf("  comm %ld calls, %.1f MB, %.2f s, %.0f%% during backward\n", calls, bytes / 1e6, comm_s, 100 * hidden);
         DP_TRY(check_stdout());
     }
     if (r->has_log) {
