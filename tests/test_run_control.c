@@ -47,6 +47,11 @@ static void test_resume_starts_fresh(void **state) {
     rc = tu_run_dptrain(&o, "train " DATA " --epochs 1 --resume %s", e);
     if (rc || !tu_contains(o, "starting a fresh run")) fail_msg("rc %d:\n%s", rc, o);
     free(o);
+    /* --save may name a file in a --checkpoint directory that the run creates */
+    const char *n = fresh_dir("save-inside");
+    rc = tu_run_dptrain(&o, "train " DATA " --epochs 1 --checkpoint %s --save %s/final.safetensors", n, n);
+    if (rc) fail_msg("rc %d:\n%s", rc, o);
+    free(o);
     /* a directory whose checkpoints are all damaged is not silently restarted */
     tu_sh(NULL, "for f in '%s'/ckpt-*; do printf garbage > \"$f\"; done", e);
     rc = tu_run_dptrain(&o, "train " DATA " --epochs 1 --resume %s", e);

@@ -209,9 +209,10 @@ static dp_status setup(dp_trainer *t) {
     if (!c->keep) c->keep = 3;
     if (dp_backend_rank(t->backend, 0) == 0) {
         /* before hours of training, not after: only rank 0 writes */
+        /* the directory first: --save may name a file in it */
+        if (c->checkpoint_dir) DP_TRY(dp_check_output_dir("--checkpoint", c->checkpoint_dir));
         if (c->save_path) DP_TRY(dp_check_output_file("--save", c->save_path));
         if (c->plot_path) DP_TRY(dp_check_output_file("--plot", c->plot_path));
-        if (c->checkpoint_dir) DP_TRY(dp_check_output_dir("--checkpoint", c->checkpoint_dir));
         DP_TRY(dp_predict_precheck(c));
         /* before any data is read: a log that cannot be created is a start-time error (rank 0 writes it) */
         DP_TRY(dp_report_check_path(c->log_path));
