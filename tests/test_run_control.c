@@ -143,6 +143,14 @@ static void test_checkpoint_dir_locked(void **state) {
     tu_sh(&o, "cat '%s'", victim);
     assert_string_equal(o, "keep");
     free(o);
+    /* nor a hard link */
+    tu_sh(NULL, "rm -f '%s/.dptrain.lock' && ln '%s' '%s/.dptrain.lock'", e, victim, e);
+    rc = tu_run_dptrain(&o, "train " DATA " --epochs 1 --checkpoint %s", e);
+    if (rc == 0 || !tu_contains(o, "not a plain file of its own")) fail_msg("rc %d:\n%s", rc, o);
+    free(o);
+    tu_sh(&o, "cat '%s'", victim);
+    assert_string_equal(o, "keep");
+    free(o);
 }
 
 int main(void) {

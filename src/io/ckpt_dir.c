@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -112,6 +113,13 @@ dp_status dp_ckpt_dir_lock(const char *flag, const char *dir, int *fd_out) {
     /* O_NOFOLLOW: a symlink planted at the lock's name must not make us truncate its target */
     int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0666);
     if (fd < 0) return dp_fail(DP_ERR_IO, "%s %s: cannot open the lock file %s: %s", flag, dir, path, strerror(errno));
+    /* a regular file of one link only: a hard link planted at the name must not make us truncate another file */
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_nlink != 1) {
+        close(fd);
+        return dp_fail(DP_ERR_IO, "%s %s: the lock file %s is not a plain file of its own (a link or a device?); "
+                       "remove it", flag, dir, path);
+    }
     struct flock lk = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
     if (fcntl(fd, F_SETLK, &lk) != 0) {
         int e = errno;
