@@ -1,6 +1,8 @@
 /* calibrate.c: measuring the backend's all-reduce and fitting the alpha-beta model to it. */
 #include "sim/calibrate.h"
 
+#include "core/sysmem.h"
+
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,6 +10,7 @@
 #include <unistd.h>
 
 #include "core/arena.h"
+#include "core/sysmem.h"
 #include "core/timer.h"
 #include "sim/model.h"
 
@@ -260,6 +263,17 @@ dp_status dp_calibrate(dp_backend_t b, const char *name, const char *path, FILE 
     const int lead = dp_backend_rank(b, 0) == 0;
     if (world < 2)
         return dp_fail(DP_ERR_USAGE, "calibrate: needs at least 2 replicas (--replicas N with sim; mpirun -np N with mpi)");
+    /* what the sweep holds: 64 MiB over the local buffers, and for DataParallel's kinds each local
+       replica's side of a gather, world shares of up to 1 MiB (with sim, replicas^2 MiB: 16 GiB at
+       128): refused before it is allocated, because the OOM killer would end the run silently */
+    const unsigned long long need = (64ull << 20) + (unsigned long long)nl * (unsigned long long)world * (1ull << 20);
+    char what[96];
+    snprintf(what, sizeof what, "calibrate over %d replicas (%d in this process)", world, nl);
+    if (dp_memory_check(need, what) != DP_OK) {
+        char msg[DP_ERROR_MAX];
+        snprintf(msg, sizeof msg, "%s", dp_last_error());
+        return dp_fail(DP_ERR_NOMEM, "%s; give fewer %s", msg, nl > 1 ? "--replicas" : "ranks");
+    }
     const size_t max_floats = ((size_t)64 << 20) / 4 / (size_t)nl; /* 64 MiB over the local buffers */
     float *bufs[nl];
     for (int r = 0; r < nl; r++) {
@@ -361,5 +375,5 @@ dp_status dp_calibrate(dp_backend_t b, const char *name, const char *path, FILE 
              tm.tm_min, DP_CALIBRATE_FIT_BYTES / 1024,
              nl == 1 ? "training-like steps (docs/overhead-model.md: the wait for the slowest rank; first touch)"
                      : "0, not measured: the replicas share one process (measured with one replica per process)");
-    return dp_topology_save(path, &t, comment);
+    return dp_topology_save("calibrate --out", path, &t, comment);
 }

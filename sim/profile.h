@@ -69,9 +69,11 @@ int dp_profile_has_overhead(const dp_profile *p, int lanes, int workers);
 /* Sum over nodes of forward + backward (+ loss) at batch: one worker's compute per step. */
 double dp_profile_compute(const dp_profile *p, int batch, int concurrent);
 
-dp_status dp_profile_save(const char *path, const dp_profile *p);
+/* Writes p atomically (io/atomic.h: a regular file only); `flag` names the option in messages. */
+dp_status dp_profile_save(const char *flag, const char *path, const dp_profile *p);
 /* Reads a profile: a path, or a device name looked up with the presets: for model M (may be NULL),
- * h100 -> presets/h100-M.profile if there is one, else presets/h100.profile. */
+ * h100 -> presets/h100-M.profile if there is one, else presets/h100.profile. Every number is
+ * checked against its range; a FIFO or device is refused by name. */
 dp_status dp_profile_load(const char *name_or_path, const char *model, dp_profile *p);
 dp_status dp_profile_parse(const char *text, const char *origin, dp_profile *p);
 

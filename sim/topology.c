@@ -10,6 +10,8 @@
 #include <unistd.h>
 
 #include "backends/backend.h"
+#include "core/sysmem.h"
+#include "io/atomic.h"
 #include "dp_config.h"
 
 static const char *const kind_keys[DP_TOPO_KINDS] = {"broadcast", "reduce", "gather", "scatter"};
@@ -84,9 +86,12 @@ int dp_preset_find(const char *name, char *path, size_t n) {
     return 0;
 }
 
+/* A text file of settings: a regular file (a FIFO or device is refused, never waited on), at most
+ * 16 MiB, printable ASCII outside comments (names in it reach the terminal). */
 static dp_status read_text(const char *path, char **out) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return dp_fail(DP_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    struct stat st;
+    FILE *f;
+    DP_TRY(dp_fopen_regular(path, NULL, &f, &st));
     size_t cap = 4096, len = 0;
     char *s = malloc(cap);
     if (!s) return fclose(f), dp_fail(DP_ERR_NOMEM, "out of memory reading %s", path);
@@ -103,21 +108,42 @@ static dp_status read_text(const char *path, char **out) {
     fclose(f);
     if (bad) return free(s), dp_fail(DP_ERR_IO, "%s: read error", path);
     s[len] = '\0';
+    /* UTF-8 may appear in comments (never printed); control bytes nowhere */
+    int comment = 0;
+    for (size_t i = 0, line = 1; i < len; line += s[i++] == '\n') {
+        unsigned char c = (unsigned char)s[i];
+        comment = c == '#' ? 1 : c == '\n' ? 0 : comment;
+        if ((c < 0x20 && c != '\n' && c != '\t' && c != '\r') || c == 0x7f || (c >= 0x80 && !comment)) {
+            free(s);
+            return dp_fail(DP_ERR_FORMAT, "%s:%zu: byte 0x%02x: not a text file (printable ASCII expected outside "
+                           "comments)", path, line, c);
+        }
+    }
     *out = s;
     return DP_OK;
 }
 
 dp_status dp_read_text_file(const char *path, char **out) { return read_text(path, out); }
 
-static dp_status number(const char *origin, int line, const char *key, const char *v, double lo, double *out) {
+/* A finite number in [lo, hi] ("inf", "nan" and 1e300 are refused: they would reach the model's
+ * arithmetic and the report as nonsense). */
+static dp_status number(const char *origin, int line, const char *key, const char *v, double lo, double hi,
+                        double *out) {
     char *end;
     errno = 0;
     double d = strtod(v, &end);
-    if (end == v || *end || errno || !(d >= lo))
-        return dp_fail(DP_ERR_FORMAT, "%s:%d: %s: expected a number >= %g, got '%s'", origin, line, key, lo, v);
+    if (end == v || *end || errno || !(d >= lo && d <= hi))
+        return dp_fail(DP_ERR_FORMAT, "%s:%d: %s: expected a number in [%g, %g], got '%s'", origin, line, key, lo, hi, v);
     *out = d;
     return DP_OK;
 }
+
+/* Bounds: a device count a machine can have; times of at most an hour (in us); bandwidths up to
+ * 1 PB/s (in GB/s); per-MB costs up to a second. */
+#define MAX_DEVICES 1000000
+#define MAX_US 3.6e9
+#define MAX_GBPS 1e6
+#define MAX_US_PER_MB 1e6
 
 dp_status dp_topology_parse(const char *text, const char *origin, dp_topology *t) {
     memset(t, 0, sizeof *t);
@@ -148,43 +174,45 @@ dp_status dp_topology_parse(const char *text, const char *origin, dp_topology *t
             else if (strcmp(val, "tree") == 0) t->algorithm = DP_ALGO_TREE;
             else return dp_fail(DP_ERR_FORMAT, "%s:%d: algorithm: expected ring or tree, got '%s'", origin, line, val);
         } else if (strcmp(key, "devices") == 0) {
-            DP_TRY(number(origin, line, key, val, 1, &d));
+            DP_TRY(number(origin, line, key, val, 1, MAX_DEVICES, &d));
+            if (d != (double)(int)d)
+                return dp_fail(DP_ERR_FORMAT, "%s:%d: devices: expected a whole number, got '%s'", origin, line, val);
             t->devices = (int)d;
         } else if (strcmp(key, "bus_bandwidth_GBps") == 0) {
-            DP_TRY(number(origin, line, key, val, 1e-6, &d));
+            DP_TRY(number(origin, line, key, val, 1e-6, MAX_GBPS, &d));
             t->bus_bw = d * 1e9, have_bw = 1;
         } else if (strcmp(key, "latency_us") == 0) {
-            DP_TRY(number(origin, line, key, val, 0, &d));
+            DP_TRY(number(origin, line, key, val, 0, MAX_US, &d));
             t->latency_s = d * 1e-6;
         } else if (strcmp(key, "host_call_us") == 0) {
-            DP_TRY(number(origin, line, key, val, 0, &d));
+            DP_TRY(number(origin, line, key, val, 0, MAX_US, &d));
             t->host_call_s = d * 1e-6;
         } else if (strcmp(key, "launch_us") == 0) {
-            DP_TRY(number(origin, line, key, val, 0, &d));
+            DP_TRY(number(origin, line, key, val, 0, MAX_US, &d));
             t->launch_s = d * 1e-6;
         } else if (strcmp(key, "host_bandwidth_GBps") == 0) {
-            DP_TRY(number(origin, line, key, val, 1e-6, &d));
+            DP_TRY(number(origin, line, key, val, 1e-6, MAX_GBPS, &d));
             t->host_bw = d * 1e9;
         } else if (strcmp(key, "host_latency_us") == 0) {
-            DP_TRY(number(origin, line, key, val, 0, &d));
+            DP_TRY(number(origin, line, key, val, 0, MAX_US, &d));
             t->host_latency_s = d * 1e-6;
         } else if (strcmp(key, "p2p") == 0) {
-            DP_TRY(number(origin, line, key, val, 0, &d));
+            DP_TRY(number(origin, line, key, val, 0, 1, &d));
             t->p2p = d != 0;
         } else if (strcmp(key, "shared_memory_bus") == 0) {
-            DP_TRY(number(origin, line, key, val, 0, &d));
+            DP_TRY(number(origin, line, key, val, 0, 1, &d));
             t->shared_memory_bus = d != 0;
         } else if (strcmp(key, "sync_jitter_us") == 0) {
-            DP_TRY(number(origin, line, key, val, 0, &d));
+            DP_TRY(number(origin, line, key, val, 0, MAX_US, &d));
             t->sync_jitter_s = d * 1e-6;
         } else if (strcmp(key, "touch_allreduce_us_per_MB") == 0) {
-            DP_TRY(number(origin, line, key, val, 0, &d));
+            DP_TRY(number(origin, line, key, val, 0, MAX_US_PER_MB, &d));
             t->touch_allreduce_s_per_byte = d * 1e-12;
         } else if (strcmp(key, "touch_broadcast_us_per_MB") == 0) {
-            DP_TRY(number(origin, line, key, val, 0, &d));
+            DP_TRY(number(origin, line, key, val, 0, MAX_US_PER_MB, &d));
             t->touch_broadcast_s_per_byte = d * 1e-12;
         } else if ((ki = kind_key(key, &is_bw)) >= 0) {
-            DP_TRY(number(origin, line, key, val, is_bw ? 1e-6 : 0, &d));
+            DP_TRY(number(origin, line, key, val, is_bw ? 1e-6 : 0, is_bw ? MAX_GBPS : MAX_US, &d));
             if (is_bw) t->kind_bw[ki] = d * 1e9;
             else t->kind_latency_s[ki] = d * 1e-6;
         } else {
@@ -222,10 +250,15 @@ dp_status dp_topology_load(const char *name_or_path, dp_topology *t) {
     return s;
 }
 
-dp_status dp_topology_save(const char *path, const dp_topology *t, const char *comment) {
-    FILE *f = fopen(path, "w");
-    if (!f) return dp_fail(DP_ERR_IO, "%s: cannot open for writing: %s", path, strerror(errno));
-    if (comment) fprintf(f, "%s", comment);
+typedef struct {
+    const dp_topology *t;
+    const char *comment;
+} save_job;
+
+static dp_status write_topology(FILE *f, void *ctx) {
+    const save_job *j = ctx;
+    const dp_topology *t = j->t;
+    if (j->comment) fprintf(f, "%s", j->comment);
     fprintf(f, "name %s\ndevice %s\ndevices %d\nalgorithm %s\n", t->name, t->device, t->devices,
             t->algorithm == DP_ALGO_TREE ? "tree" : "ring");
     fprintf(f, "bus_bandwidth_GBps %.6g\nlatency_us %.6g\nhost_call_us %.6g\nlaunch_us %.6g\n", t->bus_bw / 1e9,
@@ -238,6 +271,10 @@ dp_status dp_topology_save(const char *path, const dp_topology *t, const char *c
                     kind_keys[i], t->kind_bw[i] / 1e9);
     fprintf(f, "sync_jitter_us %.6g\ntouch_allreduce_us_per_MB %.6g\ntouch_broadcast_us_per_MB %.6g\n",
             t->sync_jitter_s * 1e6, t->touch_allreduce_s_per_byte * 1e12, t->touch_broadcast_s_per_byte * 1e12);
-    if (fclose(f) != 0) return dp_fail(DP_ERR_IO, "%s: writing failed", path);
-    return DP_OK;
+    return ferror(f) ? dp_fail(DP_ERR_IO, "write failed: %s", strerror(errno)) : DP_OK;
+}
+
+dp_status dp_topology_save(const char *flag, const char *path, const dp_topology *t, const char *comment) {
+    save_job j = {t, comment};
+    return dp_atomic_write(flag, path, write_topology, &j);
 }

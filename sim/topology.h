@@ -49,13 +49,15 @@ int dp_topology_kind_index(int kind);
 dp_status dp_topology_load(const char *name_or_path, dp_topology *t);
 /* Parses the text of a topology file; `origin` names it in messages. */
 dp_status dp_topology_parse(const char *text, const char *origin, dp_topology *t);
-/* Writes t in the file format, with `comment` lines first. */
-dp_status dp_topology_save(const char *path, const dp_topology *t, const char *comment);
+/* Writes t in the file format, with `comment` lines first, atomically (io/atomic.h: a regular file
+ * only, never through a symlink or into a device); `flag` names the option in messages. */
+dp_status dp_topology_save(const char *flag, const char *path, const dp_topology *t, const char *comment);
 /* Where presets are looked for, in order: $DPTRAIN_PRESETS, <exe dir>/presets,
  * <exe dir>/../share/dptrain/presets, the source tree's sim/presets/ (baked in at build time).
  * Writes them ':'-separated into buf (for messages). */
 void dp_topology_dirs(char *buf, size_t n);
-/* Reads a whole text file into *out (malloc'd, NUL-terminated). */
+/* Reads a whole text file into *out (malloc'd, NUL-terminated): a regular file of at most 16 MiB
+ * holding printable ASCII outside '#' comments. */
 dp_status dp_read_text_file(const char *path, char **out);
 /* Finds a file named `name` in the preset directories; 0 if none. */
 int dp_preset_find(const char *name, char *path, size_t n);

@@ -281,7 +281,8 @@ static void test_refusals(void **state) {
                             base, d);
     if (rc) fail_msg("replicas/threads/workers/bucket may differ: rc %d:\n%s", rc, o);
     free(o);
-    rc = tu_run_dptrain(&o, "%s --resume %s", base, tu_path("nothing-here"));
+    /* a missing file is refused (a missing directory starts the run: test_resume_starts_fresh) */
+    rc = tu_run_dptrain(&o, "%s --resume %s", base, tu_path("nothing-here.safetensors"));
     if (rc != 2 || !tu_contains(o, "no such file")) fail_msg("rc %d:\n%s", rc, o);
     free(o);
 }

@@ -17,7 +17,7 @@ static void test_lanes_are_chunks(void **state) {
         for (int N = 1; N <= 12; N++)
             for (int E = 1; E <= 70; E += 3) {
                 dp_chunk_plan p;
-                dp_chunk_plan_init(&p, N, C, 1, E);
+                dp_chunk_plan_init(&p, N, C, 1, E, 0);
                 assert_int_equal(p.canonical, C % N == 0);
                 char *seen = calloc((size_t)E, 1);
                 for (int r = 0; r < N; r++)
@@ -38,11 +38,51 @@ static void test_lanes_are_chunks(void **state) {
             }
 }
 
+/* DataParallel's plan: each replica's share is one contiguous block (replica 0 the first, the
+ * blocks of torch.chunk when N divides E), every position once, and for N dividing C the chunk
+ * in each tree place (label r + N i) holds the same positions whatever N is. */
+static void test_dp_blocks_are_contiguous(void **state) {
+    (void)state;
+    for (int C = 1; C <= 32; C *= 2)
+        for (int E = 1; E <= 70; E += 3) {
+            int label_lo[32], label_n[32];
+            for (int N = 1; N <= 12; N++) {
+                dp_chunk_plan p;
+                dp_chunk_plan_init(&p, N, C, 1, E, 1);
+                char *seen = calloc((size_t)E, 1);
+                for (int r = 0; r < N; r++) {
+                    int lo = E, hi = -1, n_r = 0;
+                    for (int i = 0; i < p.lanes; i++) {
+                        const int n = dp_chunk_lane_count(&p, E, r, i);
+                        assert_true(n <= dp_chunk_max_lane(&p));
+                        for (int t = 0; t < n; t++) {
+                            const int pos = dp_chunk_lane_pos(&p, E, r, i, t);
+                            assert_in_range(pos, 0, E - 1);
+                            assert_int_equal(seen[pos], 0);
+                            seen[pos] = 1;
+                            lo = pos < lo ? pos : lo, hi = pos > hi ? pos : hi, n_r++;
+                        }
+                        if (p.canonical && n) { /* the label's positions do not depend on N */
+                            const int j = r + N * i, first = dp_chunk_lane_pos(&p, E, r, i, 0);
+                            if (N == 1) label_lo[j] = first, label_n[j] = n;
+                            else assert_int_equal(first, label_lo[j]), assert_int_equal(n, label_n[j]);
+                        }
+                    }
+                    if (n_r) assert_int_equal(hi - lo + 1, n_r); /* contiguous */
+                    if (r == 0 && n_r) assert_int_equal(lo, 0); /* the master's block is the first */
+                    if (E % N == 0) assert_int_equal(n_r, E / N); /* torch.chunk's split */
+                }
+                for (int q = 0; q < E; q++) assert_int_equal(seen[q], 1);
+                free(seen);
+            }
+        }
+}
+
 static void test_micro_steps_partition_lanes(void **state) {
     (void)state;
     dp_chunk_plan p;
     for (int K = 1; K <= 8; K++) {
-        dp_chunk_plan_init(&p, 2, 8, K, 32);
+        dp_chunk_plan_init(&p, 2, 8, K, 32, 0);
         for (int n_micro = 1; n_micro <= K; n_micro++) {
             int next = 0;
             for (int mu = 0; mu < n_micro; mu++) {
@@ -99,6 +139,7 @@ static void test_tree_split_is_bitwise(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_lanes_are_chunks),
+        cmocka_unit_test(test_dp_blocks_are_contiguous),
         cmocka_unit_test(test_micro_steps_partition_lanes),
         cmocka_unit_test(test_tree_split_is_bitwise),
     };

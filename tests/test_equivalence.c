@@ -1,7 +1,8 @@
 /* Data-parallel math is what it claims to be, to the bit: with the canonical summation order
  * (data/chunks.h), N = 1, 2, 4, 8 replicas, 1, 2 or 3 threads, any bucket size, overlap on or
- * off, --accumulate splits of the same global batch, DP and DDP give bitwise the same
- * parameters, momentum and logged losses; lenet-bn with --sync-bn too. Where the order cannot
+ * off, --accumulate splits of the same global batch give bitwise the same parameters, momentum
+ * and logged losses; lenet-bn with --sync-bn too. DP (contiguous blocks, as nn.DataParallel
+ * scatters) is bitwise the same for every N, and equal to DDP within float rounding. Where the order cannot
  * hold (N = 3 does not divide the 8 chunks; the ring's own order) results agree within float
  * rounding. Synthetic LeNet-shaped data, 20 steps. */
 #include "testutil.h"
@@ -51,7 +52,15 @@ static void test_replica_counts_are_bitwise_equal(void **state) {
     tr_result one = tr_run(&c);
     assert_int_equal(one.n_losses, 20);
     for (int n = 2; n <= 8; n *= 2) check_same(&one, "lenet", 20, set_replicas, n, "DDP N=");
-    for (int n = 1; n <= 8; n *= 2) check_same(&one, "lenet", 20, set_replicas_dp, n, "DP N=");
+    /* DataParallel scatters contiguous blocks as nn.DataParallel does (data/chunks.h): chunks of
+       other samples than DistributedSampler's, so its own sums, bitwise the same for every N, and
+       DDP's within rounding */
+    base_config(&c, "lenet");
+    c.mode = DP_MODE_DP;
+    tr_result dp1 = tr_run(&c);
+    for (int n = 2; n <= 8; n *= 2) check_same(&dp1, "lenet", 20, set_replicas_dp, n, "DP N=");
+    tr_assert_close(&dp1, &one, 1e-5, "DP vs DDP, N=1");
+    tr_free(&dp1);
     for (int n = 1; n <= 8; n *= 4) check_same(&one, "lenet", 20, set_replicas_1_thread, n, "1 thread, N=");
     for (int n = 1; n <= 3; n++) check_same(&one, "lenet", 20, set_threads, n, "N=2, threads");
     tr_free(&one);
@@ -127,6 +136,19 @@ static void test_outside_the_order_within_rounding(void **state) {
     tr_assert_same(&r, &b60, "DDP N=8, batch 60");
     tr_free(&r);
     tr_free(&b60);
+    /* DP: 60 in contiguous blocks (8, 7, 8, 7, ... for N=8; 15 each for N=4): the same chunks */
+    base_config(&c, "lenet");
+    c.batch_size = 60, c.mode = DP_MODE_DP;
+    tr_result d60 = tr_run(&c);
+    for (int n = 4; n <= 8; n *= 2) {
+        base_config(&c, "lenet");
+        c.batch_size = 60, c.mode = DP_MODE_DP, c.replicas = n;
+        tr_result d = tr_run(&c);
+        assert_true(d.all_equal);
+        tr_assert_same(&d, &d60, "DP, batch 60");
+        tr_free(&d);
+    }
+    tr_free(&d60);
 }
 
 /* What the difference is: a replica's BN output equals BN over its own shard alone. */

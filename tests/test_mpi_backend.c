@@ -38,15 +38,15 @@ static void compare_backends(int n, const char *extra, int sim_n) {
     assert_non_null(first);
     assert_null(again);
     free(out);
-    rc = sh(&out, "%s --backend sim --replicas %d " COMMON " --save %s", bin(), sim_n, b);
+    rc = sh(&out, "%s --backend sim --replicas %d %s " COMMON " --save %s", bin(), sim_n, extra, b);
     if (rc) fail_msg("sim failed:\n%s", out);
     free(out);
     size_t na, nb;
     float *pa = read_params(a, &na), *pb = read_params(b, &nb);
     assert_int_equal(na, nb);
     if (memcmp(pa, pb, na * sizeof(float)) != 0)
-        fail_msg("mpi -np %d %s vs sim --replicas %d: relative difference %.3g, expected bitwise equality", n, extra,
-                 sim_n, tu_rel_diff(pa, pb, na));
+        fail_msg("mpi -np %d %s vs sim --replicas %d %s: relative difference %.3g, expected bitwise equality", n, extra,
+                 sim_n, extra, tu_rel_diff(pa, pb, na));
     free(pa), free(pb);
 }
 
@@ -55,7 +55,8 @@ static void test_mpi_matches_sim_2(void **state) { (void)state; compare_backends
 static void test_mpi_matches_sim_4(void **state) { (void)state; compare_backends(4, "", 1); }
 /* Three ranks do not divide the chunks, but MPI adds in the sim's order: equal to sim N=3. */
 static void test_mpi_matches_sim_3(void **state) { (void)state; compare_backends(3, "", 3); }
-/* DataParallel over MPI: the gradient reduce to rank 0 uses the same order. */
+/* DataParallel over MPI: the gradient reduce to rank 0 uses the same order (DP's own sums: its
+ * contiguous shares hold other samples than DDP's chunks, tests/test_equivalence.c). */
 static void test_mpi_dp_mode(void **state) { (void)state; compare_backends(2, "--mode dp", 1); }
 
 static void test_mismatched_flags_fail_fast(void **state) {

@@ -105,7 +105,7 @@ static void test_profile_interpolation(void **state) {
     assert_float_equal(b, 4.5e-3, EPS);
     /* save and read back */
     const char *path = tu_path("toy.profile");
-    assert_int_equal(dp_profile_save(path, p), DP_OK);
+    assert_int_equal(dp_profile_save("test", path, p), DP_OK);
     dp_profile *q = calloc(1, sizeof *q);
     assert_int_equal(dp_profile_load(path, NULL, q), DP_OK);
     assert_string_equal(q->model, "toy");
@@ -252,7 +252,7 @@ static void test_topology_files(void **state) {
     assert_float_equal(t.host_bw, 10e9, 1); /* no separate host link: the same */
     /* round trip through the writer */
     const char *out = tu_path("mine2.topo");
-    assert_int_equal(dp_topology_save(out, &t, "# test\n"), DP_OK);
+    assert_int_equal(dp_topology_save("test", out, &t, "# test\n"), DP_OK);
     dp_topology u;
     assert_int_equal(dp_topology_load(out, &u), DP_OK);
     assert_float_equal(u.latency_s, t.latency_s, 1e-15);
@@ -268,7 +268,7 @@ static void test_topology_files(void **state) {
     assert_float_equal(u.sync_jitter_s, 30e-6, 1e-15);
     assert_float_equal(u.touch_allreduce_s_per_byte, 5e-12, 1e-20);
     assert_float_equal(u.touch_broadcast_s_per_byte, 500e-12, 1e-20);
-    assert_int_equal(dp_topology_save(out, &u, NULL), DP_OK);
+    assert_int_equal(dp_topology_save("test", out, &u, NULL), DP_OK);
     dp_topology v;
     assert_int_equal(dp_topology_load(out, &v), DP_OK);
     assert_float_equal(v.kind_bw[ri], 6e9, 1);

@@ -84,7 +84,7 @@ static void test_old_format_read(void **state) {
     const char *p = tu_path("old.ckpt");
     tu_write_file(p, b, n);
     float *params = calloc(m.params.n, sizeof *params), buffers[1];
-    assert_int_equal(dp_checkpoint_load_weights("--load", p, &m, params, buffers), DP_OK);
+    assert_int_equal(dp_checkpoint_load_weights("--load", p, &m, params, buffers, NULL), DP_OK);
     assert_float_equal(params[m.params.n - 1], 0.25f, 0);
     dp_train_pos pos;
     assert_int_equal(dp_checkpoint_load_resume(p, &m, params, buffers, NULL, &pos, NULL, 0), DP_ERR_USAGE);

@@ -8,12 +8,15 @@ and ResNet-18 built by hand as torchvision's (conv1, bn1, layer1.0.conv1, ..., f
     interop.py init   --model lenet --seed S --out FILE          PyTorch's initialisation, as safetensors
     interop.py train  --init FILE --steps K [--batch-size 64 --lr 0.01 --momentum 0.9 --data DIR] --out FILE
                       K SGD steps on Fashion-MNIST in file order (dptrain --no-shuffle)
+    interop.py train-dp --model lenet-bn --init FILE --replicas N --steps K [...] --out FILE
+                      the same as nn.DataParallel over N devices does it (dptrain --mode dp --replicas N)
 
 examples/pytorch/lenet_reference.py names LeNet's layers features.0 / classifier.1 ...; the model here
 uses dptrain's names so that load_state_dict(strict=True) takes a dptrain checkpoint as it is.
 Used by tests/test_pytorch_interop.c.
 """
 import argparse
+import copy
 import gzip
 import os
 import sys
@@ -126,7 +129,8 @@ def load_model(a, c=1, hw=28, k=10):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("cmd", choices=["eval", "logits", "init", "train"])
+    p.add_argument("cmd", choices=["eval", "logits", "init", "train", "train-dp"])
+    p.add_argument("--replicas", type=int, default=2)
     p.add_argument("--model", default="lenet")
     p.add_argument("--ckpt")
     p.add_argument("--data", default="/usr/share/datasets/fashion-mnist")
@@ -158,6 +162,26 @@ def main():
     elif a.cmd == "init":
         torch.manual_seed(a.seed)
         save_file(a.out, build(a.model, c, h, a.classes).state_dict())
+    elif a.cmd == "train-dp":
+        m = build(a.model, c, h, a.classes)
+        m.load_state_dict(torch_state_dict(load_file(a.init)[0]), strict=True)
+        m.train()
+        opt = torch.optim.SGD(m.parameters(), lr=a.lr, momentum=a.momentum)
+        x, y = fashion(a.data, "train")
+        for s in range(a.steps):
+            xb, yb = x[s * a.batch_size:(s + 1) * a.batch_size], y[s * a.batch_size:(s + 1) * a.batch_size]
+            opt.zero_grad()
+            # nn.DataParallel without the GPUs: the batch scattered in torch.chunk's contiguous pieces, one
+            # replica each; replica 0 shares the module's parameters and buffers (its BN statistics are kept),
+            # the others are copies whose gradients are summed into the module's
+            pieces = xb.chunk(a.replicas)
+            reps = [m] + [copy.deepcopy(m) for _ in pieces[1:]]
+            F.cross_entropy(torch.cat([r(xp) for r, xp in zip(reps, pieces)]), yb).backward()
+            for r in reps[1:]:
+                for p0, q in zip(m.parameters(), r.parameters()):
+                    p0.grad += q.grad
+            opt.step()
+        save_file(a.out, m.state_dict())
     else:
         m = LeNet()
         m.load_state_dict(torch_state_dict(load_file(a.init)[0]), strict=True)

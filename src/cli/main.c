@@ -8,6 +8,7 @@
 
 #include "backends/launch_env.h"
 #include "cli/options.h"
+#include "io/atomic.h"
 #include "sim/calibrate.h"
 #include "train/trainer.h"
 
@@ -33,6 +34,8 @@ static int calibrate(const dp_config *c) {
                             .argv = c->argv};
     dp_backend_t b = NULL;
     dp_status s = dp_backend_create(&bc, &b);
+    /* before the sweep, not after: only rank 0 writes the file */
+    if (s == DP_OK && c->calibrate_out && dp_backend_rank(b, 0) == 0) s = dp_check_output_file("--out", c->calibrate_out);
     if (s == DP_OK) s = dp_calibrate(b, strcmp(c->backend, "sim") == 0 ? "sim" : "host", c->calibrate_out, stdout);
     if (s != DP_OK) {
         fprintf(stderr, "dptrain: %s\n", dp_last_error());

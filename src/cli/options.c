@@ -150,7 +150,8 @@ static const opt_spec opts[] = {
     {"keep", "K", K_INT, .ilo = 1, .ihi = 1000000, .off = OFF(keep), .def = "3", .help = "checkpoints kept in DIR"},
     {"resume", "DIR|FILE", K_STRING, .off = OFF(resume_path),
      .help = "continue from the newest good checkpoint in DIR (damaged ones skipped with a warning) or from FILE, "
-             "bitwise as the run never stopped; implies --checkpoint DIR"},
+             "bitwise as the run never stopped; implies --checkpoint DIR; a new or empty DIR starts the run there "
+             "(one command line starts or continues it)"},
     {"init-from", "FILE", K_STRING, .off = OFF(init_path),
      .help = "initial weights and BN statistics from a safetensors state_dict (PyTorch's names: a dptrain "
              "checkpoint or one PyTorch wrote); epochs and momentum start afresh"},
@@ -459,21 +460,35 @@ dp_status dp_parse_args(int argc, char **argv, dp_config *c, dp_action *action) 
     if (c->resume_path && c->init_path)
         return dp_fail(DP_ERR_USAGE, "--resume and --init-from exclude each other (--resume restores the weights too)");
     if (c->resume_path && !c->checkpoint_dir) {
+        /* a directory, or a path not there yet that does not look like a checkpoint file (*.safetensors,
+           ckpt-*): the run's directory, so that one command line starts the run or continues it */
         struct stat st;
-        if (stat(c->resume_path, &st) == 0 && S_ISDIR(st.st_mode)) c->checkpoint_dir = c->resume_path;
+        size_t n = strlen(c->resume_path);
+        int there = stat(c->resume_path, &st) == 0;
+        const char *base = strrchr(c->resume_path, '/') ? strrchr(c->resume_path, '/') + 1 : c->resume_path;
+        int file_like = (n >= 12 && strcmp(c->resume_path + n - 12, ".safetensors") == 0) || strncmp(base, "ckpt-", 5) == 0;
+        if (there ? S_ISDIR(st.st_mode) : errno == ENOENT && !file_like) c->checkpoint_dir = c->resume_path;
     }
     if (c->checkpoint_dir && !c->save_every && !c->save_every_epochs) c->save_every_epochs = 1;
     if (c->on_nan_skip && c->accumulate > 1)
         return dp_fail(DP_ERR_USAGE, "--on-nan skip needs --accumulate 1 (a step of several micro-batches cannot be "
                        "skipped halfway)");
-    /* the same file under two spellings ("x" and "./x") counts too: compared by inode or real directory */
-    const char *ins[3] = {c->load_path, c->init_path, c->resume_path};
-    static const char *const in_flags[3] = {"--load", "--init-from", "--resume"};
-    if (c->log_path && c->save_path && dp_same_file(c->log_path, c->save_path))
-        return dp_fail(DP_ERR_USAGE, "--log and --save name the same file ('%s' and '%s')", c->log_path, c->save_path);
-    for (int i = 0; i < 3 && c->log_path; i++)
-        if (ins[i] && dp_same_file(c->log_path, ins[i]))
-            return dp_fail(DP_ERR_USAGE, "--log would overwrite the checkpoint given to %s ('%s')", in_flags[i],
-                           c->log_path);
+    /* no output may replace another output or an input; the same file under two spellings ("x" and
+       "./x") counts too: compared by inode or real directory */
+    const char *outs[5] = {c->log_path, c->save_path, c->save_profile, c->plot_path, c->calibrate_out};
+    static const char *const out_flags[5] = {"--log", "--save", "--save-profile", "--plot", "--out"};
+    const char *ins[4] = {c->load_path, c->init_path, c->resume_path, c->compute_profile};
+    static const char *const in_flags[4] = {"--load", "--init-from", "--resume", "--compute"};
+    for (int i = 0; i < 5; i++) {
+        if (!outs[i]) continue;
+        for (int j = i + 1; j < 5; j++)
+            if (outs[j] && dp_same_file(outs[i], outs[j]))
+                return dp_fail(DP_ERR_USAGE, "%s and %s name the same file ('%s' and '%s')", out_flags[i], out_flags[j],
+                               outs[i], outs[j]);
+        for (int j = 0; j < 4; j++)
+            if (ins[j] && dp_same_file(outs[i], ins[j]))
+                return dp_fail(DP_ERR_USAGE, "%s would overwrite the file given to %s ('%s')", out_flags[i], in_flags[j],
+                               outs[i]);
+    }
     return DP_OK;
 }

@@ -4,19 +4,40 @@
 #include <stdio.h>
 #include <string.h>
 
-static _Thread_local char last_error[1024];
+static _Thread_local char last_error[DP_ERROR_MAX];
+
+/* Stores msg (len bytes); one too long keeps its start and its end, where the reason is ("PATH:
+ * reason", "...; the previous file is kept"), and drops the middle of a long path instead. */
+static void store(const char *msg, size_t len) {
+    if (len < sizeof last_error) {
+        memcpy(last_error, msg, len + 1);
+        return;
+    }
+    static const char gap[] = " [...] ";
+    const size_t head = sizeof last_error / 4, tail = sizeof last_error - 1 - head - (sizeof gap - 1);
+    memcpy(last_error, msg, head);
+    memcpy(last_error + head, gap, sizeof gap - 1);
+    memcpy(last_error + head + sizeof gap - 1, msg + len - tail, tail);
+    last_error[sizeof last_error - 1] = '\0';
+}
 
 dp_status dp_fail(dp_status s, const char *fmt, ...) {
+    char buf[4 * DP_ERROR_MAX]; /* room for a message that quotes another one and two long paths */
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(last_error, sizeof last_error, fmt, ap);
+    int n = vsnprintf(buf, sizeof buf, fmt, ap);
     va_end(ap);
+    if (n < 0) n = 0;
+    store(buf, (size_t)n < sizeof buf ? (size_t)n : sizeof buf - 1);
     return s;
 }
 
 const char *dp_last_error(void) { return last_error; }
 
-void dp_set_error(const char *msg) { snprintf(last_error, sizeof last_error, "%s", msg ? msg : ""); }
+void dp_set_error(const char *msg) {
+    if (!msg) msg = "";
+    store(msg, strlen(msg));
+}
 
 void dp_clear_error(void) { last_error[0] = '\0'; }
 

@@ -17,6 +17,10 @@ typedef enum {
     DP_DONE             /* not an error: an iterator is exhausted */
 } dp_status;
 
+/* The longest message kept; a longer one keeps its start and its end (the reason) around " [...] ".
+ * A message that quotes dp_last_error() copies it into a buffer of this size. */
+#define DP_ERROR_MAX 4096
+
 /* Records the message (printf format) for the calling thread and returns s, so that
  * `return dp_fail(DP_ERR_IO, "%s: cannot open: %s", path, strerror(errno));` is one line. */
 dp_status dp_fail(dp_status s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -1,5 +1,5 @@
-/* sysmem.c: available memory (/proc/meminfo, cgroup v2 and v1 limits) and the regular-file
- * open used by every reader. */
+/* sysmem.c: available memory (/proc/meminfo, the process's cgroup limits: core/cgroup.c) and the
+ * regular-file open used by every reader. */
 #include "core/sysmem.h"
 
 #include <errno.h>
@@ -9,15 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
-/* First unsigned number in a file ("max" or missing: 0). */
-static unsigned long long read_number(const char *path) {
-    FILE *f = fopen(path, "r");
-    if (!f) return 0;
-    unsigned long long v = 0;
-    if (fscanf(f, "%llu", &v) != 1) v = 0;
-    fclose(f);
-    return v;
-}
+#include "core/cgroup.h"
 
 static void consider(dp_mem_avail *out, unsigned long long bytes, const char *source) {
     if (bytes && (!out->bytes || bytes < out->bytes)) {
@@ -41,17 +33,13 @@ void dp_memory_available(dp_mem_avail *out) {
         long pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGESIZE);
         if (pages > 0 && page > 0) consider(out, (unsigned long long)pages * (unsigned long long)page, "free memory");
     }
-    /* cgroup v2: memory.max is "max" when unlimited (read_number gives 0) */
-    unsigned long long max = read_number("/sys/fs/cgroup/memory.max");
-    if (max) {
-        unsigned long long cur = read_number("/sys/fs/cgroup/memory.current");
-        consider(out, max > cur ? max - cur : 1, "the cgroup limit /sys/fs/cgroup/memory.max less memory.current");
-    }
-    /* cgroup v1: an unlimited group reports a huge number, which consider() never picks */
-    unsigned long long v1 = read_number("/sys/fs/cgroup/memory/memory.limit_in_bytes");
-    if (v1 && v1 < (1ull << 60)) {
-        unsigned long long cur = read_number("/sys/fs/cgroup/memory/memory.usage_in_bytes");
-        consider(out, v1 > cur ? v1 - cur : 1, "the cgroup limit memory.limit_in_bytes less usage");
+    /* the process's own groups (a job's limit), each level up to the top, v2 and v1 */
+    char where[sizeof out->source - 40];
+    unsigned long long room = dp_cgroup_headroom("", where, sizeof where);
+    if (room) {
+        char source[sizeof out->source];
+        snprintf(source, sizeof source, "the cgroup limit %s less usage", where);
+        consider(out, room, source);
     }
 }
 

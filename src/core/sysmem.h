@@ -12,11 +12,11 @@
 
 typedef struct {
     unsigned long long bytes;   /* the smallest of the limits below that is known; 0: unknown */
-    char source[160];           /* which limit that is, for messages ("MemAvailable", "cgroup memory.max") */
+    char source[400];           /* which limit that is, for messages ("MemAvailable", "cgroup memory.max") */
 } dp_mem_avail;
 
-/* MemAvailable from /proc/meminfo (else sysconf's free pages), bounded by the cgroup's
- * memory.max - memory.current (v2) or memory.limit_in_bytes - usage (v1) when set. */
+/* MemAvailable from /proc/meminfo (else sysconf's free pages), bounded by the headroom of the
+ * process's own cgroups, v2 or v1, at every level up to the top (core/cgroup.h). */
 void dp_memory_available(dp_mem_avail *out);
 /* Fails with DP_ERR_NOMEM when `bytes` for `what` cannot fit, naming both figures: checked
  * before a large allocation, because Linux overcommits and the OOM killer would end the

@@ -18,7 +18,17 @@
  *
  * When N does not divide C (N = 3, or more replicas than chunks), a replica's share keeps
  * DistributedSampler's order and is cut into max(1, C/N) contiguous lanes: deterministic for
- * that N, equal to other N only within float rounding. */
+ * that N, equal to other N only within float rounding.
+ *
+ * DataParallel (contiguous = 1) scatters a batch as nn.DataParallel does: each replica gets one
+ * contiguous block of it (block b of N: positions [ceil(b E / N), ceil((b+1) E / N)), which is
+ * torch.chunk's split whenever N divides E). The chunks are then contiguous blocks too: chunk k
+ * holds positions [ceil(k E / C), ceil((k+1) E / C)), and it takes the tree's place (its label)
+ * bitrev(k) over log2(C) bits. Replica r's lanes are the labels r, r+N, ..., as above, so the
+ * same tree and all-reduce apply; their blocks bitrev(r + N i) = bitrev_N(r) (C/N) + bitrev(i)
+ * are the C/N consecutive blocks of block bitrev_N(r) of N. So replica r computes on one
+ * contiguous block (replica 0 on the first), and the sums are bitwise the same for every N that
+ * divides C, though not DistributedSampler's (DDP's) sums: the chunks hold other samples. */
 #ifndef DP_DATA_CHUNKS_H
 #define DP_DATA_CHUNKS_H
 
@@ -34,9 +44,11 @@ typedef struct {
     int batch;       /* B samples per batch */
     int canonical;   /* N divides C: the canonical tree holds */
     int lanes;       /* lanes (gradient partials) per replica and step */
+    int contiguous;  /* DataParallel's scatter: a replica's share is a contiguous block */
 } dp_chunk_plan;
 
-void dp_chunk_plan_init(dp_chunk_plan *p, int world, int chunks, int accumulate, int batch);
+/* contiguous: DataParallel's scatter (above); 0: DistributedSampler's shares (DDP). */
+void dp_chunk_plan_init(dp_chunk_plan *p, int world, int chunks, int accumulate, int batch, int contiguous);
 /* Samples lane i of replica r holds in a step of E samples. */
 int dp_chunk_lane_count(const dp_chunk_plan *p, int E, int r, int i);
 /* Position within the step of sample t of lane i of replica r. */

@@ -99,7 +99,7 @@ int dp_sampler_batch_size(const dp_sampler *s, int b) {
 int dp_sampler_max_local(const dp_sampler *s) { return s->max_local; }
 
 void dp_sampler_set_plan(dp_sampler *s, int chunks, int accumulate) {
-    dp_chunk_plan_init(&s->plan, s->n_replicas, chunks, accumulate, s->global_batch);
+    dp_chunk_plan_init(&s->plan, s->n_replicas, chunks, accumulate, s->global_batch, s->contiguous);
     /* the most lanes in a micro-step: a full step's, or the short last step's if it has fewer
      * micro-steps (its lanes are then smaller, but there are more of them at once) */
     int lanes = 0;

@@ -12,7 +12,8 @@
  * step is K batches (--accumulate) covering positions [s*K*B, (s+1)*K*B); replica r's share of
  * it is its positions r mod N, ordered lane by lane (chunk-major), and micro-step mu takes a
  * contiguous range of the lanes. With C = K = 1 (the default until a plan is set) that is
- * DistributedSampler's order. */
+ * DistributedSampler's order. With `contiguous` (--mode dp) a replica's share of a batch is one
+ * contiguous block of it instead, as nn.DataParallel scatters (data/chunks.h). */
 #ifndef DP_SAMPLER_H
 #define DP_SAMPLER_H
 
@@ -32,6 +33,7 @@ typedef struct {
     dp_chunk_plan plan;
     int max_local;  /* the most samples a replica gets in one batch */
     int max_lanes;  /* the most lanes one micro-step runs per replica */
+    int contiguous; /* DataParallel's scatter (data/chunks.h): set before dp_sampler_set_plan */
 } dp_sampler;
 
 /* Fails with DP_ERR_USAGE (naming --batch-size / --replicas) when global_batch < n_replicas

@@ -28,8 +28,10 @@ static dp_status check_target(const char *flag, const char *path) {
     struct stat st;
     if (lstat(path, &st) == 0 && !S_ISREG(st.st_mode))
         return dp_fail(DP_ERR_USAGE, "%s %s: exists and is not a regular file (%s); give a file name to write",
-                       flag, path, S_ISLNK(st.st_mode) ? "a symbolic link" : S_ISDIR(st.st_mode) ? "a directory"
-                                                                                                : "a device or special file");
+                       flag, path, S_ISLNK(st.st_mode)    ? "a symbolic link"
+                       : S_ISDIR(st.st_mode)  ? "a directory"
+                       : S_ISFIFO(st.st_mode) ? "a FIFO (named pipe)"
+                                              : "a device or special file");
     return DP_OK;
 }
 
@@ -83,7 +85,7 @@ dp_status dp_atomic_write(const char *flag, const char *path, dp_write_fn fill, 
     if (fclose(f) != 0 && s == DP_OK && !e) e = errno;
     if (s == DP_OK && !e && rename(tmp, path) != 0) e = errno;
     if (s != DP_OK || e) {
-        char msg[768];
+        char msg[DP_ERROR_MAX];
         snprintf(msg, sizeof msg, "%s", s != DP_OK ? dp_last_error() : strerror(e));
         unlink(tmp);
         return dp_fail(DP_ERR_IO, "%s %s: writing failed (%s); the previous file, if any, is kept", flag, path, msg);

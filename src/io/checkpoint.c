@@ -2,6 +2,7 @@
 #include "io/checkpoint.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/printable.h"
 #include "core/sysmem.h"
 #include "io/atomic.h"
 #include "io/ckpt_dir.h"
@@ -132,24 +134,41 @@ static dp_status take(const char *path, const dp_st_file *f, const char *name, i
     return DP_OK;
 }
 
-/* The model's tensors out of an open file, strictly. */
+/* num_batches_tracked: an I64 scalar ([] as PyTorch writes it; [1] tolerated), 0 .. 2^47. */
+static dp_status take_counter(const char *path, const dp_st_file *f, const char *name, const char *model, long *out) {
+    const dp_st_tensor *x = dp_st_find(f, name);
+    if (!x) return dp_fail(DP_ERR_USAGE, "%s: tensor %s is missing (is the file for model %s?)", path, name, model);
+    if (x->dtype != DP_ST_I64 || x->nbytes != sizeof(int64_t) || x->ndim > 1)
+        return dp_fail(DP_ERR_USAGE, "%s: tensor %s should be an I64 scalar", path, name);
+    int64_t v;
+    memcpy(&v, x->data, sizeof v); /* little-endian in the file, as on every host dptrain builds for */
+    if (v < 0 || v > DP_CKPT_MAX_COUNT)
+        return dp_fail(DP_ERR_FORMAT, "%s: tensor %s is %lld, outside 0..%lld", path, name, (long long)v,
+                       (long long)DP_CKPT_MAX_COUNT);
+    *out = (long)v;
+    return DP_OK;
+}
+
+/* The model's tensors out of an open file, strictly, looked up by the model's own names; *bn_batches
+ * gets the first BatchNorm's num_batches_tracked (0 without BatchNorm). */
 static dp_status take_model(const char *path, const dp_st_file *f, const dp_model *m, float *params, float *buffers,
-                            float *momentum) {
+                            float *momentum, long *bn_batches) {
     const char *written_for = dp_st_meta_get(f, "dptrain.model");
+    char shown[100];
     if (written_for && strcmp(written_for, m->name) != 0)
-        return dp_fail(DP_ERR_USAGE, "%s: the checkpoint is for model %s; this run has model %s", path, written_for,
-                       m->name);
+        return dp_fail(DP_ERR_USAGE, "%s: the checkpoint is for model %s; this run has model %s", path,
+                       dp_printable(written_for, shown, sizeof shown), m->name);
     dp_sd_entry *e;
     int n;
     DP_TRY(dp_state_dict(m, &e, &n));
     dp_status s = DP_OK;
+    int have_count = 0;
+    *bn_batches = 0;
     for (int i = 0; i < n && s == DP_OK; i++) {
         if (e[i].kind == DP_SD_COUNTER) {
-            /* its value is not a weight: only its presence is checked (PyTorch writes it) */
-            const dp_st_tensor *x = dp_st_find(f, e[i].name);
-            if (!x) s = dp_fail(DP_ERR_USAGE, "%s: tensor %s is missing (is the file for model %s?)", path, e[i].name, m->name);
-            else if (x->ndim > 1 || (x->ndim == 1 && x->shape[0] != 1)) /* [] as PyTorch; [1] tolerated */
-                s = dp_fail(DP_ERR_USAGE, "%s: tensor %s should be a scalar", path, e[i].name);
+            long v = 0;
+            s = take_counter(path, f, e[i].name, m->name, &v);
+            if (s == DP_OK && !have_count++) *bn_batches = v;
             continue;
         }
         s = take(path, f, e[i].name, e[i].ndim, e[i].shape, (e[i].kind == DP_SD_PARAM ? params : buffers) + e[i].offset);
@@ -166,14 +185,17 @@ static dp_status take_model(const char *path, const dp_st_file *f, const dp_mode
         for (int j = 0; j < n && !found; j++) found = strcmp(e[j].name, f->tensors[i].name) == 0;
         if (!found)
             s = dp_fail(DP_ERR_USAGE, "%s: unexpected tensor %s: model %s has no such tensor (is the file for another "
-                        "model?)", path, f->tensors[i].name, m->name);
+                        "model?)", path, dp_printable(f->tensors[i].name, shown, sizeof shown), m->name);
     }
     free(e);
     return s;
 }
 
 dp_status dp_checkpoint_load_weights(const char *flag, const char *path, const dp_model *m, float *params,
-                                     float *buffers) {
+                                     float *buffers, long *bn_batches) {
+    long nbt_unused;
+    if (!bn_batches) bn_batches = &nbt_unused;
+    *bn_batches = 0;
     struct stat st;
     if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) { /* a --checkpoint directory: say which file to give */
         char **paths;
@@ -185,17 +207,22 @@ dp_status dp_checkpoint_load_weights(const char *flag, const char *path, const d
         dp_ckpt_dir_free(paths, n);
         return s;
     }
-    if (is_v1(path)) return dp_checkpoint_v1_load(path, m, params, buffers, NULL, NULL);
-    dp_st_file f;
-    dp_status s = dp_st_read(path, &f);
-    if (s != DP_OK) {
-        char msg[768];
+    dp_status s;
+    if (is_v1(path)) s = dp_checkpoint_v1_load(path, m, params, buffers, NULL, NULL);
+    else {
+        dp_st_file f;
+        s = dp_st_read(path, &f);
+        if (s == DP_OK) {
+            s = take_model(path, &f, m, params, buffers, NULL, bn_batches);
+            dp_st_free(&f);
+        }
+    }
+    if (s != DP_OK) { /* every message of this file under one prefix: the flag that named it */
+        char msg[DP_ERROR_MAX];
         snprintf(msg, sizeof msg, "%s", dp_last_error());
         return dp_fail(s, "%s %s", flag, msg);
     }
-    s = take_model(path, &f, m, params, buffers, NULL);
-    dp_st_free(&f);
-    return s;
+    return DP_OK;
 }
 
 static dp_status meta_long(const char *path, const dp_st_file *f, const char *key, long lo, long hi, long *out) {
@@ -203,9 +230,10 @@ static dp_status meta_long(const char *path, const dp_st_file *f, const char *ke
     char *end;
     errno = 0;
     long x = v ? strtol(v, &end, 10) : 0;
+    char shown[64];
     if (!v || !*v || *end || errno || x < lo || x > hi)
-        return dp_fail(DP_ERR_FORMAT, "%s: metadata %s is %s%s%s (not a dptrain training checkpoint?)", path, key,
-                       v ? "'" : "missing", v ? v : "", v ? "'" : "");
+        return dp_fail(DP_ERR_FORMAT, "%s: metadata %s is %s%s%s, expected %ld..%ld (not a dptrain training checkpoint?)",
+                       path, key, v ? "'" : "missing", v ? dp_printable(v, shown, sizeof shown) : "", v ? "'" : "", lo, hi);
     *out = x;
     return DP_OK;
 }
@@ -219,29 +247,29 @@ dp_status dp_checkpoint_load_resume(const char *path, const dp_model *m, float *
     DP_TRY(dp_st_read(path, &f));
     dp_status s = DP_OK;
     long v[4] = {0};
+    /* each field in the range a run can reach: a crafted value must not wrap an int (or resume at epoch 0) */
     static const char *const keys[4] = {"dptrain.epoch", "dptrain.next_batch", "dptrain.step",
                                         "dptrain.skipped_steps"};
-    for (int i = 0; i < 4 && s == DP_OK; i++) s = meta_long(path, &f, keys[i], 0, 0x7fffffffffffL, &v[i]);
+    static const long lo[4] = {1, 0, 0, 0}, hi[4] = {DP_CKPT_MAX_EPOCH, INT_MAX, DP_CKPT_MAX_COUNT, DP_CKPT_MAX_COUNT};
+    for (int i = 0; i < 4 && s == DP_OK; i++) s = meta_long(path, &f, keys[i], lo[i], hi[i], &v[i]);
+    if (s == DP_OK && v[3] > v[2])
+        s = dp_fail(DP_ERR_FORMAT, "%s: metadata dptrain.skipped_steps (%ld) exceeds dptrain.step (%ld)", path, v[3], v[2]);
     for (int i = 0; i < n_expect && s == DP_OK; i++) {
         const char *have = dp_st_meta_get(&f, expect[i].key);
         if (have && strcmp(have, expect[i].value) == 0) continue;
         const char *k = expect[i].key;
         int is_arg = strncmp(k, "dptrain.arg.", 12) == 0;
         const char *label = is_arg ? k + 12 : strcmp(k, "dptrain.train_data_crc32") == 0 ? "the training data's CRC-32" : k;
+        char shown[160];
         s = dp_fail(DP_ERR_USAGE, "%s: refusing to resume: %s%s is %s%s%s in the checkpoint but %s in this run (resume "
                     "with the same %s, or start afresh from its weights with --init-from)", path,
-                    is_arg ? "--" : "", label, have ? "'" : "", have ? have : "missing", have ? "'" : "",
-                    expect[i].value, is_arg ? "value" : "data");
+                    is_arg ? "--" : "", label, have ? "'" : "", have ? dp_printable(have, shown, sizeof shown) : "missing",
+                    have ? "'" : "", expect[i].value, is_arg ? "value" : "data");
     }
-    if (s == DP_OK) s = take_model(path, &f, m, params, buffers, momentum);
-    if (s == DP_OK && pos) {
-        pos->epoch = (int)v[0], pos->next_batch = (int)v[1], pos->step = v[2], pos->skipped = v[3];
-        const dp_st_tensor *nbt = NULL;
-        for (int i = 0; i < f.n && !nbt; i++)
-            if (strstr(f.tensors[i].name, "num_batches_tracked")) nbt = &f.tensors[i];
-        pos->bn_batches = 0;
-        if (nbt && nbt->dtype == DP_ST_I64) memcpy(&pos->bn_batches, nbt->data, sizeof(int64_t));
-    }
+    long nbt = 0;
+    if (s == DP_OK) s = take_model(path, &f, m, params, buffers, momentum, &nbt);
+    if (s == DP_OK && pos)
+        pos->epoch = (int)v[0], pos->next_batch = (int)v[1], pos->step = v[2], pos->skipped = v[3], pos->bn_batches = nbt;
     dp_st_free(&f);
     return s;
 }

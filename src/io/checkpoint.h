@@ -25,6 +25,11 @@ typedef struct {
     long bn_batches;  /* training forward passes: PyTorch's num_batches_tracked */
 } dp_train_pos;
 
+/* The largest position a checkpoint may record: --epochs is at most 100000 (a finished run records
+ * the epoch after its last), and counts travel between ranks as three 20-bit floats. */
+#define DP_CKPT_MAX_EPOCH 100001L
+#define DP_CKPT_MAX_COUNT 0x7fffffffffffL
+
 /* Writes path atomically (io/atomic.h). momentum may be NULL. meta: the run's settings. */
 dp_status dp_checkpoint_save(const char *flag, const char *path, const dp_model *m, const float *params,
                              const float *buffers, const float *momentum, const dp_train_pos *pos,
@@ -32,9 +37,11 @@ dp_status dp_checkpoint_save(const char *flag, const char *path, const dp_model 
 
 /* Weights and BN buffers from a safetensors state_dict (dptrain's or one PyTorch wrote) or an old
  * DPCKPT01 file. Names, dtypes and shapes must match the model exactly (as strict=True); keys
- * starting with "optimizer." or "dptrain." are ignored. `flag` names the option in messages. */
+ * starting with "optimizer." or "dptrain." are ignored. `flag` names the option in messages.
+ * bn_batches (may be NULL) gets the file's num_batches_tracked (0 without BatchNorm), so that
+ * --init-from continues PyTorch's count. */
 dp_status dp_checkpoint_load_weights(const char *flag, const char *path, const dp_model *m, float *params,
-                                     float *buffers);
+                                     float *buffers, long *bn_batches);
 
 /* Everything needed to continue: weights, buffers, momentum and position. Fails with DP_ERR_USAGE
  * naming the file and the setting when an entry of `expect` differs from what the file was written

@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <zlib.h>
 
+#include "core/printable.h"
 #include "core/sysmem.h"
 
 static const char magic[8] = {'D', 'P', 'C', 'K', 'P', 'T', '0', '1'};
@@ -18,13 +19,49 @@ dp_status dp_checkpoint_v1_load(const char *path, const dp_model *m, float *para
     struct stat st;
     FILE *f;
     DP_TRY(dp_fopen_regular(path, NULL, &f, &st));
-    fseek(f, 0, SEEK_END);
-    long size = ftell(f);
-    fseek(f, 0, SEEK_SET);
+    long size = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
+    if (size < 0 || fseek(f, 0, SEEK_SET) != 0) {
+        fclose(f);
+        return dp_fail(DP_ERR_IO, "%s: cannot seek: %s", path, strerror(errno));
+    }
     dp_status s = DP_OK;
     unsigned char *buf = NULL;
     if (size < (long)(sizeof magic + sizeof(dp_ckpt_v1_header) + 4)) {
         s = dp_fail(DP_ERR_FORMAT, "%s: not a dptrain checkpoint (%ld bytes, too short)", path, size);
+        goto out;
+    }
+    /* the header first: a file it does not describe, or one for another model, is refused before
+       the rest is read (a huge file must not be read whole to be refused) */
+    unsigned char pre[sizeof magic + sizeof(dp_ckpt_v1_header)];
+    if (fread(pre, 1, sizeof pre, f) != sizeof pre) {
+        s = dp_fail(DP_ERR_IO, "%s: read failed", path);
+        goto out;
+    }
+    if (memcmp(pre, magic, sizeof magic) != 0) {
+        s = dp_fail(DP_ERR_FORMAT, "%s: not a dptrain checkpoint (bad magic)", path);
+        goto out;
+    }
+    dp_ckpt_v1_header h;
+    memcpy(&h, pre + sizeof magic, sizeof h);
+    h.model[sizeof h.model - 1] = '\0';
+    const int64_t max_floats = (int64_t)1 << 40; /* bounds the size arithmetic below */
+    size_t floats = h.n_params >= 0 && h.n_params < max_floats && h.n_buffers >= 0 && h.n_buffers < max_floats
+                        ? (size_t)h.n_params * (h.has_momentum ? 2 : 1) + (size_t)h.n_buffers
+                        : 0;
+    size_t expect = sizeof magic + sizeof h + floats * sizeof(float) + 4;
+    if (!floats || (size_t)size != expect) {
+        s = dp_fail(DP_ERR_FORMAT, "%s: truncated or corrupt checkpoint (%ld bytes, header says %zu)", path, size,
+                    expect);
+        goto out;
+    }
+    if (strcmp(h.model, m->name) != 0 || h.c != m->input.c || h.h != m->input.h || h.w != m->input.w ||
+        h.n_classes != m->n_classes || (size_t)h.n_params != m->params.n || (size_t)h.n_buffers != m->buffers.n) {
+        char shown[160];
+        s = dp_fail(DP_ERR_USAGE,
+                    "%s: checkpoint is for model %s on %dx%dx%d inputs with %d classes; this run has model %s on "
+                    "%dx%dx%d with %d classes",
+                    path, dp_printable(h.model, shown, sizeof shown), h.c, h.h, h.w, h.n_classes, m->name, m->input.c,
+                    m->input.h, m->input.w, m->n_classes);
         goto out;
     }
     buf = malloc((size_t)size);
@@ -32,22 +69,9 @@ dp_status dp_checkpoint_v1_load(const char *path, const dp_model *m, float *para
         s = dp_fail(DP_ERR_NOMEM, "%s: out of memory reading %ld bytes", path, size);
         goto out;
     }
-    if (fread(buf, 1, (size_t)size, f) != (size_t)size) {
+    memcpy(buf, pre, sizeof pre);
+    if (fread(buf + sizeof pre, 1, (size_t)size - sizeof pre, f) != (size_t)size - sizeof pre) {
         s = dp_fail(DP_ERR_IO, "%s: read failed", path);
-        goto out;
-    }
-    if (memcmp(buf, magic, sizeof magic) != 0) {
-        s = dp_fail(DP_ERR_FORMAT, "%s: not a dptrain checkpoint (bad magic)", path);
-        goto out;
-    }
-    dp_ckpt_v1_header h;
-    memcpy(&h, buf + sizeof magic, sizeof h);
-    h.model[sizeof h.model - 1] = '\0';
-    size_t floats = (size_t)h.n_params * (h.has_momentum ? 2 : 1) + (size_t)h.n_buffers;
-    size_t expect = sizeof magic + sizeof h + floats * sizeof(float) + 4;
-    if (h.n_params < 0 || h.n_buffers < 0 || (size_t)size != expect) {
-        s = dp_fail(DP_ERR_FORMAT, "%s: truncated or corrupt checkpoint (%ld bytes, header says %zu)", path, size,
-                    expect);
         goto out;
     }
     uint32_t stored;
@@ -60,15 +84,6 @@ dp_status dp_checkpoint_v1_load(const char *path, const dp_model *m, float *para
     }
     if ((uint32_t)crc != stored) {
         s = dp_fail(DP_ERR_FORMAT, "%s: checkpoint is corrupt (CRC mismatch)", path);
-        goto out;
-    }
-    if (strcmp(h.model, m->name) != 0 || h.c != m->input.c || h.h != m->input.h || h.w != m->input.w ||
-        h.n_classes != m->n_classes || (size_t)h.n_params != m->params.n || (size_t)h.n_buffers != m->buffers.n) {
-        s = dp_fail(DP_ERR_USAGE,
-                    "%s: checkpoint is for model %s on %dx%dx%d inputs with %d classes; this run has model %s on "
-                    "%dx%dx%d with %d classes",
-                    path, h.model, h.c, h.h, h.w, h.n_classes, m->name, m->input.c, m->input.h, m->input.w,
-                    m->n_classes);
         goto out;
     }
     const unsigned char *p = buf + sizeof magic + sizeof h;

@@ -16,4 +16,11 @@ void dp_ckpt_dir_free(char **paths, int n);
 /* Removes all but the newest `keep` checkpoints and any temporary file a killed writer left. */
 dp_status dp_ckpt_dir_prune(const char *dir, int keep);
 
+/* Locks dir for this process (a POSIX record lock on DIR/.dptrain.lock, which the kernel drops when
+ * the process ends, also on NFS) and writes "pid P on host H since T" into it. Another run holding
+ * it is refused naming that line: two runs on one directory would interleave checkpoints and
+ * delete each other's temporary files. *fd stays open for the lock's lifetime. */
+dp_status dp_ckpt_dir_lock(const char *flag, const char *dir, int *fd);
+void dp_ckpt_dir_unlock(int fd);
+
 #endif

@@ -61,7 +61,7 @@ static int add_node(dp_model *m, const dp_layer_ops *ops, const char *name, cons
     l->tensor0 = m->params.n_tensors;
     dp_status s = ops->plan(l, &m->params, &m->buffers);
     if (s != DP_OK) {
-        char msg[512];
+        char msg[DP_ERROR_MAX];
         snprintf(msg, sizeof msg, "%s", dp_last_error());
         m->error = dp_fail(s, "model %s, layer %s: input %dx%dx%d: %s", m->name, l->name, l->in_shape[0].c,
                            l->in_shape[0].h, l->in_shape[0].w, msg);

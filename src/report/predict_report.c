@@ -102,9 +102,11 @@ static void plot_svg(FILE *f, const char *title, const dp_predict_series *s, int
         for (int m = 0; m < 2; m++) {
             fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\"%s points=\"", c,
                     m ? " stroke-dasharray=\"7,4\"" : "");
-            for (int i = 0; i < s[k].n; i++) fprintf(f, "%.1f,%.1f ", X(s[k].devices[i]), Y(s[k].pred[m][i].speedup));
+            /* a topology is drawn up to the devices it has (the table flags the rows beyond) */
+            for (int i = 0; i < s[k].n && s[k].devices[i] <= s[k].topo->devices; i++)
+                fprintf(f, "%.1f,%.1f ", X(s[k].devices[i]), Y(s[k].pred[m][i].speedup));
             fprintf(f, "\"/>\n");
-            for (int i = 0; i < s[k].n; i++)
+            for (int i = 0; i < s[k].n && s[k].devices[i] <= s[k].topo->devices; i++)
                 fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"%s\"/>\n", X(s[k].devices[i]),
                         Y(s[k].pred[m][i].speedup), c);
             fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" stroke-width=\"2\"%s/>\n",

@@ -194,14 +194,17 @@ dp_status dp_report_epoch(dp_reporter *r, const dp_epoch_report *e) {
     }
     double hidden = comm_s > 0 ? e->comm_hidden_s / comm_s : 0;
     if (r->console) {
-        printf("epoch %d/%d  train loss %.4f  train acc %.4f  test acc %.4f  %.2f s  %.0f img/s  "
-               "(data wait %.2f s, compute %.2f s",
-               e->epoch, e->epochs, e->train_loss, e->train_acc, e->test_acc, e->seconds, e->images_per_s,
-               e->data_wait_s, e->compute_s);
-        if (calls) printf(", comm %ld calls %.1f MB %.2f s, %.0f%% during backward", calls, bytes / 1e6, comm_s, 100 * hidden);
-        printf(")");
-        if (e->skipped_steps) printf("  NaN/Inf steps skipped: %ld", e->skipped_steps);
+        /* three short lines rather than one of 130-170 columns that wraps on an 80- or 120-column terminal */
+        printf("epoch %d/%d", e->epoch, e->epochs);
+        /* a resumed epoch's train figures are those of its batches trained here: say which */
+        if (e->first_batch > 0) printf(" (resumed: batches %d-%d)", e->first_batch + 1, e->n_batches);
+        printf("  train loss %.4f  train acc %.4f  test acc %.4f  %.2f s\n", e->train_loss, e->train_acc, e->test_acc,
+               e->seconds);
+        printf("  %.0f img/s, data wait %.2f s, compute %.2f s", e->images_per_s, e->data_wait_s, e->compute_s);
+        if (e->skipped_steps) printf(", NaN/Inf steps skipped: %ld", e->skipped_steps);
         printf("\n");
+        if (calls)
+            printf("  comm %ld calls, %.1f MB, %.2f s, %.0f%% during backward\n", calls, bytes / 1e6, comm_s, 100 * hidden);
         DP_TRY(check_stdout());
     }
     if (r->has_log) {
@@ -211,10 +214,10 @@ dp_status dp_report_epoch(dp_reporter *r, const dp_epoch_report *e) {
                        "\"train_acc\":%.6f,\"test_loss\":%.9g,\"test_acc\":%.6f,\"seconds\":%.6f,"
                        "\"eval_seconds\":%.6f,\"images_per_s\":%.3f,\"data_wait_s\":%.6f,\"compute_s\":%.6f,"
                        "\"comm_calls\":%ld,\"comm_bytes\":%.0f,\"comm_s\":%.6f,\"comm_hidden_frac\":%.6f,"
-                       "\"skipped_steps\":%ld",
+                       "\"skipped_steps\":%ld,\"first_batch\":%d",
                        e->epoch, e->steps, e->lr, e->train_loss, e->train_acc, e->test_loss, e->test_acc, e->seconds,
                        e->eval_seconds, e->images_per_s, e->data_wait_s, e->compute_s, calls, bytes, comm_s, hidden,
-                       e->skipped_steps);
+                       e->skipped_steps, e->first_batch);
         static const char *const names[DP_COLL_KINDS] = {"allreduce", "broadcast", "reduce", "allgather", "gather",
                                                              "scatter", "barrier"};
         for (int k = 0; k < DP_COLL_KINDS; k++)
@@ -277,7 +280,7 @@ void dp_report_error(dp_reporter *r, const char *message) {
     dp_jbuf_printf(&r->line, "{\"event\":\"error\",\"message\":");
     dp_jbuf_string(&r->line, message);
     dp_jbuf_printf(&r->line, "}");
-    char keep[1024];
+    char keep[DP_ERROR_MAX];
     snprintf(keep, sizeof keep, "%s", dp_last_error()); /* a failing log write must not replace the run's reason */
     if (commit_line(r, 1) != DP_OK) dp_set_error(keep);
 }

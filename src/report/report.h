@@ -42,6 +42,9 @@ typedef struct {
     dp_comm_stats comm;     /* this epoch's collectives */
     double comm_hidden_s;   /* collectives issued while backward work remained */
     long skipped_steps;     /* steps skipped for a NaN/Inf so far (--on-nan skip) */
+    int first_batch;        /* > 0: a resumed epoch, trained here from this batch on (the train
+                               figures cover only those batches) */
+    int n_batches;          /* batches per epoch */
 } dp_epoch_report;
 
 /* Checks, before any work, that the log can be created: its directory exists and is writable,

@@ -38,6 +38,8 @@ dp_status dp_persist_setup(dp_trainer *t) {
     t->sgd.nonfinite = &t->nonfinite;
     const char *inj = getenv("DPTRAIN_INJECT_NAN_STEP");
     t->inject_nan_step = inj ? atol(inj) : 0;
+    const char *sig = getenv("DPTRAIN_INJECT_SIGNAL_FINAL_EVAL");
+    t->inject_eval_signal = sig ? atoi(sig) : 0;
     DP_ALLOC(t->stop_bufs, t->n_local, "stop flags");
     for (int r = 0; r < t->n_local; r++) DP_ALLOC(t->stop_bufs[r], 2, "stop flags");
     if (c->on_nan_skip && t->model.buffers.n)
@@ -51,6 +53,9 @@ dp_status dp_persist_setup(dp_trainer *t) {
     }
     /* only what a killed writer left: pruning to --keep waits for a new checkpoint (the newest may be damaged) */
     if (c->checkpoint_dir && holds_rank0(t)) {
+        /* before anything in it is read or removed: a second run (a requeued job while the first
+           still runs) is refused instead of pruning the first one's temporary files */
+        DP_TRY(dp_ckpt_dir_lock("--checkpoint", c->checkpoint_dir, &t->ckpt_lock_fd));
         DP_TRY(dp_ckpt_dir_prune(c->checkpoint_dir, 1000000000));
         char **paths;
         int n;
@@ -142,7 +147,7 @@ dp_status dp_persist_save(dp_trainer *t, const char *flag, const char *path) {
     dp_status s = dp_checkpoint_save(flag, path, &t->model, r0->h_params, r0->h_buffers,
                                      t->cfg.momentum > 0 ? r0->h_momentum : NULL, &pos, meta, n);
     if (s != DP_OK) {
-        char msg[1024];
+        char msg[DP_ERROR_MAX];
         snprintf(msg, sizeof msg, "%s", dp_last_error());
         return dp_fail(s, "%s%s%s", msg, t->last_ckpt[0] ? "; the last good checkpoint is " : "", t->last_ckpt);
     }
@@ -187,10 +192,14 @@ static dp_status load_newest(dp_trainer *t, dp_replica *r0, dp_train_pos *pos) {
         damaged++;
     }
     dp_ckpt_dir_free(paths, n);
-    if (s == DP_OK || s == DP_ERR_USAGE) {
-        if (n == 0) return dp_fail(DP_ERR_USAGE, "--resume %s: no checkpoint (ckpt-*.safetensors) in the directory", src);
-        return s;
+    if (n == 0) { /* a first run (or one killed before its first checkpoint): start it */
+        *pos = (dp_train_pos){.epoch = 1};
+        if (!t->cfg.quiet)
+            fprintf(stderr, "dptrain: note: --resume %s: no checkpoint there yet; starting a fresh run (its checkpoints "
+                    "go to %s)\n", src, t->cfg.checkpoint_dir ? t->cfg.checkpoint_dir : src);
+        return DP_OK;
     }
+    if (s == DP_OK || s == DP_ERR_USAGE) return s;
     return dp_fail(DP_ERR_FORMAT, "--resume %s: none of the %d checkpoints is readable (see the warnings above)", src,
                    damaged);
 }

@@ -7,6 +7,7 @@
 #include <stdio.h>
 
 #include "core/timer.h"
+#include "io/atomic.h"
 #include "report/predict_report.h"
 #include "train/profile_run.h"
 #include "train/trainer.h"
@@ -44,6 +45,29 @@ static dp_status split_topologies(const char *list, dp_topology *topos, int *n) 
     }
     if (!*n) return dp_fail(DP_ERR_USAGE, "--predict: no topology named in '%s'", list);
     return DP_OK;
+}
+
+dp_status dp_predict_precheck(const dp_config *c) {
+    if (c->save_profile) DP_TRY(dp_check_output_file("--save-profile", c->save_profile));
+    dp_topology *topos = c->predict_topos ? calloc(MAX_TOPOS, sizeof *topos) : NULL;
+    dp_profile *p = c->compute_profile ? calloc(1, sizeof *p) : NULL;
+    dp_status s = DP_OK;
+    if ((c->predict_topos && !topos) || (c->compute_profile && !p))
+        s = dp_fail(DP_ERR_NOMEM, "out of memory checking --predict and --compute");
+    int n = 0;
+    const char *flag = c->predict_only ? "--topology" : "--predict";
+    if (s == DP_OK && topos) s = split_topologies(c->predict_topos, topos, &n);
+    if (s == DP_OK && p) s = dp_profile_load(c->compute_profile, c->model, p), flag = "--compute";
+    if (s != DP_OK && strncmp(dp_last_error(), "--", 2) != 0) { /* name the flag the file came from */
+        char msg[DP_ERROR_MAX];
+        snprintf(msg, sizeof msg, "%s", dp_last_error());
+        s = dp_fail(s, "%s: %s", flag, msg);
+    }
+    if (s == DP_OK && p && strcmp(p->model, c->model) != 0)
+        s = dp_fail(DP_ERR_USAGE, "--compute %s: a profile of model %s, but this run is %s", c->compute_profile,
+                    p->model, c->model);
+    free(topos), free(p);
+    return s;
 }
 
 /* The rows every prediction needs, measured once each. */
@@ -286,7 +310,7 @@ dp_status dp_trainer_predict(dp_trainer *t) {
             for (int n = 1; n <= 8 && s == DP_OK; n *= 2)
                 s = dp_profile_measure(&t->model, t->dev, (c->batch_size + n - 1) / n, 1, TIMING_STEPS, p);
     }
-    if (s == DP_OK && c->save_profile) s = dp_profile_save(c->save_profile, p);
+    if (s == DP_OK && c->save_profile) s = dp_profile_save("--save-profile", c->save_profile, p);
     dp_predict_series series[MAX_TOPOS];
     char what[256];
     snprintf(what, sizeof what, "%s, global batch %d, %d steps/epoch, compute: %s profile%s%s", t->model.name,
@@ -312,7 +336,14 @@ dp_status dp_trainer_predict(dp_trainer *t) {
             }
             series[k].pred[m] = out;
         }
-        if (s == DP_OK) s = dp_report_predictions(&t->report, what, &series[k]);
+        /* a GPU topology priced with a CPU profile: its compute column is this CPU's, said where it is read */
+        char what_k[512];
+        const int cpu_profile = strncmp(p->device, "cpu", 3) == 0;
+        snprintf(what_k, sizeof what_k, "%s%s%s%s", what, cpu_profile && !topos[k].shared_memory_bus
+                 ? "; NOTE: the compute is this CPU's, not a " : "", cpu_profile && !topos[k].shared_memory_bus
+                 ? topos[k].device : "", cpu_profile && !topos[k].shared_memory_bus
+                 ? "'s (give --compute a profile recorded on one: --save-profile)" : "");
+        if (s == DP_OK) s = dp_report_predictions(&t->report, what_k, &series[k]);
     }
     if (s == DP_OK && c->plot_path && n_topos) {
         char title[160];

@@ -181,7 +181,7 @@ dp_status dp_profile_measure(const dp_model *m, const dp_dev *dev, int batch, in
     double *times = calloc((size_t)concurrent * steps * slots, sizeof *times);
     if (!times) return dp_fail(DP_ERR_NOMEM, "out of memory for the timing run");
     dp_status st[concurrent];
-    char err[512] = "";
+    char err[DP_ERROR_MAX] = "";
 #pragma omp parallel num_threads(concurrent)
     {
         int w = omp_get_thread_num();

@@ -7,6 +7,7 @@
 
 #include <cblas.h>
 #include <math.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <omp.h>
 #include <stdio.h>
@@ -20,6 +21,7 @@
 #include "dp_config.h"
 #include "io/atomic.h"
 #include "io/checkpoint.h"
+#include "io/ckpt_dir.h"
 #include "report/progress.h"
 #include "train/memory.h"
 #include "train/signals.h"
@@ -100,9 +102,11 @@ static dp_status init_params(dp_trainer *t) {
     const char *from = t->cfg.eval_only ? t->cfg.load_path : t->cfg.init_path;
     for (int r = 0; r < t->n_local; r++) {
         if (t->rep[r].rank != 0) continue;
+        /* num_batches_tracked goes on from the file's, as PyTorch's load_state_dict does; only rank 0
+         * writes checkpoints, so only its process needs the count */
         if (from)
             DP_TRY(dp_checkpoint_load_weights(t->cfg.eval_only ? "--load" : "--init-from", from, m, t->rep[r].h_params,
-                                              t->rep[r].h_buffers));
+                                              t->rep[r].h_buffers, &t->bn_batches));
         else
             dp_model_init_params(m, t->rep[r].h_params, t->rep[r].h_buffers, &rng);
         DP_TRY(dp_replica_push(&t->rep[r], m)); /* a device's arenas from the host copies */
@@ -125,6 +129,7 @@ static dp_status plan_lanes(dp_trainer *t, dp_sampler *s, int n_train, lane_plan
         if (s->n_batches < 1)
             return dp_fail(DP_ERR_USAGE, "--batch-size %d: the %d training samples give no full batch with --drop-last",
                            c->batch_size, n_train);
+        s->contiguous = c->mode == DP_MODE_DP; /* nn.DataParallel scatters contiguous blocks */
         dp_sampler_set_plan(s, c->chunks, c->accumulate);
         p->lanes = s->plan.lanes;
         p->slots = s->max_lanes;
@@ -230,9 +235,11 @@ static dp_status setup(dp_trainer *t) {
     if (!c->keep) c->keep = 3;
     if (dp_backend_rank(t->backend, 0) == 0) {
         /* before hours of training, not after: only rank 0 writes */
+        /* the directory first: --save may name a file in it */
+        if (c->checkpoint_dir) DP_TRY(dp_check_output_dir("--checkpoint", c->checkpoint_dir));
         if (c->save_path) DP_TRY(dp_check_output_file("--save", c->save_path));
         if (c->plot_path) DP_TRY(dp_check_output_file("--plot", c->plot_path));
-        if (c->checkpoint_dir) DP_TRY(dp_check_output_dir("--checkpoint", c->checkpoint_dir));
+        DP_TRY(dp_predict_precheck(c));
         /* before any data is read: a log that cannot be created is a start-time error (rank 0 writes it) */
         DP_TRY(dp_report_check_path(c->log_path));
     }
@@ -317,9 +324,11 @@ dp_status dp_trainer_create(const dp_config *cfg, dp_trainer **out) {
     dp_trainer *t = calloc(1, sizeof *t);
     if (!t) return dp_fail(DP_ERR_NOMEM, "out of memory creating the trainer");
     t->cfg = *cfg;
+    t->ckpt_lock_fd = -1;
+    t->eval_step = -1;
     dp_status s = setup(t);
     if (s != DP_OK) {
-        char msg[1024];
+        char msg[DP_ERROR_MAX];
         snprintf(msg, sizeof msg, "%s", dp_last_error());
         if (t->backend && dp_backend_n_local(t->backend) < dp_backend_world(t->backend)) {
             /* say why before a multi-process backend aborts the job (main would say it too late) */
@@ -394,11 +403,23 @@ static dp_status in_context(dp_status s, const char *fmt, ...) {
     return dp_fail(s, "%s (%s)", why, where);
 }
 
+/* The test set with per-class counts, kept for the final report (t->eval_*). */
+static dp_status evaluate_test(dp_trainer *t, dp_step_metrics *m) {
+    const int K = t->model.n_classes;
+    if (!t->eval_correct) DP_ALLOC(t->eval_correct, K, "per-class counts");
+    if (!t->eval_count) DP_ALLOC(t->eval_count, K, "per-class counts");
+    t->eval_step = -1;
+    DP_TRY(dp_evaluate(t, &t->test, m, t->eval_correct, t->eval_count));
+    t->eval_m = *m;
+    t->eval_step = t->step;
+    return DP_OK;
+}
+
 static dp_status final_eval(dp_trainer *t, double *acc_out) {
     int K = t->model.n_classes;
-    long correct[K], count[K];
-    dp_step_metrics m;
-    DP_TRY(in_context(dp_evaluate(t, &t->test, &m, correct, count), "the final evaluation"));
+    dp_step_metrics m = t->eval_m;
+    if (t->cfg.eval_only || t->eval_step != t->step) DP_TRY(in_context(evaluate_test(t, &m), "the final evaluation"));
+    const long *correct = t->eval_correct, *count = t->eval_count;
     double acc = m.count ? (double)m.correct / m.count : 0;
     DP_TRY(dp_report_final(&t->report, t->test.name, acc, K, correct, count, t->test.class_names));
     if (acc_out) *acc_out = acc;
@@ -410,7 +431,7 @@ static dp_status final_eval(dp_trainer *t, double *acc_out) {
 static dp_status nonfinite_step(dp_trainer *t, dp_status s, int epoch) {
     int grads = atomic_exchange(&t->nonfinite, 0);
     if (s != DP_ERR_NUMERIC && !grads) return s;
-    char msg[1024];
+    char msg[DP_ERROR_MAX];
     if (s == DP_ERR_NUMERIC) snprintf(msg, sizeof msg, "%s", dp_last_error());
     else
         snprintf(msg, sizeof msg, "epoch %d, step %ld: the all-reduced gradients hold NaN or Inf (the same on every "
@@ -491,14 +512,15 @@ static dp_status run_epoch(dp_trainer *t, int epoch, int first, int *stop) {
     double seconds = dp_now() - t0;
     dp_epoch_report e = {.epoch = epoch, .epochs = c->epochs, .steps = t->step, .lr = lr, .seconds = seconds,
                          .data_wait_s = wait_total, .compute_s = compute, .comm = t->backend->stats,
-                         .comm_hidden_s = t->comm_overlap_s, .skipped_steps = t->skipped};
+                         .comm_hidden_s = t->comm_overlap_s, .skipped_steps = t->skipped, .first_batch = first,
+                         .n_batches = nb};
     e.train_loss = em.count ? em.loss_sum / em.count : 0;
     e.train_acc = em.count ? (double)em.correct / em.count : 0;
     e.images_per_s = seconds > 0 ? em.count / seconds : 0;
     double te = dp_now();
     DP_TRY(dp_strategy_finish(t));
     dp_step_metrics tm;
-    DP_TRY(in_context(dp_evaluate(t, &t->test, &tm, NULL, NULL), "evaluating epoch %d", epoch));
+    DP_TRY(in_context(evaluate_test(t, &tm), "evaluating epoch %d", epoch));
     e.eval_seconds = dp_now() - te;
     e.test_acc = tm.count ? (double)tm.correct / tm.count : 0;
     e.test_loss = tm.count ? tm.loss_sum / tm.count : 0;
@@ -507,13 +529,18 @@ static dp_status run_epoch(dp_trainer *t, int epoch, int first, int *stop) {
     return DP_OK;
 }
 
-static dp_status say_stopped(dp_trainer *t) {
+/* after_training: the signal came during the final evaluation, with training done. */
+static dp_status say_stopped(dp_trainer *t, int after_training) {
     if (!holds_rank0(t)) return DP_OK;
     char cmd[8192];
     dp_persist_resume_command(t, cmd, sizeof cmd);
     if (t->report.progress) printf("\n"); /* off the progress bar's line */
     fflush(stdout);
-    if (t->cfg.checkpoint_dir)
+    if (after_training)
+        fprintf(stderr, "dptrain: stopped by %s during the final evaluation, after training finished (step %ld)%s%s%s\n",
+                dp_signal_name(t->stop_signal), t->step, t->last_ckpt[0] ? "; checkpoint " : "", t->last_ckpt,
+                t->last_ckpt[0] ? " written" : "");
+    else if (t->cfg.checkpoint_dir)
         fprintf(stderr, "dptrain: stopped by %s after step %ld (epoch %d); checkpoint %s written; resume with: %s\n",
                 dp_signal_name(t->stop_signal), t->step, t->epoch, t->last_ckpt, cmd);
     else
@@ -552,12 +579,21 @@ static dp_status run(dp_trainer *t) {
         if (!stop && t->cfg.checkpoint_dir && t->cfg.save_every_epochs && epoch % t->cfg.save_every_epochs == 0)
             DP_TRY(dp_persist_save(t, "--checkpoint", NULL));
     }
-    if (t->stop_signal) return say_stopped(t);
+    if (t->stop_signal) return say_stopped(t, 0);
+    if (t->inject_eval_signal) raise(t->inject_eval_signal);
     DP_TRY(final_eval(t, NULL));
+    /* a signal during the last evaluations: training is done, so its state is still saved below,
+       but the run ends as a stopped one (128 + signal), without --predict's timing runs */
+    int sig = 0;
+    DP_TRY(dp_persist_stop_requested(t, &sig));
     /* the run's last state, so that --resume of a finished run (e.g. with more --epochs) goes on from here */
     if (t->cfg.checkpoint_dir) DP_TRY(dp_persist_save(t, "--checkpoint", NULL));
     if (t->cfg.save_path) DP_TRY(dp_persist_save(t, "--save", t->cfg.save_path));
     dp_signals_restore();
+    if (sig) {
+        t->stop_signal = sig;
+        return say_stopped(t, 1);
+    }
     if (holds_rank0(t)) DP_TRY(dp_trainer_predict(t));
     return DP_OK;
 }
@@ -591,6 +627,9 @@ void dp_trainer_destroy(dp_trainer *t) {
     if (t->stop_bufs)
         for (int r = 0; r < t->n_local; r++) free(t->stop_bufs[r]);
     free(t->stop_bufs);
+    free(t->eval_correct);
+    free(t->eval_count);
+    dp_ckpt_dir_unlock(t->ckpt_lock_fd);
     if (t->dev) t->dev->free(t->dev, t->bn_snapshot);
     dp_host_coll_free(t);
     if (t->dev) dp_graph_cache_free(&t->graphs, t->dev);

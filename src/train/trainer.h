@@ -83,7 +83,15 @@ typedef struct dp_trainer {
     char last_ckpt[4096];     /* newest checkpoint written or resumed from ("" if none) */
     int stop_signal;          /* the signal that stopped the run (exit 128 + it), 0 if none */
     float **stop_bufs;        /* (n_local) the stop flag's all-reduce */
+    int ckpt_lock_fd;         /* rank 0's lock on --checkpoint DIR (io/ckpt_dir.h), -1 when none */
+    /* the last evaluation of the test set, after step eval_step (-1: none): the final one reuses it
+       when no step came after (the last epoch's test set was evaluated twice) */
+    long eval_step;
+    dp_step_metrics eval_m;
+    long *eval_correct, *eval_count; /* (n_classes) */
     long inject_nan_step;     /* DPTRAIN_INJECT_NAN_STEP=k: a NaN in step k's first input (tests only) */
+    int inject_eval_signal;   /* DPTRAIN_INJECT_SIGNAL_FINAL_EVAL=s: signal s raised as the final evaluation
+                                 starts (tests only: a signal there is otherwise a race to hit) */
     float *bn_snapshot;       /* (n_local * buffers.n) BN buffers before a step, for --on-nan skip */
 } dp_trainer;
 
@@ -109,6 +117,9 @@ dp_status dp_strategy_finish(dp_trainer *t);
 /* The overhead model after a run (--predict, --save-profile) or instead of one (dptrain
  * predict): times the model here (or reads --compute), predicts, reports (src/train/predict.c). */
 dp_status dp_trainer_predict(dp_trainer *t);
+/* At start: --save-profile can be written, --predict's topologies and --compute's profile read
+ * and fit this run's model (a typo must not cost the whole training run). */
+dp_status dp_predict_precheck(const dp_config *c);
 /* persist.c: the checkpoints of a run. Which settings a checkpoint records and checks on resume. */
 dp_status dp_persist_setup(dp_trainer *t);
 /* Writes a checkpoint continuing at (next_epoch, next_batch) into --checkpoint DIR (path NULL) or

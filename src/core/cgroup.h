@@ -1,0 +1,17 @@
+/* cgroup.h: the memory this process may still use under its own control groups. Inside Slurm,
+ * systemd or a container the limit is on the job's group, not the machine: a run that ignores it
+ * is OOM-killed (exit 137) with no message. Both cgroup versions: v2 (memory.max,
+ * memory.current) and v1's memory controller (memory.limit_in_bytes, memory.usage_in_bytes). */
+#ifndef DP_CGROUP_H
+#define DP_CGROUP_H
+
+#include <stddef.h>
+
+/* The smallest headroom (limit less usage, the reclaimable inactive file cache not counted as
+ * used) over every level from this process's own group up to the top of each cgroup mount it is
+ * in; 0 when no level has a limit. `where` (may be NULL) gets the limit file of that level.
+ * `root` prefixes every path read ("" for the real system; a test gives a directory holding
+ * proc/self/cgroup, proc/self/mountinfo and the mounted trees). */
+unsigned long long dp_cgroup_headroom(const char *root, char *where, size_t n);
+
+#endif

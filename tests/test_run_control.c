@@ -1,0 +1,166 @@
+/* test_run_control.c: how a run starts and ends: `--resume DIR` on a first run starts it there (one
+ * command line starts or continues a run), and a SIGINT/SIGTERM during the final evaluation is
+ * honoured (128 + signal, the state saved) instead of exiting 0; a checkpoint directory is held
+ * by one run at a time. */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "io/ckpt_dir.h"
+#include "testutil.h"
+
+#define DATA "--dataset synthetic --samples 128 --shape 1x28x28 --batch-size 32 --no-progress --threads 1"
+
+static const char *fresh_dir(const char *name) {
+    const char *d = tu_path(name);
+    tu_sh(NULL, "rm -rf '%s'", d);
+    return d;
+}
+
+static int count_ckpts(const char *dir) {
+    char *out;
+    tu_sh(&out, "ls '%s' | grep -c '^ckpt-.*safetensors$'", dir);
+    int n = atoi(out);
+    free(out);
+    return n;
+}
+
+static void test_resume_starts_fresh(void **state) {
+    (void)state;
+    const char *d = fresh_dir("start-or-continue");
+    char *o;
+    /* the directory does not exist: the run starts there */
+    int rc = tu_run_dptrain(&o, "train " DATA " --epochs 1 --resume %s", d);
+    if (rc || !tu_contains(o, "no checkpoint there yet; starting a fresh run")) fail_msg("rc %d:\n%s", rc, o);
+    free(o);
+    assert_true(count_ckpts(d) >= 1);
+    /* the same command line with more epochs continues it */
+    rc = tu_run_dptrain(&o, "train " DATA " --epochs 2 --resume %s", d);
+    if (rc || !tu_contains(o, "resuming from") || !tu_contains(o, "epoch 2/2")) fail_msg("rc %d:\n%s", rc, o);
+    free(o);
+    /* an empty directory (a run killed before its first checkpoint, its temporary file left) starts too */
+    const char *e = fresh_dir("empty-start");
+    tu_sh(NULL, "mkdir -p '%s' && touch '%s/.ckpt-0000000003.safetensors.AbC123'", e, e);
+    rc = tu_run_dptrain(&o, "train " DATA " --epochs 1 --resume %s", e);
+    if (rc || !tu_contains(o, "starting a fresh run")) fail_msg("rc %d:\n%s", rc, o);
+    free(o);
+    /* --save may name a file in a --checkpoint directory that the run creates */
+    const char *n = fresh_dir("save-inside");
+    rc = tu_run_dptrain(&o, "train " DATA " --epochs 1 --checkpoint %s --save %s/final.safetensors", n, n);
+    if (rc) fail_msg("rc %d:\n%s", rc, o);
+    free(o);
+    /* a directory whose checkpoints are all damaged is not silently restarted */
+    tu_sh(NULL, "for f in '%s'/ckpt-*; do printf garbage > \"$f\"; done", e);
+    rc = tu_run_dptrain(&o, "train " DATA " --epochs 1 --resume %s", e);
+    if (rc != 1 || !tu_contains(o, "none of the")) fail_msg("rc %d:\n%s", rc, o);
+    free(o);
+}
+
+/* A resumed epoch's train figures cover the batches trained after the resume: the epoch line and
+ * the log say which (they were unmarked). */
+static void test_resumed_epoch_marked(void **state) {
+    (void)state;
+    const char *d = fresh_dir("mid-epoch"), *log = tu_path("mid-epoch.log");
+    unlink(log);
+    char *o;
+    /* 4 batches an epoch: stop after 2, continue */
+    int rc = tu_run_dptrain(&o, "train " DATA " --epochs 1 --max-steps 2 --save-every 1 --checkpoint %s", d);
+    if (rc) fail_msg("rc %d:\n%s", rc, o);
+    free(o);
+    rc = tu_run_dptrain(&o, "train " DATA " --epochs 2 --save-every 1 --resume %s --log %s", d, log);
+    if (rc || !tu_contains(o, "epoch 1/2 (resumed: batches 3-4)  train loss") || tu_contains(o, "epoch 2/2 (resumed"))
+        fail_msg("rc %d:\n%s", rc, o);
+    free(o);
+    tu_sh(&o, "cat '%s'", log);
+    if (!tu_contains(o, "\"first_batch\":2") || !tu_contains(o, "\"first_batch\":0")) fail_msg("%s", o);
+    free(o);
+}
+
+/* The console lines fit an 80-column terminal (the epoch line was 130-170 columns and wrapped). */
+static void test_console_fits_80_columns(void **state) {
+    (void)state;
+    char *o;
+    int rc = tu_run_dptrain(&o, "train " DATA " --epochs 2 --replicas 4 --on-nan skip");
+    if (rc) fail_msg("rc %d:\n%s", rc, o);
+    for (char *line = o, *end; *line; line = end + (*end != '\0')) {
+        end = line + strcspn(line, "\n");
+        if (end - line > 80) fail_msg("a line of %d columns:\n%.*s", (int)(end - line), (int)(end - line), line);
+    }
+    assert_true(tu_contains(o, "epoch 2/2"));
+    free(o);
+}
+
+static void signal_in_final_eval(int sig) {
+    const char *d = fresh_dir("sig-final"), *save = tu_path("sig-final.safetensors");
+    unlink(save);
+    char *o;
+    int rc = tu_sh(&o, "DPTRAIN_INJECT_SIGNAL_FINAL_EVAL=%d %s train " DATA " --epochs 1 --checkpoint %s --save %s "
+                   "--predict host", sig, getenv("DPTRAIN"), d, save);
+    if (rc != 128 + sig || !tu_contains(o, "during the final evaluation, after training finished") ||
+        !tu_contains(o, "test accuracy") || tu_contains(o, "predicted"))
+        fail_msg("signal %d: rc %d:\n%s", sig, rc, o);
+    free(o);
+    struct stat st;
+    assert_int_equal(stat(save, &st), 0); /* the finished training is saved */
+    assert_true(count_ckpts(d) >= 1);
+}
+
+static void test_sigint_in_final_eval(void **state) { (void)state; signal_in_final_eval(SIGINT); }
+static void test_sigterm_in_final_eval(void **state) { (void)state; signal_in_final_eval(SIGTERM); }
+
+/* Two runs on one checkpoint directory (a requeued job while the old one runs): the second is
+ * refused naming the holder; once the holder is gone, the directory is free again. */
+static void test_checkpoint_dir_locked(void **state) {
+    (void)state;
+    const char *d = fresh_dir("locked");
+    assert_int_equal(mkdir(d, 0755), 0);
+    int fd;
+    assert_int_equal(dp_ckpt_dir_lock("--checkpoint", d, &fd), DP_OK);
+    char *o, pid[32];
+    snprintf(pid, sizeof pid, "pid %d on host ", (int)getpid());
+    int rc = tu_run_dptrain(&o, "train " DATA " --epochs 1 --resume %s", d);
+    if (rc != 2 || !tu_contains(o, "another run is using this directory") || !tu_contains(o, pid) ||
+        tu_contains(o, "epoch 1/1"))
+        fail_msg("rc %d:\n%s", rc, o);
+    free(o);
+    rc = tu_run_dptrain(&o, "train " DATA " --epochs 1 --checkpoint %s", d);
+    if (rc != 2 || !tu_contains(o, pid)) fail_msg("rc %d:\n%s", rc, o);
+    free(o);
+    dp_ckpt_dir_unlock(fd);
+    rc = tu_run_dptrain(&o, "train " DATA " --epochs 1 --checkpoint %s", d);
+    if (rc) fail_msg("rc %d:\n%s", rc, o);
+    free(o);
+    /* a symlink at the lock's name is not followed (its target is not truncated) */
+    const char *e = fresh_dir("locklink"), *victim = tu_path("lock-victim");
+    tu_write_file(victim, "keep", 4);
+    tu_sh(NULL, "mkdir -p '%s' && ln -s '%s' '%s/.dptrain.lock'", e, victim, e);
+    rc = tu_run_dptrain(&o, "train " DATA " --epochs 1 --checkpoint %s", e);
+    if (rc == 0 || !tu_contains(o, "lock file")) fail_msg("rc %d:\n%s", rc, o);
+    free(o);
+    tu_sh(&o, "cat '%s'", victim);
+    assert_string_equal(o, "keep");
+    free(o);
+    /* nor a hard link */
+    tu_sh(NULL, "rm -f '%s/.dptrain.lock' && ln '%s' '%s/.dptrain.lock'", e, victim, e);
+    rc = tu_run_dptrain(&o, "train " DATA " --epochs 1 --checkpoint %s", e);
+    if (rc == 0 || !tu_contains(o, "not a plain file of its own")) fail_msg("rc %d:\n%s", rc, o);
+    free(o);
+    tu_sh(&o, "cat '%s'", victim);
+    assert_string_equal(o, "keep");
+    free(o);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_resume_starts_fresh),
+        cmocka_unit_test(test_sigint_in_final_eval),
+        cmocka_unit_test(test_sigterm_in_final_eval),
+        cmocka_unit_test(test_checkpoint_dir_locked),
+        cmocka_unit_test(test_resumed_epoch_marked),
+        cmocka_unit_test(test_console_fits_80_columns),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,218 @@
+/* test_settings_files.c: topology and compute-profile files as an attacker or a typo makes them:
+ * numbers out of range (an int overflow, inf, 1e300), control bytes, a FIFO or a symlink given
+ * where a file is read or written, and flags naming such files checked before training starts;
+ * calibrate's memory refused before it is allocated. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "sim/profile.h"
+#include "sim/topology.h"
+#include "testutil.h"
+
+#define DATA "--dataset synthetic --samples 64 --shape 1x28x28 --batch-size 32 --epochs 1 --no-progress"
+
+static const char *bin(void) {
+    const char *b = getenv("DPTRAIN");
+    return b ? b : "./dptrain";
+}
+
+static void test_topology_ranges(void **state) {
+    (void)state;
+    static const char *const bad[] = {
+        "devices 2999999999\n", /* (int) of it was undefined behaviour */
+        "devices 2.5\n",        "devices 0\n",
+        "bus_bandwidth_GBps inf\n", "bus_bandwidth_GBps 1e300\n", "bus_bandwidth_GBps nan\n",
+        "latency_us 1e300\n",   "latency_us -1\n",   "p2p 7\n", "host_latency_us infinity\n",
+        "touch_allreduce_us_per_MB 1e20\n", "gather_latency_us 1\ngather_bandwidth_GBps inf\n",
+    };
+    dp_topology t;
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        char text[256];
+        snprintf(text, sizeof text, "bus_bandwidth_GBps 10\n%s", bad[i]);
+        dp_status s = dp_topology_parse(text, "t", &t);
+        if (s != DP_ERR_FORMAT) fail_msg("'%s' was accepted (%d)", bad[i], s);
+        assert_true(tu_contains(dp_last_error(), "t:"));
+    }
+    assert_int_equal(dp_topology_parse("bus_bandwidth_GBps 10\ndevices 1000000\nlatency_us 0\n", "t", &t), DP_OK);
+    assert_int_equal(t.devices, 1000000);
+    /* a name with an escape sequence never reaches the terminal */
+    const char *p = tu_path("esc.topo");
+    const char *esc = "name \x1b]0;owned\x07\nbus_bandwidth_GBps 10\n", *utf8 = "bus_bandwidth_GBps 10 # 10 \xc2\xb5s\n";
+    tu_write_file(p, esc, strlen(esc));
+    assert_int_equal(dp_topology_load(p, &t), DP_ERR_FORMAT);
+    assert_true(tu_contains(dp_last_error(), "byte 0x1b"));
+    /* UTF-8 in a comment is fine */
+    tu_write_file(p, utf8, strlen(utf8));
+    assert_int_equal(dp_topology_load(p, &t), DP_OK);
+}
+
+#define PROFILE "model lenet\nnodes 1\nparams 10\nrow 8 1 5 0.001 0.002\ntime 0 0.001 0.001\n"
+
+static void test_profile_ranges(void **state) {
+    (void)state;
+    dp_profile *p = calloc(1, sizeof *p);
+    assert_non_null(p);
+    assert_int_equal(dp_profile_parse(PROFILE, "p", p), DP_OK);
+    static const char *const bad[] = {
+        "classes 99999999999\n",       /* sscanf's %d overflowed */
+        "nodes 4294967297\n",          "overhead 1 1 inf\n", "overhead 1 99999999999 0.1\n",
+        "row 99999999999 1 5 0.1 0.1\n", "row 8 1 5 1e300 0.1\n", "time 0 nan 0.1\n", "time 0 0.1 0.1 7\n",
+        "buckets 1\nbucket 0 5 4294967296\n", "params -3\n", "node 0 conv1 1x 1\n",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        char text[512];
+        snprintf(text, sizeof text, PROFILE "%s", bad[i]);
+        dp_status s = dp_profile_parse(text, "p", p);
+        if (s != DP_ERR_FORMAT) fail_msg("'%s' was accepted (%d)", bad[i], s);
+    }
+    free(p);
+}
+
+/* A FIFO given where a file is read or written: refused by name at once (it hung for ever). */
+static void test_fifo_refused(void **state) {
+    (void)state;
+    const char *fifo = tu_path("settings.fifo");
+    unlink(fifo);
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    static const char *const runs[] = {
+        "predict --model lenet --batch-size 8 --shape 1x28x28 --dataset synthetic --topology %s",
+        "train " DATA " --predict %s",
+        "train " DATA " --predict host --compute %s",
+        "calibrate --backend sim --replicas 2 --out %s",
+        "train " DATA " --save-profile %s",
+    };
+    for (size_t i = 0; i < sizeof runs / sizeof *runs; i++) {
+        char args[512], *out;
+        snprintf(args, sizeof args, runs[i], fifo);
+        int rc = tu_sh(&out, "timeout 60 %s %s", bin(), args);
+        if (rc == 0 || rc == 124 || (!tu_contains(out, "FIFO") && !tu_contains(out, "not a regular file")) ||
+            tu_contains(out, "epoch 1/1"))
+            fail_msg("%s: rc %d:\n%s", args, rc, out);
+        free(out);
+    }
+    unlink(fifo);
+}
+
+/* --save-profile and calibrate --out never write through a symlink (into a device node or anyone's
+ * file), and are checked before the run; --predict / --compute typos fail before training. */
+static void test_outputs_checked_at_start(void **state) {
+    (void)state;
+    const char *target = tu_path("victim"), *link = tu_path("link.profile");
+    tu_write_file(target, "keep", 4);
+    unlink(link);
+    assert_int_equal(symlink(target, link), 0);
+    static const char *const runs[] = {
+        "train " DATA " --save-profile %s",
+        "calibrate --backend sim --replicas 2 --out %s",
+    };
+    for (size_t i = 0; i < 2; i++) {
+        char *out;
+        int rc = tu_run_dptrain(&out, runs[i], link);
+        if (rc != 2 || !tu_contains(out, "symbolic link") || tu_contains(out, "epoch 1/1") || tu_contains(out, "busbw"))
+            fail_msg("rc %d:\n%s", rc, out);
+        free(out);
+    }
+    char *got;
+    tu_sh(&got, "cat '%s'", target);
+    assert_string_equal(got, "keep");
+    free(got);
+    static const char *const typos[] = {
+        "train " DATA " --predict nvlinkk",
+        "train " DATA " --save-profile /nonexistent-dir/x.profile",
+        "train " DATA " --predict host --compute h1000",
+    };
+    for (size_t i = 0; i < 3; i++) {
+        char *out;
+        int rc = tu_run_dptrain(&out, "%s", typos[i]);
+        if (rc == 0 || tu_contains(out, "epoch 1/1")) fail_msg("%s: rc %d:\n%s", typos[i], rc, out);
+        free(out);
+    }
+    /* a profile of another model is refused at start too */
+    const char *prof = tu_path("resnet.profile");
+    const char *text = "model resnet18\nnodes 1\nparams 10\nrow 8 1 5 0.001 0.002\ntime 0 0.001 0.001\n";
+    tu_write_file(prof, text, strlen(text));
+    char *out;
+    int rc = tu_run_dptrain(&out, "train " DATA " --predict host --compute %s", prof);
+    if (rc != 2 || !tu_contains(out, "a profile of model resnet18") || tu_contains(out, "epoch 1/1"))
+        fail_msg("rc %d:\n%s", rc, out);
+    free(out);
+    /* and a good --save-profile is written, as a regular file */
+    const char *good = tu_path("good.profile");
+    unlink(good);
+    rc = tu_run_dptrain(&out, "train " DATA " --save-profile %s", good);
+    if (rc) fail_msg("rc %d:\n%s", rc, out);
+    free(out);
+    struct stat st;
+    assert_int_equal(lstat(good, &st), 0);
+    assert_true(S_ISREG(st.st_mode));
+}
+
+/* No output replaces another output or an input (the profile replaced the log or the checkpoint). */
+static void test_outputs_distinct(void **state) {
+    (void)state;
+    const char *a = tu_path("same.out");
+    char dot[600];
+    snprintf(dot, sizeof dot, "%s", a);
+    char *slash = strrchr(dot, '/');
+    memmove(slash + 2, slash, strlen(slash) + 1);
+    slash[0] = '/', slash[1] = '.'; /* the same file as dir/./name */
+    static const char *const runs[][2] = {
+        {"train " DATA " --log %s --save-profile %s", "--log and --save-profile name the same file"},
+        {"train " DATA " --save %s --save-profile %s", "--save and --save-profile name the same file"},
+        {"train " DATA " --predict host --plot %s.svg --save-profile %s.svg", "--save-profile and --plot name the same file"},
+    };
+    for (size_t i = 0; i < sizeof runs / sizeof *runs; i++) {
+        char *out;
+        int rc = tu_run_dptrain(&out, runs[i][0], a, dot);
+        if (rc != 2 || !tu_contains(out, runs[i][1])) fail_msg("%s: rc %d:\n%s", runs[i][0], rc, out);
+        free(out);
+    }
+    const char *prof = tu_path("in.profile");
+    const char *text = "model lenet\nnodes 1\nparams 10\nrow 8 1 5 0.001 0.002\ntime 0 0.001 0.001\n";
+    tu_write_file(prof, text, strlen(text));
+    char *out;
+    int rc = tu_run_dptrain(&out, "train " DATA " --predict host --compute %s --save-profile %s", prof, prof);
+    if (rc != 2 || !tu_contains(out, "--save-profile would overwrite the file given to --compute")) fail_msg("rc %d:\n%s", rc, out);
+    free(out);
+}
+
+/* A GPU topology priced with this CPU's profile says so where the numbers are printed, and the plot
+ * draws a topology only up to the devices it has. */
+static void test_predict_says_cpu_profile(void **state) {
+    (void)state;
+    const char *topo = tu_path("two.topo"), *svg = tu_path("two.svg");
+    const char *text = "name two\ndevice cpu-process\ndevices 2\nbus_bandwidth_GBps 5\nlatency_us 1\nshared_memory_bus 1\n";
+    tu_write_file(topo, text, strlen(text));
+    char *out;
+    int rc = tu_run_dptrain(&out, "predict --batch-size 32 --dataset synthetic --samples 256 --shape 1x28x28 --topology "
+                            "nvlink4,%s --plot %s", topo, svg);
+    if (rc || !tu_contains(out, "NOTE: the compute is this CPU's, not a H100-SXM's")) fail_msg("rc %d:\n%s", rc, out);
+    free(out);
+    /* nvlink4: 1, 2, 4, 8 devices x DDP and DP; two: 1, 2 x DDP and DP */
+    tu_sh(&out, "grep -o '<circle' '%s' | wc -l", svg);
+    assert_int_equal(atoi(out), 12);
+    free(out);
+}
+
+/* calibrate's buffers grow with replicas squared: refused before they are allocated. */
+static void test_calibrate_memory(void **state) {
+    (void)state;
+    char *out;
+    int rc = tu_sh(&out, "timeout 60 %s calibrate --backend sim --replicas 1024", bin());
+    if (rc != 1 || !tu_contains(out, "refusing before allocating") || !tu_contains(out, "--replicas"))
+        fail_msg("rc %d:\n%s", rc, out);
+    free(out);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_topology_ranges), cmocka_unit_test(test_profile_ranges),
+        cmocka_unit_test(test_fifo_refused),    cmocka_unit_test(test_outputs_checked_at_start),
+        cmocka_unit_test(test_calibrate_memory), cmocka_unit_test(test_outputs_distinct),
+        cmocka_unit_test(test_predict_says_cpu_profile),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
