@@ -124,7 +124,7 @@ static dp_status settle_watched(nccl_impl *m, ncclResult_t r, const char *what) 
         char last[600], why[512];
         last_error(m, last, sizeof last);
         /* a peer's closed connection is often a consequence: the side channel may know the cause */
-        const int first = dp_sidechan_poll(m->sc, why, sizeof why);
+        const int first = dp_sidechan_wait(m->sc, why, sizeof why, r == ncclRemoteError ? 2.0 : 0.0);
         dp_status e = dp_fail(DP_ERR_BACKEND, "nccl: rank %d (%s): %s failed: %s%s%s%s", m->l.rank, m->where, what,
                               ncclGetErrorString(r), last, first ? "; first failure: " : "", first ? why : "");
         if (!m->in_group) abort_comm(m);

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "backends/netio.h"
@@ -202,6 +203,16 @@ int dp_sidechan_poll(dp_sidechan *s, char *why, size_t cap) {
         }
     }
     return 0;
+}
+
+int dp_sidechan_wait(dp_sidechan *s, char *why, size_t cap, double seconds) {
+    const double until = dp_now() + seconds;
+    for (;;) {
+        if (dp_sidechan_poll(s, why, cap)) return 1;
+        if (!s || s->failed || dp_now() > until) return 0;
+        const struct timespec nap = {0, 10 * 1000 * 1000};
+        nanosleep(&nap, NULL);
+    }
 }
 
 void dp_sidechan_fail(dp_sidechan *s, const char *why) {

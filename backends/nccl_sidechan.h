@@ -28,6 +28,9 @@ void dp_sidechan_listen(dp_sidechan_addr *addr, dp_sidechan **out);
 void dp_sidechan_connect(dp_sidechan **sc, const dp_sidechan_addr *addr, int rank, int world, double timeout_s);
 /* Whether another rank failed: 1 with its message in why (rank 0 relays it to the rest first). */
 int dp_sidechan_poll(dp_sidechan *sc, char *why, size_t cap);
+/* The same, waiting up to seconds for a message (a peer's closed connection is often the
+ * consequence of another rank's failure, whose message is on its way through rank 0). */
+int dp_sidechan_wait(dp_sidechan *sc, char *why, size_t cap, double seconds);
 /* This rank failed: its message to the others (once; a relayed failure is not sent back). */
 void dp_sidechan_fail(dp_sidechan *sc, const char *why);
 /* This rank finished well: says so and closes. */
