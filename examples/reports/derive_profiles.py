@@ -22,13 +22,14 @@ mem_bandwidth_GBps, launch_us, kind (gpu or cpu).
   derive_profiles.py derive --source A.profile[,B.profile] --from h100 --to t4 --skeleton S.profile --out F
   derive_profiles.py check  --source CPU.profile --measured H100.profile --from cpu-here --to h100 [--markdown F]
   derive_profiles.py shipped --dptrain build/dptrain [--out sim/presets]   # every profile the reports use
+  derive_profiles.py checks [--rounds 3] [--markdown F]   # the transfer's error, measured (docs/reports.md)
 
 Standard library only.
 """
 import argparse
 import math
 import os
-import re
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -455,6 +456,63 @@ def cmd_shipped(args):
             cmd_derive(ns)
 
 
+def cmd_checks(args):
+    """Both checks, each over `rounds` CPU profiles measured now: the error per row as the median
+    [min, max] over the rounds. 1: CPU -> H100 (the transfer between two real devices). 2: the shape
+    transfer on one device (LeNet 1x28x28 -> 3x32x32 on this CPU), as the CIFAR-10 profiles use it."""
+    lines = []
+    with tempfile.TemporaryDirectory() as tmp:
+        errs = {"h100": {}, "shape": {}}
+        parts = {"h100": [], "shape": []}
+        cmds = []
+        for k in range(args.rounds):
+            mn, cf = os.path.join(tmp, f"cpu-mnist-{k}.profile"), os.path.join(tmp, f"cpu-cifar-{k}.profile")
+            c1 = run_dptrain(args.dptrain, ["--model", "lenet", "--dataset", "synthetic", "--shape", "1x28x28",
+                                            "--samples", "640", "--batch-size", "64"], mn)
+            c2 = run_dptrain(args.dptrain, ["--model", "lenet", "--dataset", "synthetic", "--shape", "3x32x32",
+                                            "--samples", "640", "--batch-size", "64"], cf)
+            if k == 0:
+                cmds = [" ".join(os.path.relpath(c, ROOT) if c.startswith(ROOT) else c for c in c1),
+                        " ".join(os.path.relpath(c, ROOT) if c.startswith(ROOT) else c for c in c2)]
+            for key, src, meas, a, b in (("h100", mn, os.path.join(PRESETS, "h100-lenet.profile"), "cpu-here", "h100"),
+                                         ("shape", mn, cf, "cpu-here", "cpu-here")):
+                sp, mp = load_profile(src), load_profile(meas)
+                der, _ = derive([sp], load_spec(a), load_spec(b), mp, sorted({r["batch"] for r in mp["rows"]}), "d")
+                rows = check_rows(der, mp)
+                for bt, m, d, _ in rows:
+                    errs[key].setdefault(bt, []).append((m, d))
+                bs = [r[0] for r in rows]
+                am, sm = slope(mp, bs)
+                ad, sd = slope(der, bs)
+                parts[key].append((am, sm, ad, sd))
+    lines += ["Profiles measured here by (each of " + str(args.rounds) + " rounds):", "", "```", *cmds, "```", ""]
+    titles = {"h100": "CPU -> H100: LeNet 1x28x28 derived from this CPU's profile (cpu-here.spec -> h100.spec) "
+                      "against sim/presets/h100-lenet.profile (measured on an H100)",
+              "shape": "1x28x28 -> 3x32x32 on this CPU: LeNet on CIFAR-10's shape derived from LeNet on MNIST's "
+                       "(cpu-here.spec both ways) against the 3x32x32 profile measured in the same round"}
+    fmt = lambda v: f"{statistics.median(v):+.0f} % [{min(v):+.0f}, {max(v):+.0f}]"
+    for key in ("h100", "shape"):
+        lines += [f"**{titles[key]}**", "", "| batch | measured step ms (median) | derived step ms (median) | error: median [min, max] over rounds |",
+                  "|---:|---:|---:|---:|"]
+        for bt in sorted(errs[key]):
+            v = errs[key][bt]
+            e = [100 * (d - m) / m for m, d in v]
+            lines.append(f"| {bt} | {statistics.median(m for m, _ in v) * 1e3:.3f} | "
+                         f"{statistics.median(d for _, d in v) * 1e3:.3f} | {fmt(e)} |")
+        fe = [100 * (ad - am) / am for am, sm, ad, sd in parts[key]]
+        se = [100 * (sd - sm) / sm for am, sm, ad, sd in parts[key]]
+        am = statistics.median(p[0] for p in parts[key])
+        sm = statistics.median(p[1] for p in parts[key])
+        lines += ["", f"As a line in the batch (step = fixed + per-sample x batch, least squares over the rows): "
+                      f"measured {am * 1e6:.0f} us + {sm * 1e6:.3f} us per sample; error of the derived fixed part "
+                      f"{fmt(fe)}, of the per-sample part {fmt(se)}.", ""]
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if args.markdown:
+        with open(args.markdown, "w") as f:
+            f.write(text)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -474,8 +532,12 @@ def main():
     s = sub.add_parser("shipped", help="write every derived profile the report scripts use")
     s.add_argument("--dptrain", default=os.path.join(ROOT, "build", "dptrain"))
     s.add_argument("--out", default=PRESETS)
+    k = sub.add_parser("checks", help="the transfer's error: CPU -> H100, and 28x28 -> 32x32 on this CPU, repeated")
+    k.add_argument("--dptrain", default=os.path.join(ROOT, "build", "dptrain"))
+    k.add_argument("--rounds", type=int, default=3)
+    k.add_argument("--markdown")
     a = ap.parse_args()
-    {"derive": cmd_derive, "check": cmd_check, "shipped": cmd_shipped}[a.cmd](a)
+    {"derive": cmd_derive, "check": cmd_check, "shipped": cmd_shipped, "checks": cmd_checks}[a.cmd](a)
 
 
 if __name__ == "__main__":
