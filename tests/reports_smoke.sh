@@ -33,10 +33,10 @@ check() {  # check SCRIPT FIGURE...: runs it in --smoke size and looks for the f
     [ -s "$t" ] || fail "$script wrote no table"
     for col in "the report" "dptrain measured here" "dptrain predicted on the report's hardware" "breakdown" \
                "What no report could do"; do
-        grep -qF "$col" "$t" || fail "$script: the table has no '$col'"
+        grep -qF -e "$col" "$t" || fail "$script: the table has no '$col'"
     done
     for fig in "$@"; do
-        grep -qF "$fig" "$t" || fail "$script: the table lacks the report's figure '$fig'"
+        grep -qF -e "$fig" "$t" || fail "$script: the table lacks the report's figure '$fig'"
     done
     # every data row has a measured or predicted figure (a number with a unit)
     if grep '^| ' "$t" | grep -v '^| setup\|^| effect' | grep -vq '[0-9] \(s\|ms\|%\)'; then

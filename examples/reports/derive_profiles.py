@@ -472,8 +472,8 @@ def cmd_checks(args):
             c2 = run_dptrain(args.dptrain, ["--model", "lenet", "--dataset", "synthetic", "--shape", "3x32x32",
                                             "--samples", "640", "--batch-size", "64"], cf)
             if k == 0:
-                cmds = [" ".join(os.path.relpath(c, ROOT) if c.startswith(ROOT) else c for c in c1),
-                        " ".join(os.path.relpath(c, ROOT) if c.startswith(ROOT) else c for c in c2)]
+                cmds = [" ".join(os.path.relpath(c, ROOT) if c.startswith(ROOT) else os.path.basename(c) if c.startswith(tmp) else c for c in c1),
+                        " ".join(os.path.relpath(c, ROOT) if c.startswith(ROOT) else os.path.basename(c) if c.startswith(tmp) else c for c in c2)]
             for key, src, meas, a, b in (("h100", mn, os.path.join(PRESETS, "h100-lenet.profile"), "cpu-here", "h100"),
                                          ("shape", mn, cf, "cpu-here", "cpu-here")):
                 sp, mp = load_profile(src), load_profile(meas)
@@ -499,13 +499,12 @@ def cmd_checks(args):
             e = [100 * (d - m) / m for m, d in v]
             lines.append(f"| {bt} | {statistics.median(m for m, _ in v) * 1e3:.3f} | "
                          f"{statistics.median(d for _, d in v) * 1e3:.3f} | {fmt(e)} |")
-        fe = [100 * (ad - am) / am for am, sm, ad, sd in parts[key]]
-        se = [100 * (sd - sm) / sm for am, sm, ad, sd in parts[key]]
-        am = statistics.median(p[0] for p in parts[key])
-        sm = statistics.median(p[1] for p in parts[key])
-        lines += ["", f"As a line in the batch (step = fixed + per-sample x batch, least squares over the rows): "
-                      f"measured {am * 1e6:.0f} us + {sm * 1e6:.3f} us per sample; error of the derived fixed part "
-                      f"{fmt(fe)}, of the per-sample part {fmt(se)}.", ""]
+        med = lambda i: statistics.median(p[i] for p in parts[key])
+        se = [100 * (sd - sm) / sm for am, sm, ad, sd in parts[key] if sm > 0]
+        lines += ["", f"As a line in the batch (step = fixed + per-sample x batch, least squares over the rows; "
+                      f"medians over rounds): measured {med(0) * 1e6:.0f} us + {med(1) * 1e6:.3f} us per sample, "
+                      f"derived {med(2) * 1e6:.0f} us + {med(3) * 1e6:.3f} us per sample; error of the per-sample "
+                      f"part {fmt(se) if se else '-'}.", ""]
     text = "\n".join(lines) + "\n"
     print(text)
     if args.markdown:
