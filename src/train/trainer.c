@@ -71,12 +71,7 @@ static dp_status load_data(dp_trainer *t) {
     dp_config *c = &t->cfg;
     /* the weights' file first: a FIFO or a directory there is named before a missing data set */
     const char *from = c->eval_only ? c->load_path : c->init_path;
-    if (from) {
-        FILE *f;
-        struct stat st;
-        DP_TRY(dp_fopen_regular(from, c->eval_only ? "--load" : "--init-from", &f, &st));
-        fclose(f);
-    }
+    if (from) DP_TRY(dp_checkpoint_check_path(c->eval_only ? "--load" : "--init-from", from));
     if (!c->eval_only) {
         DP_TRY(dp_dataset_load(&c->data, 1, &t->train));
         t->have_train = 1;
