@@ -191,11 +191,7 @@ static dp_status take_model(const char *path, const dp_st_file *f, const dp_mode
     return s;
 }
 
-dp_status dp_checkpoint_load_weights(const char *flag, const char *path, const dp_model *m, float *params,
-                                     float *buffers, long *bn_batches) {
-    long nbt_unused;
-    if (!bn_batches) bn_batches = &nbt_unused;
-    *bn_batches = 0;
+dp_status dp_checkpoint_check_path(const char *flag, const char *path) {
     struct stat st;
     if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) { /* a --checkpoint directory: say which file to give */
         char **paths;
@@ -207,6 +203,19 @@ dp_status dp_checkpoint_load_weights(const char *flag, const char *path, const d
         dp_ckpt_dir_free(paths, n);
         return s;
     }
+    FILE *f;
+    DP_TRY(dp_fopen_regular(path, flag, &f, &st));
+    fclose(f);
+    return DP_OK;
+}
+
+dp_status dp_checkpoint_load_weights(const char *flag, const char *path, const dp_model *m, float *params,
+                                     float *buffers, long *bn_batches) {
+    long nbt_unused;
+    if (!bn_batches) bn_batches = &nbt_unused;
+    *bn_batches = 0;
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) return dp_checkpoint_check_path(flag, path);
     dp_status s;
     if (is_v1(path)) s = dp_checkpoint_v1_load(path, m, params, buffers, NULL, NULL);
     else {

@@ -35,6 +35,10 @@ dp_status dp_checkpoint_save(const char *flag, const char *path, const dp_model 
                              const float *buffers, const float *momentum, const dp_train_pos *pos,
                              const dp_st_meta *meta, int n_meta);
 
+/* A weights file given to flag (--load, --init-from) before anything else is read: a directory is
+ * refused naming its newest checkpoint (usage), a FIFO or other non-regular file as such. */
+dp_status dp_checkpoint_check_path(const char *flag, const char *path);
+
 /* Weights and BN buffers from a safetensors state_dict (dptrain's or one PyTorch wrote) or an old
  * DPCKPT01 file. Names, dtypes and shapes must match the model exactly (as strict=True); keys
  * starting with "optimizer." or "dptrain." are ignored. `flag` names the option in messages.

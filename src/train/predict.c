@@ -288,6 +288,8 @@ dp_status dp_trainer_predict(dp_trainer *t) {
         while (k > 0 && devs[k - 1] > c->predict_replicas) devs[k] = devs[k - 1], k--;
         devs[k] = c->predict_replicas;
     }
+    /* a device needs a sample: a global batch of 4 is predicted on 1, 2 and 4 devices */
+    while (n_devs > 1 && devs[n_devs - 1] > c->batch_size) n_devs--;
     dp_profile *p = calloc(1, sizeof *p);
     dp_prediction *pred = calloc((size_t)MAX_TOPOS * 2 * MAX_DEVS, sizeof *pred);
     dp_status s = DP_OK;

@@ -73,15 +73,10 @@ static dp_status map_buckets(dp_trainer *t) {
 
 static dp_status load_data(dp_trainer *t) {
     dp_config *c = &t->cfg;
-    /* the weights' file first: a FIFO or a missing file there is named before a missing data set
-       (a directory is left to the checkpoint reader, which names the newest checkpoint in it) */
+    /* the weights' file first: a directory (its newest checkpoint named), a FIFO or a missing file
+       there is named before a missing data set */
     const char *from = c->eval_only ? c->load_path : c->init_path;
-    struct stat st;
-    if (from && !(stat(from, &st) == 0 && S_ISDIR(st.st_mode))) {
-        FILE *f;
-        DP_TRY(dp_fopen_regular(from, c->eval_only ? "--load" : "--init-from", &f, &st));
-        fclose(f);
-    }
+    if (from) DP_TRY(dp_checkpoint_check_path(c->eval_only ? "--load" : "--init-from", from));
     if (!c->eval_only) {
         DP_TRY(dp_dataset_load(&c->data, 1, &t->train));
         t->have_train = 1;
