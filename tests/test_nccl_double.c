@@ -165,6 +165,35 @@ static void test_mpirun_launch_equals_the_sim(void **state) {
     assert_null(tu_ckpt_diff(a, b));
 }
 
+/* An unmodified torchrun (torch 2: $DP_TORCH_PYTHON, tests/torch2_env.sh) starts 3 nccl ranks; they
+ * find each other through its agent's store (backends/tcpstore.c) and end equal to the sim. Skipped
+ * where no such Python is set (CI: Debian's torch 1.13 torchrun does not start workers). */
+static void test_real_torchrun_equals_the_sim(void **state) {
+    (void)state;
+    const char *py = getenv("DP_TORCH_PYTHON");
+    char *out = NULL;
+    if (!py || !*py || tu_sh(&out, "%s -c 'import torch.distributed.run'", py) != 0) {
+        free(out);
+        skip();
+    }
+    free(out);
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s", tu_path("torchrun"));
+    int rc = tu_sh(&out, "mkdir -p %s && cd %s && LD_PRELOAD=%s timeout -s KILL 240 %s -m torch.distributed.run "
+                         "--nproc-per-node 3 --no-python %s train --backend nccl --device cpu --no-progress %s --epochs 1 "
+                         "--save nccl.ckpt",
+                   dir, dir, lib(), py, getenv("DPTRAIN"), DATA);
+    if (rc != 0) fprintf(stderr, "%s\n", out ? out : "");
+    assert_int_equal(rc, 0);
+    free(out);
+    assert_int_equal(tu_run_dptrain(&out, "train --backend sim --replicas 3 --no-progress %s --epochs 1 --save %s/sim.ckpt",
+                                    DATA, dir), 0);
+    free(out);
+    char a[600], b[600];
+    snprintf(a, sizeof a, "%s/nccl.ckpt", dir), snprintf(b, sizeof b, "%s/sim.ckpt", dir);
+    assert_null(tu_ckpt_diff(a, b));
+}
+
 /* Two ranks for the first epoch, four for the second, from the first's checkpoint: the same
  * bits as the sim's four replicas for both (replica counts do not change the bits). */
 static void test_resume_at_another_world_size(void **state) {
@@ -395,6 +424,7 @@ int main(void) {
         cmocka_unit_test(test_sync_bn_and_accumulate_equal_the_sim),
         cmocka_unit_test(test_resume_at_another_world_size),
         cmocka_unit_test(test_mpirun_launch_equals_the_sim),
+        cmocka_unit_test(test_real_torchrun_equals_the_sim),
         cmocka_unit_test(test_killed_rank_ends_every_survivor),
         cmocka_unit_test(test_stalled_rank_ends_every_survivor),
         cmocka_unit_test(test_error_inside_a_group_ends_every_rank),
