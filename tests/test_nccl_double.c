@@ -7,13 +7,10 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
-#include <arpa/inet.h>
 #include <dlfcn.h>
-#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -28,16 +25,6 @@ static const char *lib(void) {
     const char *p = getenv("DP_NCCL_DOUBLE");
     assert_non_null(p);
     return p;
-}
-
-static int free_port(void) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK), .sin_port = 0};
-    socklen_t len = sizeof a;
-    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
-    assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &len), 0);
-    close(fd);
-    return ntohs(a.sin_port);
 }
 
 /* Runs world dptrain ranks with torchrun's variables and the double; each rank's output in
@@ -64,7 +51,7 @@ static double run_ranks(const char *dir, int world, const char *fault, int codes
           "LD_PRELOAD=%s ASAN_OPTIONS=verify_asan_link_order=0:$ASAN_OPTIONS %s%s "
           "timeout -s KILL 240 %s train --backend nccl --device cpu --no-progress %s > rank$r.log 2>&1 & "
           "pids=\"$pids $!\"; done; r=0; for p in $pids; do wait $p; echo \"rank $r exit $?\"; r=$((r+1)); done",
-          dir, dir, world - 1, world, world, free_port(), lib(), fault ? "DP_NCCL_DOUBLE_FAULT=" : "", fault ? fault : "",
+          dir, dir, world - 1, world, world, tu_free_port(), lib(), fault ? "DP_NCCL_DOUBLE_FAULT=" : "", fault ? fault : "",
           getenv("DPTRAIN"), args);
     clock_gettime(CLOCK_MONOTONIC, &t1);
     for (int r = 0; r < world; r++) {
@@ -96,13 +83,9 @@ static void expect_all_ok(const char *dir, int world, const int codes[]) {
 
 #define DATA "--dataset synthetic --samples 384 --batch-size 64 --seed 5 --threads 1"
 
-/* nccl with `world` ranks against the sim with as many replicas, the same flags: bitwise. */
-static void nccl_equals_sim(const char *tag, int world, const char *flags) {
-    char dir[512];
-    snprintf(dir, sizeof dir, "%s", tu_path(tag));
-    int codes[16];
-    run_ranks(dir, world, NULL, codes, "%s %s --save nccl.ckpt", DATA, flags);
-    expect_all_ok(dir, world, codes);
+/* DIR/nccl.ckpt, written by the nccl ranks, against the sim with `world` replicas and the same
+ * flags (written to DIR/sim.ckpt): bitwise. */
+static void expect_equal_to_sim(const char *dir, int world, const char *flags) {
     char *out = NULL;
     int rc = tu_run_dptrain(&out, "train --backend sim --replicas %d --no-progress %s %s --save %s/sim.ckpt",
                             world, DATA, flags, dir);
@@ -112,8 +95,18 @@ static void nccl_equals_sim(const char *tag, int world, const char *flags) {
     char a[600], b[600];
     snprintf(a, sizeof a, "%s/nccl.ckpt", dir), snprintf(b, sizeof b, "%s/sim.ckpt", dir);
     const char *diff = tu_ckpt_diff(a, b);
-    if (diff) fprintf(stderr, "%s, %d ranks, %s: %s\n", tag, world, flags, diff);
+    if (diff) fprintf(stderr, "%s, %d ranks, %s: %s\n", dir, world, flags, diff);
     assert_null(diff);
+}
+
+/* nccl with `world` ranks against the sim with as many replicas, the same flags: bitwise. */
+static void nccl_equals_sim(const char *tag, int world, const char *flags) {
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s", tu_path(tag));
+    int codes[16];
+    run_ranks(dir, world, NULL, codes, "%s %s --save nccl.ckpt", DATA, flags);
+    expect_all_ok(dir, world, codes);
+    expect_equal_to_sim(dir, world, flags);
 }
 
 static void test_ddp_2_3_4_8_ranks_equal_the_sim(void **state) {
@@ -157,12 +150,7 @@ static void test_mpirun_launch_equals_the_sim(void **state) {
     if (rc != 0) fprintf(stderr, "%s\n", out ? out : "");
     assert_int_equal(rc, 0);
     free(out);
-    assert_int_equal(tu_run_dptrain(&out, "train --backend sim --replicas 3 --no-progress %s --epochs 1 --save %s/sim.ckpt",
-                                    DATA, dir), 0);
-    free(out);
-    char a[600], b[600];
-    snprintf(a, sizeof a, "%s/nccl.ckpt", dir), snprintf(b, sizeof b, "%s/sim.ckpt", dir);
-    assert_null(tu_ckpt_diff(a, b));
+    expect_equal_to_sim(dir, 3, "--epochs 1");
 }
 
 /* An unmodified torchrun (torch 2: $DP_TORCH_PYTHON, tests/torch2_env.sh) starts 3 nccl ranks; they
@@ -186,12 +174,7 @@ static void test_real_torchrun_equals_the_sim(void **state) {
     if (rc != 0) fprintf(stderr, "%s\n", out ? out : "");
     assert_int_equal(rc, 0);
     free(out);
-    assert_int_equal(tu_run_dptrain(&out, "train --backend sim --replicas 3 --no-progress %s --epochs 1 --save %s/sim.ckpt",
-                                    DATA, dir), 0);
-    free(out);
-    char a[600], b[600];
-    snprintf(a, sizeof a, "%s/nccl.ckpt", dir), snprintf(b, sizeof b, "%s/sim.ckpt", dir);
-    assert_null(tu_ckpt_diff(a, b));
+    expect_equal_to_sim(dir, 3, "--epochs 1");
 }
 
 /* Two ranks for the first epoch, four for the second, from the first's checkpoint: the same
@@ -205,13 +188,7 @@ static void test_resume_at_another_world_size(void **state) {
     expect_all_ok(dir, 2, codes);
     run_ranks(dir, 4, NULL, codes, "%s --epochs 2 --checkpoint ck --resume ck --save nccl.ckpt", DATA);
     expect_all_ok(dir, 4, codes);
-    char *out = NULL;
-    assert_int_equal(tu_run_dptrain(&out, "train --backend sim --replicas 4 --no-progress %s --epochs 2 "
-                                          "--save %s/sim.ckpt", DATA, dir), 0);
-    free(out);
-    char a[600], b[600];
-    snprintf(a, sizeof a, "%s/nccl.ckpt", dir), snprintf(b, sizeof b, "%s/sim.ckpt", dir);
-    assert_null(tu_ckpt_diff(a, b));
+    expect_equal_to_sim(dir, 4, "--epochs 2");
 }
 
 /* A rank killed (exit 9 at its 40th collective call) or stalled (its 40th never completes):

@@ -68,16 +68,6 @@ static void test_launch_variables(void **state) {
     clear_env();
 }
 
-static int free_port(void) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK), .sin_port = 0};
-    socklen_t len = sizeof a;
-    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
-    assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &len), 0);
-    close(fd);
-    return ntohs(a.sin_port);
-}
-
 static dp_launch launch(int rank, int world, int port) {
     dp_launch l = {.kind = DP_LAUNCH_TORCHRUN, .rank = rank, .world = world, .port = port};
     snprintf(l.addr, sizeof l.addr, "127.0.0.1");
@@ -111,7 +101,7 @@ static int exit_of(pid_t pid) {
 
 static void test_blob_reaches_every_rank(void **state) {
     (void)state;
-    const int world = 4, port = free_port();
+    const int world = 4, port = tu_free_port();
     pid_t kids[3];
     for (int r = 1; r < world; r++) kids[r - 1] = start_rank(r, world, port, 10); /* before rank 0 listens */
     unsigned char blob[128];
@@ -123,7 +113,7 @@ static void test_blob_reaches_every_rank(void **state) {
 
 static void test_other_world_size_is_named(void **state) {
     (void)state;
-    const int port = free_port();
+    const int port = tu_free_port();
     pid_t kid = start_rank(1, 3, port, 5); /* thinks there are 3 */
     unsigned char blob[128] = {0};
     dp_launch l = launch(0, 2, port);
@@ -134,7 +124,7 @@ static void test_other_world_size_is_named(void **state) {
 
 static void test_missing_rank_times_out_named(void **state) {
     (void)state;
-    const int port = free_port();
+    const int port = tu_free_port();
     pid_t kid = start_rank(1, 3, port, 5);
     unsigned char blob[128];
     for (int i = 0; i < 128; i++) blob[i] = (unsigned char)(i * 7 + 1);
@@ -146,7 +136,7 @@ static void test_missing_rank_times_out_named(void **state) {
 
 static void test_absent_rank0_times_out_named(void **state) {
     (void)state;
-    dp_launch l = launch(1, 2, free_port());
+    dp_launch l = launch(1, 2, tu_free_port());
     unsigned char blob[128];
     assert_int_equal(dp_rendezvous_share(&l, blob, sizeof blob, 0.5), DP_ERR_BACKEND);
     assert_true(tu_contains(dp_last_error(), "rank 0 did not answer at 127.0.0.1"));
@@ -160,7 +150,7 @@ static void test_absent_rank0_times_out_named(void **state) {
  * 0 never binds MASTER_PORT then (the agent holds it). */
 static void test_agent_store_that_does_not_answer(void **state) {
     (void)state;
-    dp_launch l = launch(0, 2, free_port());
+    dp_launch l = launch(0, 2, tu_free_port());
     l.agent_store = 1;
     unsigned char blob[128] = {0};
     assert_int_equal(dp_rendezvous_share(&l, blob, sizeof blob, 0.5), DP_ERR_BACKEND);

@@ -1,6 +1,9 @@
 #include "testutil.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <stdio.h>
+#include <sys/socket.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -78,6 +81,17 @@ int tu_run_dptrain(char **out, const char *args_fmt, ...) {
     va_end(ap);
     snprintf(cmd, sizeof cmd, "%s %s", bin, args);
     return run_captured(out, cmd);
+}
+
+int tu_free_port(void) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK), .sin_port = 0};
+    socklen_t len = sizeof a;
+    assert_true(fd >= 0);
+    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+    close(fd);
+    return ntohs(a.sin_port);
 }
 
 int tu_contains(const char *haystack, const char *needle) { return haystack && strstr(haystack, needle) != NULL; }

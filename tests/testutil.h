@@ -21,6 +21,8 @@ int tu_sh(char **out, const char *fmt, ...) __attribute__((format(printf, 2, 3))
 /* Runs "$DPTRAIN <args>" through /bin/sh with stdout and stderr captured into *out (malloc'd,
  * caller frees, may be NULL). Returns the exit code (or 128+signal). */
 int tu_run_dptrain(char **out, const char *args_fmt, ...) __attribute__((format(printf, 2, 3)));
+/* A TCP port on the loopback that was free a moment ago (bound to port 0, then closed). */
+int tu_free_port(void);
 /* 1 if haystack contains needle. */
 int tu_contains(const char *haystack, const char *needle);
 /* max |a-b| / max(max|b|, tiny) over n elements. */
