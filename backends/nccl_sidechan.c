@@ -98,6 +98,43 @@ static void give_up(dp_sidechan **sc, int rank, const char *why) {
     *sc = NULL;
 }
 
+/* Rank 0: every other rank's hello, then READY to each. NULL, or why the channel is incomplete. */
+static const char *accept_all(dp_sidechan *s, double deadline) {
+    for (int joined = 0; joined < s->world - 1;) {
+        if (dp_net_wait(s->listen_fd, POLLIN, deadline) != 1) return "not every rank connected in time";
+        int fd = accept4(s->listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        if (fd < 0) continue;
+        sc_msg h;
+        if (dp_net_recv(fd, &h, sizeof h, deadline) != 0 || h.magic != SC_MAGIC || h.type != SC_HELLO || h.rank <= 0 ||
+            h.rank >= s->world || s->fd[h.rank] >= 0) {
+            close(fd); /* not one of ours (a port scan, a stale rank): not counted */
+            continue;
+        }
+        s->fd[h.rank] = fd, joined++;
+    }
+    sc_msg ready = message(SC_READY, 0, NULL);
+    for (int q = 1; q < s->world; q++)
+        if (dp_net_send(s->fd[q], &ready, sizeof ready, deadline) != 0)
+            return "a rank's connection closed while the channel was set up";
+    close(s->listen_fd), s->listen_fd = -1;
+    return NULL;
+}
+
+/* Another rank: connect to rank 0's hub, say hello, wait for READY. NULL, or why not. */
+static const char *join_hub(dp_sidechan *s, const dp_sidechan_addr *addr, double deadline) {
+    int resolved = 0;
+    int fd = dp_net_connect(addr->host, addr->port, deadline, &resolved);
+    const char *master = getenv("MASTER_ADDR"); /* rank 0's host name may not resolve here: its address may */
+    if (fd < 0 && master && *master) fd = dp_net_connect(master, addr->port, deadline, &resolved);
+    if (fd < 0) return "cannot reach rank 0's host";
+    s->fd[0] = fd;
+    sc_msg hello = message(SC_HELLO, s->rank, NULL), ready;
+    if (dp_net_send(fd, &hello, sizeof hello, deadline) != 0 || dp_net_recv(fd, &ready, sizeof ready, deadline) != 0 ||
+        ready.magic != SC_MAGIC || ready.type != SC_READY)
+        return "rank 0 did not complete it in time";
+    return NULL;
+}
+
 void dp_sidechan_connect(dp_sidechan **sc, const dp_sidechan_addr *addr, int rank, int world, double timeout_s) {
     const double deadline = dp_now() + timeout_s;
     if (world <= 1 || !addr->port) {
@@ -106,46 +143,12 @@ void dp_sidechan_connect(dp_sidechan **sc, const dp_sidechan_addr *addr, int ran
         *sc = NULL;
         return;
     }
-    if (rank == 0) {
-        dp_sidechan *s = *sc;
-        dp_sidechan *full = s ? make(0, world) : NULL;
-        if (!full) return give_up(sc, rank, "out of memory");
-        full->listen_fd = s->listen_fd, s->listen_fd = -1;
-        drop(s);
-        *sc = full;
-        for (int joined = 0; joined < world - 1;) {
-            if (dp_net_wait(full->listen_fd, POLLIN, deadline) != 1)
-                return give_up(sc, rank, "not every rank connected in time");
-            int fd = accept4(full->listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
-            if (fd < 0) continue;
-            sc_msg h;
-            if (dp_net_recv(fd, &h, sizeof h, deadline) != 0 || h.magic != SC_MAGIC || h.type != SC_HELLO ||
-                h.rank <= 0 || h.rank >= world || full->fd[h.rank] >= 0) {
-                close(fd); /* not one of ours (a port scan, a stale rank): not counted */
-                continue;
-            }
-            full->fd[h.rank] = fd, joined++;
-        }
-        sc_msg ready = message(SC_READY, 0, NULL);
-        for (int q = 1; q < world; q++)
-            if (dp_net_send(full->fd[q], &ready, sizeof ready, deadline) != 0)
-                return give_up(sc, rank, "a rank's connection closed while the channel was set up");
-        close(full->listen_fd), full->listen_fd = -1;
-        return;
-    }
+    dp_sidechan *s = make(rank, world);
+    if (s && rank == 0 && *sc) s->listen_fd = (*sc)->listen_fd, (*sc)->listen_fd = -1; /* the hub's socket */
     drop(*sc);
-    dp_sidechan *s = *sc = make(rank, world);
-    if (!s) return give_up(sc, rank, "out of memory");
-    int resolved = 0;
-    int fd = dp_net_connect(addr->host, addr->port, deadline, &resolved);
-    const char *master = getenv("MASTER_ADDR"); /* rank 0's host name may not resolve here: its address may */
-    if (fd < 0 && master && *master) fd = dp_net_connect(master, addr->port, deadline, &resolved);
-    if (fd < 0) return give_up(sc, rank, "cannot reach rank 0's host");
-    s->fd[0] = fd;
-    sc_msg hello = message(SC_HELLO, rank, NULL), ready;
-    if (dp_net_send(fd, &hello, sizeof hello, deadline) != 0 || dp_net_recv(fd, &ready, sizeof ready, deadline) != 0 ||
-        ready.magic != SC_MAGIC || ready.type != SC_READY)
-        return give_up(sc, rank, "rank 0 did not complete it in time");
+    *sc = s;
+    const char *why = !s ? "out of memory" : rank == 0 ? accept_all(s, deadline) : join_hub(s, addr, deadline);
+    if (why) give_up(sc, rank, why);
 }
 
 /* Best effort, never blocking long: a peer that does not read is not waited for. */
