@@ -129,6 +129,20 @@ static void test_sync_bn_and_accumulate_equal_the_sim(void **state) {
     nccl_equals_sim("accum", 4, "--epochs 1 --accumulate 2");
 }
 
+/* Three nccl ranks started by a launcher (`launch`: its command up to the program) in DIR=tag,
+ * the double preloaded into each, against the sim's three replicas. */
+static void launched_equals_sim(const char *tag, const char *launch) {
+    char dir[512], *out = NULL;
+    snprintf(dir, sizeof dir, "%s", tu_path(tag));
+    int rc = tu_sh(&out, "mkdir -p %s && cd %s && LD_PRELOAD=%s timeout -s KILL 240 %s %s train --backend nccl "
+                         "--device cpu --no-progress %s --epochs 1 --save nccl.ckpt",
+                   dir, dir, lib(), launch, getenv("DPTRAIN"), DATA);
+    if (rc != 0) fprintf(stderr, "%s\n", out ? out : "");
+    assert_int_equal(rc, 0);
+    free(out);
+    expect_equal_to_sim(dir, 3, "--epochs 1");
+}
+
 /* README's `mpirun -np N dptrain train --backend nccl`: the unique id over MPI instead of TCP. */
 static void test_mpirun_launch_equals_the_sim(void **state) {
     (void)state;
@@ -136,21 +150,11 @@ static void test_mpirun_launch_equals_the_sim(void **state) {
     skip(); /* Open MPI's own allocations trip the leak checker (the mpi label is left out there too) */
 #endif
     char *out = NULL;
-    if (tu_sh(&out, "command -v mpirun") != 0) {
-        free(out);
-        skip();
-    }
+    const int have = tu_sh(&out, "command -v mpirun") == 0;
     free(out);
-    char dir[512];
-    snprintf(dir, sizeof dir, "%s", tu_path("mpirun"));
-    int rc = tu_sh(&out, "mkdir -p %s && OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout -s KILL 240 "
-                         "mpirun --oversubscribe --bind-to none -np 3 -x LD_PRELOAD=%s %s train --backend nccl --device cpu "
-                         "--no-progress %s --epochs 1 --save %s/nccl.ckpt",
-                   dir, lib(), getenv("DPTRAIN"), DATA, dir);
-    if (rc != 0) fprintf(stderr, "%s\n", out ? out : "");
-    assert_int_equal(rc, 0);
-    free(out);
-    expect_equal_to_sim(dir, 3, "--epochs 1");
+    if (!have) skip();
+    launched_equals_sim("mpirun", "env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe "
+                                  "--bind-to none -np 3 -x LD_PRELOAD");
 }
 
 /* An unmodified torchrun (torch 2: $DP_TORCH_PYTHON, tests/torch2_env.sh) starts 3 nccl ranks; they
@@ -160,21 +164,12 @@ static void test_real_torchrun_equals_the_sim(void **state) {
     (void)state;
     const char *py = getenv("DP_TORCH_PYTHON");
     char *out = NULL;
-    if (!py || !*py || tu_sh(&out, "%s -c 'import torch.distributed.run'", py) != 0) {
-        free(out);
-        skip();
-    }
+    const int have = py && *py && tu_sh(&out, "%s -c 'import torch.distributed.run'", py) == 0;
     free(out);
-    char dir[512];
-    snprintf(dir, sizeof dir, "%s", tu_path("torchrun"));
-    int rc = tu_sh(&out, "mkdir -p %s && cd %s && LD_PRELOAD=%s timeout -s KILL 240 %s -m torch.distributed.run "
-                         "--nproc-per-node 3 --no-python %s train --backend nccl --device cpu --no-progress %s --epochs 1 "
-                         "--save nccl.ckpt",
-                   dir, dir, lib(), py, getenv("DPTRAIN"), DATA);
-    if (rc != 0) fprintf(stderr, "%s\n", out ? out : "");
-    assert_int_equal(rc, 0);
-    free(out);
-    expect_equal_to_sim(dir, 3, "--epochs 1");
+    if (!have) skip();
+    char launch[600];
+    snprintf(launch, sizeof launch, "%s -m torch.distributed.run --nproc-per-node 3 --no-python", py);
+    launched_equals_sim("torchrun", launch);
 }
 
 /* Two ranks for the first epoch, four for the second, from the first's checkpoint: the same

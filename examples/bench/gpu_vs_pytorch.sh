@@ -54,9 +54,10 @@ run() {
         printf '{"who":"dptrain","case":"%s","round":%s,"error":true}\n' "$name" "$r" >> "$RES"
         return 0
     fi
-    "$PYTHON" - "$log" "$name" "$r" "${envs[*]:1} dptrain train $*" >> "$RES" <<'PY'
+    "$PYTHON" - "$log" "$name" "$r" "${envs[*]:1} dptrain train $*" "$ROOT/" >> "$RES" <<'PY'
 import json, sys
-log, name, r, cmd = sys.argv[1:]
+log, name, r, cmd, root = sys.argv[1:]
+cmd = cmd.replace(root, "")  # paths as a user of the repository would type them
 lines = [json.loads(l) for l in open(log) if l.strip()]
 ep = [l for l in lines if l.get("event") == "epoch"]
 fin = [l for l in lines if l.get("event") == "final"]

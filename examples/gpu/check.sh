@@ -63,7 +63,7 @@ check() {
     detail=$(grep -E 'tests passed|tests failed|ERROR SUMMARY|error|Error|FAIL' "$OUTDIR/logs/$name.log" | tail -2 | tr '\n' ' ' | cut -c1-300)
     printf '{"who":"check","check":"%s","status":"%s","seconds":%d.%03d,"command":%s,"detail":%s}\n' "$name" "$status" \
         $(( ($(date +%s%N) - t0) / 1000000000 )) $(( ($(date +%s%N) - t0) / 1000000 % 1000 )) \
-        "$(json_str "$*")" "$(json_str "$detail")" >> "$RES"
+        "$(json_str "${*//$ROOT/.}")" "$(json_str "$detail")" >> "$RES"
     echo "   $status ($name)"
     [ $rc = 0 ] || tail -15 "$OUTDIR/logs/$name.log"
     return 0
