@@ -461,7 +461,7 @@ dp_status dp_nccl_backend_create(const dp_backend_config *cfg, dp_backend_t *out
     int gpu = 0;
     DP_TRY(dp_nccl_precheck(&gpu));
     const int host = dp_nccl_moves_host_memory();
-    if (!cfg->dev || (!host && (cfg->dev->is_host || strcmp(cfg->dev->name, "cuda") != 0)))
+    if (!cfg->dev || (!host && ((cfg->dev->caps & DP_CAP_HOST_MEMORY) || strcmp(cfg->dev->name, "cuda") != 0)))
         return dp_fail(DP_ERR_UNSUPPORTED, "--backend nccl: its collectives take CUDA memory, so it needs the trainer's "
                        "CUDA device (--device cuda)");
     dp_backend_t b = calloc(1, sizeof *b);

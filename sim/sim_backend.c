@@ -133,7 +133,7 @@ dp_status dp_sim_backend_create(const dp_backend_config *cfg, dp_backend_t *out)
     else if (cfg->algorithm && strcmp(cfg->algorithm, "ordered") != 0)
         return dp_fail(DP_ERR_USAGE, "--allreduce: unknown algorithm '%s' (expected ordered, ring or tree)",
                        cfg->algorithm);
-    const dp_dev *dev = cfg->dev && !cfg->dev->is_host ? cfg->dev : NULL;
+    const dp_dev *dev = cfg->dev && !(cfg->dev->caps & DP_CAP_HOST_MEMORY) ? cfg->dev : NULL;
     if (dev && algo != ALGO_ORDERED)
         return dp_fail(DP_ERR_USAGE, "--allreduce %s: runs on the CPU only; --device %s uses ordered (the default)",
                        cfg->algorithm, dev->name);

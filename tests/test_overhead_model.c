@@ -428,7 +428,7 @@ static void test_gather_scatter(void **state) {
 }
 
 /* The timing run on a device that is not the host (the way a GPU is timed), on a fake one: the
- * CPU's memory and kernels with is_host 0, and timing events that read the clock when recorded
+ * CPU's memory and kernels without host-memory access, and timing events that read the clock when recorded
  * (a GPU's event completes when the work queued before it has; the CPU's kernels ran on the call).
  * Every piece of a step lies between two events: slots + 1 of them per step, every node, the loss,
  * the optimizer and the lane sum timed; two workers, or a device without events, are refused. */
@@ -463,7 +463,7 @@ static void test_profile_on_a_device(void **state) {
     assert_non_null(p);
     assert_int_equal(dp_profile_describe(&m, NULL, p), DP_OK);
     dp_dev fake = *dp_dev_cpu();
-    fake.name = "fake-gpu", fake.is_host = 0;
+    fake.name = "fake-gpu", fake.caps = DP_CAP_ASYNC | DP_CAP_EVENTS;
     assert_int_equal(dp_profile_measure(&m, &fake, 8, 1, 3, p), DP_ERR_UNSUPPORTED); /* no events */
     fake.events_create = ev_create, fake.event_record = ev_record, fake.event_elapsed = ev_elapsed;
     fake.events_free = ev_free;

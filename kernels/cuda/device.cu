@@ -1,5 +1,6 @@
-// device.cu: the CUDA device of core/device.h: cudaMalloc'd memory and one non-blocking stream
-// with a cuBLAS handle bound to it. Every call is checked; a failure names the call, the device
+// device.cu: the CUDA device of core/device.h: cudaMalloc'd memory, a main non-blocking stream
+// with a cuBLAS handle bound to it, lane streams, and a collective stream (the `coll` view, whose
+// operations queue there and whose ordering with the main stream is by events). Every call is checked; a failure names the call, the device
 // and CUDA's reason. Kernel launches are asynchronous, so their failures surface at wait().
 #include <stdlib.h>
 #include <string.h>
@@ -22,11 +23,16 @@ typedef struct {
     cublasHandle_t lane_blas[DP_DEV_LANES];
     void *lane_ws[DP_DEV_LANES];
     cudaEvent_t forked, joined[DP_DEV_LANES];
-    dp_dev dev;
+    cudaStream_t coll_stream;
+    cudaEvent_t main_mark, coll_mark; /* the last point of each stream the other waits for */
+    dp_dev dev, coll;                 /* the device, and its view on the collective stream */
 } cuda_dev;
 
 static cuda_dev *impl_of(const dp_dev *d) { return (cuda_dev *)d->impl; }
-static cudaStream_t stream_of(const dp_dev *d) { return impl_of(d)->stream; }
+static cudaStream_t stream_of(const dp_dev *d) {
+    cuda_dev *c = impl_of(d);
+    return d == &c->coll ? c->coll_stream : c->stream;
+}
 
 static dp_status fail_cuda(const dp_dev *d, const char *what, cudaError_t e) {
     return dp_fail(DP_ERR_BACKEND, "CUDA device %d: %s failed: %s", d ? impl_of(d)->ordinal : -1, what,
@@ -112,7 +118,8 @@ static double now_s(void) {
 }
 
 static dp_status cuda_wait(const dp_dev *d) {
-    if (!d->watch) {
+    const dp_dev *md = &impl_of(d)->dev; /* the watch is set on the device, and serves its views */
+    if (!md->watch) {
         CHECK(d, cudaStreamSynchronize(stream_of(d)));
     } else { /* poll, so that a dead peer or the deadline can end the wait */
         const double t0 = now_s();
@@ -120,7 +127,7 @@ static dp_status cuda_wait(const dp_dev *d) {
             cudaError_t e = cudaStreamQuery(stream_of(d));
             if (e == cudaSuccess) break;
             if (e != cudaErrorNotReady) return fail_cuda(d, "waiting for the stream (cudaStreamQuery)", e);
-            DP_TRY(d->watch(d->watch_ctx, now_s() - t0));
+            DP_TRY(md->watch(md->watch_ctx, now_s() - t0));
             struct timespec nap = {0, 20000};
             nanosleep(&nap, NULL);
         }
@@ -134,7 +141,7 @@ static dp_status cuda_wait(const dp_dev *d) {
 static dp_status cuda_download(const dp_dev *d, void *dst, const void *src, size_t bytes) {
     /* a copy to pageable memory returns only when it is done, so it would wait inside the call
        for a collective that never ends: with a watch set, the queued work is waited for first */
-    if (bytes && d->watch) DP_TRY(cuda_wait(d));
+    if (bytes && impl_of(d)->dev.watch) DP_TRY(cuda_wait(d));
     if (bytes) CHECK(d, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_of(d)));
     return cuda_wait(d);
 }
@@ -152,6 +159,20 @@ static dp_status cuda_join(const dp_dev *d, int n) {
         CHECK(d, cudaEventRecord(c->joined[i], c->lane[i]));
         CHECK(d, cudaStreamWaitEvent(c->stream, c->joined[i], 0));
     }
+    return DP_OK;
+}
+
+static dp_status cuda_coll_wait_main(const dp_dev *d) {
+    cuda_dev *c = impl_of(d);
+    CHECK(d, cudaEventRecord(c->main_mark, c->stream));
+    CHECK(d, cudaStreamWaitEvent(c->coll_stream, c->main_mark, 0));
+    return DP_OK;
+}
+
+static dp_status cuda_main_wait_coll(const dp_dev *d) {
+    cuda_dev *c = impl_of(d);
+    CHECK(d, cudaEventRecord(c->coll_mark, c->coll_stream));
+    CHECK(d, cudaStreamWaitEvent(c->stream, c->coll_mark, 0));
     return DP_OK;
 }
 
@@ -233,6 +254,9 @@ static void cuda_close(dp_dev *d) {
         if (c->joined[i]) cudaEventDestroy(c->joined[i]);
     }
     if (c->forked) cudaEventDestroy(c->forked);
+    if (c->main_mark) cudaEventDestroy(c->main_mark);
+    if (c->coll_mark) cudaEventDestroy(c->coll_mark);
+    if (c->coll_stream) cudaStreamDestroy(c->coll_stream);
     if (c->blas) cublasDestroy(c->blas);
     if (c->blas_ws) cudaFree(c->blas_ws);
     if (c->stream) cudaStreamDestroy(c->stream);
@@ -244,6 +268,7 @@ static dp_dev make_ops(void) {
     dp_dev o;
     memset(&o, 0, sizeof o);
     o.name = "cuda";
+    o.caps = DP_CAP_ASYNC | DP_CAP_LANES | DP_CAP_GRAPHS | DP_CAP_EVENTS | DP_CAP_COLL_STREAM;
     o.k = &dp_cuda_kernels;
     o.n_lanes = DP_DEV_LANES;
     o.alloc = cuda_alloc, o.free = cuda_free, o.host_alloc = cuda_host_alloc, o.host_free = cuda_host_free;
@@ -251,6 +276,7 @@ static dp_dev make_ops(void) {
     o.capture_begin = cuda_capture_begin, o.capture_end = cuda_capture_end, o.replay = cuda_replay;
     o.graph_free = cuda_graph_free, o.fork = cuda_fork, o.join = cuda_join, o.mem_info = cuda_mem_info;
     o.events_create = cuda_events_create, o.event_record = cuda_event_record;
+    o.coll_wait_main = cuda_coll_wait_main, o.main_wait_coll = cuda_main_wait_coll;
     o.event_elapsed = cuda_event_elapsed, o.events_free = cuda_events_free;
     o.reserved = (unsigned long long)256 << 20; // cuDNN's handle and plans, graphs, headroom
     o.close = cuda_close;
@@ -258,7 +284,7 @@ static dp_dev make_ops(void) {
 }
 static const dp_dev cuda_ops = make_ops();
 
-extern "C" dp_status dp_cuda_dev_open(int ordinal, int tf32, dp_dev **out) {
+static dp_status cuda_open(int ordinal, int tf32, dp_dev **out) {
     *out = NULL;
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
@@ -300,7 +326,11 @@ extern "C" dp_status dp_cuda_dev_open(int ordinal, int tf32, dp_dev **out) {
     // the same workspace as the main handle: cuBLAS picks its algorithm by the workspace it has, and
     // a lane must compute what the main stream would (DP runs there, DDP's recorded steps on lanes)
     const size_t lane_ws_bytes = ws_bytes;
-    if (cudaEventCreateWithFlags(&c->forked, cudaEventDisableTiming) != cudaSuccess) bs = CUBLAS_STATUS_ALLOC_FAILED;
+    if (cudaEventCreateWithFlags(&c->forked, cudaEventDisableTiming) != cudaSuccess ||
+        cudaEventCreateWithFlags(&c->main_mark, cudaEventDisableTiming) != cudaSuccess ||
+        cudaEventCreateWithFlags(&c->coll_mark, cudaEventDisableTiming) != cudaSuccess ||
+        cudaStreamCreateWithFlags(&c->coll_stream, cudaStreamNonBlocking) != cudaSuccess)
+        bs = CUBLAS_STATUS_ALLOC_FAILED;
     for (int i = 0; i < DP_DEV_LANES && bs == CUBLAS_STATUS_SUCCESS; i++) {
         if (cudaStreamCreateWithFlags(&c->lane[i], cudaStreamNonBlocking) != cudaSuccess ||
             cudaEventCreateWithFlags(&c->joined[i], cudaEventDisableTiming) != cudaSuccess ||
@@ -323,8 +353,19 @@ extern "C" dp_status dp_cuda_dev_open(int ordinal, int tf32, dp_dev **out) {
     d->kc = (dp_kctx){.nthreads = 1, .stream = c->stream, .blas = c->blas, .tf32 = tf32};
     for (int i = 0; i < DP_DEV_LANES; i++)
         d->lane_kc[i] = (dp_kctx){.nthreads = 1, .stream = c->lane[i], .blas = c->lane_blas[i], .tf32 = tf32};
+    // the collective view: the same memory and operations, queued on the collective stream; its
+    // kernels (the sim's sums) need no cuBLAS handle
+    c->coll = *d;
+    c->coll.kc = (dp_kctx){.nthreads = 1, .stream = c->coll_stream, .blas = NULL, .tf32 = tf32};
+    c->coll.caps = DP_CAP_ASYNC | DP_CAP_EVENTS, c->coll.n_lanes = 0, c->coll.fork = NULL, c->coll.join = NULL;
+    c->coll.capture_begin = NULL, c->coll.capture_end = NULL, c->coll.replay = NULL, c->coll.graph_free = NULL;
+    c->coll.coll_wait_main = NULL, c->coll.main_wait_coll = NULL, c->coll.close = NULL;
+    d->coll = &c->coll;
     snprintf(d->desc, sizeof d->desc, "%.80s (cuda:%d, sm_%d%d, %.1f GiB, TF32 %s, convolutions: %s)", p.name, ordinal,
              p.major, p.minor, p.totalGlobalMem / 1073741824.0, tf32 ? "on" : "off", dp_cuda_conv_impl());
+    snprintf(c->coll.desc, sizeof c->coll.desc, "%s", d->desc);
     *out = d;
     return DP_OK;
 }
+
+extern "C" const dp_dev_kind dp_cuda_device = {"cuda", cuda_open};

@@ -1,9 +1,13 @@
-/* device.h: where a replica's memory lives and its kernels run: the device seam. The trainer,
- * the strategies, evaluation and the sim backend allocate arenas and activations and move bytes
- * only through a dp_dev: the CPU one is plain memory (every copy a memcpy, every wait free),
- * the CUDA one (kernels/cuda/device.cu) is cudaMalloc'd memory and one stream on which every
- * kernel, copy and collective of the process is queued in program order. A device names its
- * kernel table (kernels/kernels.h) and the call context its kernels run with. */
+/* device.h: where a replica's memory lives and its kernels run: the device seam. The executor,
+ * evaluation and the backends allocate arenas and activations and move bytes only through a
+ * dp_dev: the CPU one (kernels/cpu/device.c) is plain memory (every copy a memcpy, every wait
+ * free); the CUDA one (kernels/cuda/device.cu) is cudaMalloc'd memory, a main stream on which
+ * compute is queued in program order, lane streams, and a collective stream. A device names its
+ * kernel table (kernels/kernels.h), the call context its kernels run with, and what it can do
+ * (caps): only the executor (src/exec/) reads the caps.
+ *
+ * Devices are found by name in one registry (device_registry.c): each device folder adds one
+ * line to the build's list (CMake: DP_DEVICES), and tests may register devices of their own. */
 #ifndef DP_DEVICE_H
 #define DP_DEVICE_H
 
@@ -17,9 +21,19 @@ typedef struct dp_dev dp_dev;
 /* Streams a device runs independent lanes on at once (data/chunks.h: a step's chunks). */
 #define DP_DEV_LANES 8
 
+/* What a device can do (dp_dev.caps: DP_CAP_*). */
+enum {
+    DP_CAP_HOST_MEMORY = 1 << 0, /* its memory is the host's: host code may read and write it directly */
+    DP_CAP_ASYNC = 1 << 1,       /* work is queued: results are the host's only after wait or download */
+    DP_CAP_LANES = 1 << 2,       /* lane streams with fork and join (n_lanes of them) */
+    DP_CAP_GRAPHS = 1 << 3,      /* capture_begin, capture_end, replay, graph_free */
+    DP_CAP_EVENTS = 1 << 4,      /* timing events */
+    DP_CAP_COLL_STREAM = 1 << 5, /* a collective stream: coll, coll_wait_main, main_wait_coll */
+};
+
 struct dp_dev {
     const char *name;      /* "cpu", "cuda" */
-    int is_host;           /* its memory is the host's: pointers may be read directly */
+    unsigned caps;         /* DP_CAP_* */
     const dp_kernels *k;   /* its kernel table */
     dp_kctx kc;            /* the stream and cuBLAS handle its kernels run on (CPU: 1 thread) */
     /* Optional (n_lanes 0 on the CPU, whose lanes are threads): lane streams, each with its own
@@ -67,15 +81,36 @@ struct dp_dev {
     dp_status (*watch)(void *ctx, double waited_s);
     void *watch_ctx;
     unsigned long long reserved;
+    /* Optional (DP_CAP_COLL_STREAM): the collective stream. `coll` is a view of this device
+       (the same memory) whose kernels (coll->kc), copies, zeroing, waits and timing events are
+       queued on the collective stream; backends issue their collectives there. coll_wait_main
+       makes the collective stream wait for the main stream's work queued so far (an event
+       recorded there), main_wait_coll the reverse: a collective runs after the work it reads
+       and before the work that reads its result, and meanwhile compute goes on. */
+    struct dp_dev *coll;
+    dp_status (*coll_wait_main)(const dp_dev *);
+    dp_status (*main_wait_coll)(const dp_dev *);
     void (*close)(dp_dev *);
     void *impl;
 };
 
-/* Opens "cpu" or "cuda" (ordinal: which GPU; tf32: let cuBLAS use TF32). A build without CUDA,
- * or a machine without a GPU, fails with a message that says which and what to do. */
+/* A device kind: what the registry knows of a device before it is opened. */
+typedef struct {
+    const char *name;  /* what --device names */
+    /* opens it (ordinal: which one of its kind; tf32: matrix products may use TF32) */
+    dp_status (*open)(int ordinal, int tf32, dp_dev **out);
+} dp_dev_kind;
+
+/* Opens the device named `name` from the registry. An unknown name, or a device this build
+ * left out, fails with a message that lists what there is and how to get the missing one. */
 dp_status dp_dev_open(const char *name, int ordinal, int tf32, dp_dev **out);
 void dp_dev_close(dp_dev *d);
+/* Adds a device kind (tests: a device that is not offered to users); fails when the name is
+ * taken or the registry is full. */
+dp_status dp_dev_register(const dp_dev_kind *kind);
 /* The CPU device (static; never closed). */
 dp_dev *dp_dev_cpu(void);
+/* The device collectives are issued on: d->coll when it has a collective stream, else d. */
+static inline const dp_dev *dp_dev_coll(const dp_dev *d) { return d->coll ? d->coll : d; }
 
 #endif

@@ -18,7 +18,7 @@ dp_status dp_evaluate(dp_trainer *t, const dp_dataset *d, dp_step_metrics *m, lo
     /* per local replica: correct[K], count[K], then one loss per piece (0 where another computed it) */
     const size_t nstat = 2 * (size_t)K + (size_t)n_pieces;
     const dp_dev *dev = t->dev;
-    const int host = dev->is_host;
+    const int host = (dev->caps & DP_CAP_HOST_MEMORY);
     const size_t per = dp_shape_size(md->input);
     float *stats = calloc((size_t)t->n_local * nstat, sizeof *stats);
     int *idx = malloc((size_t)nq * (size_t)piece * sizeof *idx);

@@ -23,7 +23,7 @@ static dp_status scratch_for(dp_trainer *t, size_t n) {
 
 static dp_status host_coll(dp_trainer *t, float *const *bufs, size_t n, int broadcast) {
     const struct dp_backend_i *b = t->backend->iface;
-    if (t->dev->is_host)
+    if ((t->dev->caps & DP_CAP_HOST_MEMORY))
         return broadcast ? b->broadcast(t->backend, bufs, n, 0) : b->allreduce(t->backend, bufs, n, DP_SUM);
     if (t->n_local == t->world) { /* every replica here (sim): the backend's sums, on the host */
         if (!broadcast) dp_tree_sum(bufs, t->n_local, 0, n, 0);
@@ -40,7 +40,7 @@ static dp_status host_coll(dp_trainer *t, float *const *bufs, size_t n, int broa
 }
 
 dp_status dp_host_reserve(dp_trainer *t, size_t n) {
-    return t->dev->is_host || t->n_local == t->world ? DP_OK : scratch_for(t, n);
+    return (t->dev->caps & DP_CAP_HOST_MEMORY) || t->n_local == t->world ? DP_OK : scratch_for(t, n);
 }
 
 dp_status dp_host_allreduce(dp_trainer *t, float *const *bufs, size_t n) { return host_coll(t, bufs, n, 0); }
@@ -51,7 +51,7 @@ dp_status dp_host_allgather(dp_trainer *t, const float *send, float *recv, size_
     if (t->n_local != 1) return dp_fail(DP_ERR_INTERNAL, "host all-gather: one replica per process expected");
     const float *sp[1] = {send};
     float *rp[1] = {recv};
-    if (t->dev->is_host) return b->allgather(t->backend, sp, rp, n);
+    if ((t->dev->caps & DP_CAP_HOST_MEMORY)) return b->allgather(t->backend, sp, rp, n);
     const dp_dev *d = t->dev;
     DP_TRY(scratch_for(t, n * (size_t)(t->world + 1)));
     float *ds = t->hc_scratch[0], *dr = ds + n;

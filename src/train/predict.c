@@ -240,7 +240,7 @@ static dp_status log_collectives(dp_trainer *t) {
 static dp_status row_from_run(dp_trainer *t, dp_profile *p) {
     /* a GPU's nodes are queued, not run, while the trainer's clock reads them: its rows come
        from the timing run's events */
-    if (!t->dev->is_host) return DP_OK;
+    if (!(t->dev->caps & DP_CAP_HOST_MEMORY)) return DP_OK;
     if (!t->node_s || t->node_runs < 1 || t->cfg.predict_only) return DP_OK;
     const int nn = t->model.n_nodes, slots = t->n_local * t->rep[0].n_slots;
     const int lane_batch = (int)((t->node_samples + t->node_runs / 2) / t->node_runs);
@@ -277,7 +277,7 @@ dp_status dp_trainer_predict(dp_trainer *t) {
     dp_topology topos[MAX_TOPOS];
     int n_topos = 0;
     if (c->predict_topos) DP_TRY(split_topologies(c->predict_topos, topos, &n_topos));
-    for (int k = 0; k < n_topos && !t->dev->is_host && !c->compute_profile; k++)
+    for (int k = 0; k < n_topos && !(t->dev->caps & DP_CAP_HOST_MEMORY) && !c->compute_profile; k++)
         if (topos[k].shared_memory_bus)
             return dp_fail(DP_ERR_USAGE, "--predict %s: a topology of CPU processes sharing the host's memory, "
                                          "but this run computes on %s: predict it from a CPU run (--device cpu), or "
@@ -304,7 +304,7 @@ dp_status dp_trainer_predict(dp_trainer *t) {
                         p->model, t->model.name);
     } else {
         s = dp_profile_describe(&t->model, t->bucket_node, p);
-        if (!t->dev->is_host) device_token(t->dev, p->device, sizeof p->device);
+        if (!(t->dev->caps & DP_CAP_HOST_MEMORY)) device_token(t->dev, p->device, sizeof p->device);
         if (s == DP_OK) s = row_from_run(t, p);
         if (s == DP_OK && n_topos) s = measure_rows(t, topos, n_topos, devs, n_devs, p);
         if (s == DP_OK && n_topos) s = measure_overheads(t, topos, n_topos, devs, n_devs, p);

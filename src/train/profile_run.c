@@ -106,8 +106,8 @@ static dp_status worker_run(const dp_model *m, const dp_dev *dev, int batch, int
     if (!hx || !hy) st = dp_fail(DP_ERR_NOMEM, "out of memory for the timing run's input");
     for (size_t i = 0; i < in_n && hx; i++) hx[i] = (float)((i * 2654435761u) % 1000) / 500.0f - 1.0f;
     for (int i = 0; i < batch && hy; i++) hy[i] = i % m->n_classes;
-    if (st == DP_OK && dev->is_host) x = hx, dy = (float *)hy;
-    if (st == DP_OK && !dev->is_host) {
+    if (st == DP_OK && (dev->caps & DP_CAP_HOST_MEMORY)) x = hx, dy = (float *)hy;
+    if (st == DP_OK && !(dev->caps & DP_CAP_HOST_MEMORY)) {
         st = dev->alloc(dev, &x, in_n, "the timing run's input");
         if (st == DP_OK) st = dev->alloc(dev, &dy, (size_t)batch, "the timing run's labels");
         if (st == DP_OK) st = dev->upload(dev, x, hx, in_n * sizeof *hx);
@@ -156,7 +156,7 @@ static dp_status worker_run(const dp_model *m, const dp_dev *dev, int batch, int
             st = clock_span(&clk, piece + 1, &t[piece_slot(nn, piece)]);
     }
     if (clk.events) dev->events_free(dev, clk.events, slots + 1);
-    if (!dev->is_host) {
+    if (!(dev->caps & DP_CAP_HOST_MEMORY)) {
         if (x) dev->free(dev, x);
         if (dy) dev->free(dev, dy);
     }
@@ -169,10 +169,10 @@ dp_status dp_profile_measure(const dp_model *m, const dp_dev *dev, int batch, in
                              dp_profile *p) {
     const int nn = m->n_nodes, slots = 2 * nn + 3, warm = 2;
     if (!dev) dev = dp_dev_cpu();
-    if (!dev->is_host && concurrent != 1)
+    if (!(dev->caps & DP_CAP_HOST_MEMORY) && concurrent != 1)
         return dp_fail(DP_ERR_USAGE, "timing run on %s: one worker per device (asked for %d at once)", dev->name,
                        concurrent);
-    if (!dev->is_host && (!dev->events_create || !dev->event_record || !dev->event_elapsed || !dev->events_free))
+    if (!(dev->caps & DP_CAP_HOST_MEMORY) && (!dev->events_create || !dev->event_record || !dev->event_elapsed || !dev->events_free))
         return dp_fail(DP_ERR_UNSUPPORTED, "timing run on %s: the device has no timing events", dev->name);
     if (nn > DP_PROFILE_MAX_NODES) return dp_fail(DP_ERR_UNSUPPORTED, "compute profile: too many nodes (%d)", nn);
     if (steps < 1 || batch < 1 || concurrent < 1)

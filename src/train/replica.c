@@ -16,7 +16,7 @@ static dp_status create(dp_replica *r, const dp_model *m, int lane_batch, int n_
     DP_TRY(d->alloc(d, &r->grads, m->params.n, "gradients"));
     DP_TRY(d->alloc(d, &r->momentum, m->params.n, "momentum buffers"));
     DP_TRY(d->alloc(d, &r->buffers, m->buffers.n, "batch-norm buffers"));
-    if (d->is_host) {
+    if (d->caps & DP_CAP_HOST_MEMORY) {
         r->h_params = r->params, r->h_buffers = r->buffers, r->h_momentum = r->momentum;
     } else {
         DP_TRY(dp_alloc_floats(&r->h_params, m->params.n, "host copy of the parameters"));
@@ -55,7 +55,7 @@ void dp_replica_free(dp_replica *r) {
     free(r->slots);
     for (int l = 1; r->lane_grads && l < r->n_lanes; l++) d->free(d, r->lane_grads[l]);
     free(r->lane_grads);
-    if (!d->is_host) {
+    if (!(d->caps & DP_CAP_HOST_MEMORY)) {
         dp_free(r->h_params);
         dp_free(r->h_buffers);
         dp_free(r->h_momentum);
@@ -69,7 +69,7 @@ void dp_replica_free(dp_replica *r) {
 
 dp_status dp_replica_pull(dp_replica *r, const dp_model *m) {
     const dp_dev *d = r->dev;
-    if (d->is_host) return DP_OK;
+    if (d->caps & DP_CAP_HOST_MEMORY) return DP_OK;
     DP_TRY(d->download(d, r->h_params, r->params, m->params.n * sizeof(float)));
     DP_TRY(d->download(d, r->h_buffers, r->buffers, m->buffers.n * sizeof(float)));
     return d->download(d, r->h_momentum, r->momentum, m->params.n * sizeof(float));
@@ -77,7 +77,7 @@ dp_status dp_replica_pull(dp_replica *r, const dp_model *m) {
 
 dp_status dp_replica_push(dp_replica *r, const dp_model *m) {
     const dp_dev *d = r->dev;
-    if (d->is_host) return DP_OK;
+    if (d->caps & DP_CAP_HOST_MEMORY) return DP_OK;
     DP_TRY(d->upload(d, r->params, r->h_params, m->params.n * sizeof(float)));
     DP_TRY(d->upload(d, r->buffers, r->h_buffers, m->buffers.n * sizeof(float)));
     DP_TRY(d->upload(d, r->momentum, r->h_momentum, m->params.n * sizeof(float)));

@@ -26,7 +26,7 @@
 /* Threads for the active slots: no more than there are slots (a woken thread with nothing to
  * do still costs its wake-up, and spins where it could have left the core to another). */
 static int team(const dp_trainer *t) {
-    if (!t->dev->is_host) return 1; /* one stream: the host only queues */
+    if (!(t->dev->caps & DP_CAP_HOST_MEMORY)) return 1; /* one stream: the host only queues */
     const int nq = t->n_local * t->rep[0].n_active;
     return nq < t->cfg.threads ? nq : t->cfg.threads;
 }
@@ -189,9 +189,9 @@ static void sum_lanes(dp_trainer *t, int k) {
     if (L == 1) return;
     const dp_slice *s = &t->model.params.buckets[k];
     /* the CPU cuts a bucket into pieces for its threads; a device sums it in one call */
-    const size_t piece = t->dev->is_host ? 16384 : (s->count ? s->count : 1), n_pieces = (s->count + piece - 1) / piece;
+    const size_t piece = (t->dev->caps & DP_CAP_HOST_MEMORY) ? 16384 : (s->count ? s->count : 1), n_pieces = (s->count + piece - 1) / piece;
     const long total = (long)n_pieces * t->n_local;
-#pragma omp parallel for num_threads(t->cfg.threads) schedule(static) if (total > 1 && s->count * L > 262144 && t->dev->is_host)
+#pragma omp parallel for num_threads(t->cfg.threads) schedule(static) if (total > 1 && s->count * L > 262144 && (t->dev->caps & DP_CAP_HOST_MEMORY))
     for (long q = 0; q < total; q++) {
         const int r = (int)(q / (long)n_pieces);
         const size_t lo = (size_t)(q % (long)n_pieces) * piece;
@@ -281,7 +281,7 @@ static dp_status zero_grads(dp_trainer *t) {
     const int lanes = t->lanes_clear ? 1 : t->n_lanes;
     const long total = (long)t->n_local * lanes;
     const size_t nl = (size_t)t->n_local * (size_t)t->n_lanes;
-    if (t->dev->is_host) {
+    if ((t->dev->caps & DP_CAP_HOST_MEMORY)) {
 #pragma omp parallel for num_threads(t->cfg.threads) schedule(static) if (total > 1)
         for (long q = 0; q < total; q++)
             memset(t->rep[q / lanes].lane_grads[q % lanes], 0, t->model.params.n * sizeof(float));
@@ -387,7 +387,7 @@ static dp_status ddp_device_part(void *arg) {
 static dp_status ddp_optimizer_part(void *arg) {
     ddp_args *a = arg;
     dp_trainer *t = a->t;
-#pragma omp parallel for num_threads(t->cfg.threads) schedule(static) if (t->n_local > 1 && t->dev->is_host)
+#pragma omp parallel for num_threads(t->cfg.threads) schedule(static) if (t->n_local > 1 && (t->dev->caps & DP_CAP_HOST_MEMORY))
     for (int r = 0; r < t->n_local; r++)
         dp_sgd_step(&t->sgd, &t->model.params, t->rep[r].params, t->rep[r].grads, t->rep[r].momentum, a->lr);
     return DP_OK;
@@ -441,7 +441,7 @@ dp_status dp_strategy_alloc(dp_trainer *t) {
     DP_ALLOC(t->lane_loss, lanes, "lane losses");
     DP_ALLOC(t->lane_correct, lanes, "lane accuracy counts");
     DP_ALLOC(t->step_count, t->n_local, "step sample counts");
-    if (t->dev->is_host) {
+    if ((t->dev->caps & DP_CAP_HOST_MEMORY)) {
         t->d_lane_loss = t->lane_loss, t->d_lane_correct = t->lane_correct;
     } else {
         DP_TRY(dev_alloc(t, &t->d_lane_loss, lanes, "lane losses"));
@@ -481,7 +481,7 @@ dp_status dp_strategy_alloc(dp_trainer *t) {
 void dp_strategy_free(dp_trainer *t) {
     const dp_dev *d = t->dev;
     if (!d) return;
-    if (!d->is_host) {
+    if (!(d->caps & DP_CAP_HOST_MEMORY)) {
         d->free(d, t->d_lane_loss);
         d->free(d, t->d_lane_correct);
     }
@@ -673,7 +673,7 @@ static dp_status dp_micro(dp_trainer *t, const dp_batch *b, const dp_batch *hb, 
 /* A device run's copy of the loader's batches: the samples and labels go up in stream order. */
 static dp_status to_device(dp_trainer *t, const dp_batch *b, const dp_batch **out) {
     *out = b;
-    if (t->dev->is_host) return DP_OK;
+    if ((t->dev->caps & DP_CAP_HOST_MEMORY)) return DP_OK;
     const size_t per = dp_shape_size(t->model.input);
     /* through pinned staging, so the copies do not wait for the GPU; the staging is reused only
        once the last uploads from it are done (a micro-step that reads no loss does not wait) */

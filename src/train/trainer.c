@@ -147,7 +147,7 @@ static dp_status check_memory(dp_trainer *t, const dp_model *m, const dp_dataset
                        .max_local = p->max_local,
                        .loader_slots = train ? (c->workers > 0 ? 2 * c->workers + 1 : 1) : 0, .k = t->dev->k};
     dp_estimate_memory(m, train, test, &sh, &me);
-    if (t->dev->is_host || !t->dev->mem_info) return dp_check_memory(&me, &sh, data_loaded);
+    if ((t->dev->caps & DP_CAP_HOST_MEMORY) || !t->dev->mem_info) return dp_check_memory(&me, &sh, data_loaded);
     unsigned long long free_b = 0, total_b = 0;
     DP_TRY(t->dev->mem_info(t->dev, &free_b, &total_b));
     return dp_check_device_memory(&me, &sh, data_loaded, free_b, t->dev->reserved, t->dev->desc);
@@ -284,7 +284,7 @@ static dp_status setup(dp_trainer *t) {
         t->backend->trace = &t->trace;
         /* the clock around a node call times its work only where it runs as called (the CPU); a
            GPU's profile comes from the timing run's events (train/profile_run.c) */
-        if (t->dev->is_host)
+        if ((t->dev->caps & DP_CAP_HOST_MEMORY))
             DP_ALLOC(t->node_s, (size_t)t->n_local * t->rep[0].n_slots * 2 * t->model.n_nodes, "per-node times");
     }
 

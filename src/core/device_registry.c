@@ -1,0 +1,58 @@
+/* device_registry.c: the devices --device can name. The build lists the ones it compiled
+ * (generated dp_devices.h: one X(name) per device folder, whose kind is dp_<name>_device) and
+ * the ones it left out, with how to get them; tests may add their own. */
+#include <stdio.h>
+#include <string.h>
+
+#include "core/device.h"
+#include "dp_devices.h"
+
+#define X(n) extern const dp_dev_kind dp_##n##_device;
+DP_DEVICE_KINDS
+#undef X
+
+#define DP_MAX_DEVICE_KINDS 16
+#define X(n) &dp_##n##_device,
+static const dp_dev_kind *kinds[DP_MAX_DEVICE_KINDS] = {DP_DEVICE_KINDS};
+#undef X
+
+static int n_kinds(void) {
+    int n = 0;
+    while (n < DP_MAX_DEVICE_KINDS && kinds[n]) n++;
+    return n;
+}
+
+dp_status dp_dev_register(const dp_dev_kind *kind) {
+    const int n = n_kinds();
+    for (int i = 0; i < n; i++)
+        if (strcmp(kinds[i]->name, kind->name) == 0) {
+            if (kinds[i] == kind) return DP_OK;
+            return dp_fail(DP_ERR_INTERNAL, "device '%s' is registered twice", kind->name);
+        }
+    if (n == DP_MAX_DEVICE_KINDS) return dp_fail(DP_ERR_INTERNAL, "too many device kinds (%d)", n);
+    kinds[n] = kind;
+    return DP_OK;
+}
+
+dp_status dp_dev_open(const char *name, int ordinal, int tf32, dp_dev **out) {
+    *out = NULL;
+    const int n = n_kinds();
+    for (int i = 0; i < n; i++)
+        if (strcmp(kinds[i]->name, name) == 0) return kinds[i]->open(ordinal, tf32, out);
+    /* a device this build left out: say how to get it */
+    static const char *left_out[] = {DP_DEVICES_LEFT_OUT NULL};
+    const size_t len = strlen(name);
+    for (int i = 0; left_out[i]; i++)
+        if (strncmp(left_out[i], name, len) == 0 && left_out[i][len] == ':')
+            return dp_fail(DP_ERR_UNSUPPORTED, "--device %s", left_out[i]);
+    char known[256] = "";
+    for (int i = 0; i < n; i++) {
+        const size_t at = strlen(known);
+        snprintf(known + at, sizeof known - at, "%s%s", i ? ", " : "", kinds[i]->name);
+    }
+    return dp_fail(DP_ERR_USAGE, "--device: unknown device '%s' (this build has: %s)", name, known);
+}
+
+void dp_dev_close(dp_dev *d) {
+    if (d && d != dp_dev_cpu()) d->close(d);
+}
