@@ -13,7 +13,6 @@
 
 #include "core/status.h"
 
-typedef enum { DP_CPU = 0, DP_CUDA = 1 } dp_device;
 typedef enum { DP_SUM = 0, DP_AVG = 1 } dp_redop;
 
 typedef enum {
@@ -66,7 +65,6 @@ struct dp_backend_i {
     int (*world_size)(dp_backend_t);        /* replicas over all processes */
     int (*n_local)(dp_backend_t);           /* replicas this process drives */
     int (*rank)(dp_backend_t, int local);   /* global rank of local replica `local` */
-    dp_device (*device)(dp_backend_t);
     dp_status (*allreduce)(dp_backend_t, float *const *bufs, size_t n, dp_redop op);
     dp_status (*broadcast)(dp_backend_t, float *const *bufs, size_t n, int root);
     /* Result in the buffer of global rank `root`; the other buffers are left unspecified. */
@@ -100,6 +98,12 @@ struct dp_backend {
     dp_coll_trace *trace; /* NULL: not recording (the default; one branch per call) */
     int failed;   /* set by the trainer when this process fails: a multi-process backend then
                      aborts the job on destroy rather than leave the other ranks waiting */
+    /* set by the backend's constructor, so that nobody above asks for it by name */
+    const char *algorithm; /* how its all-reduce sums: "ordered", "ring", "tree" (sim), else its name */
+    int ordered;           /* its sums follow the canonical order (data/chunks.h): bitwise across N */
+    int capturable;        /* its collectives on a device may be recorded into a graph (exec/graph.h) */
+    int host_buffers;      /* its collectives move host memory (the CPU's processes share its bus) */
+    char relaunch[64];     /* what runs the command again across its processes ("mpirun -np 4 "), or "" */
 };
 
 typedef struct {
@@ -113,6 +117,11 @@ typedef struct {
     char ***argv;
 } dp_backend_config;
 
+/* Which device a backend computes on, from --device (NULL: not given) and --gpu: nccl one GPU
+ * per process (the launch says which), mpi the CPU; refused, with what to use, when the flags
+ * ask for another. *device and *ordinal receive the choice. */
+dp_status dp_backend_device(const char *backend, const char *device_flag, int gpu_flag, const char **device,
+                            int *ordinal);
 /* Creates the named backend. An unknown name, or one not compiled into this build, fails with
  * DP_ERR_USAGE / DP_ERR_UNSUPPORTED and a message that says how to get it. */
 dp_status dp_backend_create(const dp_backend_config *cfg, dp_backend_t *out);
@@ -128,7 +137,6 @@ static inline dp_status dp_backend_reserve(dp_backend_t b, size_t max_floats) {
 }
 static inline int dp_backend_n_local(dp_backend_t b) { return b->iface->n_local(b); }
 static inline int dp_backend_rank(dp_backend_t b, int local) { return b->iface->rank(b, local); }
-static inline dp_device dp_backend_device(dp_backend_t b) { return b->iface->device(b); }
 dp_status dp_allreduce(dp_backend_t b, float *const *bufs, size_t n, dp_redop op);
 dp_status dp_broadcast(dp_backend_t b, float *const *bufs, size_t n, int root);
 dp_status dp_reduce(dp_backend_t b, float *const *bufs, size_t n, dp_redop op, int root);

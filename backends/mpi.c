@@ -105,11 +105,6 @@ static int mpi_rank(dp_backend_t b, int local) {
     (void)local;
     return impl_of(b)->rank;
 }
-static dp_device mpi_device(dp_backend_t b) {
-    (void)b;
-    return DP_CPU;
-}
-
 static void scale(float *p, size_t n, float s) {
     for (size_t i = 0; i < n; i++) p[i] *= s;
 }
@@ -282,7 +277,6 @@ static const struct dp_backend_i mpi_iface = {
     .world_size = mpi_world,
     .n_local = mpi_n_local,
     .rank = mpi_rank,
-    .device = mpi_device,
     .allreduce = mpi_allreduce_op,
     .broadcast = mpi_broadcast_op,
     .reduce = mpi_reduce_op,
@@ -341,6 +335,8 @@ dp_status dp_mpi_backend_create(const dp_backend_config *cfg, dp_backend_t *out)
     signal(SIGTERM, on_sigterm);
     b->iface = &mpi_iface;
     b->impl = m;
+    b->algorithm = "mpi", b->ordered = 1, b->host_buffers = 1;
+    snprintf(b->relaunch, sizeof b->relaunch, "mpirun -np %d ", m->size);
     *out = b;
     return DP_OK;
 }

@@ -44,7 +44,8 @@ typedef struct {
     int gpu;
     char where[32]; /* "GPU 0", or "host memory" under the test double */
     ncclComm_t comm;
-    dp_dev *dev;         /* the trainer's; its waits call nccl_watch while this backend lives */
+    dp_dev *dev;         /* where its collectives run: the device's collective stream (core/device.h: coll) */
+    dp_dev *home;        /* the trainer's device; its waits call nccl_watch while this backend lives */
     float *scratch;  /* the shard owner's receive buffer: world pieces of the largest shard */
     size_t scratch_n;
     double timeout_s;
@@ -261,11 +262,6 @@ static int nccl_rank(dp_backend_t b, int local) {
     (void)local;
     return impl_of(b)->l.rank;
 }
-static dp_device nccl_device(dp_backend_t b) {
-    (void)b;
-    return DP_CUDA;
-}
-
 static dp_status nccl_allreduce(dp_backend_t b, float *const *bufs, size_t n, dp_redop op) {
     if (op != DP_SUM) return dp_fail(DP_ERR_UNSUPPORTED, "nccl: all-reduce with averaging");
     return ordered_sum(impl_of(b), bufs[0], n, -1, "all-reduce");
@@ -347,7 +343,7 @@ static void nccl_destroy(dp_backend_t b) {
     dp_sidechan_close(m->sc, !b->failed && !m->comm);
     dp_nccl_watchdog_stop(m->wd);
     if (m->scratch) m->dev->free(m->dev, m->scratch);
-    if (m->dev && m->dev->watch_ctx == m) m->dev->watch = NULL, m->dev->watch_ctx = NULL;
+    if (m->home && m->home->watch_ctx == m) m->home->watch = NULL, m->home->watch_ctx = NULL;
 #if DP_HAVE_MPI
     int finalized = 0;
     MPI_Finalized(&finalized);
@@ -366,7 +362,6 @@ static const struct dp_backend_i nccl_iface = {
     .world_size = nccl_world,
     .n_local = nccl_n_local,
     .rank = nccl_rank,
-    .device = nccl_device,
     .allreduce = nccl_allreduce,
     .broadcast = nccl_broadcast,
     .reduce = nccl_reduce,
@@ -472,7 +467,10 @@ dp_status dp_nccl_backend_create(const dp_backend_config *cfg, dp_backend_t *out
     }
     b->iface = &nccl_iface;
     b->impl = m;
-    m->dev = cfg->dev;
+    /* a non-blocking communicator inside a recorded graph is untried: nccl steps run eagerly */
+    b->algorithm = "nccl", b->ordered = 1, b->capturable = 0, b->host_buffers = host;
+    m->dev = (dp_dev *)dp_dev_coll(cfg->dev); /* collectives, their copies and sums: the collective stream */
+    m->home = cfg->dev;
     m->gpu = gpu;
     if (gpu >= 0) snprintf(m->where, sizeof m->where, "GPU %d", gpu);
     else snprintf(m->where, sizeof m->where, "host memory");
@@ -505,7 +503,7 @@ dp_status dp_nccl_backend_create(const dp_backend_config *cfg, dp_backend_t *out
         nccl_destroy(b);
         return s;
     }
-    m->dev->watch = nccl_watch, m->dev->watch_ctx = m;
+    m->home->watch = nccl_watch, m->home->watch_ctx = m; /* every wait on the device polls it */
     *out = b;
     return DP_OK;
 }

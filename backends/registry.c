@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "backends/backend.h"
+#include "backends/nccl.h"
 #include "core/timer.h"
 #include "dp_config.h"
 
@@ -14,6 +15,27 @@ dp_status dp_mpi_backend_create(const dp_backend_config *cfg, dp_backend_t *out)
 #if DP_HAVE_NCCL
 dp_status dp_nccl_backend_create(const dp_backend_config *cfg, dp_backend_t *out);
 #endif
+
+dp_status dp_backend_device(const char *backend, const char *device_flag, int gpu_flag, const char **device,
+                            int *ordinal) {
+    *device = device_flag ? device_flag : "cpu", *ordinal = gpu_flag;
+    if (device_flag && strcmp(device_flag, "cpu") != 0 && backend && strcmp(backend, "mpi") == 0)
+        return dp_fail(DP_ERR_USAGE, "--device %s: --backend mpi moves host memory, so its replicas compute on the CPU "
+                       "(drop --device; GPUs across processes are --backend nccl)", device_flag);
+    if (!backend || strcmp(backend, "nccl") != 0) return DP_OK;
+#if DP_HAVE_NCCL /* one GPU per process: the launch says which */
+    const int on_cpu = device_flag && strcmp(device_flag, "cpu") == 0;
+    if (on_cpu && !dp_nccl_moves_host_memory())
+        return dp_fail(DP_ERR_USAGE, "--device cpu: --backend nccl moves GPU memory (drop --device, or use --backend "
+                       "sim or mpi for the CPU)");
+    DP_TRY(dp_nccl_precheck(ordinal));
+    if (!on_cpu) *device = "cuda";
+    return DP_OK;
+#else
+    return dp_fail(DP_ERR_UNSUPPORTED, "--backend nccl: not compiled into this build (needs the CUDA toolkit and "
+                   "NCCL at build time; set NCCL_ROOT and rebuild)");
+#endif
+}
 
 dp_status dp_backend_create(const dp_backend_config *cfg, dp_backend_t *out) {
     *out = NULL;

@@ -350,14 +350,14 @@ dp_status dp_calibrate(dp_backend_t b, const char *name, const char *path, FILE 
     DP_TRY(s);
     if (!lead || !path) return DP_OK;
     snprintf(t.name, sizeof t.name, "%s", name);
-    snprintf(t.device, sizeof t.device, "%s", dp_backend_device(b) == DP_CPU ? "cpu-process" : "gpu");
+    snprintf(t.device, sizeof t.device, "%s", b->host_buffers ? "cpu-process" : "gpu");
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     t.devices = cores > 0 ? (int)cores : world;
     t.algorithm = DP_ALGO_RING;
     t.bus_bw = bw, t.latency_s = alpha;
     t.host_bw = bw, t.host_latency_s = alpha; /* one shared memory: the "host link" is the same */
     t.p2p = 1;
-    t.shared_memory_bus = dp_backend_device(b) == DP_CPU;
+    t.shared_memory_bus = b->host_buffers;
     char comment[1024];
     time_t now = time(NULL);
     struct tm tm;

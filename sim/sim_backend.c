@@ -29,7 +29,6 @@ static int sim_rank(dp_backend_t b, int local) {
     (void)b;
     return local;
 }
-static dp_device sim_device(dp_backend_t b) { return impl_of(b)->dev ? DP_CUDA : DP_CPU; }
 
 /* Copies of n floats between replicas' buffers, on the host or queued on the device. */
 static dp_status copy_floats(const sim_impl *s, float *dst, const float *src, size_t n) {
@@ -111,7 +110,6 @@ static const struct dp_backend_i sim_iface = {
     .world_size = sim_world,
     .n_local = sim_world,
     .rank = sim_rank,
-    .device = sim_device,
     .allreduce = sim_allreduce_op,
     .broadcast = sim_broadcast_op,
     .reduce = sim_reduce_op,
@@ -147,9 +145,13 @@ dp_status dp_sim_backend_create(const dp_backend_config *cfg, dp_backend_t *out)
     s->n = cfg->replicas;
     s->nthreads = cfg->nthreads > 0 ? cfg->nthreads : 1;
     s->algo = algo;
-    s->dev = dev;
+    s->dev = dev ? dp_dev_coll(dev) : NULL; /* its sums and copies go on the collective stream */
     b->iface = &sim_iface;
     b->impl = s;
+    b->algorithm = algo == ALGO_TREE ? "tree" : algo == ALGO_RING ? "ring" : "ordered";
+    b->ordered = algo == ALGO_ORDERED;
+    b->host_buffers = dev == NULL;
+    b->capturable = 1; /* its device collectives are kernels and copies: a graph records them */
     *out = b;
     return DP_OK;
 }

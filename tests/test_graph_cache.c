@@ -6,7 +6,7 @@
 
 #include <string.h>
 
-#include "train/graph.h"
+#include "exec/graph.h"
 
 static int capturing, captured_runs, eager_runs, replays, freed, graphs_made;
 static int graph_ids[64];

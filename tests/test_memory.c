@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "core/status.h"
-#include "train/memory.h"
+#include "exec/memory.h"
 
 static void test_device_check(void **state) {
     (void)state;

@@ -17,7 +17,7 @@
 #include "nn/model.h"
 #include "sim/calibrate.h"
 #include "sim/model.h"
-#include "train/profile_run.h"
+#include "exec/profile_run.h"
 
 #define EPS 1e-12
 

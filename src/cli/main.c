@@ -10,6 +10,7 @@
 #include "cli/options.h"
 #include "io/atomic.h"
 #include "sim/calibrate.h"
+#include "cli/predict.h"
 #include "train/trainer.h"
 
 /* OpenMP threads spin at barriers and between parallel regions (libgomp: 300000 iterations by
@@ -79,7 +80,15 @@ int main(int argc, char **argv) {
     if (cfg.calibrate) return calibrate(&cfg);
     dp_trainer *t = NULL;
     s = dp_trainer_create(&cfg, &t);
-    if (s == DP_OK) s = dp_trainer_run(t);
+    if (s == DP_OK) {
+        /* --predict / --save-profile: the overhead model after the run, or instead of one; its
+           files are checked first (a typo must not cost the whole training run) */
+        const int model = dp_trainer_holds_rank0(t);
+        if (model) s = dp_predict_precheck(&cfg);
+        if (s == DP_OK) s = dp_trainer_train(t);
+        if (s == DP_OK && model && !t->stop_signal) s = dp_trainer_predict(t);
+        s = dp_trainer_close(t, s);
+    }
     if (s != DP_OK) {
         fflush(stdout);
         fprintf(stderr, "dptrain: %s\n", dp_last_error());

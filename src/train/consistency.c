@@ -116,8 +116,8 @@ static int first_difference(const char *a, const char *b, char *la, char *lb, si
 }
 
 dp_status dp_check_consistency(dp_trainer *t) {
-    if (t->n_local == t->world) return DP_OK; /* one process: nothing can differ */
-    if (t->n_local != 1) return dp_fail(DP_ERR_INTERNAL, "consistency check expects one replica per process");
+    if (t->ex.n_local == t->world) return DP_OK; /* one process: nothing can differ */
+    if (t->ex.n_local != 1) return dp_fail(DP_ERR_INTERNAL, "consistency check expects one replica per process");
     char text[FLAGS_BYTES];
     memset(text, 0, sizeof text);
     canonical_flags(&t->cfg, text, sizeof text - 1);
@@ -133,7 +133,7 @@ dp_status dp_check_consistency(dp_trainer *t) {
     for (int i = 0; i < FLAGS_BYTES; i++) send[i] = (float)(unsigned char)text[i];
     for (int k = 0; k < H_KINDS; k++)
         send[FLAGS_BYTES + 2 * k] = (float)(h[k] >> 16), send[FLAGS_BYTES + 2 * k + 1] = (float)(h[k] & 0xffff);
-    dp_status s = dp_host_allgather(t, send, recv, PER);
+    dp_status s = dp_exec_host_allgather(&t->ex, send, recv, PER);
     free(send);
     if (s != DP_OK) {
         free(recv);

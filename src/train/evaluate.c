@@ -12,52 +12,48 @@
 
 dp_status dp_evaluate(dp_trainer *t, const dp_dataset *d, dp_step_metrics *m, long *per_class_correct,
                       long *per_class_count) {
+    dp_executor *ex = &t->ex;
     const dp_model *md = &t->model;
-    const int K = md->n_classes, piece = t->rep[0].slots[0].acts.max_batch, ns = t->rep[0].n_slots;
-    const int n_pieces = (d->n + piece - 1) / piece, nq = t->n_local * ns;
+    const int K = md->n_classes, piece = ex->rep[0].slots[0].acts.max_batch, ns = ex->rep[0].n_slots;
+    const int n_pieces = (d->n + piece - 1) / piece, nq = ex->n_local * ns;
     /* per local replica: correct[K], count[K], then one loss per piece (0 where another computed it) */
     const size_t nstat = 2 * (size_t)K + (size_t)n_pieces;
-    const dp_dev *dev = t->dev;
-    const int host = (dev->caps & DP_CAP_HOST_MEMORY);
     const size_t per = dp_shape_size(md->input);
-    float *stats = calloc((size_t)t->n_local * nstat, sizeof *stats);
+    float *stats = calloc((size_t)ex->n_local * nstat, sizeof *stats);
     int *idx = malloc((size_t)nq * (size_t)piece * sizeof *idx);
-    float **bufs = malloc((size_t)t->n_local * sizeof *bufs);
-    /* a device's pieces are filled on the host, go up, and their logits come back */
-    float *hx = host ? NULL : malloc((size_t)piece * per * sizeof *hx);
-    float *hlogits = host ? NULL : malloc((size_t)piece * K * sizeof *hlogits);
-    if (!stats || !idx || !bufs || (!host && (!hx || !hlogits))) {
-        free(stats), free(idx), free(bufs), free(hx), free(hlogits);
-        return dp_fail(DP_ERR_NOMEM, "out of memory for evaluation");
-    }
-    dp_status st[nq];
-    for (int q = 0; q < nq; q++) st[q] = DP_OK;
-#pragma omp parallel for num_threads(t->cfg.threads) schedule(static) if (nq > 1 && host)
+    float **bufs = malloc((size_t)ex->n_local * sizeof *bufs);
+    float *hlogits = malloc((size_t)piece * K * sizeof *hlogits); /* a device's logits, on the host */
+    float **hx = calloc((size_t)nq, sizeof *hx);                    /* each slot's pieces, filled on the host */
+    dp_status s = stats && idx && bufs && hlogits && hx ? DP_OK : dp_fail(DP_ERR_NOMEM, "out of memory for evaluation");
+    for (int q = 0; q < nq && s == DP_OK; q++)
+        s = dp_exec_host_buffer(ex, ex->rep[q / ns].slots[q % ns].eval_x, (size_t)piece * per, &hx[q]);
+    dp_status st[nq > 0 ? nq : 1];
+    for (int q = 0; q < nq; q++) st[q] = s;
+#pragma omp parallel for num_threads(dp_exec_team(ex, nq)) schedule(static) if (nq > 1)
     for (int q = 0; q < nq; q++) {
         const int r = q / ns;
-        dp_slot *sl = &t->rep[r].slots[q % ns];
-        float *s = stats + (size_t)r * nstat;
+        dp_slot *sl = &ex->rep[r].slots[q % ns];
+        float *sr = stats + (size_t)r * nstat;
         int *my_idx = idx + (size_t)q * piece;
-        dp_exec x = {.training = 0, .nthreads = 1, .k = t->k, .stream = t->kc.stream, .blas = t->kc.blas, .tf32 = t->kc.tf32,
-                     .params = t->rep[0].params, .buffers = t->rep[0].buffers};
-        float *ex = host ? sl->eval_x : hx;
+        dp_exec x = {.training = 0, .nthreads = 1, .k = ex->k, .stream = ex->kc.stream, .blas = ex->kc.blas,
+                     .tf32 = ex->kc.tf32, .params = ex->rep[0].params, .buffers = ex->rep[0].buffers};
         int32_t *ey = sl->eval_y;
-        const int worker = t->rep[r].rank * ns + q % ns;
+        const int worker = ex->rep[r].rank * ns + q % ns;
         for (int c = worker; c < n_pieces && st[q] == DP_OK; c += t->world * ns) {
             int n = d->n - c * piece < piece ? d->n - c * piece : piece;
             for (int i = 0; i < n; i++) my_idx[i] = c * piece + i;
-            dp_batch_fill(d, my_idx, NULL, n, NULL, ex, ey);
-            if (!host) st[q] = dev->upload(dev, sl->eval_x, hx, (size_t)n * per * sizeof(float));
+            dp_batch_fill(d, my_idx, NULL, n, NULL, hx[q], ey);
+            st[q] = dp_exec_put(ex, sl->eval_x, hx[q], (size_t)n * per * sizeof(float));
             x.batch = x.stat_batch = n;
             if (st[q] == DP_OK) st[q] = dp_model_forward(md, &sl->acts, &x, sl->eval_x);
-            const float *logits = sl->acts.out[md->output];
-            if (st[q] == DP_OK && !host)
-                st[q] = dev->download(dev, hlogits, logits, (size_t)n * K * sizeof(float)), logits = hlogits;
+            const float *logits = NULL;
+            if (st[q] == DP_OK)
+                st[q] = dp_exec_view(ex, hlogits, sl->acts.out[md->output], (size_t)n * K * sizeof(float), &logits);
             if (st[q] != DP_OK) break;
             /* the loss on the host, from the logits: the CPU kernel, the same bits for any device's logits */
             int32_t hits;
             const dp_kctx hc = {.nthreads = 1};
-            dp_cpu_kernels.softmax_xent(&hc, n, K, logits, ey, 0.0f, NULL, &s[2 * (size_t)K + (size_t)c], &hits);
+            dp_cpu_kernels.softmax_xent(&hc, n, K, logits, ey, 0.0f, NULL, &sr[2 * (size_t)K + (size_t)c], &hits);
             /* the slots of a replica share its counters: whole numbers, exact in any order */
             for (int i = 0; i < n; i++) {
                 const float *z = logits + (size_t)i * K;
@@ -66,18 +62,23 @@ dp_status dp_evaluate(dp_trainer *t, const dp_dataset *d, dp_step_metrics *m, lo
                     if (z[k] > z[best]) best = k;
                 int y = ey[i];
 #pragma omp atomic
-                s[K + y] += 1.0f;
+                sr[K + y] += 1.0f;
                 if (best == y) {
 #pragma omp atomic
-                    s[y] += 1.0f;
+                    sr[y] += 1.0f;
                 }
             }
         }
     }
-    dp_status s = DP_OK;
+    for (int q = 0; q < nq && hx; q++)
+        if (hx[q]) dp_exec_host_buffer_free(ex, ex->rep[q / ns].slots[q % ns].eval_x, hx[q]);
+    if (s != DP_OK) {
+        free(stats), free(idx), free(bufs), free(hlogits), free(hx);
+        return s;
+    }
     for (int q = 0; q < nq && s == DP_OK; q++) s = st[q];
-    for (int r = 0; r < t->n_local; r++) bufs[r] = stats + (size_t)r * nstat;
-    if (s == DP_OK) s = dp_host_allreduce(t, bufs, nstat);
+    for (int r = 0; r < ex->n_local; r++) bufs[r] = stats + (size_t)r * nstat;
+    if (s == DP_OK) s = dp_exec_host_allreduce(ex, bufs, nstat);
     if (s == DP_OK) {
         memset(m, 0, sizeof *m);
         for (int k = 0; k < K; k++) {
@@ -88,6 +89,6 @@ dp_status dp_evaluate(dp_trainer *t, const dp_dataset *d, dp_step_metrics *m, lo
         }
         m->loss_sum = dp_tree_sum_scalars(bufs[0] + 2 * K, n_pieces, 1);
     }
-    free(stats), free(idx), free(bufs), free(hx), free(hlogits);
+    free(stats), free(idx), free(bufs), free(hlogits), free(hx);
     return s;
 }

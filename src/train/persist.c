@@ -14,11 +14,12 @@
 #include "io/ckpt_dir.h"
 #include "optim/sgd.h"
 #include "train/signals.h"
+#include "train/strategy.h"
 #include "train/trainer.h"
 
 static int holds_rank0(const dp_trainer *t) {
-    for (int r = 0; r < t->n_local; r++)
-        if (t->rep[r].rank == 0) return 1;
+    for (int r = 0; r < t->ex.n_local; r++)
+        if (t->ex.rep[r].rank == 0) return 1;
     return 0;
 }
 
@@ -40,10 +41,10 @@ dp_status dp_persist_setup(dp_trainer *t) {
     t->inject_nan_step = inj ? atol(inj) : 0;
     const char *sig = getenv("DPTRAIN_INJECT_SIGNAL_FINAL_EVAL");
     t->inject_eval_signal = sig ? atoi(sig) : 0;
-    DP_ALLOC(t->stop_bufs, t->n_local, "stop flags");
-    for (int r = 0; r < t->n_local; r++) DP_ALLOC(t->stop_bufs[r], 2, "stop flags");
+    DP_ALLOC(t->stop_bufs, t->ex.n_local, "stop flags");
+    for (int r = 0; r < t->ex.n_local; r++) DP_ALLOC(t->stop_bufs[r], 2, "stop flags");
     if (c->on_nan_skip && t->model.buffers.n)
-        DP_TRY(t->dev->alloc(t->dev, &t->bn_snapshot, (size_t)t->n_local * t->model.buffers.n, "BN buffer snapshot"));
+        DP_TRY(t->dev->alloc(t->dev, &t->bn_snapshot, (size_t)t->ex.n_local * t->model.buffers.n, "BN buffer snapshot"));
     if (t->have_train && (c->checkpoint_dir || c->resume_path || c->save_path)) {
         const dp_dataset *d = &t->train;
         uLong crc = crc32(0L, Z_NULL, 0);
@@ -124,11 +125,11 @@ static int settings(const dp_trainer *t, dp_st_meta *m, char (*v)[128]) {
 }
 
 dp_status dp_persist_save(dp_trainer *t, const char *flag, const char *path) {
-    DP_TRY(dp_strategy_finish(t)); /* DP: replica 0 must hold the master's weights (collective) */
+    DP_TRY(t->strategy->finish(t, t->strategy_state)); /* DP: replica 0 must hold the master's weights (collective) */
     if (!holds_rank0(t)) return DP_OK;
     dp_replica *r0 = NULL;
-    for (int r = 0; r < t->n_local; r++)
-        if (t->rep[r].rank == 0) r0 = &t->rep[r];
+    for (int r = 0; r < t->ex.n_local; r++)
+        if (t->ex.rep[r].rank == 0) r0 = &t->ex.rep[r];
     DP_TRY(dp_replica_pull(r0, &t->model)); /* a device's arenas into the host copies */
     char buf[4096];
     if (!path) {
@@ -213,27 +214,27 @@ static long get_long(const float *f) { return (long)f[0] | ((long)f[1] << 20) | 
 dp_status dp_persist_resume(dp_trainer *t) {
     if (!t->cfg.resume_path) return DP_OK;
     dp_train_pos pos = {0};
-    float *enc[t->n_local], store[t->n_local][15];
-    for (int r = 0; r < t->n_local; r++) {
+    float *enc[t->ex.n_local], store[t->ex.n_local][15];
+    for (int r = 0; r < t->ex.n_local; r++) {
         enc[r] = store[r];
         memset(store[r], 0, sizeof store[r]);
-        if (t->rep[r].rank != 0) continue;
-        DP_TRY(load_newest(t, &t->rep[r], &pos));
-        DP_TRY(dp_replica_push(&t->rep[r], &t->model));
+        if (t->ex.rep[r].rank != 0) continue;
+        DP_TRY(load_newest(t, &t->ex.rep[r], &pos));
+        DP_TRY(dp_replica_push(&t->ex.rep[r], &t->model));
         put_long(store[r], pos.epoch), put_long(store[r] + 3, pos.next_batch), put_long(store[r] + 6, pos.step);
         put_long(store[r] + 9, pos.skipped), put_long(store[r] + 12, pos.bn_batches);
     }
-    DP_TRY(dp_host_broadcast(t, enc, 15));
+    DP_TRY(dp_exec_host_broadcast(&t->ex, enc, 15));
     pos.epoch = (int)get_long(enc[0]), pos.next_batch = (int)get_long(enc[0] + 3), pos.step = get_long(enc[0] + 6);
     pos.skipped = get_long(enc[0] + 9), pos.bn_batches = get_long(enc[0] + 12);
     const dp_model *m = &t->model;
-    float *p[t->n_local];
-    for (int r = 0; r < t->n_local; r++) p[r] = t->rep[r].params;
+    float *p[t->ex.n_local];
+    for (int r = 0; r < t->ex.n_local; r++) p[r] = t->ex.rep[r].params;
     DP_TRY(dp_broadcast(t->backend, p, m->params.n, 0));
-    for (int r = 0; r < t->n_local; r++) p[r] = t->rep[r].momentum;
+    for (int r = 0; r < t->ex.n_local; r++) p[r] = t->ex.rep[r].momentum;
     DP_TRY(dp_broadcast(t->backend, p, m->params.n, 0));
     if (m->buffers.n) {
-        for (int r = 0; r < t->n_local; r++) p[r] = t->rep[r].buffers;
+        for (int r = 0; r < t->ex.n_local; r++) p[r] = t->ex.rep[r].buffers;
         DP_TRY(dp_broadcast(t->backend, p, m->buffers.n, 0));
     }
     if (pos.next_batch > t->sampler.n_batches)
@@ -250,13 +251,13 @@ dp_status dp_persist_resume(dp_trainer *t) {
 dp_status dp_persist_stop_requested(dp_trainer *t, int *sig) {
     int mine = dp_signals_pending();
     *sig = mine;
-    if (t->n_local == t->world) return DP_OK; /* one process: nobody else to ask */
+    if (t->ex.n_local == t->world) return DP_OK; /* one process: nobody else to ask */
     /* under mpirun a Ctrl-C may reach only some ranks: every rank stops at the same step */
-    for (int r = 0; r < t->n_local; r++) {
+    for (int r = 0; r < t->ex.n_local; r++) {
         t->stop_bufs[r][0] = mine != 0;
         t->stop_bufs[r][1] = mine == SIGTERM;
     }
-    DP_TRY(dp_host_allreduce(t, t->stop_bufs, 2));
+    DP_TRY(dp_exec_host_allreduce(&t->ex, t->stop_bufs, 2));
     if (!mine && t->stop_bufs[0][0] > 0) *sig = t->stop_bufs[0][1] > 0 ? SIGTERM : SIGINT;
     return DP_OK;
 }
@@ -281,7 +282,7 @@ static void append_quoted(char *buf, size_t n, const char *s) {
 
 void dp_persist_resume_command(const dp_trainer *t, char *buf, size_t n) {
     buf[0] = '\0';
-    if (strcmp(t->cfg.backend, "mpi") == 0) snprintf(buf, n, "mpirun -np %d ", t->world);
+    snprintf(buf, n, "%s", t->backend->relaunch);
     int argc = t->cfg.argc ? *t->cfg.argc : 0, has_resume = 0;
     char **argv = t->cfg.argv ? *t->cfg.argv : NULL;
     for (int i = 0; i < argc; i++) {

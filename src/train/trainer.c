@@ -3,7 +3,6 @@
 #include "train/trainer.h"
 
 #include "backends/launch_env.h"
-#include "backends/nccl.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -23,8 +22,9 @@
 #include "io/checkpoint.h"
 #include "io/ckpt_dir.h"
 #include "report/progress.h"
-#include "train/memory.h"
+#include "exec/memory.h"
 #include "train/signals.h"
+#include "train/strategy.h"
 
 void dp_config_defaults(dp_config *c) {
     memset(c, 0, sizeof *c);
@@ -55,22 +55,6 @@ void dp_config_defaults(dp_config *c) {
     c->progress = -1;
 }
 
-/* The node after whose backward each bucket's gradients are all written. */
-static dp_status map_buckets(dp_trainer *t) {
-    const dp_layout *L = &t->model.params;
-    DP_ALLOC(t->bucket_node, L->n_buckets, "bucket table");
-    DP_ALLOC(t->bucket_req, L->n_buckets, "bucket requests");
-    for (int b = 0; b < L->n_buckets; b++) {
-        int ft = L->bucket_first_tensor[b];
-        t->bucket_node[b] = 0;
-        for (int i = 0; i < t->model.n_nodes; i++) {
-            const dp_layer *l = &t->model.nodes[i];
-            if (ft >= l->tensor0 && ft < l->tensor0 + l->n_tensors) t->bucket_node[b] = i;
-        }
-    }
-    return DP_OK;
-}
-
 static dp_status load_data(dp_trainer *t) {
     dp_config *c = &t->cfg;
     /* the weights' file first: a directory (its newest checkpoint named), a FIFO or a missing file
@@ -95,21 +79,19 @@ static dp_status init_params(dp_trainer *t) {
     dp_rng rng;
     dp_rng_seed(&rng, t->cfg.seed, 0x1A17);
     const char *from = t->cfg.eval_only ? t->cfg.load_path : t->cfg.init_path;
-    for (int r = 0; r < t->n_local; r++) {
-        if (t->rep[r].rank != 0) continue;
+    for (int r = 0; r < t->ex.n_local; r++) {
+        if (t->ex.rep[r].rank != 0) continue;
         /* num_batches_tracked goes on from the file's, as PyTorch's load_state_dict does; only rank 0
          * writes checkpoints, so only its process needs the count */
         if (from)
-            DP_TRY(dp_checkpoint_load_weights(t->cfg.eval_only ? "--load" : "--init-from", from, m, t->rep[r].h_params,
-                                              t->rep[r].h_buffers, &t->bn_batches));
+            DP_TRY(dp_checkpoint_load_weights(t->cfg.eval_only ? "--load" : "--init-from", from, m, t->ex.rep[r].h_params,
+                                              t->ex.rep[r].h_buffers, &t->bn_batches));
         else
-            dp_model_init_params(m, t->rep[r].h_params, t->rep[r].h_buffers, &rng);
-        DP_TRY(dp_replica_push(&t->rep[r], m)); /* a device's arenas from the host copies */
+            dp_model_init_params(m, t->ex.rep[r].h_params, t->ex.rep[r].h_buffers, &rng);
+        DP_TRY(dp_replica_push(&t->ex.rep[r], m)); /* a device's arenas from the host copies */
     }
-    float *p[t->n_local], *b[t->n_local];
-    for (int r = 0; r < t->n_local; r++) p[r] = t->rep[r].params, b[r] = t->rep[r].buffers;
-    DP_TRY(dp_broadcast(t->backend, p, m->params.n, 0));
-    if (m->buffers.n) DP_TRY(dp_broadcast(t->backend, b, m->buffers.n, 0));
+    DP_TRY(dp_exec_broadcast(&t->ex, dp_exec_slices(&t->ex, DP_ARENA_PARAMS, 0), m->params.n, 0));
+    if (m->buffers.n) DP_TRY(dp_exec_broadcast(&t->ex, dp_exec_slices(&t->ex, DP_ARENA_BUFFERS, 0), m->buffers.n, 0));
     return DP_OK;
 }
 
@@ -132,25 +114,23 @@ static dp_status plan_lanes(dp_trainer *t, dp_sampler *s, int n_train, lane_plan
         p->max_local = dp_sampler_max_local(s);
     } else { /* evaluation only: slots for the threads, batches of the training size */
         p->lanes = 1;
-        p->slots = t->n_local < c->threads ? c->threads / t->n_local : 1;
+        const int n_local = dp_backend_n_local(t->backend);
+        p->slots = n_local < c->threads ? c->threads / n_local : 1;
         p->lane_batch = (c->batch_size + t->world - 1) / t->world;
         p->max_local = p->lane_batch;
     }
     return DP_OK;
 }
 
-static dp_status check_memory(dp_trainer *t, const dp_model *m, const dp_dataset *train, const dp_dataset *test,
-                              const lane_plan *p, int data_loaded) {
+static dp_status check_memory(dp_trainer *t, int n_local, const dp_model *m, const dp_dataset *train,
+                              const dp_dataset *test, const lane_plan *p, int data_loaded) {
     const dp_config *c = &t->cfg;
     dp_mem_estimate me;
-    dp_mem_shape sh = {.n_local = t->n_local, .n_lanes = p->lanes, .n_slots = p->slots, .lane_batch = p->lane_batch,
+    dp_mem_shape sh = {.n_local = n_local, .n_lanes = p->lanes, .n_slots = p->slots, .lane_batch = p->lane_batch,
                        .max_local = p->max_local,
                        .loader_slots = train ? (c->workers > 0 ? 2 * c->workers + 1 : 1) : 0, .k = t->dev->k};
     dp_estimate_memory(m, train, test, &sh, &me);
-    if ((t->dev->caps & DP_CAP_HOST_MEMORY) || !t->dev->mem_info) return dp_check_memory(&me, &sh, data_loaded);
-    unsigned long long free_b = 0, total_b = 0;
-    DP_TRY(t->dev->mem_info(t->dev, &free_b, &total_b));
-    return dp_check_device_memory(&me, &sh, data_loaded, free_b, t->dev->reserved, t->dev->desc);
+    return dp_exec_check_memory(t->dev, &me, &sh, data_loaded);
 }
 
 /* Synthetic data's size is known from the flags: estimate the whole run before generating
@@ -168,7 +148,7 @@ static dp_status precheck_synthetic(dp_trainer *t) {
     lane_plan lp;
     dp_status s = plan_lanes(t, &tmp, c->eval_only ? 0 : train.n, &lp);
     if (!c->eval_only) dp_sampler_free(&tmp);
-    if (s == DP_OK) s = check_memory(t, &m, c->eval_only ? NULL : &train, &test, &lp, 0);
+    if (s == DP_OK) s = check_memory(t, dp_backend_n_local(t->backend), &m, c->eval_only ? NULL : &train, &test, &lp, 0);
     dp_model_free(&m);
     return s;
 }
@@ -185,9 +165,9 @@ static int default_threads(void) {
     return usable / l.local_world > 0 ? usable / l.local_world : 1;
 }
 
-static int holds_rank0(const dp_trainer *t) {
-    for (int r = 0; r < t->n_local; r++)
-        if (t->rep[r].rank == 0) return 1;
+int dp_trainer_holds_rank0(const dp_trainer *t) {
+    for (int r = 0; r < t->ex.n_local; r++)
+        if (t->ex.rep[r].rank == 0) return 1;
     return 0;
 }
 
@@ -195,35 +175,16 @@ static dp_status setup(dp_trainer *t) {
     dp_config *c = &t->cfg;
     if (c->threads <= 0) c->threads = default_threads();
     openblas_set_num_threads(1); /* parallelism is ours: over samples or over replicas */
-    if (c->device && strcmp(c->device, "cpu") != 0 && strcmp(c->backend, "mpi") == 0)
-        return dp_fail(DP_ERR_USAGE, "--device %s: --backend mpi moves host memory, so its replicas compute on the CPU "
-                       "(drop --device; GPUs across processes are --backend nccl)", c->device);
     int gpu = c->gpu;
-    if (strcmp(c->backend, "nccl") == 0) { /* one GPU per process: the launch says which */
-#if DP_HAVE_NCCL
-        const int on_cpu = c->device && strcmp(c->device, "cpu") == 0;
-        if (on_cpu && !dp_nccl_moves_host_memory())
-            return dp_fail(DP_ERR_USAGE, "--device cpu: --backend nccl moves GPU memory (drop --device, or use --backend "
-                           "sim or mpi for the CPU)");
-        DP_TRY(dp_nccl_precheck(&gpu));
-        if (!on_cpu) c->device = "cuda";
-#else
-        return dp_fail(DP_ERR_UNSUPPORTED, "--backend nccl: not compiled into this build (needs the CUDA toolkit and "
-                       "NCCL at build time; set NCCL_ROOT and rebuild)");
-#endif
-    }
-    if (!c->device) c->device = "cpu";
+    DP_TRY(dp_backend_device(c->backend, c->device, c->gpu, &c->device, &gpu));
     DP_TRY(dp_dev_open(c->device, gpu, c->tf32, &t->dev));
-    t->k = t->dev->k;
-    t->kc = t->dev->kc;
 
     dp_backend_config bc = {.name = c->backend, .replicas = c->replicas, .nthreads = c->threads,
                             .algorithm = c->allreduce_algo, .timeout_s = c->timeout_s,
                             .argc = c->argc, .argv = c->argv, .dev = t->dev};
     DP_TRY(dp_backend_create(&bc, &t->backend));
-    t->n_local = dp_backend_n_local(t->backend);
     t->world = dp_backend_world(t->backend);
-    DP_ALLOC(t->hc_scratch, t->n_local, "collective scratch");
+    const int n_local = dp_backend_n_local(t->backend);
     /* checked here, not in the parser: each flag parses on its own (tests/test_options.c) */
     if ((c->save_every || c->save_every_epochs || c->keep) && !c->checkpoint_dir)
         return dp_fail(DP_ERR_USAGE, "--%s needs --checkpoint DIR", c->keep ? "keep" : "save-every");
@@ -234,7 +195,6 @@ static dp_status setup(dp_trainer *t) {
         if (c->checkpoint_dir) DP_TRY(dp_check_output_dir("--checkpoint", c->checkpoint_dir));
         if (c->save_path) DP_TRY(dp_check_output_file("--save", c->save_path));
         if (c->plot_path) DP_TRY(dp_check_output_file("--plot", c->plot_path));
-        DP_TRY(dp_predict_precheck(c));
         /* before any data is read: a log that cannot be created is a start-time error (rank 0 writes it) */
         DP_TRY(dp_report_check_path(c->log_path));
     }
@@ -248,8 +208,6 @@ static dp_status setup(dp_trainer *t) {
     dp_shape in = {shape_src->c, shape_src->h, shape_src->w};
     DP_TRY(dp_model_build(c->model, in, shape_src->n_classes, &t->model));
     DP_TRY(dp_layout_make_buckets(&t->model.params, (size_t)(c->bucket_mb * 1024 * 1024)));
-    DP_TRY(map_buckets(t));
-    DP_TRY(dp_check_consistency(t));
     /* the largest collective: DP reduces the whole gradient, DDP a bucket at a time */
     size_t largest = 0;
     const dp_layout *L = &t->model.params;
@@ -258,40 +216,36 @@ static dp_status setup(dp_trainer *t) {
     else
         largest = L->n;
     DP_TRY(dp_backend_reserve(t->backend, largest));
-    DP_TRY(dp_host_reserve(t, 4096));
 
     /* the sampler fixes the lanes: which samples each lane sums, so which additions happen */
     lane_plan lp;
     DP_TRY(plan_lanes(t, &t->sampler, t->have_train ? t->train.n : 0, &lp));
-    t->n_lanes = lp.lanes, t->max_local = lp.max_local;
-    int lane_batch = lp.lane_batch, n_slots = lp.slots;
-    DP_TRY(check_memory(t, &t->model, t->have_train ? &t->train : NULL, &t->test, &lp, 1));
-    DP_ALLOC(t->rep, t->n_local, "replicas");
-    for (int r = 0; r < t->n_local; r++)
-        DP_TRY(dp_replica_create(&t->rep[r], &t->model, t->dev, dp_backend_rank(t->backend, r), lane_batch, t->n_lanes,
-                                 n_slots));
-    DP_ALLOC(t->ptrs, t->n_local, "replica pointers");
-    DP_ALLOC(t->metric_bufs, t->n_local, "metrics");
-    for (int r = 0; r < t->n_local; r++) DP_ALLOC(t->metric_bufs[r], 4, "metrics");
+    DP_TRY(check_memory(t, n_local, &t->model, t->have_train ? &t->train : NULL, &t->test, &lp, 1));
+    const int timing = c->predict_topos || c->save_profile;
+    const dp_exec_config xc = {.dev = t->dev, .backend = t->backend, .model = &t->model, .threads = c->threads,
+                               .sync_bn = c->sync_bn, .n_lanes = lp.lanes, .n_slots = lp.slots,
+                               .lane_batch = lp.lane_batch, .max_local = lp.max_local, .graphs = c->graphs,
+                               .time_nodes = timing};
+    DP_TRY(dp_exec_create(&t->ex, &xc));
+    DP_TRY(dp_check_consistency(t));
+    DP_ALLOC(t->metric_bufs, n_local, "metrics");
+    for (int r = 0; r < n_local; r++) DP_ALLOC(t->metric_bufs[r], 4, "metrics");
     DP_TRY(init_params(t));
-    DP_TRY(dp_strategy_alloc(t));
+    t->strategy = c->mode == DP_MODE_DP ? &dp_strategy_dp : &dp_strategy_ddp;
+    DP_TRY(t->strategy->alloc(t, &t->strategy_state));
     memset(&t->backend->stats, 0, sizeof t->backend->stats);
-    if (c->predict_topos || c->save_profile) { /* record each step's collectives for the model */
+    if (timing) { /* record each step's collectives for the model */
         t->trace.cap = 1024;
         DP_ALLOC(t->trace.recs, t->trace.cap, "collective records");
         t->trace.ready_node = -1;
-        t->trace.algorithm = strcmp(c->backend, "sim") == 0 ? c->allreduce_algo : c->backend;
+        t->trace.algorithm = t->backend->algorithm;
         t->backend->trace = &t->trace;
-        /* the clock around a node call times its work only where it runs as called (the CPU); a
-           GPU's profile comes from the timing run's events (train/profile_run.c) */
-        if ((t->dev->caps & DP_CAP_HOST_MEMORY))
-            DP_ALLOC(t->node_s, (size_t)t->n_local * t->rep[0].n_slots * 2 * t->model.n_nodes, "per-node times");
     }
 
     if (t->have_train) {
-        int ranks[t->n_local];
-        for (int r = 0; r < t->n_local; r++) ranks[r] = t->rep[r].rank;
-        dp_loader_config lc = {.data = &t->train, .sampler = &t->sampler, .n_local = t->n_local, .ranks = ranks,
+        int ranks[t->ex.n_local];
+        for (int r = 0; r < t->ex.n_local; r++) ranks[r] = t->ex.rep[r].rank;
+        dp_loader_config lc = {.data = &t->train, .sampler = &t->sampler, .n_local = t->ex.n_local, .ranks = ranks,
                                .workers = c->workers, .prefetch = c->workers > 0 ? 2 * c->workers + 1 : 1,
                                .augment = {.enabled = c->augment, .seed = c->seed}};
         DP_TRY(dp_loader_create(&t->loader, &lc));
@@ -302,12 +256,12 @@ static dp_status setup(dp_trainer *t) {
                                  .warmup_steps = (long)ceil(c->warmup_epochs * steps_per_epoch)};
         memcpy(t->sched.milestones, c->lr_steps, sizeof c->lr_steps);
         t->sgd = (dp_sgd){.lr = c->lr, .momentum = c->momentum, .weight_decay = c->weight_decay, .nesterov = c->nesterov,
-                          .k = t->k, .stream = t->kc.stream};
+                          .k = t->dev->k, .stream = t->dev->kc.stream};
     }
     DP_TRY(dp_persist_setup(t));
     if (t->have_train) DP_TRY(dp_persist_resume(t));
     /* Last: the log file, so that no bad flag or file leaves one behind. */
-    int rank0 = holds_rank0(t);
+    int rank0 = dp_trainer_holds_rank0(t);
     int console = rank0 && !c->quiet;
     int progress = console && dp_progress_wanted(c->progress, STDOUT_FILENO);
     DP_TRY(dp_report_open(&t->report, rank0 ? c->log_path : NULL, c->resume_path != NULL, console, progress));
@@ -342,8 +296,7 @@ dp_status dp_trainer_create(const dp_config *cfg, dp_trainer **out) {
 /* Whether this run sums in the canonical order (data/chunks.h): bitwise equal to every other
  * replica count that divides --chunks. */
 static int canonical_order(const dp_trainer *t) {
-    const int sim_algo_ok = strcmp(t->cfg.backend, "sim") != 0 || strcmp(t->cfg.allreduce_algo, "ordered") == 0;
-    return t->have_train && t->sampler.plan.canonical && sim_algo_ok;
+    return t->have_train && t->sampler.plan.canonical && t->backend->ordered;
 }
 
 /* Every string goes through the JSON escaper: a path or name may hold any byte. */
@@ -367,9 +320,9 @@ static dp_status log_config(dp_trainer *t) {
                    "\"nesterov\":%d,\"seed\":%llu,\"threads\":%d,\"workers\":%d,\"lanes\":%d,\"buckets\":%d,"
                    "\"accumulate\":%d,\"sync_bn\":%d,\"overlap\":%d",
                    c->batch_size, c->epochs, c->lr, c->momentum, c->weight_decay, c->nesterov,
-                   (unsigned long long)c->seed, c->threads, c->workers, t->n_lanes, t->model.params.n_buckets,
+                   (unsigned long long)c->seed, c->threads, c->workers, t->ex.n_lanes, t->model.params.n_buckets,
                    c->accumulate, c->sync_bn, c->overlap);
-    dp_jbuf_kv_string(&b, "allreduce", strcmp(c->backend, "sim") == 0 ? c->allreduce_algo : c->backend, 0);
+    dp_jbuf_kv_string(&b, "allreduce", t->backend->algorithm, 0);
     dp_jbuf_printf(&b, ",\"chunks\":%d,\"canonical_order\":%d", c->chunks, canonical_order(t));
     dp_status s = dp_report_config(&t->report, &b);
     dp_jbuf_free(&b);
@@ -377,8 +330,7 @@ static dp_status log_config(dp_trainer *t) {
     if (t->report.console && t->have_train && !canonical_order(t))
         printf("note: %s, so results equal other replica counts only within float rounding (bitwise for every "
                "replica count that divides --chunks %d, with --allreduce ordered)\n",
-               strcmp(c->allreduce_algo, "ordered") != 0 && strcmp(c->backend, "sim") == 0
-                   ? "--allreduce ring/tree sums in its own order"
+               !t->backend->ordered ? "--allreduce ring/tree sums in its own order"
                    : "the replica count does not divide --chunks",
                c->chunks);
     return DP_OK;
@@ -433,8 +385,8 @@ static dp_status nonfinite_step(dp_trainer *t, dp_status s, int epoch) {
                  "replica); the update was not applied", epoch, t->step + 1);
     if (t->cfg.on_nan_skip) {
         if (s == DP_ERR_NUMERIC && t->bn_snapshot) /* the forward pass moved the BN statistics: undo it */
-            for (int r = 0; r < t->n_local; r++)
-                DP_TRY(t->dev->copy(t->dev, t->rep[r].buffers, t->bn_snapshot + (size_t)r * t->model.buffers.n,
+            for (int r = 0; r < t->ex.n_local; r++)
+                DP_TRY(t->dev->copy(t->dev, t->ex.rep[r].buffers, t->bn_snapshot + (size_t)r * t->model.buffers.n,
                                     t->model.buffers.n * sizeof(float)));
         t->skipped++;
         return DP_OK;
@@ -450,7 +402,7 @@ static dp_status run_epoch(dp_trainer *t, int epoch, int first, int *stop) {
     t->epoch = epoch;
     DP_TRY(dp_loader_start_epoch_at(t->loader, epoch - 1, first));
     memset(&t->backend->stats, 0, sizeof t->backend->stats);
-    t->comm_overlap_s = 0;
+    t->ex.comm_overlap_s = 0;
     const int nb = t->sampler.n_batches, K = c->accumulate;
     dp_step_metrics em = {0}, sm = {0};
     double wait_total = 0, compute = 0, t0 = dp_now(), last_end = t0;
@@ -462,8 +414,8 @@ static dp_status run_epoch(dp_trainer *t, int epoch, int first, int *stop) {
         wait_total += wait;
         lr = dp_schedule_lr(&t->sched, epoch, t->step);
         if (t->bn_snapshot && b % K == 0) /* a step's state before its first micro-step */
-            for (int r = 0; r < t->n_local; r++)
-                DP_TRY(t->dev->copy(t->dev, t->bn_snapshot + (size_t)r * t->model.buffers.n, t->rep[r].buffers,
+            for (int r = 0; r < t->ex.n_local; r++)
+                DP_TRY(t->dev->copy(t->dev, t->bn_snapshot + (size_t)r * t->model.buffers.n, t->ex.rep[r].buffers,
                                     t->model.buffers.n * sizeof(float)));
         if (t->inject_nan_step && t->step + 1 == t->inject_nan_step && batches[0].n > 0)
             batches[0].x[0] = NAN; /* fault injection for the tests: DPTRAIN_INJECT_NAN_STEP */
@@ -507,13 +459,13 @@ static dp_status run_epoch(dp_trainer *t, int epoch, int first, int *stop) {
     double seconds = dp_now() - t0;
     dp_epoch_report e = {.epoch = epoch, .epochs = c->epochs, .steps = t->step, .lr = lr, .seconds = seconds,
                          .data_wait_s = wait_total, .compute_s = compute, .comm = t->backend->stats,
-                         .comm_hidden_s = t->comm_overlap_s, .skipped_steps = t->skipped, .first_batch = first,
+                         .comm_hidden_s = t->ex.comm_overlap_s, .skipped_steps = t->skipped, .first_batch = first,
                          .n_batches = nb};
     e.train_loss = em.count ? em.loss_sum / em.count : 0;
     e.train_acc = em.count ? (double)em.correct / em.count : 0;
     e.images_per_s = seconds > 0 ? em.count / seconds : 0;
     double te = dp_now();
-    DP_TRY(dp_strategy_finish(t));
+    DP_TRY(t->strategy->finish(t, t->strategy_state));
     dp_step_metrics tm;
     DP_TRY(in_context(evaluate_test(t, &tm), "evaluating epoch %d", epoch));
     e.eval_seconds = dp_now() - te;
@@ -526,7 +478,7 @@ static dp_status run_epoch(dp_trainer *t, int epoch, int first, int *stop) {
 
 /* after_training: the signal came during the final evaluation, with training done. */
 static dp_status say_stopped(dp_trainer *t, int after_training) {
-    if (!holds_rank0(t)) return DP_OK;
+    if (!dp_trainer_holds_rank0(t)) return DP_OK;
     char cmd[8192];
     dp_persist_resume_command(t, cmd, sizeof cmd);
     if (t->report.progress) printf("\n"); /* off the progress bar's line */
@@ -554,7 +506,7 @@ static dp_status say_stopped(dp_trainer *t, int after_training) {
 static dp_status run(dp_trainer *t) {
     DP_TRY(log_config(t));
     if (t->cfg.eval_only) return final_eval(t, NULL);
-    if (t->cfg.predict_only) return dp_trainer_predict(t);
+    if (t->cfg.predict_only) return DP_OK; /* the overhead model alone: the caller runs it */
     if (t->last_ckpt[0]) {
         dp_jbuf f = {0};
         dp_jbuf_printf(&f, "\"epoch\":%d,\"next_batch\":%d,\"step\":%ld", t->start_epoch, t->start_batch, t->step);
@@ -563,7 +515,7 @@ static dp_status run(dp_trainer *t) {
         dp_jbuf_free(&f);
         DP_TRY(s);
     }
-    if (t->last_ckpt[0] && holds_rank0(t) && !t->cfg.quiet)
+    if (t->last_ckpt[0] && dp_trainer_holds_rank0(t) && !t->cfg.quiet)
         printf("resuming from %s: epoch %d, batch %d, step %ld\n", t->last_ckpt, t->start_epoch, t->start_batch,
                t->step);
     dp_signals_install();
@@ -589,12 +541,14 @@ static dp_status run(dp_trainer *t) {
         t->stop_signal = sig;
         return say_stopped(t, 1);
     }
-    if (holds_rank0(t)) DP_TRY(dp_trainer_predict(t));
     return DP_OK;
 }
 
-dp_status dp_trainer_run(dp_trainer *t) {
-    dp_status s = run(t);
+dp_status dp_trainer_train(dp_trainer *t) { return run(t); }
+
+dp_status dp_trainer_run(dp_trainer *t) { return dp_trainer_close(t, run(t)); }
+
+dp_status dp_trainer_close(dp_trainer *t, dp_status s) {
     if (s != DP_OK) {
         dp_report_error(&t->report, dp_last_error());
         t->backend->failed = 1;
@@ -612,30 +566,19 @@ void dp_trainer_destroy(dp_trainer *t) {
     }
     dp_loader_destroy(t->loader);
     dp_sampler_free(&t->sampler);
-    if (t->rep)
-        for (int r = 0; r < t->n_local; r++) dp_replica_free(&t->rep[r]);
-    free(t->rep);
+    if (t->strategy) t->strategy->free(t, t->strategy_state);
     if (t->metric_bufs)
-        for (int r = 0; r < t->n_local; r++) free(t->metric_bufs[r]);
+        for (int r = 0; r < t->ex.n_local; r++) free(t->metric_bufs[r]);
     free(t->metric_bufs);
-    free(t->ptrs);
     if (t->stop_bufs)
-        for (int r = 0; r < t->n_local; r++) free(t->stop_bufs[r]);
+        for (int r = 0; r < t->ex.n_local; r++) free(t->stop_bufs[r]);
     free(t->stop_bufs);
     free(t->eval_correct);
     free(t->eval_count);
     dp_ckpt_dir_unlock(t->ckpt_lock_fd);
     if (t->dev) t->dev->free(t->dev, t->bn_snapshot);
-    dp_host_coll_free(t);
-    if (t->dev) dp_graph_cache_free(&t->graphs, t->dev);
-    dp_strategy_free(t);
-    free(t->bucket_node);
-    free(t->bucket_req);
-    free(t->lane_loss);
-    free(t->lane_correct);
-    free(t->step_count);
+    dp_exec_free(&t->ex);
     free(t->trace.recs);
-    free(t->node_s);
     dp_report_discard(&t->report);
     dp_model_free(&t->model);
     if (t->have_train) dp_dataset_free(&t->train);

@@ -1,7 +1,7 @@
-/* trainer.h: one trainer for every backend. It drives the replicas this process owns through
- * data -> sampler -> replicas -> backend collectives -> optimizer, in lockstep node by node,
- * and never asks which backend it runs on. DDP and DP differ only in the strategy
- * (src/train/step.c): which collectives run, when, and who steps. */
+/* trainer.h: one trainer for every backend and device: the epoch loop, the report, checkpoints
+ * and stopping. Data flows data -> sampler -> executor (exec/executor.h: how the device runs the
+ * replicas) -> strategy (strategy.h: DDP or DP, which collectives run, when, and who steps) ->
+ * backend collectives -> optimizer; the trainer never asks which device or backend it runs on. */
 #ifndef DP_TRAINER_H
 #define DP_TRAINER_H
 
@@ -14,10 +14,9 @@
 #include "optim/sgd.h"
 #include "report/report.h"
 #include "train/config.h"
-#include "train/graph.h"
-#include "train/replica.h"
+#include "exec/executor.h"
 
-typedef struct {
+typedef struct dp_step_metrics {
     double loss_sum;  /* sum of per-sample losses */
     long correct, count;
 } dp_step_metrics;
@@ -28,13 +27,11 @@ typedef struct dp_trainer {
     dp_dataset train, test;
     int have_train;
     dp_backend_t backend;
-    dp_dev *dev;              /* where the replicas compute (core/device.h) */
-    const dp_kernels *k;      /* the device's kernel table */
-    dp_kctx kc;               /* and the context of the trainer's own kernel calls */
-    int n_local, world;
-    int n_lanes;              /* lanes (gradient partials) per replica and step (replica.h) */
-    int max_local;            /* the most samples a replica gets in a micro-step */
-    dp_replica *rep;          /* (n_local) */
+    dp_dev *dev;              /* the device opened for the run (core/device.h) */
+    int world;                /* replicas over all processes */
+    dp_executor ex;           /* how the device runs the replicas (exec/executor.h) */
+    const struct dp_strategy_s *strategy; /* DDP or DP (strategy.h) */
+    void *strategy_state;
     dp_sampler sampler;
     dp_loader *loader;
     dp_schedule sched;
@@ -42,37 +39,8 @@ typedef struct dp_trainer {
     long step;                /* optimizer steps done */
     int epoch;                /* current epoch, from 1 */
     dp_reporter report;
-    /* DP: per local replica, its gather record and the gathered records of all replicas */
-    float *dp_send, *dp_recv;
-    float *dp_in, *dp_in_all; /* DP: each local replica's scattered input; the master's whole batch */
-    /* DP, the master's loss: the gathered records on the host, each replica's label tail, every
-       replica's labels (host and device), one lane's logit gradients, the lanes' losses and hits */
-    float *dp_host_rec, *dp_tail;
-    int32_t *h_labels, *d_labels;
-    float *d_dlogits, *h_dp_loss, *d_dp_loss;
-    int32_t *h_dp_correct, *d_dp_correct;
-    float **ptrs;             /* (n_local) scratch for collectives over per-replica pointers */
-    int *bucket_node;         /* (n_buckets) node after whose backward the bucket is complete */
-    dp_req *bucket_req;       /* (n_buckets) the bucket's all-reduce in flight */
     float **metric_bufs;      /* (n_local) [loss_sum, correct, count] per replica */
-    float *lane_loss;         /* (n_local, n_lanes) each lane's loss sum this step (host) */
-    int *lane_correct;        /* (n_local, n_lanes) */
-    float *d_lane_loss;       /* where the loss kernels write them: on the device (the host arrays on a CPU) */
-    int32_t *d_lane_correct;
-    dp_batch *d_batches;      /* (n_local) device runs: the loader's batches copied to the device */
-    dp_graph_cache graphs;    /* device runs: the recorded micro-steps (graph.h) */
-    dp_batch *h_stage;        /* (n_local) device runs: pinned copies of the batches the uploads read */
-    int stage_busy;           /* an upload from h_stage may still be in flight (no wait since) */
-    float **hc_scratch;       /* (n_local) device scratch of hostcoll.c, hc_floats each */
-    size_t hc_floats;
-    int *step_count;          /* (n_local) samples so far this step */
-    int lanes_clear;          /* lanes 1.. hold zeros (the last step's tree cleared them) */
-    /* --predict / --save-profile: per slot q, node i's forward (q, 0, i) and backward (q, 1, i)
-       seconds summed over the run, timed around each node call; NULL: not timing */
-    double *node_s;
-    long node_runs, node_samples; /* lane-runs timed, and the samples they held */
     dp_coll_trace trace;      /* --predict / --save-profile: the collectives of the latest step */
-    double comm_overlap_s;    /* host time of collectives issued during backward (could hide behind it) */
     /* checkpoints and stopping (persist.c) */
     int start_epoch, start_batch; /* where training begins (a resumed run: mid-epoch) */
     int next_epoch, next_batch;   /* where a checkpoint written now would continue */
@@ -98,8 +66,15 @@ typedef struct dp_trainer {
 /* Loads data, builds the model, the backend and the replicas, initialises parameters (or
  * loads --load), all before anything is written. */
 dp_status dp_trainer_create(const dp_config *cfg, dp_trainer **out);
-/* Trains cfg->epochs epochs (or until max_steps), evaluating after each; or evaluates only. */
+/* Trains cfg->epochs epochs (or until max_steps), evaluating after each; or evaluates only;
+ * then closes the report (dp_trainer_train, then dp_trainer_close). */
 dp_status dp_trainer_run(dp_trainer *t);
+/* The run alone, the report left open for what the caller adds (the overhead model). */
+dp_status dp_trainer_train(dp_trainer *t);
+/* Reports s when it is a failure (and marks the backend failed), then closes the report. */
+dp_status dp_trainer_close(dp_trainer *t, dp_status s);
+/* Whether this process drives global replica 0 (it writes the log, checkpoints, predictions). */
+int dp_trainer_holds_rank0(const dp_trainer *t);
 void dp_trainer_destroy(dp_trainer *t);
 
 /* Batch b of the epoch on the local replicas' shares (the loader's batches): one micro-step
@@ -109,17 +84,6 @@ void dp_trainer_destroy(dp_trainer *t);
 dp_status dp_train_micro(dp_trainer *t, const dp_batch *batches, int b, float lr, dp_step_metrics *m);
 /* Fails, naming the ranks, when processes were started with different flags, model or data. */
 dp_status dp_check_consistency(dp_trainer *t);
-/* Strategy buffers (DP's gather records); called once at setup. */
-dp_status dp_strategy_alloc(dp_trainer *t);
-void dp_strategy_free(dp_trainer *t);
-/* Makes every replica hold the master's parameters (DP) before evaluation or a checkpoint. */
-dp_status dp_strategy_finish(dp_trainer *t);
-/* The overhead model after a run (--predict, --save-profile) or instead of one (dptrain
- * predict): times the model here (or reads --compute), predicts, reports (src/train/predict.c). */
-dp_status dp_trainer_predict(dp_trainer *t);
-/* At start: --save-profile can be written, --predict's topologies and --compute's profile read
- * and fit this run's model (a typo must not cost the whole training run). */
-dp_status dp_predict_precheck(const dp_config *c);
 /* persist.c: the checkpoints of a run. Which settings a checkpoint records and checks on resume. */
 dp_status dp_persist_setup(dp_trainer *t);
 /* Writes a checkpoint continuing at (next_epoch, next_batch) into --checkpoint DIR (path NULL) or
@@ -131,16 +95,6 @@ dp_status dp_persist_resume(dp_trainer *t);
 dp_status dp_persist_stop_requested(dp_trainer *t, int *sig);
 /* The command that resumes this run, for the stop message. */
 void dp_persist_resume_command(const dp_trainer *t, char *buf, size_t n);
-
-/* Collectives over small host arrays on any device (hostcoll.c): sum over all replicas, and
- * rank 0's values to all; every rank calls them. */
-dp_status dp_host_allreduce(dp_trainer *t, float *const *bufs, size_t n);
-/* Sizes the device scratch of these collectives for n floats, once at start. */
-dp_status dp_host_reserve(dp_trainer *t, size_t n);
-dp_status dp_host_broadcast(dp_trainer *t, float *const *bufs, size_t n);
-/* One replica per process: every rank's n floats of send, rank r's at recv + r n. */
-dp_status dp_host_allgather(dp_trainer *t, const float *send, float *recv, size_t n);
-void dp_host_coll_free(dp_trainer *t);
 
 /* Test-set accuracy with replica 0's parameters; per_class_correct/count may be NULL. */
 dp_status dp_evaluate(dp_trainer *t, const dp_dataset *d, dp_step_metrics *m, long *per_class_correct,

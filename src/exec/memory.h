@@ -2,8 +2,8 @@
  * activations, the loader's batch slots), from the model's plan and the flags, and refused
  * with the figures when it cannot fit: Linux overcommits, so an allocation that succeeds can
  * still get the process killed by the OOM killer later, with no message at all. */
-#ifndef DP_TRAIN_MEMORY_H
-#define DP_TRAIN_MEMORY_H
+#ifndef DP_EXEC_MEMORY_H
+#define DP_EXEC_MEMORY_H
 
 #include <stddef.h>
 
@@ -18,7 +18,7 @@ typedef struct {
     unsigned long long total;
 } dp_mem_estimate;
 
-/* How the replicas of this process are laid out (train/replica.h): n_lanes gradient partials
+/* How the replicas of this process are laid out (exec/replica.h): n_lanes gradient partials
  * and n_slots activation slots of up to lane_batch samples each per replica; max_local samples a
  * replica gets in a micro-step; loader_slots batches the loader prefetches. */
 typedef struct {

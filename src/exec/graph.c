@@ -1,4 +1,4 @@
-#include "train/graph.h"
+#include "exec/graph.h"
 
 #include <string.h>
 

@@ -1,5 +1,5 @@
 /* memory.c: the start-time memory estimate of a run (see memory.h). */
-#include "train/memory.h"
+#include "exec/memory.h"
 
 #include <stdio.h>
 

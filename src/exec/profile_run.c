@@ -1,5 +1,5 @@
 /* profile_run.c: the timing run behind `dptrain predict` and a sim run's --predict. */
-#include "train/profile_run.h"
+#include "exec/profile_run.h"
 
 #include <omp.h>
 #include <stdio.h>
@@ -8,7 +8,7 @@
 
 #include "core/timer.h"
 #include "optim/sgd.h"
-#include "train/replica.h"
+#include "exec/replica.h"
 
 dp_status dp_profile_describe(const dp_model *m, const int *bucket_node, dp_profile *p) {
     if (m->n_nodes > DP_PROFILE_MAX_NODES || m->params.n_buckets > DP_PROFILE_MAX_BUCKETS)

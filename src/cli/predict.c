@@ -9,8 +9,8 @@
 #include "core/timer.h"
 #include "io/atomic.h"
 #include "report/predict_report.h"
-#include "train/profile_run.h"
-#include "train/trainer.h"
+#include "exec/profile_run.h"
+#include "cli/predict.h"
 
 #define MAX_TOPOS 8
 #define MAX_DEVS 8
@@ -240,10 +240,10 @@ static dp_status log_collectives(dp_trainer *t) {
 static dp_status row_from_run(dp_trainer *t, dp_profile *p) {
     /* a GPU's nodes are queued, not run, while the trainer's clock reads them: its rows come
        from the timing run's events */
-    if (!(t->dev->caps & DP_CAP_HOST_MEMORY)) return DP_OK;
-    if (!t->node_s || t->node_runs < 1 || t->cfg.predict_only) return DP_OK;
-    const int nn = t->model.n_nodes, slots = t->n_local * t->rep[0].n_slots;
-    const int lane_batch = (int)((t->node_samples + t->node_runs / 2) / t->node_runs);
+    if (!dp_exec_clock_times_work(&t->ex)) return DP_OK;
+    if (!t->ex.node_s || t->ex.node_runs < 1 || t->cfg.predict_only) return DP_OK;
+    const int nn = t->model.n_nodes, slots = t->ex.n_local * t->ex.rep[0].n_slots;
+    const int lane_batch = (int)((t->ex.node_samples + t->ex.node_runs / 2) / t->ex.node_runs);
     const int conc = min_int(t->cfg.threads, slots);
     /* the loss, the optimizer step and the lane sum of that row come from the timing run */
     DP_TRY(dp_profile_measure(&t->model, t->dev, lane_batch, conc, TIMING_STEPS, p));
@@ -251,8 +251,8 @@ static dp_status row_from_run(dp_trainer *t, dp_profile *p) {
     if (!row) return DP_ERR_INTERNAL;
     for (int i = 0; i < nn; i++) {
         double f = 0, b = 0;
-        for (int q = 0; q < slots; q++) f += t->node_s[((size_t)q * 2) * nn + i], b += t->node_s[((size_t)q * 2 + 1) * nn + i];
-        row->fwd_s[i] = f / t->node_runs, row->bwd_s[i] = b / t->node_runs;
+        for (int q = 0; q < slots; q++) f += t->ex.node_s[((size_t)q * 2) * nn + i], b += t->ex.node_s[((size_t)q * 2 + 1) * nn + i];
+        row->fwd_s[i] = f / t->ex.node_runs, row->bwd_s[i] = b / t->ex.node_runs;
     }
     row->steps = t->step;
     snprintf(p->device, sizeof p->device, "cpu-run");
@@ -277,7 +277,7 @@ dp_status dp_trainer_predict(dp_trainer *t) {
     dp_topology topos[MAX_TOPOS];
     int n_topos = 0;
     if (c->predict_topos) DP_TRY(split_topologies(c->predict_topos, topos, &n_topos));
-    for (int k = 0; k < n_topos && !(t->dev->caps & DP_CAP_HOST_MEMORY) && !c->compute_profile; k++)
+    for (int k = 0; k < n_topos && !dp_exec_clock_times_work(&t->ex) && !c->compute_profile; k++)
         if (topos[k].shared_memory_bus)
             return dp_fail(DP_ERR_USAGE, "--predict %s: a topology of CPU processes sharing the host's memory, "
                                          "but this run computes on %s: predict it from a CPU run (--device cpu), or "
@@ -303,8 +303,8 @@ dp_status dp_trainer_predict(dp_trainer *t) {
             s = dp_fail(DP_ERR_USAGE, "--compute %s: a profile of model %s, but this run is %s", c->compute_profile,
                         p->model, t->model.name);
     } else {
-        s = dp_profile_describe(&t->model, t->bucket_node, p);
-        if (!(t->dev->caps & DP_CAP_HOST_MEMORY)) device_token(t->dev, p->device, sizeof p->device);
+        s = dp_profile_describe(&t->model, t->ex.bucket_node, p);
+        if (!dp_exec_clock_times_work(&t->ex)) device_token(t->dev, p->device, sizeof p->device);
         if (s == DP_OK) s = row_from_run(t, p);
         if (s == DP_OK && n_topos) s = measure_rows(t, topos, n_topos, devs, n_devs, p);
         if (s == DP_OK && n_topos) s = measure_overheads(t, topos, n_topos, devs, n_devs, p);

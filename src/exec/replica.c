@@ -1,4 +1,4 @@
-#include "train/replica.h"
+#include "exec/replica.h"
 
 #include <stdlib.h>
 #include <string.h>

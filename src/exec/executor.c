@@ -1,0 +1,244 @@
+/* executor.c: the executor's state (replicas, lanes' metrics, upload staging), the lane
+ * assignment of a micro-step, zeroing, staging and graphs; the passes are in passes.c, the
+ * collectives in coll.c and hostcoll.c. */
+#include "exec/executor.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/arena.h"
+
+static int host_memory(const dp_executor *ex) { return (ex->dev->caps & DP_CAP_HOST_MEMORY) != 0; }
+
+int dp_exec_clock_times_work(const dp_executor *ex) { return !(ex->dev->caps & DP_CAP_ASYNC); }
+
+int dp_exec_team(const dp_executor *ex, int n) {
+    if (ex->dev->caps & DP_CAP_ASYNC) return 1; /* the host only queues */
+    return n < ex->threads ? n : ex->threads;
+}
+
+/* The node after whose backward each bucket's gradients are all written. */
+static dp_status map_buckets(dp_executor *ex) {
+    const dp_layout *L = &ex->model->params;
+    DP_ALLOC(ex->bucket_node, L->n_buckets, "bucket table");
+    for (int b = 0; b < L->n_buckets; b++) {
+        const int ft = L->bucket_first_tensor[b];
+        ex->bucket_node[b] = 0;
+        for (int i = 0; i < ex->model->n_nodes; i++) {
+            const dp_layer *l = &ex->model->nodes[i];
+            if (ft >= l->tensor0 && ft < l->tensor0 + l->n_tensors) ex->bucket_node[b] = i;
+        }
+    }
+    return DP_OK;
+}
+
+static dp_status dev_alloc(dp_executor *ex, void *out, size_t n, const char *what) {
+    return ex->dev->alloc(ex->dev, (float **)out, n, what);
+}
+
+/* Each lane's loss and hits, and on an async device the batches' copies and their staging. */
+static dp_status alloc_lanes_and_staging(dp_executor *ex) {
+    const size_t lanes = (size_t)ex->n_local * (size_t)ex->n_lanes;
+    DP_ALLOC(ex->lane_loss, lanes, "lane losses");
+    DP_ALLOC(ex->lane_correct, lanes, "lane accuracy counts");
+    if (host_memory(ex)) {
+        ex->d_lane_loss = ex->lane_loss, ex->d_lane_correct = ex->lane_correct;
+        return DP_OK;
+    }
+    DP_TRY(dev_alloc(ex, &ex->d_lane_loss, lanes, "lane losses"));
+    DP_TRY(dev_alloc(ex, &ex->d_lane_correct, lanes, "lane accuracy counts"));
+    const size_t per = dp_shape_size(ex->model->input), xs = (size_t)ex->max_local * per;
+    DP_ALLOC(ex->d_batches, ex->n_local, "device batches");
+    DP_ALLOC(ex->h_stage, ex->n_local, "upload staging");
+    for (int r = 0; r < ex->n_local; r++) {
+        DP_TRY(dev_alloc(ex, &ex->d_batches[r].x, xs, "the batch on the device"));
+        DP_TRY(dev_alloc(ex, &ex->d_batches[r].y, (size_t)ex->max_local, "the labels on the device"));
+        DP_TRY(ex->dev->host_alloc(ex->dev, (void **)&ex->h_stage[r].x, xs * sizeof(float), "upload staging"));
+        DP_TRY(ex->dev->host_alloc(ex->dev, (void **)&ex->h_stage[r].y, (size_t)ex->max_local * sizeof(int32_t),
+                                   "upload staging"));
+    }
+    return DP_OK;
+}
+
+dp_status dp_exec_create(dp_executor *ex, const dp_exec_config *c) {
+    memset(ex, 0, sizeof *ex);
+    ex->dev = c->dev, ex->k = c->dev->k, ex->kc = c->dev->kc;
+    ex->backend = c->backend, ex->model = c->model;
+    ex->threads = c->threads, ex->sync_bn = c->sync_bn;
+    ex->n_local = dp_backend_n_local(c->backend), ex->world = dp_backend_world(c->backend);
+    ex->n_lanes = c->n_lanes, ex->max_local = c->max_local;
+    /* a recorded graph replays the backend's collectives too: only where the backend says they
+       can be recorded; the clock cannot time a replay's nodes */
+    ex->graphs_on = c->graphs && (c->dev->caps & DP_CAP_GRAPHS) && c->backend->capturable && !c->time_nodes;
+    DP_TRY(map_buckets(ex));
+    DP_ALLOC(ex->rep, ex->n_local, "replicas");
+    DP_ALLOC(ex->ptrs, ex->n_local, "replica pointers");
+    DP_ALLOC(ex->hc_scratch, ex->n_local, "collective scratch");
+    for (int r = 0; r < ex->n_local; r++)
+        DP_TRY(dp_replica_create(&ex->rep[r], c->model, c->dev, dp_backend_rank(c->backend, r), c->lane_batch,
+                                 c->n_lanes, c->n_slots));
+    DP_TRY(alloc_lanes_and_staging(ex));
+    DP_TRY(dp_exec_host_reserve(ex, 4096));
+    /* the clock around a node call times its work only where it runs as called (the CPU); a
+       GPU's profile comes from the timing run's events (exec/profile_run.c) */
+    if (c->time_nodes && dp_exec_clock_times_work(ex))
+        DP_ALLOC(ex->node_s, (size_t)ex->n_local * c->n_slots * 2 * c->model->n_nodes, "per-node times");
+    return DP_OK;
+}
+
+void dp_exec_free(dp_executor *ex) {
+    const dp_dev *d = ex->dev;
+    if (!d) return;
+    dp_exec_host_coll_free(ex);
+    dp_graph_cache_free(&ex->graphs, d);
+    for (int r = 0; ex->rep && r < ex->n_local; r++) dp_replica_free(&ex->rep[r]);
+    free(ex->rep);
+    if (!host_memory(ex)) {
+        d->free(d, ex->d_lane_loss);
+        d->free(d, ex->d_lane_correct);
+    }
+    for (int r = 0; ex->d_batches && r < ex->n_local; r++) {
+        d->free(d, ex->d_batches[r].x);
+        d->free(d, ex->d_batches[r].y);
+    }
+    for (int r = 0; ex->h_stage && r < ex->n_local; r++) {
+        d->host_free(d, ex->h_stage[r].x);
+        d->host_free(d, ex->h_stage[r].y);
+    }
+    free(ex->d_batches);
+    free(ex->h_stage);
+    free(ex->lane_loss);
+    free(ex->lane_correct);
+    free(ex->ptrs);
+    free(ex->bucket_node);
+    free(ex->node_s);
+    memset(ex, 0, sizeof *ex);
+}
+
+dp_status dp_exec_assign(dp_executor *ex, const dp_sampler *sp, const dp_batch *bt, int b, dp_micro_info *mi) {
+    int first, count;
+    dp_sampler_micro_lanes(sp, b, &first, &count);
+    mi->step_samples = dp_sampler_step_samples(sp, b);
+    mi->micro_samples = dp_sampler_batch_size(sp, b);
+    mi->batch = b;
+    mi->micro = b % sp->plan.accumulate;
+    mi->last = mi->micro == dp_sampler_step_micro(sp, b) - 1;
+    if (count > ex->rep[0].n_slots)
+        return dp_fail(DP_ERR_INTERNAL, "batch %d runs %d lanes at once, more than the %d slots", b, count,
+                       ex->rep[0].n_slots);
+    for (int r = 0; r < ex->n_local; r++) {
+        int counts[count > 0 ? count : 1], total = 0;
+        for (int i = 0; i < count; i++)
+            total += counts[i] = dp_chunk_lane_count(&sp->plan, mi->step_samples, ex->rep[r].rank, first + i);
+        if (total != bt[r].n)
+            return dp_fail(DP_ERR_INTERNAL, "replica %d got %d samples in batch %d, its lanes hold %d", ex->rep[r].rank,
+                           bt[r].n, b, total);
+        dp_replica_assign(&ex->rep[r], first, count, counts);
+    }
+    return DP_OK;
+}
+
+dp_status dp_exec_stage(dp_executor *ex, const dp_batch *b, const dp_batch **out) {
+    *out = b;
+    if (host_memory(ex)) return DP_OK;
+    const dp_dev *d = ex->dev;
+    const size_t per = dp_shape_size(ex->model->input);
+    /* through pinned staging, so the copies do not wait for the device; the staging is reused
+       only once the last uploads from it are done (a micro-step that reads no loss does not wait) */
+    if (ex->stage_busy) DP_TRY(d->wait(d));
+    for (int r = 0; r < ex->n_local; r++) {
+        dp_batch *db = &ex->d_batches[r], *hs = &ex->h_stage[r];
+        const size_t nx = (size_t)b[r].n * per * sizeof(float), ny = (size_t)b[r].n * sizeof(int32_t);
+        db->n = b[r].n;
+        memcpy(hs->x, b[r].x, nx);
+        memcpy(hs->y, b[r].y, ny);
+        DP_TRY(d->upload(d, db->x, hs->x, nx));
+        DP_TRY(d->upload(d, db->y, hs->y, ny));
+    }
+    ex->stage_busy = 1;
+    *out = ex->d_batches;
+    return DP_OK;
+}
+
+dp_status dp_exec_zero_grads(dp_executor *ex) {
+    const int lanes = ex->lanes_clear ? 1 : ex->n_lanes;
+    const long total = (long)ex->n_local * lanes;
+    const size_t nl = (size_t)ex->n_local * (size_t)ex->n_lanes, bytes = ex->model->params.n * sizeof(float);
+    if (host_memory(ex)) {
+#pragma omp parallel for num_threads(ex->threads) schedule(static) if (total > 1)
+        for (long q = 0; q < total; q++) memset(ex->rep[q / lanes].lane_grads[q % lanes], 0, bytes);
+    } else {
+        for (long q = 0; q < total; q++) DP_TRY(ex->dev->zero(ex->dev, ex->rep[q / lanes].lane_grads[q % lanes], bytes));
+        DP_TRY(ex->dev->zero(ex->dev, ex->d_lane_loss, nl * sizeof(float)));
+        DP_TRY(ex->dev->zero(ex->dev, ex->d_lane_correct, nl * sizeof(int32_t)));
+    }
+    ex->lanes_clear = 0;
+    for (size_t i = 0; i < nl; i++) ex->lane_loss[i] = 0, ex->lane_correct[i] = 0;
+    return DP_OK;
+}
+
+dp_status dp_exec_fetch_lane_losses(dp_executor *ex) {
+    if (host_memory(ex)) return DP_OK;
+    const size_t nl = (size_t)ex->n_local * (size_t)ex->n_lanes;
+    ex->stage_busy = 0; /* the downloads wait for everything queued */
+    DP_TRY(ex->dev->download(ex->dev, ex->lane_loss, ex->d_lane_loss, nl * sizeof(float)));
+    return ex->dev->download(ex->dev, ex->lane_correct, ex->d_lane_correct, nl * sizeof(int32_t));
+}
+
+dp_status dp_exec_run_graph(dp_executor *ex, uint64_t key, dp_status (*fn)(void *), void *arg) {
+    return dp_graph_run(&ex->graphs, ex->dev, ex->backend, ex->graphs_on, key, fn, arg);
+}
+
+dp_status dp_exec_for_replicas(dp_executor *ex, dp_status (*fn)(void *arg, int r), void *arg) {
+    dp_status st[ex->n_local];
+#pragma omp parallel for num_threads(dp_exec_team(ex, ex->n_local)) schedule(static) if (ex->n_local > 1)
+    for (int r = 0; r < ex->n_local; r++) st[r] = fn(arg, r);
+    for (int r = 0; r < ex->n_local; r++)
+        if (st[r] != DP_OK) return st[r];
+    return DP_OK;
+}
+
+float *const *dp_exec_slices(dp_executor *ex, int which, size_t offset) {
+    for (int r = 0; r < ex->n_local; r++) {
+        float *base = which == DP_ARENA_PARAMS ? ex->rep[r].params
+                      : which == DP_ARENA_GRADS ? ex->rep[r].grads
+                                                : ex->rep[r].buffers;
+        ex->ptrs[r] = base + offset;
+    }
+    return ex->ptrs;
+}
+
+dp_status dp_exec_put(dp_executor *ex, float *dst, const float *host_src, size_t bytes) {
+    if (dst == host_src) return DP_OK;
+    return ex->dev->upload(ex->dev, dst, host_src, bytes);
+}
+
+dp_status dp_exec_view(dp_executor *ex, float *host_buf, const float *src, size_t bytes, const float **out) {
+    if (host_memory(ex)) {
+        *out = src;
+        return DP_OK;
+    }
+    *out = host_buf;
+    return ex->dev->download(ex->dev, host_buf, src, bytes);
+}
+
+dp_status dp_exec_host_buffer(dp_executor *ex, float *dst, size_t n, float **out) {
+    *out = NULL;
+    if (host_memory(ex)) {
+        *out = dst;
+        return DP_OK;
+    }
+    return dp_alloc_floats(out, n ? n : 1, "a host buffer for the device's data");
+}
+
+void dp_exec_host_buffer_free(dp_executor *ex, float *dst, float *buf) {
+    (void)ex;
+    if (buf != dst) dp_free(buf);
+}
+
+dp_status dp_exec_check_memory(const dp_dev *dev, const dp_mem_estimate *e, const dp_mem_shape *sh, int data_loaded) {
+    if ((dev->caps & DP_CAP_HOST_MEMORY) || !dev->mem_info) return dp_check_memory(e, sh, data_loaded);
+    unsigned long long free_b = 0, total_b = 0;
+    DP_TRY(dev->mem_info(dev, &free_b, &total_b));
+    return dp_check_device_memory(e, sh, data_loaded, free_b, dev->reserved, dev->desc);
+}

@@ -1,0 +1,154 @@
+/* executor.h: how a device runs a step, and the only code that asks what a device can do
+ * (core/device.h: caps). It owns the replicas this process drives (replica.h: arenas, lanes,
+ * slots), runs their lanes over threads (the CPU) or lane streams (a GPU) between fork and
+ * join, zeroes and tree-sums the lanes' gradients, stages uploads through the device's pinned
+ * memory, records and replays step graphs (graph.h), runs the forward and backward passes in
+ * stretches between synchronisation points and reports each gradient bucket as it becomes
+ * complete, and issues every collective on the device's collective stream, ordered by events:
+ *
+ *   data -> sampler -> executor -> strategy (train/ddp.c, train/dp.c) -> backend collectives -> optimizer
+ *
+ * A collective waits for the compute queued before it (coll_wait_main) and, unless it was
+ * started to overlap, the compute queued after it waits for it (main_wait_coll): a bucket's
+ * all-reduce runs on the collective stream while backward goes on, and the optimizer waits for
+ * all of them. On the CPU, whose work runs as called, the same calls order nothing and the
+ * backend's non-blocking all-reduce (mpi) overlaps instead. */
+#ifndef DP_EXECUTOR_H
+#define DP_EXECUTOR_H
+
+#include <stdint.h>
+
+#include "backends/backend.h"
+#include "core/device.h"
+#include "data/loader.h"
+#include "exec/graph.h"
+#include "exec/replica.h"
+#include "nn/model.h"
+#include "exec/memory.h"
+
+/* What a micro-step is: its share of its optimizer step. */
+typedef struct {
+    int step_samples;   /* samples of the whole optimizer step (the loss is their mean) */
+    int micro_samples;  /* samples of this micro-step over all replicas (SyncBN's count) */
+    int batch;          /* the batch of the epoch it computes */
+    int micro;          /* its index in the step (--accumulate) */
+    int last;           /* the micro-step that reduces and steps */
+} dp_micro_info;
+
+typedef struct {
+    dp_dev *dev;              /* not owned */
+    dp_backend_t backend;     /* not owned */
+    const dp_model *model;    /* not owned */
+    int threads;              /* CPU threads for the lanes and the host-side loops */
+    int sync_bn;              /* BN sums all-reduced over every replica */
+    int n_lanes, n_slots, lane_batch, max_local; /* the lane plan (replica.h) */
+    int graphs;               /* record step graphs where device and backend allow it */
+    int time_nodes;           /* --predict / --save-profile: time each node call with the clock */
+} dp_exec_config;
+
+typedef struct dp_executor {
+    dp_dev *dev;
+    const dp_kernels *k;      /* the device's kernel table */
+    dp_kctx kc;               /* and the context of the executor's own kernel calls (main stream) */
+    dp_backend_t backend;
+    const dp_model *model;
+    int threads, sync_bn;
+    int n_local, world;
+    int n_lanes;              /* lanes (gradient partials) per replica and step */
+    int max_local;            /* the most samples a replica gets in a micro-step */
+    dp_replica *rep;          /* (n_local) */
+    float **ptrs;             /* (n_local) scratch for collectives over per-replica pointers */
+    int *bucket_node;         /* (n_buckets) node after whose backward the bucket is complete */
+    /* each lane's loss sum and hits this step: where the loss kernels write them (device), and
+       their host copies (the same arrays on a host-memory device) */
+    float *lane_loss, *d_lane_loss;
+    int32_t *lane_correct, *d_lane_correct;
+    int lanes_clear;          /* lanes 1.. hold zeros (the last step's tree cleared them) */
+    dp_batch *d_batches;      /* (n_local) an async device's copy of the loader's batches */
+    dp_batch *h_stage;        /* (n_local) the pinned staging its uploads read */
+    int stage_busy;           /* an upload from h_stage may still be in flight (no wait since) */
+    dp_graph_cache graphs;
+    int graphs_on;
+    float **hc_scratch;       /* (n_local) device scratch of the host collectives, hc_floats each */
+    size_t hc_floats;
+    /* --predict / --save-profile on the CPU: per slot q, node i's forward (q, 0, i) and backward
+       (q, 1, i) seconds summed over the run; NULL: not timing */
+    double *node_s;
+    long node_runs, node_samples;
+    double comm_overlap_s;    /* seconds of collectives issued while backward work remained */
+} dp_executor;
+
+/* The replicas, lanes, staging and scratch for cfg's plan; the backend and model must outlive it. */
+dp_status dp_exec_create(dp_executor *ex, const dp_exec_config *cfg);
+void dp_exec_free(dp_executor *ex);
+
+/* Whether the clock read around a kernel call times its work (the host runs it as called). */
+int dp_exec_clock_times_work(const dp_executor *ex);
+/* Threads for a host-side loop over n independent slots (1 where the host only queues work). */
+int dp_exec_team(const dp_executor *ex, int n);
+
+/* Gives each replica's slots the lanes of batch b of the sampler, checking the loader's counts. */
+dp_status dp_exec_assign(dp_executor *ex, const dp_sampler *sp, const dp_batch *bt, int b, dp_micro_info *mi);
+/* The loader's batches where the device computes: the same on host memory, else uploaded through
+ * the pinned staging (reused only once its last uploads are done). */
+dp_status dp_exec_stage(dp_executor *ex, const dp_batch *b, const dp_batch **out);
+
+/* Zeroes every lane's gradient partial (lanes 1.. only if not already clear) and the lanes' losses. */
+dp_status dp_exec_zero_grads(dp_executor *ex);
+/* Forward and each lane's loss (scale: the gradient's, 1/step samples; the loss itself is a sum). */
+dp_status dp_exec_forward(dp_executor *ex, const dp_batch *b, const dp_micro_info *mi, float scale);
+
+/* Called when gradient bucket k is complete on every local replica (its lanes summed): `node` is
+ * the backward node that completed it, more_backward whether backward work remains to hide a
+ * collective started now. */
+typedef dp_status (*dp_bucket_ready_fn)(void *ctx, int k, int node, int more_backward);
+/* Backward from the logits' gradients in the slots' dout; on the micro-step that reduces
+ * (mi->last), the lanes' partials are summed bucket by bucket as backward completes them, and
+ * ready(ctx, k, ...) is called for each (ready may be NULL). */
+dp_status dp_exec_backward(dp_executor *ex, const dp_batch *b, const dp_micro_info *mi, dp_bucket_ready_fn ready,
+                           void *ctx);
+/* The lanes' losses and hits into their host copies (waits for the device). */
+dp_status dp_exec_fetch_lane_losses(dp_executor *ex);
+/* fn(arg): recorded once its key repeats and replayed after (graph.h), where graphs are on. */
+dp_status dp_exec_run_graph(dp_executor *ex, uint64_t key, dp_status (*fn)(void *), void *arg);
+/* Runs fn(arg, r) for every local replica, in parallel over threads on the CPU. */
+dp_status dp_exec_for_replicas(dp_executor *ex, dp_status (*fn)(void *arg, int r), void *arg);
+
+/* The same slice of every local replica's arena, for one collective. */
+enum { DP_ARENA_PARAMS = 0, DP_ARENA_GRADS = 1, DP_ARENA_BUFFERS = 2 };
+float *const *dp_exec_slices(dp_executor *ex, int which, size_t offset);
+
+/* Collectives on the collective stream: each waits for the compute queued before it, and the
+ * compute queued after it waits for it. */
+dp_status dp_exec_allreduce(dp_executor *ex, float *const *bufs, size_t n);
+dp_status dp_exec_broadcast(dp_executor *ex, float *const *bufs, size_t n, int root);
+dp_status dp_exec_reduce(dp_executor *ex, float *const *bufs, size_t n, int root);
+dp_status dp_exec_gather(dp_executor *ex, const float *const *send, float *const *recv, size_t n, int root);
+dp_status dp_exec_scatter(dp_executor *ex, const float *const *send, float *const *recv, size_t n, int root);
+/* An all-reduce that overlaps: it waits for the compute before it; nothing waits for it until
+ * dp_exec_wait_all, which waits for requests 0..n-1 and makes the compute after it wait too. */
+dp_status dp_exec_allreduce_start(dp_executor *ex, float *const *bufs, size_t n, dp_req *req);
+dp_status dp_exec_wait_all(dp_executor *ex, const dp_req *reqs, int n);
+
+/* Collectives over small host arrays (metrics, stop flags, resume positions, evaluation
+ * counts) on any device; every rank calls them. Bookkeeping: out of the statistics. */
+dp_status dp_exec_host_allreduce(dp_executor *ex, float *const *bufs, size_t n);
+dp_status dp_exec_host_broadcast(dp_executor *ex, float *const *bufs, size_t n);
+/* One replica per process: every rank's n floats of send, rank r's at recv + r n. */
+dp_status dp_exec_host_allgather(dp_executor *ex, const float *send, float *recv, size_t n);
+/* Sizes their device scratch for n floats (at create), and frees it. */
+dp_status dp_exec_host_reserve(dp_executor *ex, size_t n);
+void dp_exec_host_coll_free(dp_executor *ex);
+
+/* Evaluation's traffic: host -> the device's dst (nothing where dst is that host memory), and
+ * the device's src readable on the host (*out: src itself on host memory, else host_buf). */
+dp_status dp_exec_put(dp_executor *ex, float *dst, const float *host_src, size_t bytes);
+dp_status dp_exec_view(dp_executor *ex, float *host_buf, const float *src, size_t bytes, const float **out);
+/* A host buffer of n floats for filling what dp_exec_put sends to dst: dst itself on host memory. */
+dp_status dp_exec_host_buffer(dp_executor *ex, float *dst, size_t n, float **out);
+void dp_exec_host_buffer_free(dp_executor *ex, float *dst, float *buf);
+
+/* The run's memory against what the device (its free memory) or the host can give. */
+dp_status dp_exec_check_memory(const dp_dev *dev, const dp_mem_estimate *e, const dp_mem_shape *sh, int data_loaded);
+
+#endif

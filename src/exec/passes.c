@@ -1,0 +1,214 @@
+/* passes.c: the forward and backward passes of a micro-step on every local replica, node by
+ * node in lockstep over all lanes (replica.h). The lanes run independently between
+ * synchronisation points, which are only the nodes with sums (BN) and, on the micro-step that
+ * reduces, the nodes that complete gradient buckets: each stretch runs every active slot
+ * through its nodes in parallel, over threads on the CPU (each slot single-threaded, into its
+ * own arenas, so which thread runs which slot changes no result) or over the device's lane
+ * streams between a fork from the main stream and a join back into it. */
+#include <string.h>
+
+#include "core/timer.h"
+#include "exec/executor.h"
+
+/* Runs the body for every active slot q = (replica r, slot l) of every local replica, in
+ * parallel over slots (the executor must be named ex). */
+#define FOR_SLOTS(ex, r, l)                                                                                        \
+    _Pragma("omp parallel for num_threads(dp_exec_team(ex, n_slots(ex))) schedule(static) if (n_slots(ex) > 1)") \
+    for (int q_ = 0; q_ < n_slots(ex); q_++)                                                                        \
+        for (int r = q_ / ex->rep[0].n_active, l = q_ % ex->rep[0].n_active, once_ = 1; once_; once_ = 0)
+
+static int n_slots(const dp_executor *ex) { return ex->n_local * ex->rep[0].n_active; }
+
+/* Device lanes: the active slots run on the device's lane streams at once, slot q on stream q
+ * mod lane_streams, between a fork from the main stream and a join back into it (0: no
+ * streams, the CPU's threads or a single slot run them). Eagerly too: the lanes' small kernels
+ * overlap on the GPU. */
+static int lane_streams(const dp_executor *ex) {
+    const int nq = n_slots(ex);
+    if (!(ex->dev->caps & DP_CAP_LANES) || nq < 2) return 0;
+    return nq < ex->dev->n_lanes ? nq : ex->dev->n_lanes;
+}
+
+static const dp_kctx *slot_kc(const dp_executor *ex, int q) {
+    const int n = lane_streams(ex);
+    return n ? &ex->dev->lane_kc[q % n] : &ex->kc;
+}
+
+static dp_status lanes_fork(const dp_executor *ex) {
+    const int n = lane_streams(ex);
+    return n ? ex->dev->fork(ex->dev, n) : DP_OK;
+}
+
+static dp_status lanes_join(const dp_executor *ex) {
+    const int n = lane_streams(ex);
+    return n ? ex->dev->join(ex->dev, n) : DP_OK;
+}
+
+/* Samples each BN statistic covers: the replica's batch, or the micro-batch with SyncBN. */
+static dp_exec exec_of(const dp_executor *ex, int r, int l, const dp_batch *b, const dp_micro_info *mi) {
+    const dp_replica *rep = &ex->rep[r];
+    dp_exec x = {0};
+    x.batch = rep->slots[l].n;
+    x.stat_batch = ex->sync_bn ? mi->micro_samples : b[r].n;
+    x.training = 1;
+    x.update_stats = l == 0;
+    x.nthreads = 1;
+    x.k = ex->k;
+    const dp_kctx *kc = slot_kc(ex, r * rep->n_active + l);
+    x.stream = kc->stream;
+    x.blas = kc->blas;
+    x.tf32 = kc->tf32;
+    x.params = rep->params;
+    x.grads = rep->slots[l].grads;
+    x.buffers = rep->buffers;
+    return x;
+}
+
+static const float *slot_input(const dp_executor *ex, const dp_batch *b, int r, int l) {
+    return b[r].x + (size_t)ex->rep[r].slots[l].lo * dp_shape_size(ex->model->input);
+}
+
+static dp_status first_error(const dp_status *st, int n) {
+    for (int i = 0; i < n; i++)
+        if (st[i] != DP_OK) return st[i];
+    return DP_OK;
+}
+
+/* The reduction of a node's sums (BN): the active slots' sums added with the fixed tree into
+ * slot 0, over all replicas with --sync-bn, and handed back to every slot. */
+static dp_status reduce_sums(dp_executor *ex, int i) {
+    const size_t n = ex->model->nodes[i].sync_floats;
+    const int na = ex->rep[0].n_active;
+    for (int r = 0; r < ex->n_local; r++) {
+        float *v[na];
+        for (int l = 0; l < na; l++) v[l] = ex->rep[r].slots[l].acts.sync[i];
+        ex->k->tree_sum(&ex->kc, v, na, 0, n, 0);
+        ex->ptrs[r] = v[0];
+    }
+    if (ex->sync_bn) DP_TRY(dp_exec_allreduce(ex, ex->ptrs, n));
+    for (int r = 0; r < ex->n_local; r++)
+        for (int l = 1; l < na; l++) ex->k->copy(&ex->kc, n, ex->rep[r].slots[0].acts.sync[i], ex->rep[r].slots[l].acts.sync[i]);
+    return DP_OK;
+}
+
+/* A node's forward (phase 0) or backward (1) on one slot, timed with the clock when asked. */
+static dp_status timed_node(dp_executor *ex, int q, int phase, int k, dp_slot *sl, dp_exec *x, const float *in) {
+    const dp_model *m = ex->model;
+    if (!ex->node_s) return phase ? dp_node_backward(m, k, &sl->acts, x, in) : dp_node_forward(m, k, &sl->acts, x, in);
+    const double t0 = dp_now();
+    dp_status s = phase ? dp_node_backward(m, k, &sl->acts, x, in) : dp_node_forward(m, k, &sl->acts, x, in);
+    ex->node_s[((size_t)q * 2 + (size_t)phase) * m->n_nodes + k] += dp_now() - t0;
+    return s;
+}
+
+dp_status dp_exec_forward(dp_executor *ex, const dp_batch *b, const dp_micro_info *mi, float scale) {
+    const dp_model *m = ex->model;
+    const int nq = n_slots(ex);
+    dp_status st[nq + 1];
+    if (ex->node_s) { /* the lanes this micro-step runs, for the per-node means */
+        ex->node_runs += nq;
+        for (int r = 0; r < ex->n_local; r++)
+            for (int l = 0; l < ex->rep[r].n_active; l++) ex->node_samples += ex->rep[r].slots[l].n;
+    }
+    if (dp_node_has_sums(m, 0)) {
+        DP_TRY(lanes_fork(ex));
+        FOR_SLOTS(ex, r, l) {
+            dp_exec x = exec_of(ex, r, l, b, mi);
+            dp_node_forward_sums(m, 0, &ex->rep[r].slots[l].acts, &x, slot_input(ex, b, r, l));
+        }
+        DP_TRY(lanes_join(ex));
+        DP_TRY(reduce_sums(ex, 0));
+    }
+    for (int i = 0; i < m->n_nodes;) {
+        int j = i + 1;
+        while (j < m->n_nodes && !dp_node_has_sums(m, j)) j++;
+        DP_TRY(lanes_fork(ex));
+        FOR_SLOTS(ex, r, l) {
+            dp_slot *sl = &ex->rep[r].slots[l];
+            dp_exec x = exec_of(ex, r, l, b, mi);
+            const float *in = slot_input(ex, b, r, l);
+            st[q_] = DP_OK;
+            for (int k = i; k < j && st[q_] == DP_OK; k++) st[q_] = timed_node(ex, q_, 0, k, sl, &x, in);
+            if (j < m->n_nodes) {
+                dp_node_forward_sums(m, j, &sl->acts, &x, in);
+            } else { /* the lane's loss: its samples' losses summed in order, as a float */
+                const size_t at = (size_t)r * ex->n_lanes + (size_t)sl->lane;
+                ex->k->softmax_xent(slot_kc(ex, q_), sl->n, m->n_classes, sl->acts.out[m->output], b[r].y + sl->lo,
+                                    scale, sl->acts.dout[m->output], ex->d_lane_loss + at, ex->d_lane_correct + at);
+            }
+        }
+        DP_TRY(lanes_join(ex));
+        DP_TRY(first_error(st, nq));
+        if (j < m->n_nodes) DP_TRY(reduce_sums(ex, j));
+        i = j;
+    }
+    return DP_OK;
+}
+
+/* Adds the lanes' partials of bucket k into lane 0 (the replica's arena) with the fixed tree,
+ * leaving the other lanes zero for the next step: on the CPU in parallel over replicas and
+ * pieces of the bucket (the tree is per element), on a device in one call per replica. */
+static void sum_lanes(dp_executor *ex, int k) {
+    const int L = ex->n_lanes;
+    if (L == 1) return;
+    const dp_slice *s = &ex->model->params.buckets[k];
+    const int host = !(ex->dev->caps & DP_CAP_ASYNC);
+    const size_t piece = host ? 16384 : (s->count ? s->count : 1), n_pieces = (s->count + piece - 1) / piece;
+    const long total = (long)n_pieces * ex->n_local;
+#pragma omp parallel for num_threads(ex->threads) schedule(static) if (host && total > 1 && s->count * L > 262144)
+    for (long q = 0; q < total; q++) {
+        const int r = (int)(q / (long)n_pieces);
+        const size_t lo = (size_t)(q % (long)n_pieces) * piece;
+        ex->k->tree_sum(&ex->kc, ex->rep[r].lane_grads, L, s->offset + lo, lo + piece < s->count ? piece : s->count - lo,
+                        1);
+    }
+}
+
+/* Whether bucket `next` (the next to complete) is completed by node i's backward. */
+static int completes(const dp_executor *ex, int last, int next, int i) {
+    return last && next < ex->model->params.n_buckets && ex->bucket_node[next] == i;
+}
+
+dp_status dp_exec_backward(dp_executor *ex, const dp_batch *b, const dp_micro_info *mi, dp_bucket_ready_fn ready,
+                           void *ctx) {
+    const dp_model *m = ex->model;
+    const int nq = n_slots(ex), last = mi->last;
+    dp_status st[nq + 1];
+    int next = 0;
+    if (dp_node_has_sums(m, m->n_nodes - 1)) {
+        DP_TRY(lanes_fork(ex));
+        FOR_SLOTS(ex, r, l) {
+            dp_exec x = exec_of(ex, r, l, b, mi);
+            dp_node_backward_sums(m, m->n_nodes - 1, &ex->rep[r].slots[l].acts, &x, slot_input(ex, b, r, l));
+        }
+        DP_TRY(lanes_join(ex));
+        DP_TRY(reduce_sums(ex, m->n_nodes - 1));
+    }
+    for (int i = m->n_nodes - 1; i >= 0;) {
+        /* the stretch i, i-1, ..., j+1: it ends after a node that completes a bucket, or before a
+           BN node j (whose local sums the lanes then compute) */
+        int j = i - 1;
+        if (!completes(ex, last, next, i))
+            while (j >= 0 && !dp_node_has_sums(m, j) && !completes(ex, last, next, j)) j--;
+        if (j >= 0 && completes(ex, last, next, j) && !dp_node_has_sums(m, j)) j--; /* j completes: include it */
+        DP_TRY(lanes_fork(ex));
+        FOR_SLOTS(ex, r, l) {
+            dp_slot *sl = &ex->rep[r].slots[l];
+            dp_exec x = exec_of(ex, r, l, b, mi);
+            const float *in = slot_input(ex, b, r, l);
+            st[q_] = DP_OK;
+            for (int k = i; k > j && st[q_] == DP_OK; k--) st[q_] = timed_node(ex, q_, 1, k, sl, &x, in);
+            if (j >= 0 && dp_node_has_sums(m, j)) dp_node_backward_sums(m, j, &sl->acts, &x, in);
+        }
+        DP_TRY(lanes_join(ex));
+        DP_TRY(first_error(st, nq));
+        for (; completes(ex, last, next, j + 1); next++) {
+            sum_lanes(ex, next);
+            if (ready) DP_TRY(ready(ctx, next, j + 1, j >= 0));
+        }
+        if (j >= 0 && dp_node_has_sums(m, j)) DP_TRY(reduce_sums(ex, j));
+        i = j;
+    }
+    if (last) ex->lanes_clear = 1; /* every bucket went through the clearing tree */
+    return DP_OK;
+}

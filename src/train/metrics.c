@@ -1,0 +1,44 @@
+/* metrics.c: a step's loss and accuracy over every replica of every process, and the NaN/Inf
+ * check on it. */
+#include <math.h>
+
+#include "core/treesum.h"
+#include "train/strategy.h"
+#include "train/trainer.h"
+
+/* A NaN/Inf loss, decided on the all-reduced sum so that every rank stops (or skips) at the same
+ * step; the message names a local replica whose loss it was, if any. */
+static dp_status check_loss(const dp_trainer *t, float global_sum) {
+    if (isfinite(global_sum)) return DP_OK;
+    const dp_executor *ex = &t->ex;
+    const char *what = isnan(global_sum) ? "NaN" : "Inf";
+    if (t->cfg.mode == DP_MODE_DP)
+        return dp_fail(DP_ERR_NUMERIC, "the loss became %s at epoch %d, step %ld (computed on the master replica 0 in "
+                       "DP mode): training stopped (try a smaller --lr)", what, t->epoch, t->step + 1);
+    for (int r = 0; r < ex->n_local; r++)
+        for (int l = 0; l < ex->n_lanes; l++)
+            if (!isfinite(ex->lane_loss[(size_t)r * ex->n_lanes + (size_t)l]))
+                return dp_fail(DP_ERR_NUMERIC, "the loss of replica %d became %s at epoch %d, step %ld: training "
+                               "stopped (try a smaller --lr)", ex->rep[r].rank, what, t->epoch, t->step + 1);
+    return dp_fail(DP_ERR_NUMERIC, "the loss of another rank's replica became %s at epoch %d, step %ld: training "
+                   "stopped (try a smaller --lr)", what, t->epoch, t->step + 1);
+}
+
+dp_status dp_step_add_metrics(dp_trainer *t, const int *count, dp_step_metrics *m) {
+    dp_executor *ex = &t->ex;
+    for (int r = 0; r < ex->n_local; r++) {
+        float *lanes = ex->lane_loss + (size_t)r * ex->n_lanes;
+        long correct = 0;
+        for (int l = 0; l < ex->n_lanes; l++) correct += ex->lane_correct[(size_t)r * ex->n_lanes + l];
+        t->metric_bufs[r][0] = dp_tree_sum_scalars(lanes, ex->n_lanes, 1);
+        t->metric_bufs[r][1] = (float)correct;
+        t->metric_bufs[r][2] = (float)count[r];
+    }
+    /* not through the backend's statistics: bookkeeping, not gradient traffic */
+    DP_TRY(dp_exec_host_allreduce(ex, t->metric_bufs, 3));
+    DP_TRY(check_loss(t, t->metric_bufs[0][0]));
+    m->loss_sum += t->metric_bufs[0][0];
+    m->correct += lrintf(t->metric_bufs[0][1]);
+    m->count += lrintf(t->metric_bufs[0][2]);
+    return DP_OK;
+}
