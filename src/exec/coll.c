@@ -4,49 +4,112 @@
  * it, while an overlapping all-reduce is waited for only by dp_exec_wait_all, so backward runs
  * on beside it. Where work runs as called (the CPU) the ordering calls are absent and the
  * backend's own non-blocking all-reduce (mpi) overlaps instead. */
+#include <stdlib.h>
+#include <string.h>
+
 #include "core/timer.h"
 #include "exec/executor.h"
 
-static dp_status coll_begin(dp_executor *ex) {
-    return ex->dev->coll_wait_main ? ex->dev->coll_wait_main(ex->dev) : DP_OK;
+/* Event index of the main stream's end of backward: the last one. */
+static int bwd_end_event(const dp_executor *ex) { return 2 * ex->coll_cap; }
+
+static dp_status coll_begin(dp_executor *ex, dp_coll_kind kind, int overlap) {
+    const dp_dev *d = ex->dev;
+    if (d->coll_wait_main) DP_TRY(d->coll_wait_main(d));
+    if (!ex->coll_timed || ex->coll_n == ex->coll_cap) return DP_OK;
+    ex->coll_kind[ex->coll_n] = (unsigned char)kind, ex->coll_overlap[ex->coll_n] = (unsigned char)overlap;
+    return d->coll->event_record(d->coll, ex->coll_ev, 2 * ex->coll_n);
+}
+
+/* After the backend queued the collective: its end event, then (blocking) the main stream waits. */
+static dp_status coll_issued(dp_executor *ex, dp_status s) {
+    if (s != DP_OK || !ex->coll_timed || ex->coll_n == ex->coll_cap) return s;
+    const dp_dev *d = ex->dev;
+    s = d->coll->event_record(d->coll, ex->coll_ev, 2 * ex->coll_n + 1);
+    ex->coll_n++;
+    return s;
 }
 
 static dp_status coll_end(dp_executor *ex, dp_status s) {
+    s = coll_issued(ex, s);
     if (s != DP_OK || !ex->dev->main_wait_coll) return s;
     return ex->dev->main_wait_coll(ex->dev);
 }
 
+dp_status dp_exec_coll_timing_start(dp_executor *ex) {
+    const dp_dev *d = ex->dev;
+    const unsigned need = DP_CAP_ASYNC | DP_CAP_EVENTS | DP_CAP_COLL_STREAM;
+    if ((d->caps & need) != need || ex->graphs_on) return DP_OK;
+    ex->coll_cap = 256;
+    DP_ALLOC(ex->coll_kind, ex->coll_cap, "collective kinds");
+    DP_ALLOC(ex->coll_overlap, ex->coll_cap, "collective kinds");
+    DP_TRY(d->events_create(d, 2 * ex->coll_cap + 1, &ex->coll_ev));
+    ex->coll_timed = 1;
+    return DP_OK;
+}
+
+void dp_exec_coll_timing_free(dp_executor *ex) {
+    if (ex->coll_ev) ex->dev->events_free(ex->dev, ex->coll_ev, 2 * ex->coll_cap + 1);
+    free(ex->coll_kind);
+    free(ex->coll_overlap);
+    ex->coll_ev = NULL, ex->coll_kind = ex->coll_overlap = NULL, ex->coll_timed = 0;
+}
+
+dp_status dp_exec_collect_coll_times(dp_executor *ex) {
+    if (!ex->coll_timed || !ex->coll_n) return DP_OK;
+    const dp_dev *d = ex->dev, *c = d->coll;
+    DP_TRY(c->wait(c));
+    if (ex->bwd_end_recorded) DP_TRY(d->wait(d)); /* the end of backward is the main stream's */
+    for (int i = 0; i < ex->coll_n; i++) {
+        double s = 0;
+        DP_TRY(c->event_elapsed(c, ex->coll_ev, 2 * i, 2 * i + 1, &s));
+        ex->coll_s[ex->coll_kind[i]] += s;
+        if (!ex->coll_overlap[i] || !ex->bwd_end_recorded) continue;
+        /* the part of it before backward ended: hidden behind compute */
+        double before = 0;
+        DP_TRY(c->event_elapsed(c, ex->coll_ev, 2 * i, bwd_end_event(ex), &before));
+        ex->coll_hidden_s += before <= 0 ? 0 : before < s ? before : s;
+    }
+    ex->coll_n = 0, ex->bwd_end_recorded = 0;
+    return DP_OK;
+}
+
 dp_status dp_exec_allreduce(dp_executor *ex, float *const *bufs, size_t n) {
-    DP_TRY(coll_begin(ex));
+    DP_TRY(coll_begin(ex, DP_COLL_ALLREDUCE, 0));
     return coll_end(ex, dp_allreduce(ex->backend, bufs, n, DP_SUM));
 }
 
 dp_status dp_exec_broadcast(dp_executor *ex, float *const *bufs, size_t n, int root) {
-    DP_TRY(coll_begin(ex));
+    DP_TRY(coll_begin(ex, DP_COLL_BROADCAST, 0));
     return coll_end(ex, dp_broadcast(ex->backend, bufs, n, root));
 }
 
 dp_status dp_exec_reduce(dp_executor *ex, float *const *bufs, size_t n, int root) {
-    DP_TRY(coll_begin(ex));
+    DP_TRY(coll_begin(ex, DP_COLL_REDUCE, 0));
     return coll_end(ex, dp_reduce(ex->backend, bufs, n, DP_SUM, root));
 }
 
 dp_status dp_exec_gather(dp_executor *ex, const float *const *send, float *const *recv, size_t n, int root) {
-    DP_TRY(coll_begin(ex));
+    DP_TRY(coll_begin(ex, DP_COLL_GATHER, 0));
     return coll_end(ex, dp_gather(ex->backend, send, recv, n, root));
 }
 
 dp_status dp_exec_scatter(dp_executor *ex, const float *const *send, float *const *recv, size_t n, int root) {
-    DP_TRY(coll_begin(ex));
+    DP_TRY(coll_begin(ex, DP_COLL_SCATTER, 0));
     return coll_end(ex, dp_scatter(ex->backend, send, recv, n, root));
 }
 
 dp_status dp_exec_allreduce_start(dp_executor *ex, float *const *bufs, size_t n, dp_req *req) {
-    DP_TRY(coll_begin(ex));
-    return dp_allreduce_start(ex->backend, bufs, n, DP_SUM, req);
+    DP_TRY(coll_begin(ex, DP_COLL_ALLREDUCE, 1));
+    return coll_issued(ex, dp_allreduce_start(ex->backend, bufs, n, DP_SUM, req));
 }
 
 dp_status dp_exec_wait_all(dp_executor *ex, const dp_req *reqs, int n) {
+    if (ex->coll_timed) { /* the end of backward on the main stream: what hid the all-reduces */
+        DP_TRY(ex->dev->event_record(ex->dev, ex->coll_ev, bwd_end_event(ex)));
+        ex->bwd_end_recorded = 1;
+    }
     for (int k = 0; k < n; k++) DP_TRY(dp_wait(ex->backend, reqs[k]));
-    return coll_end(ex, DP_OK);
+    if (!ex->dev->main_wait_coll) return DP_OK;
+    return ex->dev->main_wait_coll(ex->dev);
 }

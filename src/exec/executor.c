@@ -79,6 +79,7 @@ dp_status dp_exec_create(dp_executor *ex, const dp_exec_config *c) {
                                  c->n_lanes, c->n_slots));
     DP_TRY(alloc_lanes_and_staging(ex));
     DP_TRY(dp_exec_host_reserve(ex, 4096));
+    DP_TRY(dp_exec_coll_timing_start(ex));
     /* the clock around a node call times its work only where it runs as called (the CPU); a
        GPU's profile comes from the timing run's events (exec/profile_run.c) */
     if (c->time_nodes && dp_exec_clock_times_work(ex))
@@ -90,6 +91,7 @@ void dp_exec_free(dp_executor *ex) {
     const dp_dev *d = ex->dev;
     if (!d) return;
     dp_exec_host_coll_free(ex);
+    dp_exec_coll_timing_free(ex);
     dp_graph_cache_free(&ex->graphs, d);
     for (int r = 0; ex->rep && r < ex->n_local; r++) dp_replica_free(&ex->rep[r]);
     free(ex->rep);

@@ -76,6 +76,16 @@ typedef struct dp_executor {
     double *node_s;
     long node_runs, node_samples;
     double comm_overlap_s;    /* seconds of collectives issued while backward work remained */
+    /* An async device's collectives timed by events on the collective stream (eager runs; a
+       replayed graph's are not): a pair per collective this step, and the main stream's end of
+       backward; their seconds, and the part of the overlapped ones before that end, summed per
+       kind over the epoch. coll_timed: these replace the backend's host seconds. */
+    int coll_timed;
+    void *coll_ev;
+    int coll_n, coll_cap;
+    unsigned char *coll_kind, *coll_overlap;
+    int bwd_end_recorded;
+    double coll_s[DP_COLL_KINDS], coll_hidden_s;
 } dp_executor;
 
 /* The replicas, lanes, staging and scratch for cfg's plan; the backend and model must outlive it. */
@@ -109,6 +119,11 @@ dp_status dp_exec_backward(dp_executor *ex, const dp_batch *b, const dp_micro_in
                            void *ctx);
 /* The lanes' losses and hits into their host copies (waits for the device). */
 dp_status dp_exec_fetch_lane_losses(dp_executor *ex);
+/* The step's collectives' event times into coll_s and coll_hidden_s (waits for the collective
+ * stream, whose work the step has already waited for where it reads a result). */
+dp_status dp_exec_collect_coll_times(dp_executor *ex);
+dp_status dp_exec_coll_timing_start(dp_executor *ex);
+void dp_exec_coll_timing_free(dp_executor *ex);
 /* fn(arg): recorded once its key repeats and replayed after (graph.h), where graphs are on. */
 dp_status dp_exec_run_graph(dp_executor *ex, uint64_t key, dp_status (*fn)(void *), void *arg);
 /* Runs fn(arg, r) for every local replica, in parallel over threads on the CPU. */

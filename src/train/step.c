@@ -8,5 +8,6 @@ dp_status dp_train_micro(dp_trainer *t, const dp_batch *batches, int b, float lr
     DP_TRY(dp_exec_assign(&t->ex, &t->sampler, batches, b, &mi));
     const dp_batch *db;
     DP_TRY(dp_exec_stage(&t->ex, batches, &db));
-    return t->strategy->micro_step(t, t->strategy_state, db, batches, &mi, lr, m);
+    DP_TRY(t->strategy->micro_step(t, t->strategy_state, db, batches, &mi, lr, m));
+    return mi.last ? dp_exec_collect_coll_times(&t->ex) : DP_OK;
 }

@@ -402,7 +402,8 @@ static dp_status run_epoch(dp_trainer *t, int epoch, int first, int *stop) {
     t->epoch = epoch;
     DP_TRY(dp_loader_start_epoch_at(t->loader, epoch - 1, first));
     memset(&t->backend->stats, 0, sizeof t->backend->stats);
-    t->ex.comm_overlap_s = 0;
+    t->ex.comm_overlap_s = 0, t->ex.coll_hidden_s = 0;
+    memset(t->ex.coll_s, 0, sizeof t->ex.coll_s);
     const int nb = t->sampler.n_batches, K = c->accumulate;
     dp_step_metrics em = {0}, sm = {0};
     double wait_total = 0, compute = 0, t0 = dp_now(), last_end = t0;
@@ -461,6 +462,10 @@ static dp_status run_epoch(dp_trainer *t, int epoch, int first, int *stop) {
                          .data_wait_s = wait_total, .compute_s = compute, .comm = t->backend->stats,
                          .comm_hidden_s = t->ex.comm_overlap_s, .skipped_steps = t->skipped, .first_batch = first,
                          .n_batches = nb};
+    if (t->ex.coll_timed) { /* what the collective stream's events measured, not the host's enqueueing */
+        for (int k = 0; k < DP_COLL_KINDS; k++) e.comm.seconds[k] = t->ex.coll_s[k];
+        e.comm_hidden_s = t->ex.coll_hidden_s;
+    }
     e.train_loss = em.count ? em.loss_sum / em.count : 0;
     e.train_acc = em.count ? (double)em.correct / em.count : 0;
     e.images_per_s = seconds > 0 ? em.count / seconds : 0;
