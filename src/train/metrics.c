@@ -1,8 +1,10 @@
 /* metrics.c: a step's loss and accuracy over every replica of every process, and the NaN/Inf
  * check on it. */
 #include <math.h>
+#include <signal.h>
 
 #include "core/treesum.h"
+#include "train/signals.h"
 #include "train/strategy.h"
 #include "train/trainer.h"
 
@@ -26,7 +28,11 @@ static dp_status check_loss(const dp_trainer *t, float global_sum) {
 
 dp_status dp_step_add_metrics(dp_trainer *t, const int *count, dp_step_metrics *m) {
     dp_executor *ex = &t->ex;
+    /* the stop request rides along (persist.c): one host all-reduce per step, not two */
+    const int pending = dp_signals_pending();
     for (int r = 0; r < ex->n_local; r++) {
+        t->metric_bufs[r][3] = pending != 0;
+        t->metric_bufs[r][4] = pending == SIGTERM;
         float *lanes = ex->lane_loss + (size_t)r * ex->n_lanes;
         long correct = 0;
         for (int l = 0; l < ex->n_lanes; l++) correct += ex->lane_correct[(size_t)r * ex->n_lanes + l];
@@ -35,7 +41,9 @@ dp_status dp_step_add_metrics(dp_trainer *t, const int *count, dp_step_metrics *
         t->metric_bufs[r][2] = (float)count[r];
     }
     /* not through the backend's statistics: bookkeeping, not gradient traffic */
-    DP_TRY(dp_exec_host_allreduce(ex, t->metric_bufs, 3));
+    DP_TRY(dp_exec_host_allreduce(ex, t->metric_bufs, 5));
+    t->stop_folded = t->metric_bufs[0][3] > 0 ? (t->metric_bufs[0][4] > 0 ? SIGTERM : SIGINT) : 0;
+    t->stop_folded_valid = 1;
     DP_TRY(check_loss(t, t->metric_bufs[0][0]));
     m->loss_sum += t->metric_bufs[0][0];
     m->correct += lrintf(t->metric_bufs[0][1]);

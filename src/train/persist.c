@@ -252,7 +252,13 @@ dp_status dp_persist_stop_requested(dp_trainer *t, int *sig) {
     int mine = dp_signals_pending();
     *sig = mine;
     if (t->ex.n_local == t->world) return DP_OK; /* one process: nobody else to ask */
-    /* under mpirun a Ctrl-C may reach only some ranks: every rank stops at the same step */
+    /* under mpirun a Ctrl-C may reach only some ranks: every rank stops at the same step, the one
+       whose metrics carried the request (a signal after them is seen at the next step) */
+    if (t->stop_folded_valid) {
+        *sig = t->stop_folded;
+        t->stop_folded_valid = 0;
+        return DP_OK;
+    }
     for (int r = 0; r < t->ex.n_local; r++) {
         t->stop_bufs[r][0] = mine != 0;
         t->stop_bufs[r][1] = mine == SIGTERM;

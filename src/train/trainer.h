@@ -39,7 +39,10 @@ typedef struct dp_trainer {
     long step;                /* optimizer steps done */
     int epoch;                /* current epoch, from 1 */
     dp_reporter report;
-    float **metric_bufs;      /* (n_local) [loss_sum, correct, count] per replica */
+    float **metric_bufs;      /* (n_local) [loss_sum, correct, count, stop, SIGTERM] per replica */
+    /* the stop request all-reduced with the last step's metrics (a signal: SIGINT or SIGTERM; 0:
+       none), valid until read */
+    int stop_folded, stop_folded_valid;
     dp_coll_trace trace;      /* --predict / --save-profile: the collectives of the latest step */
     /* checkpoints and stopping (persist.c) */
     int start_epoch, start_batch; /* where training begins (a resumed run: mid-epoch) */
