@@ -1,0 +1,263 @@
+/* fakegpu.c: the fake GPU device (fakegpu.h): opening and closing it, memory, waits, the lane
+ * and collective orderings, and the dp_dev it hands out, built as kernels/cuda/device.cu builds
+ * the CUDA one (a device and its `coll` view sharing one memory). The streams are in stream.c,
+ * graphs in capture.c, transfers in transfer.c, timing events in events.c, kernels in kernels.c. */
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "fg_internal.h"
+
+#define FG_ORDINALS 8
+#define FG_TOTAL_BYTES (16ull << 30) /* what mem_info reports as the device's memory */
+/* device blocks are aligned as the CPU's arenas: the sim ring cuts chunks by address */
+#define FG_ALIGN ((size_t)2 << 20)
+
+dp_status fg_forbidden(fg_dev *g, const char *call) {
+    pthread_mutex_lock(&g->mu);
+    const dp_status st = fg_forbidden_locked(g, call);
+    pthread_mutex_unlock(&g->mu);
+    return st;
+}
+
+/* ---- memory */
+
+static dp_status fg_alloc(const dp_dev *d, float **p, size_t n, const char *what) {
+    fg_dev *g = fg_of(d);
+    *p = NULL;
+    DP_TRY(fg_forbidden(g, "alloc"));
+    if (n > SIZE_MAX / sizeof(float)) return dp_fail(DP_ERR_NOMEM, "fakegpu: %zu floats for %s: too many", n, what);
+    const size_t bytes = (n ? n : 1) * sizeof(float);
+    void *real = NULL;
+    const int e = posix_memalign(&real, FG_ALIGN, bytes);
+    if (e != 0)
+        return dp_fail(DP_ERR_NOMEM, "fakegpu: out of memory for %s: %zu bytes (posix_memalign: %s)", what, bytes,
+                       strerror(e));
+    if ((uintptr_t)real & FG_ALIAS_BIT) {
+        free(real);
+        return dp_fail(DP_ERR_INTERNAL, "fakegpu: alloc: host address %p has the alias bit set", real);
+    }
+    /* NaN until the zeroing queued below runs: a stream that uses the block before it shows */
+    memset(real, 0xff, bytes);
+    if (fg_blocks_add(g, &g->mem, (uintptr_t)real, bytes, what) != 0) {
+        free(real);
+        return dp_fail(DP_ERR_NOMEM, "fakegpu: out of host memory recording the allocation for %s", what);
+    }
+    float *fake = (float *)((uintptr_t)real ^ FG_ALIAS_BIT);
+    const dp_status st = fg_zero(d, fake, bytes); /* cudaMemsetAsync on the view's stream, as device.cu */
+    if (st != DP_OK) {
+        fg_blocks_remove(g, &g->mem, (uintptr_t)real);
+        free(real);
+        return st;
+    }
+    *p = fake;
+    return DP_OK;
+}
+
+static void fg_free(const dp_dev *d, void *p) {
+    if (!p) return;
+    fg_dev *g = fg_of(d);
+    pthread_mutex_lock(&g->mu);
+    if (fg_forbidden_locked(g, "free") != DP_OK) { /* capture_end reports it; the block stays */
+        pthread_mutex_unlock(&g->mu);
+        return;
+    }
+    fg_drain_locked(g, -1); /* cudaFree synchronises the device */
+    pthread_mutex_unlock(&g->mu);
+    const uintptr_t real = (uintptr_t)p ^ FG_ALIAS_BIT;
+    if (!((uintptr_t)p & FG_ALIAS_BIT) || !fg_blocks_remove(g, &g->mem, real)) {
+        fprintf(stderr, "fakegpu: free(%p): not a pointer alloc returned, or freed twice\n", p);
+        abort();
+    }
+    free((void *)real);
+}
+
+static dp_status fg_host_alloc(const dp_dev *d, void **p, size_t bytes, const char *what) {
+    fg_dev *g = fg_of(d);
+    *p = NULL;
+    DP_TRY(fg_forbidden(g, "host_alloc"));
+    void *h = NULL;
+    const int e = posix_memalign(&h, 64, bytes ? bytes : 1);
+    if (e != 0)
+        return dp_fail(DP_ERR_NOMEM, "fakegpu: no host memory for %s (%zu bytes; posix_memalign: %s)", what, bytes,
+                       strerror(e));
+    memset(h, 0, bytes ? bytes : 1);
+    if (fg_blocks_add(g, &g->host, (uintptr_t)h, bytes ? bytes : 1, what) != 0) {
+        free(h);
+        return dp_fail(DP_ERR_NOMEM, "fakegpu: out of host memory recording the host block for %s", what);
+    }
+    *p = h;
+    return DP_OK;
+}
+
+static void fg_host_free(const dp_dev *d, void *p) {
+    if (!p) return;
+    fg_dev *g = fg_of(d);
+    pthread_mutex_lock(&g->mu);
+    if (fg_forbidden_locked(g, "host_free") != DP_OK) {
+        pthread_mutex_unlock(&g->mu);
+        return;
+    }
+    fg_drain_locked(g, -1); /* cudaFreeHost synchronises the device: a queued upload may read p */
+    pthread_mutex_unlock(&g->mu);
+    if (!fg_blocks_remove(g, &g->host, (uintptr_t)p)) {
+        fprintf(stderr, "fakegpu: host_free(%p): not a pointer host_alloc returned, or freed twice\n", p);
+        abort();
+    }
+    free(p);
+}
+
+static dp_status fg_mem_info(const dp_dev *d, unsigned long long *free_b, unsigned long long *total_b) {
+    size_t live = 0;
+    fg_blocks_live(fg_of(d), &fg_of(d)->mem, &live);
+    *total_b = FG_TOTAL_BYTES;
+    *free_b = live < FG_TOTAL_BYTES ? FG_TOTAL_BYTES - live : 0;
+    return DP_OK;
+}
+
+size_t dp_fakegpu_live(const dp_dev *d, size_t *bytes) {
+    size_t a = 0, b = 0;
+    const size_t n = fg_blocks_live(fg_of(d), &fg_of(d)->mem, &a) + fg_blocks_live(fg_of(d), &fg_of(d)->host, &b);
+    if (bytes) *bytes = a + b;
+    return n;
+}
+
+/* ---- waits and orderings */
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* The view's stream drained; with a watch set (nccl) polled, so a dead peer ends the wait. */
+dp_status fg_wait(const dp_dev *d) {
+    fg_dev *g = fg_of(d);
+    const dp_dev *md = &g->dev; /* the watch is set on the device, and serves its views */
+    const fg_stream *s = &g->s[fg_stream_of(d)];
+    pthread_mutex_lock(&g->mu);
+    dp_status st = fg_forbidden_locked(g, "wait");
+    const double t0 = now_s();
+    while (st == DP_OK && s->done < s->enqueued) {
+        if (!md->watch) {
+            pthread_cond_wait(&g->progress, &g->mu);
+            continue;
+        }
+        struct timespec at;
+        clock_gettime(CLOCK_MONOTONIC, &at);
+        at.tv_nsec += 1000000;
+        if (at.tv_nsec >= 1000000000) at.tv_sec++, at.tv_nsec -= 1000000000;
+        pthread_cond_timedwait(&g->progress, &g->mu, &at);
+        if (s->done >= s->enqueued) break;
+        pthread_mutex_unlock(&g->mu);
+        st = md->watch(md->watch_ctx, now_s() - t0);
+        pthread_mutex_lock(&g->mu);
+    }
+    if (st == DP_OK && g->fail != DP_OK) { /* a queued op that failed: reported once, as a CUDA error */
+        st = dp_fail(g->fail, "%s", g->fail_msg);
+        g->fail = DP_OK;
+    }
+    pthread_mutex_unlock(&g->mu);
+    return st;
+}
+
+static dp_status fg_fork(const dp_dev *d, int n) {
+    for (int i = 0; i < n && i < DP_DEV_LANES; i++) DP_TRY(fg_stream_wait(fg_of(d), FG_LANE0 + i, FG_MAIN));
+    return DP_OK;
+}
+
+static dp_status fg_join(const dp_dev *d, int n) {
+    for (int i = 0; i < n && i < DP_DEV_LANES; i++) DP_TRY(fg_stream_wait(fg_of(d), FG_MAIN, FG_LANE0 + i));
+    return DP_OK;
+}
+
+static dp_status fg_coll_wait_main(const dp_dev *d) { return fg_stream_wait(fg_of(d), FG_COLL, FG_MAIN); }
+static dp_status fg_main_wait_coll(const dp_dev *d) { return fg_stream_wait(fg_of(d), FG_MAIN, FG_COLL); }
+
+/* ---- opening and closing */
+
+static void fg_close(dp_dev *d) {
+    fg_dev *g = fg_of(d);
+    fg_streams_stop(g); /* runs what is queued first */
+    fg_devices_remove(g);
+    fg_capture_discard(g);
+    fg_blocks_release(&g->mem, "device memory");
+    fg_blocks_release(&g->host, "host_alloc memory");
+    free(g);
+}
+
+/* An unsigned environment setting, at most max; def when unset. */
+static dp_status env_u64(const char *name, unsigned long long def, unsigned long long max, unsigned long long *out) {
+    const char *v = getenv(name);
+    *out = def;
+    if (!v || !*v) return DP_OK;
+    char *end = NULL;
+    errno = 0;
+    const unsigned long long x = strtoull(v, &end, 0);
+    if (errno || *end || v[0] == '-' || x > max)
+        return dp_fail(DP_ERR_USAGE, "%s=%s: expected an integer in 0..%llu", name, v, max);
+    *out = x;
+    return DP_OK;
+}
+
+static dp_dev make_ops(void) {
+    dp_dev o;
+    memset(&o, 0, sizeof o);
+    o.name = "fakegpu";
+    o.caps = DP_CAP_ASYNC | DP_CAP_LANES | DP_CAP_GRAPHS | DP_CAP_EVENTS | DP_CAP_COLL_STREAM;
+    o.k = &dp_fakegpu_kernels;
+    o.n_lanes = DP_DEV_LANES;
+    o.alloc = fg_alloc, o.free = fg_free, o.host_alloc = fg_host_alloc, o.host_free = fg_host_free;
+    o.upload = fg_upload, o.copy = fg_copy, o.zero = fg_zero, o.download = fg_download, o.wait = fg_wait;
+    o.capture_begin = fg_capture_begin, o.capture_end = fg_capture_end, o.replay = fg_replay;
+    o.graph_free = fg_graph_free, o.fork = fg_fork, o.join = fg_join, o.mem_info = fg_mem_info;
+    o.events_create = fg_events_create, o.event_record = fg_event_record;
+    o.event_elapsed = fg_event_elapsed, o.events_free = fg_events_free;
+    o.coll_wait_main = fg_coll_wait_main, o.main_wait_coll = fg_main_wait_coll;
+    o.close = fg_close;
+    return o;
+}
+
+static dp_status fg_open(int ordinal, int tf32, dp_dev **out) {
+    *out = NULL;
+    if (tf32) return dp_fail(DP_ERR_USAGE, "--tf32: the fakegpu device computes in fp32 only (its kernels are the CPU's)");
+    if (ordinal < 0 || ordinal >= FG_ORDINALS)
+        return dp_fail(DP_ERR_USAGE, "--gpu %d: the fakegpu device has ordinals 0..%d", ordinal, FG_ORDINALS - 1);
+    unsigned long long seed, delay;
+    DP_TRY(env_u64("DP_FAKEGPU_SEED", 0x5eed, ~0ull, &seed));
+    DP_TRY(env_u64("DP_FAKEGPU_DELAY_US", 200, 1000000, &delay));
+    fg_dev *g = calloc(1, sizeof *g);
+    if (!g) return dp_fail(DP_ERR_NOMEM, "fakegpu: out of memory opening device %d", ordinal);
+    g->ordinal = ordinal, g->seed = seed + (unsigned long long)ordinal, g->delay_us = (unsigned)delay;
+    dp_status st = fg_streams_start(g);
+    if (st == DP_OK && fg_devices_add(g) != 0)
+        st = dp_fail(DP_ERR_INTERNAL, "fakegpu: too many fakegpu devices open at once");
+    if (st != DP_OK) {
+        fg_streams_stop(g);
+        free(g);
+        return st;
+    }
+    dp_dev *d = &g->dev;
+    *d = make_ops();
+    d->impl = g;
+    d->kc = (dp_kctx){.nthreads = 1, .stream = &g->s[FG_MAIN]};
+    for (int i = 0; i < DP_DEV_LANES; i++) d->lane_kc[i] = (dp_kctx){.nthreads = 1, .stream = &g->s[FG_LANE0 + i]};
+    snprintf(d->desc, sizeof d->desc, "fakegpu:%d (CPU kernels on worker-thread streams, delays up to %u us, seed %llu)",
+             ordinal, g->delay_us, seed);
+    /* the collective view, as device.cu's: the same memory, queued on the collective stream */
+    g->coll = *d;
+    g->coll.kc = (dp_kctx){.nthreads = 1, .stream = &g->s[FG_COLL]};
+    g->coll.caps = DP_CAP_ASYNC | DP_CAP_EVENTS, g->coll.n_lanes = 0, g->coll.fork = NULL, g->coll.join = NULL;
+    g->coll.capture_begin = NULL, g->coll.capture_end = NULL, g->coll.replay = NULL, g->coll.graph_free = NULL;
+    g->coll.coll_wait_main = NULL, g->coll.main_wait_coll = NULL, g->coll.close = NULL;
+    d->coll = &g->coll;
+    *out = d;
+    return DP_OK;
+}
+
+const dp_dev_kind dp_fakegpu_device = {.name = "fakegpu", .open = fg_open};
+
+dp_status dp_fakegpu_register(void) { return dp_dev_register(&dp_fakegpu_device); }

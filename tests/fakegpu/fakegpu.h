@@ -1,0 +1,32 @@
+/* fakegpu.h: a test device that behaves like a GPU on the CPU, so that code written for the CUDA
+ * device (kernels/cuda/device.cu) runs in CI without one, and a missing wait, join or event shows
+ * up as a wrong result or a crash rather than as luck:
+ *   - its memory is an alias the host faults on (a non-canonical address): host code that reads
+ *     device memory dies with SIGSEGV, as it would on a GPU;
+ *   - its streams (main, DP_DEV_LANES lanes, the collective stream) are worker threads that run
+ *     queued kernels and copies later, after random delays, in stream order only;
+ *   - fork/join, coll_wait_main/main_wait_coll, timing events, graph capture and replay, and the
+ *     calls CUDA makes blocking (wait, download, free) behave as on CUDA.
+ * Its kernels are the CPU table's (nthreads 1), so results are bitwise the CPU's. For tests only:
+ * never linked into dptrain or dptrain_core.
+ *
+ * Environment: DP_FAKEGPU_SEED (the delays' seed; default fixed), DP_FAKEGPU_DELAY_US (the
+ * largest delay before each queued operation, in microseconds; default 200, 0: none). */
+#ifndef DP_FAKEGPU_H
+#define DP_FAKEGPU_H
+
+#include <stddef.h>
+
+#include "core/device.h"
+
+/* The device kind "fakegpu" (ordinals 0..7; no TF32). */
+extern const dp_dev_kind dp_fakegpu_device;
+
+/* Adds "fakegpu" to the device registry (dp_dev_open can then name it); repeatable. */
+dp_status dp_fakegpu_register(void);
+
+/* Device and host_alloc blocks of a fakegpu device that are still live (the leaks, if the caller
+ * freed everything); *bytes (may be NULL) receives their size. */
+size_t dp_fakegpu_live(const dp_dev *d, size_t *bytes);
+
+#endif

@@ -1,0 +1,385 @@
+/* kernels.c: the fake GPU's kernel table. Every entry returns at once, as a CUDA launch does: it
+ * copies its arguments by value (the conv dims, tree_sum's vector array: the caller may change
+ * them once the call returns), checks each device pointer against the live allocations over the
+ * extent the kernel touches, and queues an op on the stream its dp_kctx names. The stream's
+ * worker later translates the pointers and calls the CPU table's entry with nthreads 1, so
+ * results are bitwise the CPU's for the same arguments. */
+#include <stdlib.h>
+
+#include "fg_internal.h"
+
+enum {
+    K_CONV_FWD, K_CONV_BWD, K_LIN_FWD, K_LIN_BWD, K_RELU_FWD, K_RELU_BWD, K_ADD, K_COPY, K_MAXPOOL_FWD,
+    K_MAXPOOL_BWD, K_AVGPOOL_FWD, K_AVGPOOL_BWD, K_BN_SUMS, K_BN_STATS, K_BN_APPLY, K_BN_BWD_SUMS, K_BN_BWD,
+    K_XENT, K_SGD, K_TREE,
+};
+
+/* A device pointer argument: the kernel touches bytes [off, off + bytes) from it. */
+typedef struct {
+    const void *fake;
+    size_t off, bytes;
+    const char *name;
+} k_ptr;
+
+/* A queued kernel call: its scalars by value (in the entry's order), then its pointers. */
+typedef struct {
+    fg_op op; /* first: the stream queues &op */
+    fg_dev *g;
+    int stream, kind;
+    dp_conv2d_dims dims;
+    int i[10];
+    size_t z[3];
+    float f[4];
+    double count;
+    int np;
+    k_ptr p[];
+} k_op;
+
+static const dp_kernels *const C = &dp_cpu_kernels;
+static void k_run(fg_dev *g, fg_op *op, uint64_t arg);
+
+/* A new call on the stream c names; NULL (the failure kept for the next wait) out of memory. */
+static k_op *k_new(const dp_kctx *c, int kind, const char *name, int np) {
+    fg_stream *s = fg_stream_from(c ? c->stream : NULL, name);
+    k_op *o = calloc(1, sizeof *o + (size_t)np * sizeof(k_ptr));
+    if (!o) {
+        fg_set_fail(s->g, DP_ERR_NOMEM, "fakegpu: out of host memory queueing %s", name);
+        return NULL;
+    }
+    o->op = (fg_op){.run = k_run, .what = name, .waits_for = -1};
+    o->g = s->g, o->stream = s->index, o->kind = kind, o->np = np;
+    return o;
+}
+
+/* Pointer argument k: checked now, so a bad one stops the test at the call that passed it. */
+static void arg(k_op *o, int k, const char *name, const void *p, size_t off, size_t bytes) {
+    o->p[k] = (k_ptr){.fake = p, .off = off, .bytes = bytes, .name = name};
+    fg_real(o->g, p, off, bytes, o->op.what, name);
+}
+
+static void submit(k_op *o) { fg_submit(o->g, o->stream, &o->op); }
+
+#define F4(n) ((size_t)(n) * sizeof(float))
+
+static void k_run(fg_dev *g, fg_op *op, uint64_t unused) {
+    (void)unused;
+    k_op *o = (k_op *)op;
+    const dp_kctx kc = {.nthreads = 1};
+    if (o->kind == K_TREE) { /* n vectors */
+        float **v = malloc((size_t)(o->np ? o->np : 1) * sizeof *v);
+        if (!v) {
+            fg_set_fail(g, DP_ERR_NOMEM, "fakegpu: tree_sum: out of host memory for %d vectors", o->np);
+            return;
+        }
+        for (int k = 0; k < o->np; k++) v[k] = fg_real(g, o->p[k].fake, o->p[k].off, o->p[k].bytes, "tree_sum", "v[i]");
+        C->tree_sum(&kc, v, o->np, o->z[0], o->z[1], o->i[0]);
+        free(v);
+        return;
+    }
+    void *r[11];
+    for (int k = 0; k < o->np; k++) r[k] = fg_real(g, o->p[k].fake, o->p[k].off, o->p[k].bytes, op->what, o->p[k].name);
+    const int *i = o->i;
+    const size_t *z = o->z;
+    const float *f = o->f;
+    switch (o->kind) {
+    case K_CONV_FWD: C->conv2d_forward(&kc, &o->dims, i[0], r[0], r[1], r[2], r[3], r[4]); break;
+    case K_CONV_BWD: C->conv2d_backward(&kc, &o->dims, i[0], r[0], r[1], r[2], r[3], r[4], r[5], r[6]); break;
+    case K_LIN_FWD: C->linear_forward(&kc, i[0], i[1], i[2], r[0], r[1], r[2], r[3]); break;
+    case K_LIN_BWD: C->linear_backward(&kc, i[0], i[1], i[2], r[0], r[1], r[2], r[3], r[4], r[5]); break;
+    case K_RELU_FWD: C->relu_forward(&kc, z[0], r[0], r[1]); break;
+    case K_RELU_BWD: C->relu_backward(&kc, z[0], r[0], r[1], r[2]); break;
+    case K_ADD: C->add(&kc, z[0], r[0], r[1], r[2]); break;
+    case K_COPY: C->copy(&kc, z[0], r[0], r[1]); break;
+    case K_MAXPOOL_FWD: C->maxpool_forward(&kc, i[0], i[1], i[2], i[3], i[4], i[5], i[6], r[0], r[1], r[2]); break;
+    case K_MAXPOOL_BWD:
+        C->maxpool_backward(&kc, i[0], i[1], i[2], i[3], i[4], i[5], i[6], i[7], i[8], r[0], r[1], r[2]);
+        break;
+    case K_AVGPOOL_FWD: C->avgpool_forward(&kc, i[0], i[1], i[2], r[0], r[1]); break;
+    case K_AVGPOOL_BWD: C->avgpool_backward(&kc, i[0], i[1], i[2], r[0], r[1]); break;
+    case K_BN_SUMS: C->bn_sums(&kc, i[0], i[1], i[2], r[0], r[1], r[2]); break;
+    case K_BN_STATS:
+        C->bn_stats(&kc, i[0], i[1], r[0], o->count, f[0], f[1], i[2], r[1], r[2], r[3], r[4]);
+        break;
+    case K_BN_APPLY: C->bn_apply(&kc, i[0], i[1], i[2], r[0], r[1], r[2], r[3], r[4], r[5]); break;
+    case K_BN_BWD_SUMS: C->bn_backward_sums(&kc, i[0], i[1], i[2], r[0], r[1], r[2], r[3], r[4], r[5]); break;
+    case K_BN_BWD:
+        C->bn_backward(&kc, i[0], i[1], i[2], r[0], r[1], r[2], r[3], r[4], r[5], r[6], o->count, r[7], r[8], r[9],
+                       r[10]);
+        break;
+    case K_XENT: C->softmax_xent(&kc, i[0], i[1], r[0], r[1], f[0], r[2], r[3], r[4]); break;
+    case K_SGD: C->sgd(&kc, z[0], r[0], r[1], r[2], f[0], f[1], f[2], i[0]); break;
+    default: break;
+    }
+}
+
+/* ---- the entries: each records its scalars, then its pointers with the extents it touches;
+ * the workspace sizes are the CPU's (pure functions: nothing to queue) */
+
+static size_t conv_ws(const dp_conv2d_dims *d, int batch, int nthreads) {
+    return C->conv2d_workspace_floats(d, batch, nthreads);
+}
+
+static void conv_fwd(const dp_kctx *c, const dp_conv2d_dims *d, int batch, const float *x, const float *w,
+                     const float *b, float *y, float *ws) {
+    k_op *o = k_new(c, K_CONV_FWD, "conv2d_forward", 5);
+    if (!o) return;
+    o->dims = *d, o->i[0] = batch;
+    const size_t nx = (size_t)batch * d->in_c * d->in_h * d->in_w, ny = (size_t)batch * d->out_c * d->out_h * d->out_w;
+    arg(o, 0, "x", x, 0, F4(nx));
+    arg(o, 1, "w", w, 0, F4((size_t)d->out_c * d->in_c * d->k * d->k));
+    arg(o, 2, "b", b, 0, F4(d->out_c));
+    arg(o, 3, "y", y, 0, F4(ny));
+    arg(o, 4, "ws", ws, 0, F4(C->conv2d_workspace_floats(d, batch, 1))); /* what nthreads 1 uses */
+    submit(o);
+}
+
+static void conv_bwd(const dp_kctx *c, const dp_conv2d_dims *d, int batch, const float *x, const float *w,
+                     const float *dy, float *dx, float *dw, float *db, float *ws) {
+    k_op *o = k_new(c, K_CONV_BWD, "conv2d_backward", 7);
+    if (!o) return;
+    o->dims = *d, o->i[0] = batch;
+    const size_t nx = (size_t)batch * d->in_c * d->in_h * d->in_w, ny = (size_t)batch * d->out_c * d->out_h * d->out_w;
+    const size_t nw = (size_t)d->out_c * d->in_c * d->k * d->k;
+    arg(o, 0, "x", x, 0, F4(nx));
+    arg(o, 1, "w", w, 0, F4(nw));
+    arg(o, 2, "dy", dy, 0, F4(ny));
+    arg(o, 3, "dx", dx, 0, F4(nx));
+    arg(o, 4, "dw", dw, 0, F4(nw));
+    arg(o, 5, "db", db, 0, F4(d->out_c));
+    arg(o, 6, "ws", ws, 0, F4(C->conv2d_workspace_floats(d, batch, 1)));
+    submit(o);
+}
+
+static void lin_fwd(const dp_kctx *c, int batch, int in_f, int out_f, const float *x, const float *w, const float *b,
+                    float *y) {
+    k_op *o = k_new(c, K_LIN_FWD, "linear_forward", 4);
+    if (!o) return;
+    o->i[0] = batch, o->i[1] = in_f, o->i[2] = out_f;
+    arg(o, 0, "x", x, 0, F4((size_t)batch * in_f));
+    arg(o, 1, "w", w, 0, F4((size_t)out_f * in_f));
+    arg(o, 2, "b", b, 0, F4(out_f));
+    arg(o, 3, "y", y, 0, F4((size_t)batch * out_f));
+    submit(o);
+}
+
+static void lin_bwd(const dp_kctx *c, int batch, int in_f, int out_f, const float *x, const float *w, const float *dy,
+                    float *dx, float *dw, float *db) {
+    k_op *o = k_new(c, K_LIN_BWD, "linear_backward", 6);
+    if (!o) return;
+    o->i[0] = batch, o->i[1] = in_f, o->i[2] = out_f;
+    arg(o, 0, "x", x, 0, F4((size_t)batch * in_f));
+    arg(o, 1, "w", w, 0, F4((size_t)out_f * in_f));
+    arg(o, 2, "dy", dy, 0, F4((size_t)batch * out_f));
+    arg(o, 3, "dx", dx, 0, F4((size_t)batch * in_f));
+    arg(o, 4, "dw", dw, 0, F4((size_t)out_f * in_f));
+    arg(o, 5, "db", db, 0, F4(out_f));
+    submit(o);
+}
+
+/* element-wise entries: n floats per pointer */
+static void elementwise(const dp_kctx *c, int kind, const char *name, size_t n, const char *const *names,
+                        const void *const *p, int np) {
+    k_op *o = k_new(c, kind, name, np);
+    if (!o) return;
+    o->z[0] = n;
+    for (int k = 0; k < np; k++) arg(o, k, names[k], p[k], 0, F4(n));
+    submit(o);
+}
+
+static void relu_fwd(const dp_kctx *c, size_t n, const float *x, float *y) {
+    elementwise(c, K_RELU_FWD, "relu_forward", n, (const char *[]){"x", "y"}, (const void *[]){x, y}, 2);
+}
+static void relu_bwd(const dp_kctx *c, size_t n, const float *y, const float *dy, float *dx) {
+    elementwise(c, K_RELU_BWD, "relu_backward", n, (const char *[]){"y", "dy", "dx"}, (const void *[]){y, dy, dx}, 3);
+}
+static void add(const dp_kctx *c, size_t n, const float *a, const float *b, float *y) {
+    elementwise(c, K_ADD, "add", n, (const char *[]){"a", "b", "y"}, (const void *[]){a, b, y}, 3);
+}
+static void copy(const dp_kctx *c, size_t n, const float *x, float *y) {
+    elementwise(c, K_COPY, "copy", n, (const char *[]){"x", "y"}, (const void *[]){x, y}, 2);
+}
+
+/* PyTorch's floor-mode output size, as kernels/cpu/pool.c computes it */
+static int pool_out(int in, int k, int stride, int pad) {
+    if (k < 1 || stride < 1 || pad < 0) return 0;
+    const int e = in + 2 * pad - k;
+    return e < 0 ? 0 : e / stride + 1;
+}
+
+static void maxpool_fwd(const dp_kctx *c, int batch, int ch, int h, int w, int k, int stride, int pad, const float *x,
+                        float *y, int32_t *argmax) {
+    k_op *o = k_new(c, K_MAXPOOL_FWD, "maxpool_forward", 3);
+    if (!o) return;
+    const int v[7] = {batch, ch, h, w, k, stride, pad};
+    for (int j = 0; j < 7; j++) o->i[j] = v[j];
+    const size_t ny = (size_t)batch * ch * pool_out(h, k, stride, pad) * pool_out(w, k, stride, pad);
+    arg(o, 0, "x", x, 0, F4((size_t)batch * ch * h * w));
+    arg(o, 1, "y", y, 0, F4(ny));
+    arg(o, 2, "argmax", argmax, 0, ny * sizeof(int32_t));
+    submit(o);
+}
+
+static void maxpool_bwd(const dp_kctx *c, int batch, int ch, int h, int w, int k, int stride, int pad, int oh, int ow,
+                        const float *dy, const int32_t *argmax, float *dx) {
+    k_op *o = k_new(c, K_MAXPOOL_BWD, "maxpool_backward", 3);
+    if (!o) return;
+    const int v[9] = {batch, ch, h, w, k, stride, pad, oh, ow};
+    for (int j = 0; j < 9; j++) o->i[j] = v[j];
+    const size_t ny = (size_t)batch * ch * oh * ow;
+    arg(o, 0, "dy", dy, 0, F4(ny));
+    arg(o, 1, "argmax", argmax, 0, ny * sizeof(int32_t));
+    arg(o, 2, "dx", dx, 0, F4((size_t)batch * ch * h * w));
+    submit(o);
+}
+
+static void avgpool_fwd(const dp_kctx *c, int batch, int ch, int hw, const float *x, float *y) {
+    k_op *o = k_new(c, K_AVGPOOL_FWD, "avgpool_forward", 2);
+    if (!o) return;
+    o->i[0] = batch, o->i[1] = ch, o->i[2] = hw;
+    arg(o, 0, "x", x, 0, F4((size_t)batch * ch * hw));
+    arg(o, 1, "y", y, 0, F4((size_t)batch * ch));
+    submit(o);
+}
+
+static void avgpool_bwd(const dp_kctx *c, int batch, int ch, int hw, const float *dy, float *dx) {
+    k_op *o = k_new(c, K_AVGPOOL_BWD, "avgpool_backward", 2);
+    if (!o) return;
+    o->i[0] = batch, o->i[1] = ch, o->i[2] = hw;
+    arg(o, 0, "dy", dy, 0, F4((size_t)batch * ch));
+    arg(o, 1, "dx", dx, 0, F4((size_t)batch * ch * hw));
+    submit(o);
+}
+
+static size_t bn_ws(int batch, int ch, int hw) { return C->bn_workspace_floats(batch, ch, hw); }
+
+static void bn_sums(const dp_kctx *c, int batch, int ch, int hw, const float *x, float *sums, float *ws) {
+    k_op *o = k_new(c, K_BN_SUMS, "bn_sums", 3);
+    if (!o) return;
+    o->i[0] = batch, o->i[1] = ch, o->i[2] = hw;
+    arg(o, 0, "x", x, 0, F4((size_t)batch * ch * hw));
+    arg(o, 1, "sums", sums, 0, F4(2 * (size_t)ch));
+    arg(o, 2, "ws", ws, 0, F4(C->bn_workspace_floats(batch, ch, hw)));
+    submit(o);
+}
+
+static void bn_stats(const dp_kctx *c, int ch, int training, const float *sums, double count, float eps,
+                     float momentum, int update, float *mean, float *invstd, float *run_mean, float *run_var) {
+    k_op *o = k_new(c, K_BN_STATS, "bn_stats", 5);
+    if (!o) return;
+    o->i[0] = ch, o->i[1] = training, o->i[2] = update, o->count = count, o->f[0] = eps, o->f[1] = momentum;
+    arg(o, 0, "sums", sums, 0, F4(2 * (size_t)ch));
+    arg(o, 1, "mean", mean, 0, F4(ch));
+    arg(o, 2, "invstd", invstd, 0, F4(ch));
+    arg(o, 3, "run_mean", run_mean, 0, F4(ch));
+    arg(o, 4, "run_var", run_var, 0, F4(ch));
+    submit(o);
+}
+
+static void bn_apply(const dp_kctx *c, int batch, int ch, int hw, const float *x, const float *mean,
+                     const float *invstd, const float *gamma, const float *beta, float *y) {
+    k_op *o = k_new(c, K_BN_APPLY, "bn_apply", 6);
+    if (!o) return;
+    o->i[0] = batch, o->i[1] = ch, o->i[2] = hw;
+    const size_t nx = (size_t)batch * ch * hw;
+    arg(o, 0, "x", x, 0, F4(nx));
+    arg(o, 1, "mean", mean, 0, F4(ch));
+    arg(o, 2, "invstd", invstd, 0, F4(ch));
+    arg(o, 3, "gamma", gamma, 0, F4(ch));
+    arg(o, 4, "beta", beta, 0, F4(ch));
+    arg(o, 5, "y", y, 0, F4(nx));
+    submit(o);
+}
+
+static void bn_bwd_sums(const dp_kctx *c, int batch, int ch, int hw, const float *x, const float *dy,
+                        const float *mean, const float *invstd, float *sums, float *ws) {
+    k_op *o = k_new(c, K_BN_BWD_SUMS, "bn_backward_sums", 6);
+    if (!o) return;
+    o->i[0] = batch, o->i[1] = ch, o->i[2] = hw;
+    const size_t nx = (size_t)batch * ch * hw;
+    arg(o, 0, "x", x, 0, F4(nx));
+    arg(o, 1, "dy", dy, 0, F4(nx));
+    arg(o, 2, "mean", mean, 0, F4(ch));
+    arg(o, 3, "invstd", invstd, 0, F4(ch));
+    arg(o, 4, "sums", sums, 0, F4(2 * (size_t)ch));
+    arg(o, 5, "ws", ws, 0, F4(C->bn_workspace_floats(batch, ch, hw)));
+    submit(o);
+}
+
+static void bn_bwd(const dp_kctx *c, int batch, int ch, int hw, const float *x, const float *dy, const float *mean,
+                   const float *invstd, const float *gamma, const float *local, const float *sums, double count,
+                   float *dx, float *dgamma, float *dbeta, float *ws) {
+    k_op *o = k_new(c, K_BN_BWD, "bn_backward", 11);
+    if (!o) return;
+    o->i[0] = batch, o->i[1] = ch, o->i[2] = hw, o->count = count;
+    const size_t nx = (size_t)batch * ch * hw;
+    arg(o, 0, "x", x, 0, F4(nx));
+    arg(o, 1, "dy", dy, 0, F4(nx));
+    arg(o, 2, "mean", mean, 0, F4(ch));
+    arg(o, 3, "invstd", invstd, 0, F4(ch));
+    arg(o, 4, "gamma", gamma, 0, F4(ch));
+    arg(o, 5, "local", local, 0, F4(2 * (size_t)ch));
+    arg(o, 6, "sums", sums, 0, F4(2 * (size_t)ch));
+    arg(o, 7, "dx", dx, 0, F4(nx));
+    arg(o, 8, "dgamma", dgamma, 0, F4(ch));
+    arg(o, 9, "dbeta", dbeta, 0, F4(ch));
+    arg(o, 10, "ws", ws, 0, F4(C->bn_workspace_floats(batch, ch, hw)));
+    submit(o);
+}
+
+static void xent(const dp_kctx *c, int batch, int classes, const float *logits, const int32_t *labels,
+                 float grad_scale, float *dlogits, float *loss, int32_t *correct) {
+    k_op *o = k_new(c, K_XENT, "softmax_xent", 5);
+    if (!o) return;
+    o->i[0] = batch, o->i[1] = classes, o->f[0] = grad_scale;
+    arg(o, 0, "logits", logits, 0, F4((size_t)batch * classes));
+    arg(o, 1, "labels", labels, 0, (size_t)batch * sizeof(int32_t));
+    arg(o, 2, "dlogits", dlogits, 0, F4((size_t)batch * classes));
+    arg(o, 3, "loss", loss, 0, sizeof(float)); /* device memory, as on CUDA */
+    arg(o, 4, "correct", correct, 0, sizeof(int32_t));
+    submit(o);
+}
+
+static void sgd(const dp_kctx *c, size_t n, float *p, const float *g, float *buf, float lr, float momentum, float wd,
+                int nesterov) {
+    k_op *o = k_new(c, K_SGD, "sgd", 3);
+    if (!o) return;
+    o->z[0] = n, o->f[0] = lr, o->f[1] = momentum, o->f[2] = wd, o->i[0] = nesterov;
+    arg(o, 0, "p", p, 0, F4(n));
+    arg(o, 1, "g", g, 0, F4(n));
+    arg(o, 2, "buf", buf, 0, F4(n));
+    submit(o);
+}
+
+static void tree(const dp_kctx *c, float *const *v, int n, size_t lo, size_t count, int clear) {
+    k_op *o = k_new(c, K_TREE, "tree_sum", n > 0 ? n : 0);
+    if (!o) return;
+    o->z[0] = lo, o->z[1] = count, o->i[0] = clear;
+    for (int k = 0; k < n; k++) arg(o, k, "v[i]", v[k], F4(lo), F4(count)); /* the array, copied now */
+    submit(o);
+}
+
+const dp_kernels dp_fakegpu_kernels = {
+    .device = "fakegpu",
+    .conv2d_workspace_floats = conv_ws,
+    .conv2d_forward = conv_fwd,
+    .conv2d_backward = conv_bwd,
+    .linear_forward = lin_fwd,
+    .linear_backward = lin_bwd,
+    .relu_forward = relu_fwd,
+    .relu_backward = relu_bwd,
+    .add = add,
+    .copy = copy,
+    .maxpool_forward = maxpool_fwd,
+    .maxpool_backward = maxpool_bwd,
+    .avgpool_forward = avgpool_fwd,
+    .avgpool_backward = avgpool_bwd,
+    .bn_workspace_floats = bn_ws,
+    .bn_sums = bn_sums,
+    .bn_stats = bn_stats,
+    .bn_apply = bn_apply,
+    .bn_backward_sums = bn_bwd_sums,
+    .bn_backward = bn_bwd,
+    .softmax_xent = xent,
+    .sgd = sgd,
+    .tree_sum = tree,
+};

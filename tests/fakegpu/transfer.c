@@ -1,0 +1,97 @@
+/* transfer.c: moving bytes on the fake GPU, with CUDA's blocking rules:
+ *   - upload from host_alloc (pinned) memory is queued and reads the source when it runs, so a
+ *     caller that refills the staging buffer before a wait uploads the new bytes (as a DMA from
+ *     pinned memory would); from other (pageable) memory the bytes are staged at the call, which
+ *     then returns (as CUDA does through its own pinned staging buffer);
+ *   - copy and zero are queued;
+ *   - download waits for the view's stream, then copies (a copy into pageable memory returns only
+ *     when done; device.cu waits after it in every case).
+ * Device pointers are checked at the call and translated again when the op runs. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fg_internal.h"
+
+typedef struct {
+    fg_op op;
+    void *dst;
+    const void *src; /* a device pointer (copy), pinned host memory (upload), or NULL: staged */
+    size_t bytes;
+    unsigned char staged[];
+} mv_op;
+
+static void upload_run(fg_dev *g, fg_op *op, uint64_t unused) {
+    (void)unused;
+    mv_op *o = (mv_op *)op;
+    memcpy(fg_real(g, o->dst, 0, o->bytes, "upload", "dst"), o->src ? o->src : o->staged, o->bytes);
+}
+
+static void copy_run(fg_dev *g, fg_op *op, uint64_t unused) {
+    (void)unused;
+    mv_op *o = (mv_op *)op;
+    memmove(fg_real(g, o->dst, 0, o->bytes, "copy", "dst"), fg_real(g, o->src, 0, o->bytes, "copy", "src"), o->bytes);
+}
+
+static void zero_run(fg_dev *g, fg_op *op, uint64_t unused) {
+    (void)unused;
+    mv_op *o = (mv_op *)op;
+    memset(fg_real(g, o->dst, 0, o->bytes, "zero", "p"), 0, o->bytes);
+}
+
+static dp_status queue(const dp_dev *d, const char *what, void (*run)(fg_dev *, fg_op *, uint64_t), void *dst,
+                       const void *src, size_t bytes, size_t staged) {
+    mv_op *o = malloc(sizeof *o + staged);
+    if (!o) return dp_fail(DP_ERR_NOMEM, "fakegpu: out of host memory queueing %s of %zu bytes", what, bytes);
+    o->op = (fg_op){.run = run, .what = what, .waits_for = -1};
+    o->dst = dst, o->src = staged ? NULL : src, o->bytes = bytes;
+    if (staged) memcpy(o->staged, src, bytes);
+    fg_submit(fg_of(d), fg_stream_of(d), &o->op);
+    return DP_OK;
+}
+
+/* Host code that hands device memory to a host side of a transfer is a bug the GPU would fault on. */
+static void host_side(const void *p, const char *call, const char *arg) {
+    if ((uintptr_t)p & FG_ALIAS_BIT) {
+        fprintf(stderr, "fakegpu: %s: %s = %p is device memory, not host memory (copy moves device to device)\n",
+                call, arg, p);
+        abort();
+    }
+}
+
+dp_status fg_upload(const dp_dev *d, void *dst, const void *src, size_t bytes) {
+    if (!bytes) return DP_OK;
+    fg_dev *g = fg_of(d);
+    fg_real(g, dst, 0, bytes, "upload", "dst");
+    host_side(src, "upload", "src");
+    if (fg_is_pinned(g, src, bytes)) return queue(d, "upload", upload_run, dst, src, bytes, 0);
+    /* pageable: CUDA cannot record it in a graph; with a watch set, device.cu waits first (polled) */
+    DP_TRY(fg_forbidden(g, "upload from pageable host memory"));
+    if (g->dev.watch) DP_TRY(fg_wait(d));
+    return queue(d, "upload", upload_run, dst, src, bytes, bytes);
+}
+
+dp_status fg_copy(const dp_dev *d, void *dst, const void *src, size_t bytes) {
+    if (!bytes || dst == src) return DP_OK;
+    fg_real(fg_of(d), dst, 0, bytes, "copy", "dst");
+    fg_real(fg_of(d), src, 0, bytes, "copy", "src");
+    return queue(d, "copy", copy_run, dst, src, bytes, 0);
+}
+
+dp_status fg_zero(const dp_dev *d, void *p, size_t bytes) {
+    if (!bytes) return DP_OK;
+    fg_real(fg_of(d), p, 0, bytes, "zero", "p");
+    return queue(d, "zero", zero_run, p, NULL, bytes, 0);
+}
+
+dp_status fg_download(const dp_dev *d, void *dst, const void *src, size_t bytes) {
+    fg_dev *g = fg_of(d);
+    DP_TRY(fg_forbidden(g, "download"));
+    if (bytes) {
+        fg_real(g, src, 0, bytes, "download", "src");
+        host_side(dst, "download", "dst");
+    }
+    DP_TRY(fg_wait(d));
+    if (bytes) memcpy(dst, fg_real(g, src, 0, bytes, "download", "src"), bytes);
+    return DP_OK;
+}
