@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fakegpu/fakegpu.h"
 #include "testutil.h"
 
 static void read_losses(const char *log, tr_result *r) {
@@ -42,6 +43,12 @@ void tr_base_config(dp_config *c, const char *model) {
     c->threads = 2;
     c->workers = 0;
     c->quiet = 1;
+    /* DP_TEST_DEVICE=fakegpu: the same runs on the test device that behaves like a GPU */
+    const char *dev = getenv("DP_TEST_DEVICE");
+    if (dev && *dev) {
+        if (strcmp(dev, "fakegpu") == 0 && dp_fakegpu_register() != DP_OK) fail_msg("%s", dp_last_error());
+        c->device = dev;
+    }
 }
 
 tr_result tr_run(dp_config *c) {
