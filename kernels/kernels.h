@@ -75,6 +75,11 @@ typedef struct dp_kernels {
                 float wd, int nesterov);
     /* the fixed pairwise tree of core/treesum.h over n vectors into v[0], elements [lo, lo+count) */
     void (*tree_sum)(const dp_kctx *c, float *const *v, int n, size_t lo, size_t count, int clear);
+    /* a batch gathered from a data set held where the kernels run: sample i of x (ch, hw) is
+       lut[ch * 256 + pixels[idx[i]]], the loader's normalisation table (dataset.h), and y[i] is
+       labels[idx[i]] */
+    void (*gather_batch)(const dp_kctx *c, int n, int ch, int hw, const uint8_t *pixels, const uint8_t *labels,
+                         const int32_t *idx, const float *lut, float *x, int32_t *y);
 } dp_kernels;
 
 extern const dp_kernels dp_cpu_kernels;

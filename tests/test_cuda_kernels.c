@@ -83,6 +83,30 @@ static void test_elementwise(void **state) {
     free(x), free(y), free(g), free(out), free(p), free(buf);
 }
 
+/* A batch gathered from a data set on the device: a table lookup per element, bitwise. */
+static void test_gather_batch(void **state) {
+    (void)state;
+    enum { N = 300, CH = 3, HW = 32 * 32, B = 77 };
+    uint8_t *px = malloc((size_t)N * CH * HW), lab[N];
+    for (size_t i = 0; i < (size_t)N * CH * HW; i++) px[i] = (uint8_t)dp_rng_below(&rng, 256);
+    for (int i = 0; i < N; i++) lab[i] = (uint8_t)dp_rng_below(&rng, 10);
+    int32_t idx[B], y[B], *hy;
+    for (int i = 0; i < B; i++) idx[i] = (int32_t)dp_rng_below(&rng, N);
+    float *lut = host_rand(CH * 256, 2), *x = malloc((size_t)B * CH * HW * sizeof *x);
+    void *dpx = dev(px, (size_t)N * CH * HW), *dlab = dev(lab, N), *didx = dev(idx, sizeof idx);
+    float *dlut = dev(lut, CH * 256 * 4), *dx = dev(NULL, (size_t)B * CH * HW * 4);
+    int32_t *dy = dev(NULL, sizeof y);
+    C->gather_batch(&cc, B, CH, HW, px, lab, idx, lut, x, y);
+    G->gather_batch(&gc, B, CH, HW, dpx, dlab, didx, dlut, dx, dy);
+    float *h = back(dx, (size_t)B * CH * HW);
+    expect("gather batch", x, h, (size_t)B * CH * HW, 0), free(h);
+    hy = (int32_t *)back(dy, B);
+    if (memcmp(hy, y, sizeof y) != 0) fail_msg("gather batch: labels differ from the CPU's");
+    free(hy);
+    cudaFree(dpx), cudaFree(dlab), cudaFree(didx), cudaFree(dlut), cudaFree(dx), cudaFree(dy);
+    free(px), free(lut), free(x);
+}
+
 static void test_pooling(void **state) {
     (void)state;
     const int B = 3, ch = 5, cfg[][5] = {{28, 28, 2, 2, 0}, {14, 13, 3, 2, 1}, {7, 7, 3, 1, 1}};
@@ -244,7 +268,7 @@ int main(void) {
     dp_rng_seed(&rng, 17, 17);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_elementwise), cmocka_unit_test(test_pooling), cmocka_unit_test(test_batchnorm),
-        cmocka_unit_test(test_linear_and_loss), cmocka_unit_test(test_conv2d),
+        cmocka_unit_test(test_linear_and_loss), cmocka_unit_test(test_conv2d), cmocka_unit_test(test_gather_batch),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -46,6 +46,9 @@ static void gpu_vs_cpu(const char *model, int sync_bn) {
     base_config(&c, model, GPU);
     c.sync_bn = sync_bn;
     tr_result gpu = tr_run(&c);
+    /* the training set lives on the device, which gathers each batch from its indices */
+    assert_int_equal(gpu.data_on_device, 1);
+    assert_int_equal(cpu.data_on_device, 0);
     if (fake()) tr_assert_same(&gpu, &cpu, model); /* the CPU's kernels, run as a GPU runs them */
     else tr_assert_close(&gpu, &cpu, GPU_CPU_TOL, model);
     tr_free(&cpu), tr_free(&gpu);
@@ -59,6 +62,23 @@ static void test_lenet_gpu_matches_cpu(void **state) {
 static void test_lenet_bn_gpu_matches_cpu(void **state) {
     (void)state;
     gpu_vs_cpu("lenet-bn", 0);
+}
+
+/* With --augment the host's loader makes the batches and they go up through the pinned staging
+ * (the data set stays on the host): the same against the CPU, over 2 replicas. */
+static void test_augmented_batches_uploaded(void **state) {
+    (void)state;
+    dp_config c;
+    base_config(&c, "lenet-bn", "cpu");
+    c.augment = 1, c.replicas = 2;
+    tr_result cpu = tr_run(&c);
+    base_config(&c, "lenet-bn", GPU);
+    c.augment = 1, c.replicas = 2;
+    tr_result gpu = tr_run(&c);
+    assert_int_equal(gpu.data_on_device, 0);
+    if (fake()) tr_assert_same(&gpu, &cpu, "--augment");
+    else tr_assert_close(&gpu, &cpu, GPU_CPU_TOL, "--augment");
+    tr_free(&cpu), tr_free(&gpu);
 }
 
 static void replicas_bitwise(const char *model, int dp_semantics, int sync_bn) {
@@ -271,6 +291,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_lenet_gpu_matches_cpu),
         cmocka_unit_test(test_lenet_bn_gpu_matches_cpu),
+        cmocka_unit_test(test_augmented_batches_uploaded),
         cmocka_unit_test(test_gpu_sim_replicas_bitwise_ddp),
         cmocka_unit_test(test_gpu_sim_replicas_bitwise_dp),
         cmocka_unit_test(test_gpu_sim_sync_bn_bitwise),

@@ -217,11 +217,29 @@ static void test_conv2d(void **state) {
     fgt_close(D);
 }
 
+/* A batch gathered from a data set on the device, indices anywhere in it. */
+static void test_gather_batch(void **state) {
+    (void)state;
+    dp_dev *D = fgt_open(NULL);
+    enum { N = 200, CH = 3, HW = 64, B = 37 };
+    uint8_t px[N * CH * HW], lab[N];
+    for (size_t i = 0; i < sizeof px; i++) px[i] = (uint8_t)dp_rng_below(&rng, 256);
+    for (int i = 0; i < N; i++) lab[i] = (uint8_t)dp_rng_below(&rng, 10);
+    pair idx = mk_int(D, B, N), lut = mk(D, CH * 256, 2), x = mk(D, (size_t)B * CH * HW, 0), y = mk_int(D, B, 1);
+    void *dpx = fgt_put(D, px, sizeof px), *dlab = fgt_put(D, lab, sizeof lab);
+    C->gather_batch(&cc, B, CH, HW, px, lab, ih(idx), lut.h, x.h, ih(y));
+    D->k->gather_batch(&D->kc, B, CH, HW, dpx, dlab, id(idx), lut.d, x.d, id(y));
+    same(D, "gather_batch", x), same(D, "gather_batch labels", y);
+    D->free(D, dpx), D->free(D, dlab);
+    drop(D, idx), drop(D, lut), drop(D, x), drop(D, y);
+    fgt_close(D);
+}
+
 int main(void) {
     dp_rng_seed(&rng, 23, 23);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_elementwise_sgd_tree), cmocka_unit_test(test_pooling), cmocka_unit_test(test_batchnorm),
-        cmocka_unit_test(test_linear_and_loss), cmocka_unit_test(test_conv2d),
+        cmocka_unit_test(test_linear_and_loss), cmocka_unit_test(test_conv2d), cmocka_unit_test(test_gather_batch),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

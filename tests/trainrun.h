@@ -13,6 +13,7 @@ typedef struct {
     double losses[64];
     int n_losses;
     dp_layout layout;         /* a copy of the tensor table, for per-tensor messages */
+    int data_on_device;       /* the run's config line: the training set was held on the device */
 } tr_result;
 
 /* The suites' common run: synthetic data shaped for the model, 20 SGD steps of batch 64 with

@@ -97,6 +97,19 @@ static void tree(const dp_kctx *c, float *const *v, int n, size_t lo, size_t cou
     dp_tree_sum(v, n, lo, count, clear);
 }
 
+static void gather(const dp_kctx *c, int n, int ch, int hw, const uint8_t *pixels, const uint8_t *labels,
+                   const int32_t *idx, const float *lut, float *x, int32_t *y) {
+    (void)c;
+    const size_t chw = (size_t)ch * (size_t)hw;
+    for (int i = 0; i < n; i++) {
+        const uint8_t *src = pixels + (size_t)idx[i] * chw;
+        float *dst = x + (size_t)i * chw;
+        for (int k = 0; k < ch; k++)
+            for (int p = 0; p < hw; p++) dst[(size_t)k * hw + p] = lut[k * 256 + src[(size_t)k * hw + p]];
+        y[i] = labels[idx[i]];
+    }
+}
+
 const dp_kernels dp_cpu_kernels = {
     .device = "cpu",
     .conv2d_workspace_floats = conv2d_workspace_floats,
@@ -121,4 +134,5 @@ const dp_kernels dp_cpu_kernels = {
     .softmax_xent = xent,
     .sgd = sgd,
     .tree_sum = tree,
+    .gather_batch = gather,
 };

@@ -98,6 +98,13 @@ static void fill_affine(const norm_table *t, const uint8_t *src, int c, int h, i
     }
 }
 
+void dp_dataset_norm_lut(const dp_dataset *d, float *lut) {
+    norm_table t;
+    norm_init(d, &t);
+    for (int ch = 0; ch < d->c && ch < 3; ch++)
+        for (int v = 0; v < 256; v++) lut[ch * 256 + v] = t.lut[ch][v];
+}
+
 void dp_batch_fill(const dp_dataset *d, const int *idx, const int *pos, int n, const dp_augment *aug,
                    float *x, int32_t *y) {
     norm_table t;

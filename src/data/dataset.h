@@ -62,5 +62,8 @@ typedef struct {
  * plus horizontal flip p=0.5. */
 void dp_batch_fill(const dp_dataset *d, const int *idx, const int *pos, int n, const dp_augment *aug,
                    float *x, int32_t *y);
+/* The normalisation dp_batch_fill applies without augmentation, as a table: sample value v of
+ * channel ch becomes lut[ch * 256 + v] (c * 256 floats), for a device that gathers batches itself. */
+void dp_dataset_norm_lut(const dp_dataset *d, float *lut);
 
 #endif

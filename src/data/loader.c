@@ -6,6 +6,8 @@
  * an epoch by stopping claims, waiting for the fills in flight and clearing every slot. */
 #include "data/loader.h"
 
+_Static_assert(sizeof(int) == sizeof(int32_t), "dp_batch.idx is the sampler's int indices");
+
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -29,6 +31,7 @@ struct dp_loader {
     dp_sampler *sampler;
     int n_local, *ranks, workers, n_slots, max_local;
     dp_augment aug;
+    int indices_only;       /* fill idx and y only (dp_loader_config) */
     slot *slots;
 
     pthread_t *threads;
@@ -70,7 +73,10 @@ static void fill_slot(const dp_loader *l, slot *s, int k, const dp_augment *aug)
         const size_t off = (size_t)i * l->max_local;
         int *idx = s->idx + off, *pos = s->pos + off;
         int n = dp_sampler_local(l->sampler, k, l->ranks[i], idx, pos);
-        dp_batch_fill(l->data, idx, pos, n, aug->enabled ? aug : NULL, s->x + off * chw, s->y + off);
+        if (l->indices_only)
+            for (int j = 0; j < n; j++) s->y[off + (size_t)j] = l->data->labels[idx[j]];
+        else
+            dp_batch_fill(l->data, idx, pos, n, aug->enabled ? aug : NULL, s->x + off * chw, s->y + off);
         s->b[i].n = n;
     }
 }
@@ -155,6 +161,7 @@ static dp_status setup(dp_loader *l, const dp_loader_config *cfg) {
     l->n_slots = cfg->workers > 0 ? cfg->prefetch : 1;
     l->max_local = dp_sampler_max_local(cfg->sampler);
     l->aug = cfg->augment;
+    l->indices_only = cfg->indices_only && !cfg->augment.enabled;
     DP_ALLOC(l->ranks, l->n_local, "the loader's replica ranks");
     for (int i = 0; i < l->n_local; i++) {
         if (cfg->ranks[i] < 0 || cfg->ranks[i] >= cfg->sampler->n_replicas)
@@ -175,7 +182,8 @@ static dp_status setup(dp_loader *l, const dp_loader_config *cfg) {
         DP_ALLOC(s->pos, per, "a loader slot's positions");
         for (int i = 0; i < l->n_local; i++)
             s->b[i] = (dp_batch){.n = 0, .x = s->x + (size_t)i * l->max_local * chw,
-                                 .y = s->y + (size_t)i * l->max_local};
+                                 .y = s->y + (size_t)i * l->max_local,
+                                 .idx = (const int32_t *)s->idx + (size_t)i * l->max_local};
     }
     if (l->workers == 0) return DP_OK;
 

@@ -12,8 +12,9 @@
 
 typedef struct {
     int n;          /* samples in this replica's share of the batch (may be 0) */
-    float *x;       /* (n, c, h, w) normalised */
+    float *x;       /* (n, c, h, w) normalised (not filled with indices_only) */
     int32_t *y;     /* (n) */
+    const int32_t *idx; /* (n) the samples' indices in the data set */
 } dp_batch;
 
 typedef struct dp_loader dp_loader;
@@ -26,6 +27,7 @@ typedef struct {
     int workers;                /* 0: synchronous */
     int prefetch;               /* slots in the ring (>= 1); 2 * workers is a good value */
     dp_augment augment;         /* epoch is set by dp_loader_start_epoch */
+    int indices_only;           /* fill idx and y only: the device gathers the images (no augmentation) */
 } dp_loader_config;
 
 dp_status dp_loader_create(dp_loader **out, const dp_loader_config *cfg);

@@ -43,6 +43,10 @@ typedef struct {
     int sync_bn;              /* BN sums all-reduced over every replica */
     int n_lanes, n_slots, lane_batch, max_local; /* the lane plan (replica.h) */
     int graphs;               /* record step graphs where device and backend allow it */
+    /* the training set, and whether it may live on the device (no augmentation): an async device
+       then holds it and gathers each batch itself from the samples' indices */
+    const dp_dataset *train;
+    int resident;
     int time_nodes;           /* --predict / --save-profile: time each node call with the clock */
 } dp_exec_config;
 
@@ -66,6 +70,13 @@ typedef struct dp_executor {
     int lanes_clear;          /* lanes 1.. hold zeros (the last step's tree cleared them) */
     dp_batch *d_batches;      /* (n_local) an async device's copy of the loader's batches */
     dp_batch *h_stage;        /* (n_local) the pinned staging its uploads read */
+    /* the training set on the device (resident): its pixels, labels and normalisation table, and
+       per replica the batch's indices (device, and their pinned staging) */
+    int resident;
+    uint8_t *d_pixels, *d_labels;
+    float *d_lut;
+    int32_t **d_idx, **h_idx;
+    int data_c, data_hw;
     int stage_busy;           /* an upload from h_stage may still be in flight (no wait since) */
     dp_graph_cache graphs;
     int graphs_on;
@@ -99,8 +110,9 @@ int dp_exec_team(const dp_executor *ex, int n);
 
 /* Gives each replica's slots the lanes of batch b of the sampler, checking the loader's counts. */
 dp_status dp_exec_assign(dp_executor *ex, const dp_sampler *sp, const dp_batch *bt, int b, dp_micro_info *mi);
-/* The loader's batches where the device computes: the same on host memory, else uploaded through
- * the pinned staging (reused only once its last uploads are done). */
+/* The loader's batches where the device computes: the same on host memory; else uploaded through
+ * the pinned staging (reused only once its last uploads are done), or with the training set on
+ * the device (resident) only their indices go up and the device gathers the batch. */
 dp_status dp_exec_stage(dp_executor *ex, const dp_batch *b, const dp_batch **out);
 
 /* Zeroes every lane's gradient partial (lanes 1.. only if not already clear) and the lanes' losses. */

@@ -225,7 +225,9 @@ static dp_status setup(dp_trainer *t) {
     const dp_exec_config xc = {.dev = t->dev, .backend = t->backend, .model = &t->model, .threads = c->threads,
                                .sync_bn = c->sync_bn, .n_lanes = lp.lanes, .n_slots = lp.slots,
                                .lane_batch = lp.lane_batch, .max_local = lp.max_local, .graphs = c->graphs,
-                               .time_nodes = timing};
+                               .time_nodes = timing, .train = t->have_train ? &t->train : NULL,
+                               /* the NaN test hook writes into the host's batch */
+                               .resident = !c->augment && !getenv("DPTRAIN_INJECT_NAN_STEP")};
     DP_TRY(dp_exec_create(&t->ex, &xc));
     DP_TRY(dp_check_consistency(t));
     DP_ALLOC(t->metric_bufs, n_local, "metrics");
@@ -247,7 +249,8 @@ static dp_status setup(dp_trainer *t) {
         for (int r = 0; r < t->ex.n_local; r++) ranks[r] = t->ex.rep[r].rank;
         dp_loader_config lc = {.data = &t->train, .sampler = &t->sampler, .n_local = t->ex.n_local, .ranks = ranks,
                                .workers = c->workers, .prefetch = c->workers > 0 ? 2 * c->workers + 1 : 1,
-                               .augment = {.enabled = c->augment, .seed = c->seed}};
+                               .augment = {.enabled = c->augment, .seed = c->seed},
+                               .indices_only = t->ex.resident};
         DP_TRY(dp_loader_create(&t->loader, &lc));
         int steps_per_epoch = (t->sampler.n_batches + c->accumulate - 1) / c->accumulate;
         t->sched = (dp_schedule){.lr = c->lr, .scale_linear = c->lr_scale_linear, .ref_batch = c->lr_ref_batch,
@@ -323,7 +326,8 @@ static dp_status log_config(dp_trainer *t) {
                    (unsigned long long)c->seed, c->threads, c->workers, t->ex.n_lanes, t->model.params.n_buckets,
                    c->accumulate, c->sync_bn, c->overlap);
     dp_jbuf_kv_string(&b, "allreduce", t->backend->algorithm, 0);
-    dp_jbuf_printf(&b, ",\"chunks\":%d,\"canonical_order\":%d", c->chunks, canonical_order(t));
+    dp_jbuf_printf(&b, ",\"chunks\":%d,\"canonical_order\":%d,\"data_on_device\":%d", c->chunks, canonical_order(t),
+                   t->ex.resident);
     dp_status s = dp_report_config(&t->report, &b);
     dp_jbuf_free(&b);
     DP_TRY(s);

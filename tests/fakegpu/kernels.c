@@ -11,7 +11,7 @@
 enum {
     K_CONV_FWD, K_CONV_BWD, K_LIN_FWD, K_LIN_BWD, K_RELU_FWD, K_RELU_BWD, K_ADD, K_COPY, K_MAXPOOL_FWD,
     K_MAXPOOL_BWD, K_AVGPOOL_FWD, K_AVGPOOL_BWD, K_BN_SUMS, K_BN_STATS, K_BN_APPLY, K_BN_BWD_SUMS, K_BN_BWD,
-    K_XENT, K_SGD, K_TREE,
+    K_XENT, K_SGD, K_TREE, K_GATHER,
 };
 
 /* A device pointer argument: the kernel touches bytes [off, off + bytes) from it. */
@@ -108,6 +108,7 @@ static void k_run(fg_dev *g, fg_op *op, uint64_t unused) {
         break;
     case K_XENT: C->softmax_xent(&kc, i[0], i[1], r[0], r[1], f[0], r[2], r[3], r[4]); break;
     case K_SGD: C->sgd(&kc, z[0], r[0], r[1], r[2], f[0], f[1], f[2], i[0]); break;
+    case K_GATHER: C->gather_batch(&kc, i[0], i[1], i[2], r[0], r[1], r[2], r[3], r[4], r[5]); break;
     default: break;
     }
 }
@@ -358,6 +359,22 @@ static void tree(const dp_kctx *c, float *const *v, int n, size_t lo, size_t cou
     submit(o);
 }
 
+/* The samples idx names lie anywhere in the data set: its arrays are checked from their start (the
+ * whole allocation is theirs), the batch's over what it writes. */
+static void gather(const dp_kctx *c, int n, int ch, int hw, const uint8_t *pixels, const uint8_t *labels,
+                   const int32_t *idx, const float *lut, float *x, int32_t *y) {
+    k_op *o = k_new(c, K_GATHER, "gather_batch", 6);
+    if (!o) return;
+    o->i[0] = n, o->i[1] = ch, o->i[2] = hw;
+    arg(o, 0, "pixels", pixels, 0, (size_t)ch * hw);
+    arg(o, 1, "labels", labels, 0, 1);
+    arg(o, 2, "idx", idx, 0, (size_t)n * sizeof(int32_t));
+    arg(o, 3, "lut", lut, 0, F4((size_t)ch * 256));
+    arg(o, 4, "x", x, 0, F4((size_t)n * ch * hw));
+    arg(o, 5, "y", y, 0, (size_t)n * sizeof(int32_t));
+    submit(o);
+}
+
 const dp_kernels dp_fakegpu_kernels = {
     .device = "fakegpu",
     .conv2d_workspace_floats = conv_ws,
@@ -382,4 +399,5 @@ const dp_kernels dp_fakegpu_kernels = {
     .softmax_xent = xent,
     .sgd = sgd,
     .tree_sum = tree,
+    .gather_batch = gather,
 };
