@@ -30,6 +30,7 @@
 
 #include "backends/backend.h"
 #include "backends/nccl.h"
+#include "backends/nccl_memory.h"
 #include "backends/nccl_sidechan.h"
 #include "backends/nccl_watchdog.h"
 #include "backends/rendezvous.h"
@@ -54,6 +55,7 @@ typedef struct {
     dp_nccl_watchdog *wd; /* ends the process if a call below outlives --timeout and a grace period */
     char abort_what[1200]; /* what the watchdog says while an abort runs */
     dp_sidechan *sc;       /* tells the other ranks at once when this one fails, and this one when they do */
+    unsigned long long allowance; /* added to home->reserved: NCCL's lazy buffers (nccl_memory.h) */
 } nccl_impl;
 
 static nccl_impl *impl_of(dp_backend_t b) { return (nccl_impl *)b->impl; }
@@ -344,6 +346,7 @@ static void nccl_destroy(dp_backend_t b) {
     dp_nccl_watchdog_stop(m->wd);
     if (m->scratch) m->dev->free(m->dev, m->scratch);
     if (m->home && m->home->watch_ctx == m) m->home->watch = NULL, m->home->watch_ctx = NULL;
+    if (m->home) m->home->reserved -= m->allowance;
 #if DP_HAVE_MPI
     int finalized = 0;
     MPI_Finalized(&finalized);
@@ -452,6 +455,7 @@ static dp_status nccl_version_check(void) {
 
 dp_status dp_nccl_backend_create(const dp_backend_config *cfg, dp_backend_t *out) {
     *out = NULL;
+    const int nvls = dp_nccl_env_defaults(); /* before NCCL reads its environment */
     DP_TRY(nccl_version_check());
     int gpu = 0;
     DP_TRY(dp_nccl_precheck(&gpu));
@@ -476,6 +480,8 @@ dp_status dp_nccl_backend_create(const dp_backend_config *cfg, dp_backend_t *out
     else snprintf(m->where, sizeof m->where, "host memory");
     m->timeout_s = cfg->timeout_s > 0 ? cfg->timeout_s : 300;
     dp_status s = dp_launch_from_env(&m->l);
+    unsigned long long allowance = 0; /* a malformed DPTRAIN_NCCL_RESERVE_MIB is refused before any rendezvous */
+    if (s == DP_OK) s = dp_nccl_allowance(2, nvls, getenv("DPTRAIN_NCCL_RESERVE_MIB"), &allowance);
     if (s == DP_OK) {
         char who[96];
         snprintf(who, sizeof who, "rank %d (%s)", m->l.rank, m->where);
@@ -497,6 +503,10 @@ dp_status dp_nccl_backend_create(const dp_backend_config *cfg, dp_backend_t *out
         config.blocking = 0; /* every wait polls, with a deadline: no silent hang */
         s = settle(m, ncclCommInitRankConfig(&m->comm, m->l.world, blob.id, m->l.rank, &config),
                    "creating the communicator (ncclCommInitRankConfig)");
+    }
+    if (s == DP_OK && !host) { /* the start-time memory check counts what NCCL allocates later */
+        s = dp_nccl_allowance(m->l.world, nvls, getenv("DPTRAIN_NCCL_RESERVE_MIB"), &m->allowance);
+        if (s == DP_OK) m->home->reserved += m->allowance;
     }
     if (s != DP_OK) {
         b->failed = 1;

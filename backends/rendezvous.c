@@ -10,6 +10,7 @@
 #include "backends/rendezvous.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -27,9 +28,153 @@
 #include "backends/tcpstore.h"
 #include "core/timer.h"
 
-#define MAGIC 0x44505256u /* "DPRV" */
+#define MAGIC 0x44505232u /* "DPR2": the hello with a job token */
+#define HELLO_S 5.0       /* seconds an accepted connection has to send its whole hello */
+#define MAX_PENDING 64    /* connections read at once; more wait in the listen backlog */
 
-enum { ST_OK = 0, ST_WORLD = 1, ST_DUPLICATE = 2, ST_RANGE = 3 };
+enum { ST_OK = 0, ST_WORLD = 1, ST_DUPLICATE = 2, ST_RANGE = 3, ST_TOKEN = 4 };
+
+typedef struct {
+    uint32_t magic, rank, world;
+    char token[DP_RDV_TOKEN_MAX]; /* the job token, NUL-padded ("" when none) */
+} hello_t;
+
+/* The job token (rendezvous.h): the first of DPTRAIN_JOB_TOKEN, torchrun's run id and restart
+ * count, Slurm's job id, with the variable it came from, so that a refusal says where to look. */
+void dp_rendezvous_token(const dp_launch *l, char *tok, size_t cap) {
+    const char *e = getenv("DPTRAIN_JOB_TOKEN"), *slurm = getenv("SLURM_JOB_ID");
+    if (e && *e) snprintf(tok, cap, "DPTRAIN_JOB_TOKEN=%s", e);
+    else if (l->run_id[0]) snprintf(tok, cap, "TORCHELASTIC_RUN_ID=%s/restart %d", l->run_id, l->restart);
+    else if (slurm && *slurm) snprintf(tok, cap, "SLURM_JOB_ID=%s", slurm);
+    else if (cap) tok[0] = '\0';
+}
+
+static const char *shown(const char *tok) { return tok[0] ? tok : "none"; }
+
+typedef struct {
+    int fd;
+    double by; /* its hello must be complete by then */
+    size_t got;
+    hello_t h;
+} pending_t;
+
+/* Answers one complete hello: the status, then the blob (ST_OK) or rank 0's token (ST_TOKEN). The
+ * answers are a few hundred bytes into a fresh socket's buffer, so the sends do not wait. */
+static dp_status answer(const dp_launch *l, const char *token, const void *blob, size_t n, const hello_t *h, int c,
+                        char *seen, int *joined, char *foreign, size_t foreign_cap, int *n_foreign) {
+    const int r = (int)h->rank, world = (int)h->world;
+    const double by = dp_now() + HELLO_S;
+    uint32_t status = strncmp(h->token, token, DP_RDV_TOKEN_MAX) != 0 ? ST_TOKEN
+                      : world != l->world                          ? ST_WORLD
+                      : r < 1 || r >= l->world                     ? ST_RANGE
+                      : seen[r]                                    ? ST_DUPLICATE
+                                                                   : ST_OK;
+    const int told = dp_net_send(c, &status, sizeof status, by) == 0; /* else that rank reports it */
+    if (told && status == ST_OK && dp_net_send(c, blob, n, by) == 0) seen[r] = 1, (*joined)++;
+    if (told && status == ST_TOKEN) {
+        char mine[DP_RDV_TOKEN_MAX];
+        memset(mine, 0, sizeof mine);
+        snprintf(mine, sizeof mine, "%s", token);
+        dp_net_send(c, mine, sizeof mine, by);
+    }
+    if (status == ST_TOKEN) { /* another job's rank: refused, and this job goes on waiting for its own */
+        (*n_foreign)++;
+        snprintf(foreign, foreign_cap, "rank %d with job token '%.*s'", r, DP_RDV_TOKEN_MAX - 1, shown(h->token));
+        return DP_OK;
+    }
+    if (status == ST_WORLD)
+        return dp_fail(DP_ERR_USAGE, "rank 0: rank %d was started with WORLD_SIZE=%d, rank 0 with %d", r, world, l->world);
+    if (status == ST_DUPLICATE) return dp_fail(DP_ERR_USAGE, "rank 0: two processes were started with RANK=%d", r);
+    return DP_OK;
+}
+
+/* Rank 0's side over fd (bound; listened on here). Every accepted connection is read at once with
+ * the others, each with HELLO_S seconds for its hello: a silent one (a health check, a port scanner)
+ * holds no one, and is dropped. */
+static dp_status serve_on(int fd, const dp_launch *l, const void *blob, size_t n, double deadline, double timeout_s) {
+    if (listen(fd, 128) != 0) {
+        close(fd);
+        return dp_fail(DP_ERR_BACKEND, "rank 0: cannot listen on port %d (MASTER_PORT): %s", l->port, strerror(errno));
+    }
+    char token[DP_RDV_TOKEN_MAX];
+    dp_rendezvous_token(l, token, sizeof token);
+    char *seen = calloc((size_t)l->world, 1);
+    pending_t *pend = calloc(MAX_PENDING, sizeof *pend);
+    if (!seen || !pend) {
+        free(seen), free(pend), close(fd);
+        return dp_fail(DP_ERR_NOMEM, "rank 0: out of memory for %d ranks", l->world);
+    }
+    int n_pend = 0, n_foreign = 0;
+    char foreign[DP_RDV_TOKEN_MAX + 64] = "";
+    dp_status st = DP_OK;
+    for (int joined = 1; joined < l->world && st == DP_OK;) {
+        const double now = dp_now();
+        if (now >= deadline) {
+            char list[256] = "", other[DP_RDV_TOKEN_MAX * 2 + 160] = "";
+            size_t used = 0;
+            for (int r = 1; r < l->world && used + 16 < sizeof list; r++)
+                if (!seen[r]) used += (size_t)snprintf(list + used, sizeof list - used, "%s%d", used ? ", " : "", r);
+            if (n_foreign)
+                snprintf(other, sizeof other, "; %d connection%s of another job refused (the last: %s; this job's "
+                         "token: '%s')", n_foreign, n_foreign == 1 ? "" : "s", foreign, shown(token));
+            st = dp_fail(DP_ERR_BACKEND, "rank 0: ranks %s did not connect to port %d within %.0f s (started with "
+                         "another MASTER_ADDR or MASTER_PORT, or not started?)%s", list, l->port, timeout_s, other);
+            break;
+        }
+        /* drop the connections whose hello is late */
+        double wake = deadline;
+        for (int i = 0; i < n_pend;) {
+            if (pend[i].by <= now) {
+                close(pend[i].fd);
+                pend[i] = pend[--n_pend];
+                continue;
+            }
+            if (pend[i].by < wake) wake = pend[i].by;
+            i++;
+        }
+        struct pollfd p[MAX_PENDING + 1];
+        int np = 0;
+        for (int i = 0; i < n_pend; i++) p[np++] = (struct pollfd){.fd = pend[i].fd, .events = POLLIN};
+        const int lis = n_pend < MAX_PENDING ? np : -1; /* full: the rest wait in the backlog */
+        if (lis >= 0) p[np++] = (struct pollfd){.fd = fd, .events = POLLIN};
+        const int ms = (int)((wake - now) * 1000) + 1;
+        const int k = poll(p, (nfds_t)np, ms);
+        if (k < 0 && errno != EINTR) {
+            st = dp_fail(DP_ERR_BACKEND, "rank 0: poll on port %d failed: %s", l->port, strerror(errno));
+            break;
+        }
+        if (k <= 0) continue;
+        /* the hellos that arrived; pend[i] is p[i] (new connections are appended after this pass) */
+        for (int i = np - (lis >= 0 ? 2 : 1); i >= 0 && st == DP_OK; i--) {
+            if (!p[i].revents) continue;
+            pending_t *q = &pend[i];
+            const ssize_t got = recv(q->fd, (char *)&q->h + q->got, sizeof q->h - q->got, 0);
+            if (got < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+            if (got > 0) q->got += (size_t)got;
+            const int ours = q->got < sizeof(uint32_t) || q->h.magic == MAGIC;
+            if (got > 0 && ours && q->got < sizeof q->h) continue; /* the rest of the hello is on its way */
+            if (got > 0 && ours) {
+                q->h.token[DP_RDV_TOKEN_MAX - 1] = '\0';
+                st = answer(l, token, blob, n, &q->h, q->fd, seen, &joined, foreign, sizeof foreign, &n_foreign);
+            } /* else closed, or not one of ours (a port scanner, another program): dropped */
+            close(q->fd);
+            *q = pend[--n_pend];
+        }
+        if (st != DP_OK) break;
+        if (lis >= 0 && (p[lis].revents & POLLIN))
+            while (n_pend < MAX_PENDING) {
+                int c = accept4(fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+                if (c < 0) break;
+                const double by = dp_now() + HELLO_S;
+                pend[n_pend++] = (pending_t){.fd = c, .by = by < deadline ? by : deadline};
+            }
+    }
+    for (int i = 0; i < n_pend; i++) close(pend[i].fd);
+    free(pend);
+    free(seen);
+    close(fd);
+    return st;
+}
 
 static dp_status serve(const dp_launch *l, const void *blob, size_t n, double deadline, double timeout_s) {
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE};
@@ -40,7 +185,7 @@ static dp_status serve(const dp_launch *l, const void *blob, size_t n, double de
         return dp_fail(DP_ERR_BACKEND, "rank 0: cannot listen on port %d (MASTER_PORT)", l->port);
     int fd = -1;
     for (struct addrinfo *a = ai; a && fd < 0; a = a->ai_next) {
-        fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, 0);
+        fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
         if (fd < 0) continue;
         int one = 1;
         setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
@@ -51,53 +196,24 @@ static dp_status serve(const dp_launch *l, const void *blob, size_t n, double de
         return dp_fail(DP_ERR_BACKEND, "rank 0: cannot listen on port %d (MASTER_PORT): %s (another job there? under a real "
                        "torchrun its agent's store is, and TORCHELASTIC_USE_AGENT_STORE=True says so)",
                        l->port, strerror(errno));
-    char *seen = calloc((size_t)l->world, 1);
-    if (!seen) {
-        close(fd);
-        return dp_fail(DP_ERR_NOMEM, "rank 0: out of memory for %d ranks", l->world);
-    }
-    dp_status st = DP_OK;
-    for (int joined = 1; joined < l->world && st == DP_OK;) {
-        int w = dp_net_wait(fd, POLLIN, deadline);
-        if (w <= 0) {
-            char list[256] = "";
-            size_t used = 0;
-            for (int r = 1; r < l->world && used + 16 < sizeof list; r++)
-                if (!seen[r]) used += (size_t)snprintf(list + used, sizeof list - used, "%s%d", used ? ", " : "", r);
-            st = dp_fail(DP_ERR_BACKEND, "rank 0: ranks %s did not connect to port %d within %.0f s (started with "
-                         "another MASTER_ADDR or MASTER_PORT, or not started?)", list, l->port, timeout_s);
-            break;
-        }
-        int c = accept4(fd, NULL, NULL, SOCK_CLOEXEC);
-        if (c < 0) continue;
-        uint32_t hello[3];
-        /* a few seconds per connection: one that stays silent (a health check) must not hold the others */
-        const double hello_by = dp_now() + 5 < deadline ? dp_now() + 5 : deadline;
-        if (dp_net_recv(c, hello, sizeof hello, hello_by) != 0 || hello[0] != MAGIC) {
-            close(c); /* not one of ours (a port scanner, another program): ignore it */
-            continue;
-        }
-        const int r = (int)hello[1], world = (int)hello[2];
-        uint32_t status = world != l->world ? ST_WORLD : r < 1 || r >= l->world ? ST_RANGE : seen[r] ? ST_DUPLICATE : ST_OK;
-        const int told = dp_net_send(c, &status, sizeof status, deadline) == 0; /* else that rank reports it */
-        if (told && status == ST_OK && dp_net_send(c, blob, n, deadline) == 0) seen[r] = 1, joined++;
-        close(c);
-        if (status == ST_WORLD)
-            st = dp_fail(DP_ERR_USAGE, "rank 0: rank %d was started with WORLD_SIZE=%d, rank 0 with %d", r, world,
-                         l->world);
-        else if (status == ST_DUPLICATE)
-            st = dp_fail(DP_ERR_USAGE, "rank 0: two processes were started with RANK=%d", r);
-    }
-    free(seen);
-    close(fd);
-    return st;
+    return serve_on(fd, l, blob, n, deadline, timeout_s);
+}
+
+dp_status dp_rendezvous_serve_fd(int fd, const dp_launch *l, const void *blob, size_t n, double timeout_s) {
+    const int fl = fcntl(fd, F_GETFL);
+    if (fl >= 0) fcntl(fd, F_SETFL, fl | O_NONBLOCK);
+    return serve_on(fd, l, blob, n, dp_now() + timeout_s, timeout_s);
 }
 
 static dp_status join(const dp_launch *l, void *blob, size_t n, double deadline, double timeout_s) {
     /* rank 0 may start later: retry until the deadline, each attempt bounded (a dropped SYN would
-       otherwise hold a blocking connect for minutes) */
+       otherwise hold a blocking connect for minutes; dp_net_connect polls a non-blocking one) */
     struct timespec nap = {0, 50 * 1000 * 1000};
     int resolved = 0;
+    hello_t hello;
+    memset(&hello, 0, sizeof hello);
+    hello.magic = MAGIC, hello.rank = (uint32_t)l->rank, hello.world = (uint32_t)l->world;
+    dp_rendezvous_token(l, hello.token, sizeof hello.token);
     while (dp_now() < deadline) {
         double attempt = dp_now() + 5;
         int res = 0, fd = dp_net_connect(l->addr, l->port, attempt < deadline ? attempt : deadline, &res);
@@ -106,14 +222,21 @@ static dp_status join(const dp_launch *l, void *blob, size_t n, double deadline,
             nanosleep(&nap, NULL);
             continue;
         }
-        uint32_t hello[3] = {MAGIC, (uint32_t)l->rank, (uint32_t)l->world}, status = 0;
-        int ok = dp_net_send(fd, hello, sizeof hello, deadline) == 0 && dp_net_recv(fd, &status, sizeof status, deadline) == 0;
+        uint32_t status = 0;
+        char theirs[DP_RDV_TOKEN_MAX] = "";
+        int ok = dp_net_send(fd, &hello, sizeof hello, deadline) == 0 && dp_net_recv(fd, &status, sizeof status, deadline) == 0;
         if (ok && status == ST_OK) ok = dp_net_recv(fd, blob, n, deadline) == 0;
+        if (ok && status == ST_TOKEN) ok = dp_net_recv(fd, theirs, sizeof theirs, deadline) == 0;
         close(fd);
         if (!ok)
             return dp_fail(DP_ERR_BACKEND, "rank %d: the connection to rank 0 at %s:%d broke%s", l->rank, l->addr, l->port,
                            l->kind == DP_LAUNCH_TORCHRUN ? " (a real torchrun's agent store there? it sets "
-                           "TORCHELASTIC_USE_AGENT_STORE=True)" : "");
+                           "TORCHELASTIC_USE_AGENT_STORE=True; or another program, or an older dptrain)" : "");
+        theirs[sizeof theirs - 1] = '\0';
+        if (status == ST_TOKEN)
+            return dp_fail(DP_ERR_USAGE, "rank %d: rank 0 at %s:%d belongs to another job: its job token is '%s', this "
+                           "rank's '%s' (two jobs on one MASTER_PORT? give every rank of a job the same "
+                           "DPTRAIN_JOB_TOKEN)", l->rank, l->addr, l->port, shown(theirs), shown(hello.token));
         if (status == ST_WORLD)
             return dp_fail(DP_ERR_USAGE, "rank %d: rank 0 at %s:%d was started with another WORLD_SIZE than %d",
                            l->rank, l->addr, l->port, l->world);

@@ -16,8 +16,28 @@
 #include "core/status.h"
 
 /* Rank 0 sends blob (n bytes) to every other rank; the others receive it into blob. Ranks
- * check each other's WORLD_SIZE and that no rank appears twice. Fails after timeout_s naming
- * the ranks that never connected (rank 0) or the address that never answered (the others). */
+ * check each other's WORLD_SIZE and job token and that no rank appears twice. Fails after
+ * timeout_s naming the ranks that never connected (rank 0) or the address that never answered
+ * (the others).
+ * Over rank 0's own server: a connection attempt is non-blocking and polled (a host that drops
+ * SYNs ends at the deadline, not after the kernel's two minutes); rank 0 reads every accepted
+ * connection at once, each with 5 s for its hello, so a silent one (a health check, a port
+ * scanner) delays no rank and is dropped; a rank whose job token differs from rank 0's is refused,
+ * both sides naming both tokens, and rank 0 goes on waiting for its own ranks. */
 dp_status dp_rendezvous_share(const dp_launch *l, void *blob, size_t n, double timeout_s);
+
+/* The job token every rank of one job shares, so that two jobs given one MASTER_ADDR:MASTER_PORT
+ * cannot cross: "DPTRAIN_JOB_TOKEN=<value>" when that variable is set (a launcher or script may
+ * set it to anything unique, e.g. rank 0's host, pid and time, exported before the ranks start),
+ * else "TORCHELASTIC_RUN_ID=<id>/restart <n>" under torchrun, else "SLURM_JOB_ID=<id>" under Slurm,
+ * else "" (none: every rank has the same, and only WORLD_SIZE and the ranks tell jobs apart). A
+ * token is generated nowhere: the other ranks could learn it only through the connection it
+ * guards. Longer values are cut to DP_RDV_TOKEN_MAX - 1 characters. */
+#define DP_RDV_TOKEN_MAX 128
+void dp_rendezvous_token(const dp_launch *l, char *tok, size_t cap);
+
+/* Rank 0's side over fd, a TCP socket already bound (tests bind port 0 and read the port, with no
+ * race for a free port); it is listened on here (again, if the caller did) and closed. */
+dp_status dp_rendezvous_serve_fd(int fd, const dp_launch *l, const void *blob, size_t n, double timeout_s);
 
 #endif

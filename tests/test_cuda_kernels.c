@@ -2,8 +2,18 @@
  * inputs, with the tolerance stated per kernel: bitwise where the arithmetic is element-wise and
  * unfused (ReLU, add, copy, SGD, the tree sum, max pooling, the average pool), 1e-5 relative
  * where a sum runs in another order (batch norm sums, cuBLAS GEMMs, the loss), 1e-4 for the
- * convolution (im2col GEMM against the CPU's direct kernels). Runs twice to check the GPU's own
- * results are bitwise repeatable. Exits 77 (skipped) without a CUDA device. */
+ * convolution (im2col GEMM or cuDNN against the CPU's direct kernels).
+ *
+ * The convolutions, the linear layer and the loss run in every call context a kernel meets: the
+ * table's own cuBLAS handle on the legacy stream, and an opened CUDA device's main stream and two
+ * of its lane streams (non-blocking streams, each with its own handle and the same workspace).
+ * Each context's second run is bitwise its first (dx, dw, db: the weight gradients start from
+ * zero both times), and every context computes the bits of the first ("the same workspace, the
+ * same algorithm", which DDP's lanes against DP's main stream rely on). The convolution shapes
+ * include ResNet-18-sized ones above cuDNN's threshold (conv_cudnn.cu: 1M multiply-adds per
+ * sample), so cuDNN's plans and its im2col fallbacks run; the loss runs a batch of 300 (two of
+ * its tiles). A failed library call is reported by the device's wait and does not outlive the
+ * device. Exits 77 (skipped) without a CUDA device. */
 #include "testutil.h"
 
 #include <cuda_runtime_api.h>
@@ -12,13 +22,24 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/device.h"
 #include "core/rng.h"
+#include "dp_config.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/kernels.h"
 
 static const dp_kernels *G = &dp_cuda_kernels, *C = &dp_cpu_kernels;
 static const dp_kctx cc = {.nthreads = 1}, gc = {.nthreads = 1};
 static dp_rng rng;
+static dp_dev *D; /* an opened CUDA device (main) */
+
+/* The call contexts the layers' kernels run in: the table's own handle on the legacy stream, the
+ * device's main stream, two of its lanes. */
+enum { N_CTX = 4 };
+static const char *ctx_name[N_CTX] = {"the table's own handle", "the device's main stream", "lane 0", "lane 5"};
+static const dp_kctx *ctx(int i) {
+    return i == 0 ? &gc : i == 1 ? &D->kc : i == 2 ? &D->lane_kc[0] : &D->lane_kc[5];
+}
 
 static float *host_rand(size_t n, float scale) {
     float *p = malloc((n ? n : 1) * sizeof *p);
@@ -30,6 +51,9 @@ static void *dev(const void *h, size_t bytes) {
     assert_int_equal(cudaMalloc(&d, bytes ? bytes : 4), cudaSuccess);
     if (h) assert_int_equal(cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice), cudaSuccess);
     else assert_int_equal(cudaMemset(d, 0, bytes ? bytes : 4), cudaSuccess);
+    /* the device's streams are non-blocking: they do not wait for the legacy stream's copy or
+       memset (neither is synchronous with respect to the host in every case) */
+    assert_int_equal(cudaDeviceSynchronize(), cudaSuccess);
     return d;
 }
 static float *back(const void *d, size_t n) {
@@ -39,6 +63,14 @@ static float *back(const void *d, size_t n) {
     if (dp_cuda_kernels_error(msg, sizeof msg)) fail_msg("%s", msg);
     assert_int_equal(cudaMemcpy(h, d, n * sizeof *h, cudaMemcpyDeviceToHost), cudaSuccess);
     return h;
+}
+static void zero(void *d, size_t bytes) {
+    assert_int_equal(cudaMemset(d, 0, bytes), cudaSuccess);
+    assert_int_equal(cudaDeviceSynchronize(), cudaSuccess);
+}
+/* a GPU result against another GPU result: bitwise */
+static void same(const char *what, const char *how, const float *a, const float *b, size_t n) {
+    if (memcmp(a, b, n * sizeof *a) != 0) fail_msg("%s: %s is not bitwise equal", what, how);
 }
 static void expect(const char *what, const float *cpu, const float *gpu, size_t n, double tol) {
     if (tol == 0) {
@@ -109,6 +141,24 @@ static void test_gather_batch(void **state) {
 
 static void test_pooling(void **state) {
     (void)state;
+    { /* ResNet-18's global average pool: 3 x 512 planes of 7x7 (many blocks of 64 planes), and 3 x 70 planes
+         of 33x33 (a plane read in several 32-column passes, a last block part full) */
+        const int shapes[2][3] = {{3, 512, 49}, {3, 70, 33 * 33}};
+        for (int t = 0; t < 2; t++) {
+            const int B = shapes[t][0], ch = shapes[t][1], hw = shapes[t][2];
+            const size_t n = (size_t)B * ch * hw, np = (size_t)B * ch;
+            float *x = host_rand(n, 2), *y = malloc(np * 4);
+            float *gx = dev(x, n * 4), *gy = dev(NULL, np * 4);
+            C->avgpool_forward(&cc, B, ch, hw, x, y);
+            for (int i = 0; i < N_CTX; i++) {
+                zero(gy, np * 4);
+                G->avgpool_forward(ctx(i), B, ch, hw, gx, gy);
+                float *h = back(gy, np);
+                expect("average pool forward (many planes)", y, h, np, 0), free(h);
+            }
+            free(x), free(y), cudaFree(gx), cudaFree(gy);
+        }
+    }
     const int B = 3, ch = 5, cfg[][5] = {{28, 28, 2, 2, 0}, {14, 13, 3, 2, 1}, {7, 7, 3, 1, 1}};
     for (int k = 0; k < 3; k++) {
         const int h = cfg[k][0], w = cfg[k][1], ks = cfg[k][2], s = cfg[k][3], p = cfg[k][4];
@@ -186,77 +236,186 @@ static void test_batchnorm(void **state) {
     }
 }
 
-static void test_linear_and_loss(void **state) {
+static void test_linear(void **state) {
     (void)state;
-    const int B = 9, I = 400, O = 120, K = 10;
+    const int B = 9, I = 400, O = 120;
     float *x = host_rand((size_t)B * I, 1), *w = host_rand((size_t)O * I, 0.05f), *b = host_rand(O, 0.1f);
     float *dyh = host_rand((size_t)B * O, 0.1f), *y = malloc((size_t)B * O * 4), *dxh = malloc((size_t)B * I * 4);
     float *dw = calloc((size_t)O * I, 4), *db = calloc(O, 4);
     float *gx = dev(x, (size_t)B * I * 4), *gw = dev(w, (size_t)O * I * 4), *gb = dev(b, O * 4);
     float *gdy = dev(dyh, (size_t)B * O * 4), *gy = dev(NULL, (size_t)B * O * 4), *gdx = dev(NULL, (size_t)B * I * 4);
     float *gdw = dev(NULL, (size_t)O * I * 4), *gdb = dev(NULL, O * 4);
-    C->linear_forward(&cc, B, I, O, x, w, b, y), G->linear_forward(&gc, B, I, O, gx, gw, gb, gy);
-    float *h = back(gy, (size_t)B * O);
-    expect("linear forward", y, h, (size_t)B * O, 1e-5), free(h);
+    C->linear_forward(&cc, B, I, O, x, w, b, y);
     C->linear_backward(&cc, B, I, O, x, w, dyh, dxh, dw, db);
-    G->linear_backward(&gc, B, I, O, gx, gw, gdy, gdx, gdw, gdb);
-    h = back(gdx, (size_t)B * I), expect("linear dx", dxh, h, (size_t)B * I, 1e-5), free(h);
-    h = back(gdw, (size_t)O * I), expect("linear dw", dw, h, (size_t)O * I, 1e-5), free(h);
-    h = back(gdb, O), expect("linear db", db, h, O, 0), free(h);
-    /* softmax cross-entropy on logits of the first K outputs' scale */
-    float *z = host_rand((size_t)B * K, 4), *dz = malloc((size_t)B * K * 4), loss;
-    int32_t lab[9] = {0, 1, 2, 3, 4, 5, 6, 7, 9}, correct;
-    float *gz = dev(z, (size_t)B * K * 4), *gdz = dev(NULL, (size_t)B * K * 4), *gl = dev(NULL, 4);
-    int32_t *glab = dev(lab, sizeof lab), *gcor = dev(NULL, 4);
-    C->softmax_xent(&cc, B, K, z, lab, 1.0f / B, dz, &loss, &correct);
-    G->softmax_xent(&gc, B, K, gz, glab, 1.0f / B, gdz, gl, gcor);
-    h = back(gdz, (size_t)B * K), expect("softmax gradient", dz, h, (size_t)B * K, 1e-5), free(h);
-    h = back(gl, 1), expect("softmax loss", &loss, h, 1, 1e-6);
-    int32_t gcorrect;
-    assert_int_equal(cudaMemcpy(&gcorrect, gcor, 4, cudaMemcpyDeviceToHost), cudaSuccess);
-    assert_int_equal(gcorrect, correct);
-    free(h), free(x), free(w), free(b), free(dyh), free(y), free(dxh), free(dw), free(db), free(z), free(dz);
-    cudaFree(gx), cudaFree(gw), cudaFree(gb), cudaFree(gdy), cudaFree(gy), cudaFree(gdx), cudaFree(gdw);
-    cudaFree(gdb), cudaFree(gz), cudaFree(gdz), cudaFree(gl), cudaFree(glab), cudaFree(gcor);
+    float *first[4] = {0}; /* context 0's y, dx, dw, db */
+    for (int i = 0; i < N_CTX; i++)
+        for (int run = 0; run < 2; run++) {
+            zero(gdw, (size_t)O * I * 4), zero(gdb, O * 4); /* the weight gradients accumulate: from zero each run */
+            G->linear_forward(ctx(i), B, I, O, gx, gw, gb, gy);
+            G->linear_backward(ctx(i), B, I, O, gx, gw, gdy, gdx, gdw, gdb);
+            float *h[4] = {back(gy, (size_t)B * O), back(gdx, (size_t)B * I), back(gdw, (size_t)O * I), back(gdb, O)};
+            const size_t n[4] = {(size_t)B * O, (size_t)B * I, (size_t)O * I, O};
+            expect("linear forward", y, h[0], n[0], 1e-5);
+            expect("linear dx", dxh, h[1], n[1], 1e-5);
+            expect("linear dw", dw, h[2], n[2], 1e-5);
+            expect("linear db", db, h[3], n[3], 0);
+            for (int k = 0; k < 4; k++) {
+                if (!first[k]) {
+                    first[k] = h[k];
+                    continue;
+                }
+                char how[128];
+                snprintf(how, sizeof how, "%s, run %d, against the first context's first run", ctx_name[i], run + 1);
+                same("linear", how, first[k], h[k], n[k]);
+                free(h[k]);
+            }
+        }
+    for (int k = 0; k < 4; k++) free(first[k]);
+    free(x), free(w), free(b), free(dyh), free(y), free(dxh), free(dw), free(db);
+    cudaFree(gx), cudaFree(gw), cudaFree(gb), cudaFree(gdy), cudaFree(gy), cudaFree(gdx), cudaFree(gdw), cudaFree(gdb);
 }
 
-/* LeNet's and ResNet-18's shapes (a 7x7 stride-2 stem, 3x3 with padding, a 1x1 stride-2 shortcut). */
+/* Softmax cross-entropy: 9 samples, and 300 (more than one tile of 256: loss.cu's tile loop and
+ * its sum across tiles); an out-of-range label gives NaN on both sides. */
+static void test_loss(void **state) {
+    (void)state;
+    const int K = 10, batches[2] = {9, 300};
+    for (int t = 0; t < 2; t++) {
+        const int B = batches[t];
+        float *z = host_rand((size_t)B * K, 4), *dz = malloc((size_t)B * K * 4), loss;
+        int32_t *lab = malloc((size_t)B * 4), correct;
+        for (int n = 0; n < B; n++) lab[n] = (int32_t)(dp_rng_uniform(&rng) * K) % K;
+        float *gz = dev(z, (size_t)B * K * 4), *gdz = dev(NULL, (size_t)B * K * 4), *gl = dev(NULL, 4);
+        int32_t *glab = dev(lab, (size_t)B * 4), *gcor = dev(NULL, 4);
+        C->softmax_xent(&cc, B, K, z, lab, 1.0f / B, dz, &loss, &correct);
+        float *first_dz = NULL, first_loss = 0;
+        for (int i = 0; i < N_CTX; i++) {
+            G->softmax_xent(ctx(i), B, K, gz, glab, 1.0f / B, gdz, gl, gcor);
+            float *h = back(gdz, (size_t)B * K), *hl = back(gl, 1);
+            expect("softmax gradient", dz, h, (size_t)B * K, 1e-5);
+            expect("softmax loss", &loss, hl, 1, 1e-6);
+            int32_t gcorrect;
+            assert_int_equal(cudaMemcpy(&gcorrect, gcor, 4, cudaMemcpyDeviceToHost), cudaSuccess);
+            assert_int_equal(gcorrect, correct);
+            if (!first_dz) {
+                first_dz = h, first_loss = *hl;
+            } else {
+                same("softmax gradient", ctx_name[i], first_dz, h, (size_t)B * K);
+                same("softmax loss", ctx_name[i], &first_loss, hl, 1);
+                free(h);
+            }
+            free(hl);
+        }
+        free(first_dz), free(z), free(dz), free(lab);
+        cudaFree(gz), cudaFree(gdz), cudaFree(gl), cudaFree(glab), cudaFree(gcor);
+    }
+}
+
+/* LeNet's shapes and small ResNet-18-like ones (a 7x7 stride-2 stem, 3x3 with padding, a 1x1
+ * stride-2 shortcut), all below cuDNN's threshold (im2col + cuBLAS), then ResNet-18-sized ones from
+ * 1M multiply-adds per sample, which cuDNN runs in a build with it (conv_cudnn.cu; for some 1x1
+ * stride-2 shapes it has no deterministic fp32 weight-gradient algorithm, and that pass falls back to
+ * im2col). In every call context; each context's second run against its first, and against the first
+ * context's, bitwise. */
 static void test_conv2d(void **state) {
     (void)state;
-    const dp_conv2d_dims shapes[] = {{1, 28, 28, 6, 5, 1, 0, 0, 0}, {6, 12, 12, 16, 5, 1, 0, 0, 0},
-                                     {3, 32, 32, 8, 7, 2, 3, 0, 0}, {8, 9, 9, 8, 3, 1, 1, 0, 0},
-                                     {8, 10, 10, 16, 1, 2, 0, 0, 0}};
+    const dp_conv2d_dims shapes[] = {
+        {1, 28, 28, 6, 5, 1, 0, 0, 0},  {6, 12, 12, 16, 5, 1, 0, 0, 0},  {3, 32, 32, 8, 7, 2, 3, 0, 0},
+        {8, 9, 9, 8, 3, 1, 1, 0, 0},    {8, 10, 10, 16, 1, 2, 0, 0, 0},
+        /* from 1M multiply-adds per sample: cuDNN */
+        {3, 64, 64, 64, 7, 2, 3, 0, 0},   /* the stem on a 64x64 image: 9.6M */
+        {64, 14, 14, 64, 3, 1, 1, 0, 0},  /* a 3x3 of layer 1's width: 7.2M */
+        {64, 14, 14, 128, 3, 2, 1, 0, 0}, /* a stride-2 3x3 into layer 2's width: 3.6M */
+        {128, 28, 28, 256, 1, 2, 0, 0, 0}, /* a 1x1 stride-2 shortcut: 6.4M */
+    };
     const int B = 3;
     for (size_t k = 0; k < sizeof shapes / sizeof *shapes; k++) {
         dp_conv2d_dims d = shapes[k];
         assert_int_equal(conv2d_dims_init(&d), 0);
         const size_t nx = (size_t)B * d.in_c * d.in_h * d.in_w, nw = (size_t)d.out_c * d.in_c * d.k * d.k,
-                     ny = (size_t)B * d.out_c * d.out_h * d.out_w;
-        float *x = host_rand(nx, 1), *w = host_rand(nw, 0.2f), *b = host_rand(d.out_c, 0.1f), *g = host_rand(ny, 0.1f);
-        float *y = malloc(ny * 4), *dxh = malloc(nx * 4), *dw = calloc(nw, 4), *db = calloc(d.out_c, 4);
+                     ny = (size_t)B * d.out_c * d.out_h * d.out_w, nb = (size_t)d.out_c;
+        const double macs = (double)d.out_c * d.out_h * d.out_w * d.in_c * d.k * d.k;
+        if (macs >= 1e6)
+            fprintf(stderr, "conv %dx%dx%d -> %d k%d s%d: %.1fM multiply-adds per sample (%s)\n", d.in_c, d.in_h,
+                    d.in_w, d.out_c, d.k, d.stride, macs / 1e6, DP_HAVE_CUDNN ? "cuDNN" : "no cuDNN in this build");
+        float *x = host_rand(nx, 1), *w = host_rand(nw, 0.2f), *b = host_rand(nb, 0.1f), *g = host_rand(ny, 0.1f);
+        float *y = malloc(ny * 4), *dxh = malloc(nx * 4), *dw = calloc(nw, 4), *db = calloc(nb, 4);
         float *cws = malloc(C->conv2d_workspace_floats(&d, B, 1) * 4 + 64);
-        float *gx = dev(x, nx * 4), *gw = dev(w, nw * 4), *gb = dev(b, d.out_c * 4), *gg = dev(g, ny * 4);
-        float *gy = dev(NULL, ny * 4), *gdx = dev(NULL, nx * 4), *gdw = dev(NULL, nw * 4), *gdb = dev(NULL, d.out_c * 4);
+        float *gx = dev(x, nx * 4), *gw = dev(w, nw * 4), *gb = dev(b, nb * 4), *gg = dev(g, ny * 4);
+        float *gy = dev(NULL, ny * 4), *gdx = dev(NULL, nx * 4), *gdw = dev(NULL, nw * 4), *gdb = dev(NULL, nb * 4);
+        /* one workspace per context: lanes run at once in the executor, each in its own slot */
         float *gws = dev(NULL, G->conv2d_workspace_floats(&d, B, 1) * 4);
-        C->conv2d_forward(&cc, &d, B, x, w, b, y, cws), G->conv2d_forward(&gc, &d, B, gx, gw, gb, gy, gws);
-        float *h = back(gy, ny);
-        expect("conv2d forward", y, h, ny, 1e-4), free(h);
+        C->conv2d_forward(&cc, &d, B, x, w, b, y, cws);
         C->conv2d_backward(&cc, &d, B, x, w, g, dxh, dw, db, cws);
-        G->conv2d_backward(&gc, &d, B, gx, gw, gg, gdx, gdw, gdb, gws);
-        h = back(gdx, nx), expect("conv2d dx", dxh, h, nx, 1e-4), free(h);
-        h = back(gdw, nw), expect("conv2d dw", dw, h, nw, 1e-4), free(h);
-        float *first = back(gdb, d.out_c);
-        expect("conv2d db", db, first, d.out_c, 1e-5);
-        /* the same call again gives the same bits (deterministic; db accumulates: compare twice the step) */
-        G->conv2d_backward(&gc, &d, B, gx, gw, gg, gdx, gdw, gdb, gws);
-        float *again = back(gdx, nx);
-        h = back(gdx, nx);
-        assert_memory_equal(again, h, nx * 4);
-        free(first), free(again), free(h), free(x), free(w), free(b), free(g), free(y), free(dxh), free(dw), free(db);
-        free(cws);
+        const size_t n[4] = {ny, nx, nw, nb};
+        float *first[4] = {0}; /* the first context's first run: y, dx, dw, db */
+        for (int i = 0; i < N_CTX; i++)
+            for (int run = 0; run < 2; run++) {
+                zero(gy, ny * 4), zero(gdx, nx * 4), zero(gdw, nw * 4), zero(gdb, nb * 4);
+                G->conv2d_forward(ctx(i), &d, B, gx, gw, gb, gy, gws);
+                G->conv2d_backward(ctx(i), &d, B, gx, gw, gg, gdx, gdw, gdb, gws);
+                float *h[4] = {back(gy, ny), back(gdx, nx), back(gdw, nw), back(gdb, nb)};
+                expect("conv2d forward", y, h[0], ny, 1e-4);
+                expect("conv2d dx", dxh, h[1], nx, 1e-4);
+                expect("conv2d dw", dw, h[2], nw, 1e-4);
+                expect("conv2d db", db, h[3], nb, 1e-5);
+                for (int q = 0; q < 4; q++) {
+                    if (!first[q]) {
+                        first[q] = h[q];
+                        continue;
+                    }
+                    char how[160];
+                    snprintf(how, sizeof how, "shape %zu, %s, run %d, against the first context's first run (%s)", k,
+                             ctx_name[i], run + 1, q == 0 ? "y" : q == 1 ? "dx" : q == 2 ? "dw" : "db");
+                    same("conv2d", how, first[q], h[q], n[q]);
+                    free(h[q]);
+                }
+            }
+        for (int q = 0; q < 4; q++) free(first[q]);
+        free(x), free(w), free(b), free(g), free(y), free(dxh), free(dw), free(db), free(cws);
         cudaFree(gx), cudaFree(gw), cudaFree(gb), cudaFree(gg), cudaFree(gy), cudaFree(gdx), cudaFree(gdw);
         cudaFree(gdb), cudaFree(gws);
     }
+}
+
+/* A failed library call (cuBLAS refuses a negative inner dimension) is reported by the device's
+ * next wait, naming the call; one noted and never read is dropped when the device closes, so the
+ * next device opened in the process starts clean. Every device operation makes its GPU current. */
+static void test_errors_stay_with_their_device(void **state) {
+    (void)state;
+    float *gx = dev(NULL, 64), *gw = dev(NULL, 64), *gy = dev(NULL, 64);
+    G->linear_forward(&D->kc, 2, -1, 3, gx, gw, NULL, gy);
+    assert_int_equal(D->wait(D), DP_ERR_BACKEND);
+    if (!tu_contains(dp_last_error(), "cublasSgemm") || !tu_contains(dp_last_error(), "CUDA device 0"))
+        fail_msg("%s", dp_last_error());
+    assert_int_equal(D->wait(D), DP_OK); /* read once */
+    G->linear_forward(&D->kc, 2, -1, 3, gx, gw, NULL, gy); /* noted, never read */
+    dp_dev_close(D);
+    D = NULL;
+    char msg[512];
+    assert_int_equal(dp_cuda_kernels_error(msg, sizeof msg), 0);
+    assert_int_equal(dp_dev_open("cuda", 0, 0, &D), DP_OK);
+    assert_int_equal(D->wait(D), DP_OK);
+    int n = 0, cur = -1;
+    assert_int_equal(cudaGetDeviceCount(&n), cudaSuccess);
+    if (n > 1) assert_int_equal(cudaSetDevice(n - 1), cudaSuccess); /* another GPU current: the next op switches back */
+    float *p = NULL;
+    assert_int_equal(D->alloc(D, &p, 16, "a test buffer"), DP_OK);
+    assert_int_equal(cudaGetDevice(&cur), cudaSuccess);
+    assert_int_equal(cur, 0);
+    D->free(D, p);
+    cudaFree(gx), cudaFree(gw), cudaFree(gy);
+}
+
+static int open_device(void **state) {
+    (void)state;
+    return dp_dev_open("cuda", 0, 0, &D) == DP_OK ? 0 : -1;
+}
+static int close_device(void **state) {
+    (void)state;
+    if (D) dp_dev_close(D);
+    D = NULL;
+    return 0;
 }
 
 int main(void) {
@@ -268,7 +427,8 @@ int main(void) {
     dp_rng_seed(&rng, 17, 17);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_elementwise), cmocka_unit_test(test_pooling), cmocka_unit_test(test_batchnorm),
-        cmocka_unit_test(test_linear_and_loss), cmocka_unit_test(test_conv2d), cmocka_unit_test(test_gather_batch),
+        cmocka_unit_test(test_linear), cmocka_unit_test(test_loss), cmocka_unit_test(test_conv2d),
+        cmocka_unit_test(test_gather_batch), cmocka_unit_test(test_errors_stay_with_their_device),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return cmocka_run_group_tests(tests, open_device, close_device);
 }

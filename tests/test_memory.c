@@ -1,9 +1,13 @@
 /* The start-time memory check of a run whose replicas live on a device: arenas and activations
  * against the device's free memory (named in the message), the data and loader against the
- * host's; without a GPU, with synthetic figures. */
+ * host's; without a GPU, with synthetic figures. And NCCL's allowance in the device's reserve
+ * (backends/nccl_memory.h), with its NVLS default. */
 #include "testutil.h"
 
+#include <stdlib.h>
 #include <string.h>
+
+#include "backends/nccl_memory.h"
 
 #include "core/status.h"
 #include "exec/memory.h"
@@ -25,7 +29,53 @@ static void test_device_check(void **state) {
     assert_int_equal(dp_check_device_memory(&e, &sh, 1, 200ull << 20, 100ull << 20, "GPU X"), DP_ERR_NOMEM);
 }
 
+static void test_nccl_allowance(void **state) {
+    (void)state;
+    unsigned long long a = 1;
+    assert_int_equal(dp_nccl_allowance(1, 0, NULL, &a), DP_OK);
+    assert_true(a == 0); /* one rank: no peer, nothing allocated later */
+    assert_int_equal(dp_nccl_allowance(2, 0, NULL, &a), DP_OK);
+    assert_true(a == 528ull << 20);
+    assert_int_equal(dp_nccl_allowance(8, 0, "", &a), DP_OK);
+    assert_true(a == 624ull << 20);
+    assert_int_equal(dp_nccl_allowance(8, 1, NULL, &a), DP_OK);
+    assert_true(a == (624ull + 1024) << 20); /* NVLS on: its buffers too */
+    assert_int_equal(dp_nccl_allowance(8, 1, "300", &a), DP_OK);
+    assert_true(a == 300ull << 20);
+    assert_int_equal(dp_nccl_allowance(1, 0, "0", &a), DP_OK);
+    assert_true(a == 0);
+    const char *bad[] = {"12x", "-3", "1.5", " "};
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(dp_nccl_allowance(2, 0, bad[i], &a), DP_ERR_USAGE);
+        if (!strstr(dp_last_error(), "DPTRAIN_NCCL_RESERVE_MIB")) fail_msg("message: %s", dp_last_error());
+    }
+    /* a run that fits beside the CUDA device's 256 MiB reserve, but not beside NCCL's buffers at 8 ranks */
+    dp_mem_estimate e = {.data = 1000, .arenas = 4ull << 20, .acts = 60ull << 20, .loader = 1000};
+    e.total = e.data + e.arenas + e.acts + e.loader;
+    dp_mem_shape sh = {.n_local = 1, .n_lanes = 8, .n_slots = 8, .lane_batch = 8, .max_local = 32, .loader_slots = 1};
+    assert_int_equal(dp_nccl_allowance(8, 0, NULL, &a), DP_OK);
+    assert_int_equal(dp_check_device_memory(&e, &sh, 1, 900ull << 20, 256ull << 20, "GPU X"), DP_OK);
+    assert_int_equal(dp_check_device_memory(&e, &sh, 1, 900ull << 20, (256ull << 20) + a, "GPU X"), DP_ERR_NOMEM);
+}
+
+static void test_nccl_nvls_default(void **state) {
+    (void)state;
+    const char *had = getenv("NCCL_NVLS_ENABLE");
+    char *saved = had ? strdup(had) : NULL;
+    unsetenv("NCCL_NVLS_ENABLE");
+    assert_int_equal(dp_nccl_env_defaults(), 0); /* unset: turned off */
+    assert_string_equal(getenv("NCCL_NVLS_ENABLE"), "0");
+    setenv("NCCL_NVLS_ENABLE", "1", 1);
+    assert_int_equal(dp_nccl_env_defaults(), 1); /* the user's choice stands */
+    assert_string_equal(getenv("NCCL_NVLS_ENABLE"), "1");
+    setenv("NCCL_NVLS_ENABLE", "0", 1);
+    assert_int_equal(dp_nccl_env_defaults(), 0);
+    if (saved) setenv("NCCL_NVLS_ENABLE", saved, 1), free(saved);
+    else unsetenv("NCCL_NVLS_ENABLE");
+}
+
 int main(void) {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_device_check)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_device_check), cmocka_unit_test(test_nccl_allowance),
+                                       cmocka_unit_test(test_nccl_nvls_default)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -2,18 +2,24 @@
  * bad and inconsistent ones named), mpirun's recognised, and rank 0's blob (NCCL's unique id)
  * handed to every rank over TCP on loopback, between real processes; a rank with another
  * WORLD_SIZE, a rank that never starts and a rank 0 that never answers end in messages, not
- * hangs. */
+ * hangs; silent connections delay no rank; another job's rank (another job token) is refused,
+ * both sides naming both tokens; a connection to a port that drops SYNs ends by the deadline.
+ * Rank 0's port is bound to port 0 here and read back (no race for a free port). */
 #include "testutil.h"
 
 #include <netinet/in.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
+#include "backends/netio.h"
 #include "backends/rendezvous.h"
+#include "core/timer.h"
 #include "dp_config.h"
 
 static const char *vars[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT",
@@ -74,20 +80,65 @@ static dp_launch launch(int rank, int world, int port) {
     return l;
 }
 
-/* Starts rank r in a child process: exits 0 if it received the expected blob, 3 if the
- * rendezvous failed (its message on stderr). */
-static pid_t start_rank(int r, int world, int port, double timeout) {
+/* A TCP socket bound to a port of loopback that the kernel picked, not listened on yet: connections
+ * to it are refused until it is, and no other program can take the port meanwhile. */
+static int bound_socket(int *port) {
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK), .sin_port = 0};
+    socklen_t len = sizeof a;
+    assert_true(fd >= 0);
+    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+    *port = ntohs(a.sin_port);
+    return fd;
+}
+
+static void fill_blob(unsigned char *blob) {
+    for (int i = 0; i < 128; i++) blob[i] = (unsigned char)(i * 7 + 1);
+}
+
+/* Starts rank r in a child process, after `delay` seconds, with DPTRAIN_JOB_TOKEN=token (NULL: as
+ * the parent has it): exits 0 if it received the expected blob, 3 if the rendezvous failed (its
+ * message on stderr) with a message holding `expect` (when given), 4 if it failed otherwise. */
+static pid_t start_rank_as(int r, int world, int port, double timeout, const char *token, const char *expect,
+                           double delay) {
     pid_t pid = fork();
     assert_true(pid >= 0);
     if (pid == 0) {
+        if (token) setenv("DPTRAIN_JOB_TOKEN", token, 1);
+        if (delay > 0) {
+            struct timespec nap = {(time_t)delay, (long)((delay - (double)(time_t)delay) * 1e9)};
+            nanosleep(&nap, NULL);
+        }
         dp_launch l = launch(r, world, port);
-        unsigned char blob[128] = {0};
+        unsigned char blob[128] = {0}, want[128];
+        fill_blob(want);
         if (dp_rendezvous_share(&l, blob, sizeof blob, timeout) != DP_OK) {
             fprintf(stderr, "rank %d: %s\n", r, dp_last_error());
+            _exit(expect && !tu_contains(dp_last_error(), expect) ? 4 : 3);
+        }
+        _exit(memcmp(blob, want, sizeof blob) == 0 ? 0 : 1);
+    }
+    return pid;
+}
+
+static pid_t start_rank(int r, int world, int port, double timeout) {
+    return start_rank_as(r, world, port, timeout, NULL, NULL, 0);
+}
+
+/* Rank 0 in a child process over the bound socket fd: exits 0 when every rank got the blob, 3 if
+ * not (its message on stderr). */
+static pid_t start_rank0(int fd, int world, double timeout) {
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        unsigned char blob[128];
+        fill_blob(blob);
+        dp_launch l = launch(0, world, 0);
+        if (dp_rendezvous_serve_fd(fd, &l, blob, sizeof blob, timeout) != DP_OK) {
+            fprintf(stderr, "rank 0: %s\n", dp_last_error());
             _exit(3);
         }
-        for (int i = 0; i < 128; i++)
-            if (blob[i] != (unsigned char)(i * 7 + 1)) _exit(1);
         _exit(0);
     }
     return pid;
@@ -101,48 +152,164 @@ static int exit_of(pid_t pid) {
 
 static void test_blob_reaches_every_rank(void **state) {
     (void)state;
-    const int world = 4, port = tu_free_port();
+    int port;
+    const int world = 4, fd = bound_socket(&port);
+    setenv("DPTRAIN_JOB_TOKEN", "job-7", 1); /* every rank the same token */
     pid_t kids[3];
     for (int r = 1; r < world; r++) kids[r - 1] = start_rank(r, world, port, 10); /* before rank 0 listens */
     unsigned char blob[128];
-    for (int i = 0; i < 128; i++) blob[i] = (unsigned char)(i * 7 + 1);
+    fill_blob(blob);
     dp_launch l = launch(0, world, port);
-    if (dp_rendezvous_share(&l, blob, sizeof blob, 10) != DP_OK) fail_msg("rank 0: %s", dp_last_error());
+    if (dp_rendezvous_serve_fd(fd, &l, blob, sizeof blob, 10) != DP_OK) fail_msg("rank 0: %s", dp_last_error());
+    unsetenv("DPTRAIN_JOB_TOKEN");
     for (int r = 1; r < world; r++) assert_int_equal(exit_of(kids[r - 1]), 0);
 }
 
 static void test_other_world_size_is_named(void **state) {
     (void)state;
-    const int port = tu_free_port();
+    int port;
+    const int fd = bound_socket(&port);
     pid_t kid = start_rank(1, 3, port, 5); /* thinks there are 3 */
     unsigned char blob[128] = {0};
     dp_launch l = launch(0, 2, port);
-    assert_int_equal(dp_rendezvous_share(&l, blob, sizeof blob, 5), DP_ERR_USAGE);
+    assert_int_equal(dp_rendezvous_serve_fd(fd, &l, blob, sizeof blob, 5), DP_ERR_USAGE);
     assert_true(tu_contains(dp_last_error(), "rank 1 was started with WORLD_SIZE=3, rank 0 with 2"));
     assert_int_equal(exit_of(kid), 3);
 }
 
 static void test_missing_rank_times_out_named(void **state) {
     (void)state;
-    const int port = tu_free_port();
+    int port;
+    const int fd = bound_socket(&port);
     pid_t kid = start_rank(1, 3, port, 5);
     unsigned char blob[128];
-    for (int i = 0; i < 128; i++) blob[i] = (unsigned char)(i * 7 + 1);
+    fill_blob(blob);
     dp_launch l = launch(0, 3, port);
-    assert_int_equal(dp_rendezvous_share(&l, blob, sizeof blob, 1.0), DP_ERR_BACKEND);
+    assert_int_equal(dp_rendezvous_serve_fd(fd, &l, blob, sizeof blob, 1.0), DP_ERR_BACKEND);
     if (!tu_contains(dp_last_error(), "ranks 2 did not connect")) fail_msg("%s", dp_last_error());
     assert_int_equal(exit_of(kid), 0); /* rank 1 got its blob before rank 0 gave up */
 }
 
 static void test_absent_rank0_times_out_named(void **state) {
     (void)state;
-    dp_launch l = launch(1, 2, tu_free_port());
+    int port;
+    const int held = bound_socket(&port); /* bound, never listened on: every connection is refused */
+    dp_launch l = launch(1, 2, port);
     unsigned char blob[128];
     assert_int_equal(dp_rendezvous_share(&l, blob, sizeof blob, 0.5), DP_ERR_BACKEND);
     assert_true(tu_contains(dp_last_error(), "rank 0 did not answer at 127.0.0.1"));
     snprintf(l.addr, sizeof l.addr, "no-such-host.invalid");
     assert_int_equal(dp_rendezvous_share(&l, blob, sizeof blob, 0.5), DP_ERR_USAGE);
     assert_true(tu_contains(dp_last_error(), "does not resolve"));
+    close(held);
+}
+
+/* A connection to rank 0's port from loopback, non-blocking; data (if any) sent on it. */
+static int connect_to(int port, const void *data, size_t n) {
+    int c = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK), .sin_port = htons(port)};
+    assert_true(c >= 0);
+    assert_int_equal(connect(c, (struct sockaddr *)&a, sizeof a), 0);
+    if (n) assert_int_equal(send(c, data, n, MSG_NOSIGNAL), (ssize_t)n);
+    return c;
+}
+
+/* Connections that never finish a hello (silent ones, a half hello, another protocol's request),
+ * queued before any rank: every rank still joins at once, not after their 5 s each. */
+static void test_silent_connections_hold_no_one(void **state) {
+    (void)state;
+    int port;
+    const int world = 4, fd = bound_socket(&port);
+    assert_int_equal(listen(fd, 128), 0);
+    const uint32_t half[2] = {0x44505232u, 1}; /* the hello's magic and a rank, then nothing */
+    int junk[6];
+    for (int i = 0; i < 4; i++) junk[i] = connect_to(port, NULL, 0);
+    junk[4] = connect_to(port, half, sizeof half);
+    junk[5] = connect_to(port, "GET / HTTP/1.0\r\n\r\n", 18);
+    pid_t kids[3];
+    for (int r = 1; r < world; r++) kids[r - 1] = start_rank(r, world, port, 20);
+    unsigned char blob[128];
+    fill_blob(blob);
+    dp_launch l = launch(0, world, port);
+    const double t0 = dp_now();
+    if (dp_rendezvous_serve_fd(fd, &l, blob, sizeof blob, 20) != DP_OK) fail_msg("rank 0: %s", dp_last_error());
+    const double took = dp_now() - t0;
+    for (int r = 1; r < world; r++) assert_int_equal(exit_of(kids[r - 1]), 0);
+    if (took > 4.0) fail_msg("the ranks joined after %.1f s: the silent connections held them", took);
+    for (int i = 0; i < 6; i++) close(junk[i]);
+}
+
+/* Two jobs on one port: a rank with another job token is refused, both sides naming both tokens,
+ * and rank 0 goes on to serve its own rank 1, which then joins. */
+static void test_other_jobs_rank_is_refused(void **state) {
+    (void)state;
+    int port;
+    int fd = bound_socket(&port);
+    setenv("DPTRAIN_JOB_TOKEN", "job-a", 1);
+    const char *both = "its job token is 'DPTRAIN_JOB_TOKEN=job-a', this rank's 'DPTRAIN_JOB_TOKEN=job-b'";
+    pid_t other = start_rank_as(1, 2, port, 5, "job-b", both, 0);
+    unsigned char blob[128];
+    fill_blob(blob);
+    dp_launch l = launch(0, 2, port);
+    assert_int_equal(dp_rendezvous_serve_fd(fd, &l, blob, sizeof blob, 1.5), DP_ERR_BACKEND);
+    if (!tu_contains(dp_last_error(), "ranks 1 did not connect") ||
+        !tu_contains(dp_last_error(), "1 connection of another job refused (the last: rank 1 with job token "
+                                      "'DPTRAIN_JOB_TOKEN=job-b'; this job's token: 'DPTRAIN_JOB_TOKEN=job-a')"))
+        fail_msg("%s", dp_last_error());
+    assert_int_equal(exit_of(other), 3);
+    /* the same with this job's rank 1 after the other job's: it joins */
+    fd = bound_socket(&port);
+    pid_t root = start_rank0(fd, 2, 10);
+    close(fd);
+    other = start_rank_as(1, 2, port, 5, "job-b", both, 0);
+    assert_int_equal(exit_of(other), 3);
+    pid_t own = start_rank(1, 2, port, 10);
+    assert_int_equal(exit_of(own), 0);
+    assert_int_equal(exit_of(root), 0);
+    unsetenv("DPTRAIN_JOB_TOKEN");
+}
+
+/* A port that drops SYNs (a firewall, a wrong subnet): here a listener whose accept queue is full,
+ * which Linux answers by dropping further SYNs. A connection attempt ends at its deadline, and a
+ * rank waiting for rank 0 there ends at --timeout, not after the kernel's two-minute retries.
+ * (10.255.255.1 is not used: a sandbox's network may answer it.) */
+static void test_dropped_syns_end_by_the_deadline(void **state) {
+    (void)state;
+    int port;
+    const int lis = bound_socket(&port);
+    assert_int_equal(listen(lis, 0), 0);
+    int queued[16], n_queued = 0, dropped = 0;
+    while (n_queued < 16 && !dropped) { /* fill the accept queue until a connection stays pending */
+        int c = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK), .sin_port = htons(port)};
+        assert_true(c >= 0);
+        connect(c, (struct sockaddr *)&a, sizeof a);
+        struct pollfd p = {.fd = c, .events = POLLOUT};
+        dropped = poll(&p, 1, 300) == 0;
+        queued[n_queued++] = c;
+    }
+    if (!dropped) {
+        for (int i = 0; i < n_queued; i++) close(queued[i]);
+        close(lis);
+        skip(); /* this kernel accepts every SYN on loopback: nothing to test */
+    }
+    double t0 = dp_now();
+    int resolved = 0;
+    const int fd = dp_net_connect("127.0.0.1", port, t0 + 0.5, &resolved);
+    double took = dp_now() - t0;
+    if (fd >= 0) close(fd);
+    assert_true(fd < 0);
+    assert_true(resolved);
+    if (took < 0.45 || took > 1.5) fail_msg("the connection attempt ended after %.2f s, its deadline was 0.5 s", took);
+    dp_launch l = launch(1, 2, port);
+    unsigned char blob[128];
+    t0 = dp_now();
+    assert_int_equal(dp_rendezvous_share(&l, blob, sizeof blob, 1.0), DP_ERR_BACKEND);
+    took = dp_now() - t0;
+    if (!tu_contains(dp_last_error(), "rank 0 did not answer at 127.0.0.1")) fail_msg("%s", dp_last_error());
+    if (took > 2.0) fail_msg("rank 1 gave up after %.2f s, its --timeout was 1 s", took);
+    for (int i = 0; i < n_queued; i++) close(queued[i]);
+    close(lis);
 }
 
 /* torchrun's agent store where none answers: nothing listening, or a listener that is not a
@@ -150,13 +317,16 @@ static void test_absent_rank0_times_out_named(void **state) {
  * 0 never binds MASTER_PORT then (the agent holds it). */
 static void test_agent_store_that_does_not_answer(void **state) {
     (void)state;
-    dp_launch l = launch(0, 2, tu_free_port());
+    int port;
+    const int held = bound_socket(&port); /* nothing listens there */
+    dp_launch l = launch(0, 2, port);
     l.agent_store = 1;
     unsigned char blob[128] = {0};
     assert_int_equal(dp_rendezvous_share(&l, blob, sizeof blob, 0.5), DP_ERR_BACKEND);
     if (!tu_contains(dp_last_error(), "nothing answered as torchrun's agent store") ||
         !tu_contains(dp_last_error(), "TORCHELASTIC_USE_AGENT_STORE=True"))
         fail_msg("%s", dp_last_error());
+    close(held);
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK), .sin_port = 0};
     socklen_t len = sizeof a;
@@ -204,6 +374,9 @@ int main(void) {
         cmocka_unit_test(test_other_world_size_is_named),
         cmocka_unit_test(test_missing_rank_times_out_named),
         cmocka_unit_test(test_absent_rank0_times_out_named),
+        cmocka_unit_test(test_silent_connections_hold_no_one),
+        cmocka_unit_test(test_other_jobs_rank_is_refused),
+        cmocka_unit_test(test_dropped_syns_end_by_the_deadline),
         cmocka_unit_test(test_agent_store_that_does_not_answer),
         cmocka_unit_test(test_nccl_cli_without_gpu),
     };

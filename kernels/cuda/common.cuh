@@ -28,6 +28,29 @@ static inline unsigned dp_blocks(size_t n) {
 // The cuBLAS handle of a call: the executor's (bound to its stream), or one of the table's own.
 cublasHandle_t dp_cuda_blas(const dp_kctx *c);
 
+// Every cuBLAS handle's workspace, the device's and the table's own alike: cuBLAS picks its
+// algorithm by the workspace it has, so one size keeps "the same shape, the same bits" on every
+// stream. 32 MiB: what NVIDIA's cuBLAS documentation recommends for Hopper (4 MiB elsewhere).
+#define DP_CUDA_BLAS_WORKSPACE ((size_t)32 << 20)
+
+// Devices whose errors and handles are kept apart (ordinals at or above share one record).
+#define DP_CUDA_MAX_DEVICES 64
+
+// The calling thread's current device (cudaGetDevice), -1 if CUDA cannot say. Kernels and library
+// calls run there; every operation of the CUDA device (device.cu) makes its own device current.
+int dp_cuda_current_device(void);
+
+// Library handles the table creates itself, one per host thread and device (a handle belongs to
+// the device current at its creation, and must not be used by two threads at once): find returns
+// this thread's for dev (NULL: none yet), keep records one with how to destroy it, and release
+// destroys every thread's handles on dev, at the device's last close (device.cu).
+enum { DP_CUDA_HANDLE_BLAS = 1, DP_CUDA_HANDLE_CUDNN = 2 };
+void *dp_cuda_handle_find(int kind, int dev);
+void dp_cuda_handle_keep(int kind, int dev, void *h, void *aux, void (*destroy)(void *h, void *aux));
+void dp_cuda_handles_release(int dev);
+// cuDNN's plans (descriptors and algorithm choices) of device dev, at its last close (conv_cudnn.cu).
+void dp_cuda_conv_release(int dev);
+
 // Row-major C (M x N) = alpha op(A) op(B) + beta C, with op(A) M x K and op(B) K x N.
 void dp_cuda_gemm(const dp_kctx *c, int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
                   const float *B, int ldb, float beta, float *C, int ldc);
@@ -49,7 +72,8 @@ __device__ inline double dp_block_sum(double v) {
 
 // The table's entries return nothing (a launch is asynchronous: most failures show at the
 // next synchronisation), so a failed launch or library call is recorded here, first one wins,
-// and the executor reads it with dp_cuda_kernels_error (cuda_kernels.h) at its sync points.
+// for the current device, and the device reads it with dp_cuda_device_error (cuda_kernels.h) at
+// its waits.
 void dp_cuda_note(const char *what, const char *why);
 #define DP_LAUNCHED(name)                                                                \
     do {                                                                                 \

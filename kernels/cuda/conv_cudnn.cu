@@ -2,9 +2,11 @@
 // forward, data-gradient and weight-gradient passes are cuDNN's, with algorithms from its
 // heuristics restricted to deterministic ones that fit the workspace the layer reserved (the
 // im2col path's, which is ample), fp32 FMA math unless --tf32; the bias and its gradient are
-// fixed-order kernels. Descriptors and algorithm choices are cached per shape, so a shape always
-// runs the same algorithm: the same bits every run, and for every replica count (a lane has the
-// same shape whatever the replicas). Which of the two a shape uses is a fixed rule, not a timing
+// fixed-order kernels. Descriptors and algorithm choices are cached per shape and GPU, so a shape
+// always runs the same algorithm: the same bits every run, and for every replica count (a lane has
+// the same shape whatever the replicas). A shape whose plan could not be made fails every call (a
+// note the device's wait reports). cuDNN handles are one per host thread and GPU (support.cu); the
+// handles and plans of a GPU go at its last close. Which of the two a shape uses is a fixed rule, not a timing
 // (a timing could pick differently in another run): cuDNN from 1M multiply-adds per sample
 // (ResNet-18's convolutions), im2col + cuBLAS below (LeNet's), where cuDNN's per-call host cost
 // outweighs its kernels (H100: LeNet epoch 4.1 s against 1.75 s when launched eagerly; docs/gpu.md).
@@ -21,13 +23,13 @@ void dp_cuda_conv2d_forward_gemm(const dp_kctx *c, const dp_conv2d_dims *d, int 
 void dp_cuda_conv2d_backward_gemm(const dp_kctx *c, const dp_conv2d_dims *d, int batch, const float *x,
                                   const float *w, const float *dy, float *dx, float *dw, float *db, float *ws);
 
+#if DP_HAVE_CUDNN
+#include <cudnn.h>
+
 static size_t gemm_ws_bytes(const dp_conv2d_dims *d, int batch) {
     const size_t K = (size_t)d->in_c * d->k * d->k, cols = (size_t)batch * d->out_h * d->out_w;
     return (2 * K * cols + (size_t)d->out_c * cols) * sizeof(float);
 }
-
-#if DP_HAVE_CUDNN
-#include <cudnn.h>
 
 #define CUDNN_MIN_MACS 1000000.0
 
@@ -47,8 +49,10 @@ static int use_cudnn(const dp_conv2d_dims *d) {
 }
 
 typedef struct {
+    int used, dev; /* a slot in use, and the device its algorithms were chosen on */
     dp_conv2d_dims d;
     int batch, tf32, ok;
+    char why[256]; /* ok == 0: why the plan failed, noted again at every call of that shape */
     cudnnTensorDescriptor_t x, y, bias;
     cudnnFilterDescriptor_t w;
     cudnnConvolutionDescriptor_t conv;
@@ -59,30 +63,57 @@ typedef struct {
     size_t ws_bytes;
 } plan_t;
 
+/* Slots are reused, never moved: a plan's address stays valid while another thread adds one. */
 #define MAX_PLANS 256
 static plan_t plans[MAX_PLANS];
-static int n_plans;
 static std::mutex plans_mu;
 
+static void destroy_dnn(void *h, void *aux) {
+    (void)aux;
+    cudnnDestroy((cudnnHandle_t)h);
+}
+
+/* This thread's cuDNN handle on the current device, bound to the call's stream. */
 static cudnnHandle_t dnn(const dp_kctx *c) {
-    static thread_local cudnnHandle_t h = nullptr;
+    const int dev = dp_cuda_current_device();
+    cudnnHandle_t h = (cudnnHandle_t)dp_cuda_handle_find(DP_CUDA_HANDLE_CUDNN, dev);
     if (!h) {
         cudnnStatus_t s = cudnnCreate(&h);
         if (s != CUDNN_STATUS_SUCCESS) {
             dp_cuda_note("cudnnCreate", cudnnGetErrorString(s));
-            h = nullptr;
             return nullptr;
         }
+        dp_cuda_handle_keep(DP_CUDA_HANDLE_CUDNN, dev, h, nullptr, destroy_dnn);
     }
-    cudnnSetStream(h, dp_stream(c));
+    // unchecked, the work would run on the handle's previous stream: a race, not an error
+    cudnnStatus_t s = cudnnSetStream(h, dp_stream(c));
+    if (s != CUDNN_STATUS_SUCCESS) {
+        dp_cuda_note("cudnnSetStream", cudnnGetErrorString(s));
+        return nullptr;
+    }
     return h;
+}
+
+static void plan_free(plan_t *p) {
+    if (p->x) cudnnDestroyTensorDescriptor(p->x);
+    if (p->y) cudnnDestroyTensorDescriptor(p->y);
+    if (p->bias) cudnnDestroyTensorDescriptor(p->bias);
+    if (p->w) cudnnDestroyFilterDescriptor(p->w);
+    if (p->conv) cudnnDestroyConvolutionDescriptor(p->conv);
+    p->x = p->y = p->bias = nullptr, p->w = nullptr, p->conv = nullptr;
+}
+
+void dp_cuda_conv_release(int dev) {
+    std::lock_guard<std::mutex> g(plans_mu);
+    for (int i = 0; i < MAX_PLANS; i++)
+        if (plans[i].used && plans[i].dev == dev) plan_free(&plans[i]), memset(&plans[i], 0, sizeof plans[i]);
 }
 
 #define DNN(call)                                                                     \
     do {                                                                              \
         cudnnStatus_t s_ = (call);                                                    \
         if (s_ != CUDNN_STATUS_SUCCESS) {                                             \
-            dp_cuda_note(#call, cudnnGetErrorString(s_));                             \
+            snprintf(p->why, sizeof p->why, "%s: %s", #call, cudnnGetErrorString(s_)); \
             return 0;                                                                 \
         }                                                                             \
     } while (0)
@@ -136,22 +167,37 @@ static int make_plan(cudnnHandle_t h, plan_t *p) {
     return 1;
 }
 
+/* The plan of a shape on the current device, made at its first call; NULL (noted, so the call
+ * fails at the next wait) when it could not be made, at that call and at every later one. */
 static const plan_t *plan_for(const dp_kctx *c, cudnnHandle_t h, const dp_conv2d_dims *d, int batch) {
     std::lock_guard<std::mutex> g(plans_mu);
-    const int tf32 = c ? c->tf32 : 0;
-    for (int i = 0; i < n_plans; i++)
-        if (plans[i].batch == batch && plans[i].tf32 == tf32 && !memcmp(&plans[i].d, d, sizeof *d))
-            return plans[i].ok ? &plans[i] : nullptr;
-    if (n_plans == MAX_PLANS) return dp_cuda_note("cuDNN", "more than 256 convolution shapes"), nullptr;
-    plan_t *p = &plans[n_plans++];
+    const int tf32 = c ? c->tf32 : 0, dev = dp_cuda_current_device();
+    plan_t *p = nullptr;
+    for (int i = 0; i < MAX_PLANS; i++) {
+        plan_t *q = &plans[i];
+        if (!q->used) {
+            if (!p) p = q;
+            continue;
+        }
+        if (q->dev == dev && q->batch == batch && q->tf32 == tf32 && !memcmp(&q->d, d, sizeof *d)) {
+            if (!q->ok) dp_cuda_note("cuDNN convolution plan", q->why);
+            return q->ok ? q : nullptr;
+        }
+    }
+    if (!p) return dp_cuda_note("cuDNN", "more than 256 convolution shapes"), nullptr;
     memset(p, 0, sizeof *p);
-    p->d = *d, p->batch = batch, p->tf32 = tf32, p->ws_bytes = gemm_ws_bytes(d, batch);
+    p->used = 1, p->dev = dev, p->d = *d, p->batch = batch, p->tf32 = tf32, p->ws_bytes = gemm_ws_bytes(d, batch);
     p->ok = make_plan(h, p);
+    if (!p->ok) { /* kept, so that every call of the shape fails the same way */
+        plan_free(p);
+        dp_cuda_note("cuDNN convolution plan", p->why);
+        return nullptr;
+    }
     if (getenv("DPTRAIN_CONV_LOG")) // which algorithm each pass of each shape runs (docs/gpu.md)
         fprintf(stderr, "conv %dx%dx%d -> %d k%d s%d p%d batch %d tf32 %d: forward %d, data %d, filter %d (-1: im2col)\n",
                 d->in_c, d->in_h, d->in_w, d->out_c, d->k, d->stride, d->pad, batch, tf32,
                 p->fwd_ok ? (int)p->fwd : -1, p->data_ok ? (int)p->bwd_data : -1, p->filter_ok ? (int)p->bwd_filter : -1);
-    return p->ok ? p : nullptr;
+    return p;
 }
 
 // db[m] += sum over samples and positions of dy (NCHW), in a fixed order: one block per channel.
@@ -201,6 +247,9 @@ static void cudnn_backward(const dp_kctx *c, const dp_conv2d_dims *d, int batch,
     s = cudnnConvolutionBackwardData(h, &one, p->w, w, p->y, dy, p->conv, p->bwd_data, ws, p->ws_bytes, &zero, p->x, dx);
     if (s != CUDNN_STATUS_SUCCESS) dp_cuda_note("cudnnConvolutionBackwardData", cudnnGetErrorString(s));
 }
+
+#else
+void dp_cuda_conv_release(int dev) { (void)dev; }
 #endif
 
 extern "C" void dp_cuda_conv2d_forward(const dp_kctx *c, const dp_conv2d_dims *d, int batch, const float *x,

@@ -2,6 +2,10 @@
 // with a cuBLAS handle bound to it, lane streams, and a collective stream (the `coll` view, whose
 // operations queue there and whose ordering with the main stream is by events). Every call is checked; a failure names the call, the device
 // and CUDA's reason. Kernel launches are asynchronous, so their failures surface at wait().
+// Every operation first makes its device the thread's current one (cudaSetDevice when another is,
+// e.g. after a second device was opened on this thread), so allocations, events and the kernels
+// queued after it land on this device; NCCL's communicator is made on the current device too.
+#include <mutex>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -16,6 +20,7 @@ const char *dp_cuda_conv_impl(void); // conv_cudnn.cu
 
 typedef struct {
     int ordinal;
+    int counted; /* counted in opens[] (see cuda_close) */
     cudaStream_t stream;
     cublasHandle_t blas;
     void *blas_ws; /* cuBLAS's workspace, set once: no allocation happens while a graph records */
@@ -45,8 +50,18 @@ static dp_status fail_cuda(const dp_dev *d, const char *what, cudaError_t e) {
         if (e_ != cudaSuccess) return fail_cuda((d), #call, e_);         \
     } while (0)
 
+// Makes d's GPU the calling thread's current device; a check first, cheaper than a set.
+static cudaError_t use_device(const dp_dev *d) {
+    const int ord = impl_of(d)->ordinal;
+    int cur = -1;
+    if (cudaGetDevice(&cur) == cudaSuccess && cur == ord) return cudaSuccess;
+    return cudaSetDevice(ord);
+}
+#define ENTER(d) CHECK(d, use_device(d))
+
 static dp_status cuda_alloc(const dp_dev *d, float **p, size_t n, const char *what) {
     *p = NULL;
+    ENTER(d);
     size_t bytes = (n ? n : 1) * sizeof(float);
     cudaError_t e = cudaMalloc((void **)p, bytes);
     if (e != cudaSuccess) {
@@ -61,11 +76,12 @@ static dp_status cuda_alloc(const dp_dev *d, float **p, size_t n, const char *wh
 }
 
 static void cuda_free(const dp_dev *d, void *p) {
-    (void)d;
-    if (p) cudaFree(p);
+    if (p && use_device(d) == cudaSuccess) cudaFree(p);
 }
 
 static dp_status cuda_host_alloc(const dp_dev *d, void **p, size_t bytes, const char *what) {
+    *p = NULL;
+    ENTER(d);
     cudaError_t e = cudaMallocHost(p, bytes ? bytes : 1);
     if (e != cudaSuccess) {
         *p = NULL;
@@ -76,8 +92,7 @@ static dp_status cuda_host_alloc(const dp_dev *d, void **p, size_t bytes, const 
 }
 
 static void cuda_host_free(const dp_dev *d, void *p) {
-    (void)d;
-    if (p) cudaFreeHost(p);
+    if (p && use_device(d) == cudaSuccess) cudaFreeHost(p);
 }
 
 static dp_status cuda_wait(const dp_dev *d);
@@ -94,6 +109,7 @@ static int pageable(const void *host) {
 }
 
 static dp_status cuda_upload(const dp_dev *d, void *dst, const void *src, size_t bytes) {
+    ENTER(d);
     /* with collectives queued (a watch is set), a pageable source would make the copy wait for
        them unwatched: wait here first, polled, so a dead peer ends the wait */
     if (bytes && d->watch && pageable(src)) DP_TRY(cuda_wait(d));
@@ -102,11 +118,13 @@ static dp_status cuda_upload(const dp_dev *d, void *dst, const void *src, size_t
 }
 
 static dp_status cuda_copy(const dp_dev *d, void *dst, const void *src, size_t bytes) {
+    ENTER(d);
     if (bytes && dst != src) CHECK(d, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_of(d)));
     return DP_OK;
 }
 
 static dp_status cuda_zero(const dp_dev *d, void *p, size_t bytes) {
+    ENTER(d);
     if (bytes) CHECK(d, cudaMemsetAsync(p, 0, bytes, stream_of(d)));
     return DP_OK;
 }
@@ -118,6 +136,7 @@ static double now_s(void) {
 }
 
 static dp_status cuda_wait(const dp_dev *d) {
+    ENTER(d);
     const dp_dev *md = &impl_of(d)->dev; /* the watch is set on the device, and serves its views */
     if (!md->watch) {
         CHECK(d, cudaStreamSynchronize(stream_of(d)));
@@ -133,12 +152,13 @@ static dp_status cuda_wait(const dp_dev *d) {
         }
     }
     char msg[512];
-    if (dp_cuda_kernels_error(msg, sizeof msg))
+    if (dp_cuda_device_error(impl_of(d)->ordinal, msg, sizeof msg))
         return dp_fail(DP_ERR_BACKEND, "CUDA device %d: %s", impl_of(d)->ordinal, msg);
     return DP_OK;
 }
 
 static dp_status cuda_download(const dp_dev *d, void *dst, const void *src, size_t bytes) {
+    ENTER(d);
     /* a copy to pageable memory returns only when it is done, so it would wait inside the call
        for a collective that never ends: with a watch set, the queued work is waited for first */
     if (bytes && impl_of(d)->dev.watch) DP_TRY(cuda_wait(d));
@@ -148,6 +168,7 @@ static dp_status cuda_download(const dp_dev *d, void *dst, const void *src, size
 
 static dp_status cuda_fork(const dp_dev *d, int n) {
     cuda_dev *c = impl_of(d);
+    ENTER(d); // the lanes' kernels queued after the fork run on the current device
     CHECK(d, cudaEventRecord(c->forked, c->stream));
     for (int i = 0; i < n && i < DP_DEV_LANES; i++) CHECK(d, cudaStreamWaitEvent(c->lane[i], c->forked, 0));
     return DP_OK;
@@ -155,6 +176,7 @@ static dp_status cuda_fork(const dp_dev *d, int n) {
 
 static dp_status cuda_join(const dp_dev *d, int n) {
     cuda_dev *c = impl_of(d);
+    ENTER(d);
     for (int i = 0; i < n && i < DP_DEV_LANES; i++) {
         CHECK(d, cudaEventRecord(c->joined[i], c->lane[i]));
         CHECK(d, cudaStreamWaitEvent(c->stream, c->joined[i], 0));
@@ -164,6 +186,7 @@ static dp_status cuda_join(const dp_dev *d, int n) {
 
 static dp_status cuda_coll_wait_main(const dp_dev *d) {
     cuda_dev *c = impl_of(d);
+    ENTER(d);
     CHECK(d, cudaEventRecord(c->main_mark, c->stream));
     CHECK(d, cudaStreamWaitEvent(c->coll_stream, c->main_mark, 0));
     return DP_OK;
@@ -171,6 +194,7 @@ static dp_status cuda_coll_wait_main(const dp_dev *d) {
 
 static dp_status cuda_main_wait_coll(const dp_dev *d) {
     cuda_dev *c = impl_of(d);
+    ENTER(d);
     CHECK(d, cudaEventRecord(c->coll_mark, c->coll_stream));
     CHECK(d, cudaStreamWaitEvent(c->stream, c->coll_mark, 0));
     return DP_OK;
@@ -178,22 +202,25 @@ static dp_status cuda_main_wait_coll(const dp_dev *d) {
 
 static dp_status cuda_mem_info(const dp_dev *d, unsigned long long *free_b, unsigned long long *total_b) {
     size_t f = 0, t = 0;
+    ENTER(d); // cudaMemGetInfo reports the current device
     CHECK(d, cudaMemGetInfo(&f, &t));
     *free_b = f, *total_b = t;
     return DP_OK;
 }
 
 static dp_status cuda_capture_begin(const dp_dev *d) {
+    ENTER(d);
     CHECK(d, cudaStreamBeginCapture(stream_of(d), cudaStreamCaptureModeThreadLocal));
     return DP_OK;
 }
 
 static dp_status cuda_capture_end(const dp_dev *d, void **graph) {
     *graph = NULL;
+    ENTER(d);
     cudaGraph_t g = NULL;
     CHECK(d, cudaStreamEndCapture(stream_of(d), &g));
     char msg[512];
-    if (dp_cuda_kernels_error(msg, sizeof msg)) { // a launch failed while recording
+    if (dp_cuda_device_error(impl_of(d)->ordinal, msg, sizeof msg)) { // a launch failed while recording
         cudaGraphDestroy(g);
         return dp_fail(DP_ERR_BACKEND, "CUDA device %d: while recording the step: %s", impl_of(d)->ordinal, msg);
     }
@@ -206,13 +233,13 @@ static dp_status cuda_capture_end(const dp_dev *d, void **graph) {
 }
 
 static dp_status cuda_replay(const dp_dev *d, void *graph) {
+    ENTER(d);
     CHECK(d, cudaGraphLaunch((cudaGraphExec_t)graph, stream_of(d)));
     return DP_OK;
 }
 
 static void cuda_graph_free(const dp_dev *d, void *graph) {
-    (void)d;
-    if (graph) cudaGraphExecDestroy((cudaGraphExec_t)graph);
+    if (graph && use_device(d) == cudaSuccess) cudaGraphExecDestroy((cudaGraphExec_t)graph);
 }
 
 // Timing events: default flags (timing on); the array is the caller's, freed by events_free.
@@ -220,32 +247,43 @@ static dp_status cuda_events_create(const dp_dev *d, int n, void **events) {
     cudaEvent_t *ev = (cudaEvent_t *)calloc((size_t)n, sizeof *ev);
     *events = ev;
     if (!ev) return dp_fail(DP_ERR_NOMEM, "CUDA device %d: out of host memory for %d timing events", impl_of(d)->ordinal, n);
+    ENTER(d); // an event belongs to the device current at its creation
     for (int i = 0; i < n; i++) CHECK(d, cudaEventCreate(&ev[i]));
     return DP_OK;
 }
 
 static dp_status cuda_event_record(const dp_dev *d, void *events, int i) {
+    ENTER(d);
     CHECK(d, cudaEventRecord(((cudaEvent_t *)events)[i], stream_of(d)));
     return DP_OK;
 }
 
 static dp_status cuda_event_elapsed(const dp_dev *d, void *events, int i, int j, double *seconds) {
     float ms = 0;
+    ENTER(d);
     CHECK(d, cudaEventElapsedTime(&ms, ((cudaEvent_t *)events)[i], ((cudaEvent_t *)events)[j]));
     *seconds = 1e-3 * ms;
     return DP_OK;
 }
 
 static void cuda_events_free(const dp_dev *d, void *events, int n) {
-    (void)d;
+    use_device(d);
     cudaEvent_t *ev = (cudaEvent_t *)events;
     for (int i = 0; ev && i < n; i++)
         if (ev[i]) cudaEventDestroy(ev[i]);
     free(ev);
 }
 
+// Open devices per ordinal: the table's own handles and cuDNN plans of a GPU are released when
+// its last open device closes (a second open of one GPU, as the predictor's companion trainers
+// make, shares them).
+static std::mutex opens_mu;
+static int opens[DP_CUDA_MAX_DEVICES];
+
 static void cuda_close(dp_dev *d) {
     cuda_dev *c = impl_of(d);
+    const int ord = c->ordinal, was_open = c->counted;
+    use_device(d);
     if (c->stream) cudaStreamSynchronize(c->stream);
     for (int i = 0; i < DP_DEV_LANES; i++) {
         if (c->lane_blas[i]) cublasDestroy(c->lane_blas[i]);
@@ -261,6 +299,17 @@ static void cuda_close(dp_dev *d) {
     if (c->blas_ws) cudaFree(c->blas_ws);
     if (c->stream) cudaStreamDestroy(c->stream);
     free(c);
+    int last = 0;
+    if (was_open && ord >= 0 && ord < DP_CUDA_MAX_DEVICES) {
+        std::lock_guard<std::mutex> g(opens_mu);
+        last = --opens[ord] == 0;
+    }
+    if (last) { // no device of this GPU is open: this thread's and every other's handles go
+        dp_cuda_handles_release(ord);
+        dp_cuda_conv_release(ord);
+        dp_cuda_forget_errors(ord); // a failure of this teardown is no later trainer's
+    }
+    cudaGetLastError();
 }
 
 // The operations; dp_cuda_dev_open copies them in and adds the streams, handles and description.
@@ -309,10 +358,10 @@ static dp_status cuda_open(int ordinal, int tf32, dp_dev **out) {
     }
     cublasStatus_t bs = cublasCreate(&c->blas);
     if (bs == CUBLAS_STATUS_SUCCESS) bs = cublasSetStream(c->blas, c->stream);
-    const size_t ws_bytes = (size_t)16 << 20;
+    const size_t ws_bytes = DP_CUDA_BLAS_WORKSPACE;
     if (bs == CUBLAS_STATUS_SUCCESS) {
         if ((e = cudaMalloc(&c->blas_ws, ws_bytes)) != cudaSuccess) {
-            dp_status s = fail_cuda(d, "allocating cuBLAS's 16 MiB workspace", e);
+            dp_status s = fail_cuda(d, "allocating cuBLAS's 32 MiB workspace", e);
             cuda_close(d);
             return s;
         }
@@ -350,6 +399,14 @@ static dp_status cuda_open(int ordinal, int tf32, dp_dev **out) {
     }
     *d = cuda_ops;
     d->impl = c;
+    int first = 1;
+    if (ordinal < DP_CUDA_MAX_DEVICES) {
+        std::lock_guard<std::mutex> g(opens_mu);
+        first = opens[ordinal]++ == 0, c->counted = 1;
+    }
+    // a failure noted before this GPU's first open is no business of this device's (with one open
+    // already, say a predictor's companion of a trainer, a failure there is that trainer's, unread)
+    if (first) dp_cuda_forget_errors(ordinal);
     d->kc = (dp_kctx){.nthreads = 1, .stream = c->stream, .blas = c->blas, .tf32 = tf32};
     for (int i = 0; i < DP_DEV_LANES; i++)
         d->lane_kc[i] = (dp_kctx){.nthreads = 1, .stream = c->lane[i], .blas = c->lane_blas[i], .tf32 = tf32};

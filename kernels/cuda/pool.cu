@@ -39,12 +39,31 @@ __global__ void maxpool_bwd_k(size_t n, int h, int w, int k, int s, int p, int o
     }
 }
 
+// Global average pooling: each plane summed in order in double, as the CPU does (the same bits).
+// A block takes GAP_P consecutive planes (contiguous memory) and reads them GAP_CH columns at a
+// time into shared memory, a warp per plane's 32 consecutive floats (coalesced, where one thread
+// per plane striding by hw was not); then thread p adds its plane's columns in order.
+#define GAP_P 64
+#define GAP_CH 32
 __global__ void gap_fwd_k(size_t planes, int hw, const float *x, float *y) {
-    DP_FOR(pl, planes) {
-        const float *xp = x + pl * hw;
+    __shared__ float tile[GAP_P][GAP_CH + 1]; // +1: thread p reads row p without bank conflicts
+    const int t = threadIdx.x;
+    for (size_t pl0 = (size_t)blockIdx.x * GAP_P; pl0 < planes; pl0 += (size_t)gridDim.x * GAP_P) {
+        const int np = planes - pl0 < GAP_P ? (int)(planes - pl0) : GAP_P;
+        const float *xb = x + pl0 * hw;
         double acc = 0.0;
-        for (int i = 0; i < hw; i++) acc += xp[i];
-        y[pl] = (float)(acc / hw);
+        for (int c0 = 0; c0 < hw; c0 += GAP_CH) {
+            const int len = hw - c0 < GAP_CH ? hw - c0 : GAP_CH;
+            for (int e = t; e < GAP_P * GAP_CH; e += blockDim.x) {
+                const int p = e / GAP_CH, j = e % GAP_CH;
+                if (p < np && j < len) tile[p][j] = xb[(size_t)p * hw + c0 + j];
+            }
+            __syncthreads();
+            if (t < np)
+                for (int j = 0; j < len; j++) acc += tile[t][j];
+            __syncthreads();
+        }
+        if (t < np) y[pl0 + t] = (float)(acc / hw);
     }
 }
 
@@ -72,7 +91,9 @@ extern "C" void dp_cuda_maxpool_backward(const dp_kctx *c, int batch, int ch, in
 extern "C" void dp_cuda_avgpool_forward(const dp_kctx *c, int batch, int ch, int hw, const float *x, float *y) {
     const size_t planes = (size_t)batch * ch;
     if (!planes || hw <= 0) return;
-    gap_fwd_k<<<dp_blocks(planes), DP_CUDA_THREADS, 0, dp_stream(c)>>>(planes, hw, x, y);
+    const size_t groups = (planes + GAP_P - 1) / GAP_P;
+    const unsigned grid = (unsigned)(groups < 65535 * 32 ? groups : 65535 * 32);
+    gap_fwd_k<<<grid, DP_CUDA_THREADS, 0, dp_stream(c)>>>(planes, hw, x, y);
     DP_LAUNCHED("average pool forward");
 }
 extern "C" void dp_cuda_avgpool_backward(const dp_kctx *c, int batch, int ch, int hw, const float *dy, float *dx) {

@@ -1,0 +1,33 @@
+/* nccl_memory.c: NCCL's allowance in the device reserve, and its NVLS default (nccl_memory.h). */
+#include "backends/nccl_memory.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+int dp_nccl_env_defaults(void) {
+    const char *v = getenv("NCCL_NVLS_ENABLE");
+    if (!v) {
+        setenv("NCCL_NVLS_ENABLE", "0", 0);
+        return 0;
+    }
+    return strcmp(v, "0") != 0;
+}
+
+dp_status dp_nccl_allowance(int world, int nvls, const char *override_mib, unsigned long long *bytes) {
+    *bytes = 0;
+    if (override_mib && *override_mib) {
+        char *end = NULL;
+        errno = 0;
+        const unsigned long long mib = strtoull(override_mib, &end, 10);
+        if (errno || *end || override_mib[0] == '-' || mib > (1ull << 30))
+            return dp_fail(DP_ERR_USAGE, "DPTRAIN_NCCL_RESERVE_MIB='%s' is not a whole number of MiB (NCCL's device "
+                           "memory besides the run's, e.g. 1024)", override_mib);
+        *bytes = mib << 20;
+        return DP_OK;
+    }
+    if (world <= 1) return DP_OK;
+    const unsigned long long mib = 512ull + 16ull * (unsigned long long)(world - 1) + (nvls ? 1024ull : 0);
+    *bytes = mib << 20;
+    return DP_OK;
+}
