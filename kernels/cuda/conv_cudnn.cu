@@ -64,8 +64,18 @@ static plan_t plans[MAX_PLANS];
 static int n_plans;
 static std::mutex plans_mu;
 
+// One handle per host thread and device: a cuDNN handle belongs to the device current when it
+// was created, and one thread may drive several (nccl --gpus).
+#define DNN_HANDLES 64
 static cudnnHandle_t dnn(const dp_kctx *c) {
-    static thread_local cudnnHandle_t h = nullptr;
+    static thread_local cudnnHandle_t hs[DNN_HANDLES];
+    const int dev = c ? c->device : 0;
+    if (dev < 0 || dev >= DNN_HANDLES) {
+        dp_cuda_note("cudnnCreate", "device ordinal out of range");
+        return nullptr;
+    }
+    dp_cuda_use(dev);
+    cudnnHandle_t &h = hs[dev];
     if (!h) {
         cudnnStatus_t s = cudnnCreate(&h);
         if (s != CUDNN_STATUS_SUCCESS) {

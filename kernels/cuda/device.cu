@@ -2,6 +2,8 @@
 // with a cuBLAS handle bound to it, lane streams, and a collective stream (the `coll` view, whose
 // operations queue there and whose ordering with the main stream is by events). Every call is checked; a failure names the call, the device
 // and CUDA's reason. Kernel launches are asynchronous, so their failures surface at wait().
+// One process may open several (nccl --gpus): every operation first makes its device current
+// (use), and the kernel contexts carry the ordinal for the kernels' launches (common.cuh).
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -29,8 +31,10 @@ typedef struct {
 } cuda_dev;
 
 static cuda_dev *impl_of(const dp_dev *d) { return (cuda_dev *)d->impl; }
+static void use(const dp_dev *d) { dp_cuda_use(impl_of(d)->ordinal); }
 static cudaStream_t stream_of(const dp_dev *d) {
     cuda_dev *c = impl_of(d);
+    use(d); /* every caller goes on to queue or wait there */
     return d == &c->coll ? c->coll_stream : c->stream;
 }
 
@@ -46,6 +50,7 @@ static dp_status fail_cuda(const dp_dev *d, const char *what, cudaError_t e) {
     } while (0)
 
 static dp_status cuda_alloc(const dp_dev *d, float **p, size_t n, const char *what) {
+    use(d);
     *p = NULL;
     size_t bytes = (n ? n : 1) * sizeof(float);
     cudaError_t e = cudaMalloc((void **)p, bytes);
@@ -61,11 +66,12 @@ static dp_status cuda_alloc(const dp_dev *d, float **p, size_t n, const char *wh
 }
 
 static void cuda_free(const dp_dev *d, void *p) {
-    (void)d;
+    use(d);
     if (p) cudaFree(p);
 }
 
 static dp_status cuda_host_alloc(const dp_dev *d, void **p, size_t bytes, const char *what) {
+    use(d);
     cudaError_t e = cudaMallocHost(p, bytes ? bytes : 1);
     if (e != cudaSuccess) {
         *p = NULL;
@@ -76,7 +82,7 @@ static dp_status cuda_host_alloc(const dp_dev *d, void **p, size_t bytes, const 
 }
 
 static void cuda_host_free(const dp_dev *d, void *p) {
-    (void)d;
+    use(d);
     if (p) cudaFreeHost(p);
 }
 
@@ -147,6 +153,7 @@ static dp_status cuda_download(const dp_dev *d, void *dst, const void *src, size
 }
 
 static dp_status cuda_fork(const dp_dev *d, int n) {
+    use(d);
     cuda_dev *c = impl_of(d);
     CHECK(d, cudaEventRecord(c->forked, c->stream));
     for (int i = 0; i < n && i < DP_DEV_LANES; i++) CHECK(d, cudaStreamWaitEvent(c->lane[i], c->forked, 0));
@@ -154,6 +161,7 @@ static dp_status cuda_fork(const dp_dev *d, int n) {
 }
 
 static dp_status cuda_join(const dp_dev *d, int n) {
+    use(d);
     cuda_dev *c = impl_of(d);
     for (int i = 0; i < n && i < DP_DEV_LANES; i++) {
         CHECK(d, cudaEventRecord(c->joined[i], c->lane[i]));
@@ -163,6 +171,7 @@ static dp_status cuda_join(const dp_dev *d, int n) {
 }
 
 static dp_status cuda_coll_wait_main(const dp_dev *d) {
+    use(d);
     cuda_dev *c = impl_of(d);
     CHECK(d, cudaEventRecord(c->main_mark, c->stream));
     CHECK(d, cudaStreamWaitEvent(c->coll_stream, c->main_mark, 0));
@@ -170,6 +179,7 @@ static dp_status cuda_coll_wait_main(const dp_dev *d) {
 }
 
 static dp_status cuda_main_wait_coll(const dp_dev *d) {
+    use(d);
     cuda_dev *c = impl_of(d);
     CHECK(d, cudaEventRecord(c->coll_mark, c->coll_stream));
     CHECK(d, cudaStreamWaitEvent(c->stream, c->coll_mark, 0));
@@ -177,6 +187,7 @@ static dp_status cuda_main_wait_coll(const dp_dev *d) {
 }
 
 static dp_status cuda_mem_info(const dp_dev *d, unsigned long long *free_b, unsigned long long *total_b) {
+    use(d);
     size_t f = 0, t = 0;
     CHECK(d, cudaMemGetInfo(&f, &t));
     *free_b = f, *total_b = t;
@@ -189,6 +200,7 @@ static dp_status cuda_capture_begin(const dp_dev *d) {
 }
 
 static dp_status cuda_capture_end(const dp_dev *d, void **graph) {
+    use(d);
     *graph = NULL;
     cudaGraph_t g = NULL;
     CHECK(d, cudaStreamEndCapture(stream_of(d), &g));
@@ -211,12 +223,13 @@ static dp_status cuda_replay(const dp_dev *d, void *graph) {
 }
 
 static void cuda_graph_free(const dp_dev *d, void *graph) {
-    (void)d;
+    use(d);
     if (graph) cudaGraphExecDestroy((cudaGraphExec_t)graph);
 }
 
 // Timing events: default flags (timing on); the array is the caller's, freed by events_free.
 static dp_status cuda_events_create(const dp_dev *d, int n, void **events) {
+    use(d);
     cudaEvent_t *ev = (cudaEvent_t *)calloc((size_t)n, sizeof *ev);
     *events = ev;
     if (!ev) return dp_fail(DP_ERR_NOMEM, "CUDA device %d: out of host memory for %d timing events", impl_of(d)->ordinal, n);
@@ -230,6 +243,7 @@ static dp_status cuda_event_record(const dp_dev *d, void *events, int i) {
 }
 
 static dp_status cuda_event_elapsed(const dp_dev *d, void *events, int i, int j, double *seconds) {
+    use(d);
     float ms = 0;
     CHECK(d, cudaEventElapsedTime(&ms, ((cudaEvent_t *)events)[i], ((cudaEvent_t *)events)[j]));
     *seconds = 1e-3 * ms;
@@ -237,7 +251,7 @@ static dp_status cuda_event_elapsed(const dp_dev *d, void *events, int i, int j,
 }
 
 static void cuda_events_free(const dp_dev *d, void *events, int n) {
-    (void)d;
+    use(d);
     cudaEvent_t *ev = (cudaEvent_t *)events;
     for (int i = 0; ev && i < n; i++)
         if (ev[i]) cudaEventDestroy(ev[i]);
@@ -245,6 +259,7 @@ static void cuda_events_free(const dp_dev *d, void *events, int n) {
 }
 
 static void cuda_close(dp_dev *d) {
+    use(d);
     cuda_dev *c = impl_of(d);
     if (c->stream) cudaStreamSynchronize(c->stream);
     for (int i = 0; i < DP_DEV_LANES; i++) {
@@ -350,13 +365,14 @@ static dp_status cuda_open(int ordinal, int tf32, dp_dev **out) {
     }
     *d = cuda_ops;
     d->impl = c;
-    d->kc = (dp_kctx){.nthreads = 1, .stream = c->stream, .blas = c->blas, .tf32 = tf32};
+    d->kc = (dp_kctx){.nthreads = 1, .stream = c->stream, .blas = c->blas, .tf32 = tf32, .device = ordinal};
     for (int i = 0; i < DP_DEV_LANES; i++)
-        d->lane_kc[i] = (dp_kctx){.nthreads = 1, .stream = c->lane[i], .blas = c->lane_blas[i], .tf32 = tf32};
+        d->lane_kc[i] = (dp_kctx){.nthreads = 1, .stream = c->lane[i], .blas = c->lane_blas[i], .tf32 = tf32,
+                                  .device = ordinal};
     // the collective view: the same memory and operations, queued on the collective stream; its
     // kernels (the sim's sums) need no cuBLAS handle
     c->coll = *d;
-    c->coll.kc = (dp_kctx){.nthreads = 1, .stream = c->coll_stream, .blas = NULL, .tf32 = tf32};
+    c->coll.kc = (dp_kctx){.nthreads = 1, .stream = c->coll_stream, .blas = NULL, .tf32 = tf32, .device = ordinal};
     c->coll.caps = DP_CAP_ASYNC | DP_CAP_EVENTS, c->coll.n_lanes = 0, c->coll.fork = NULL, c->coll.join = NULL;
     c->coll.capture_begin = NULL, c->coll.capture_end = NULL, c->coll.replay = NULL, c->coll.graph_free = NULL;
     c->coll.coll_wait_main = NULL, c->coll.main_wait_coll = NULL, c->coll.close = NULL;

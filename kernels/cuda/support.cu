@@ -36,22 +36,37 @@ static const char *blas_status(cublasStatus_t s) {
     }
 }
 
-// The table's own handle (tests, callers without an executor): one per host thread, since a
-// handle must not be used by two threads at once; fp32 math (no TF32) so results compare with
-// the CPU's.
+void dp_cuda_use(int ordinal) {
+    int cur = -1;
+    if (cudaGetDevice(&cur) == cudaSuccess && cur == ordinal) return;
+    DP_CUDA_NOTE(cudaSetDevice(ordinal));
+}
+
+// The table's own handle (tests, callers without an executor): one per host thread and device,
+// since a handle must not be used by two threads at once and belongs to the device current when
+// it was created; fp32 math (no TF32) so results compare with the CPU's. The executor's handles
+// are its devices' own (c->blas); their device is made current here too.
+#define DP_CUDA_OWN_HANDLES 64
 cublasHandle_t dp_cuda_blas(const dp_kctx *c) {
+    const int dev = c ? c->device : 0;
+    dp_cuda_use(dev);
     if (c && c->blas) return (cublasHandle_t)c->blas;
-    static thread_local cublasHandle_t own = nullptr;
-    if (!own) {
-        cublasStatus_t s = cublasCreate(&own);
+    if (dev < 0 || dev >= DP_CUDA_OWN_HANDLES) {
+        dp_cuda_note("cuBLAS handle", "device ordinal out of range");
+        return nullptr;
+    }
+    static thread_local cublasHandle_t own[DP_CUDA_OWN_HANDLES];
+    if (!own[dev]) {
+        cublasStatus_t s = cublasCreate(&own[dev]);
         if (s != CUBLAS_STATUS_SUCCESS) {
             dp_cuda_note("cublasCreate", blas_status(s));
+            own[dev] = nullptr;
             return nullptr;
         }
-        cublasSetMathMode(own, CUBLAS_DEFAULT_MATH);
+        cublasSetMathMode(own[dev], CUBLAS_DEFAULT_MATH);
     }
-    cublasSetStream(own, dp_stream(c));
-    return own;
+    cublasSetStream(own[dev], dp_stream(c));
+    return own[dev];
 }
 
 void dp_cuda_gemm(const dp_kctx *c, int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
