@@ -22,7 +22,14 @@
  * instead of hanging. A peer that exits or aborts is seen as a closed connection.
  *
  * It says how many GPUs the machine has (dp_nccl_double_gpu_count: DP_NCCL_DOUBLE_GPUS, default
- * 8), which is what `--gpus` is checked against under it.
+ * 8), which is what `--gpus` is checked against under it. A test that preloads it into itself
+ * may hand it hooks (dp_nccl_double_set_hooks): the host address behind a device pointer, a wait
+ * for the work queued so far on a stream, called as a group's operations start, and a write queued
+ * on a stream: what a receive or a copy brings lands in a buffer of the double's and, once the
+ * group is done, reaches the user's buffer as a write queued on the operation's stream. So
+ * buffers of a fake GPU (tests/fakegpu/) move in stream order both ways, as NCCL's would: work
+ * queued on another stream that reads a result without waiting for the collective's stream sees
+ * the old bytes.
  *
  * Faults, for tests (DP_NCCL_DOUBLE_FAULT="KIND@RANK:OP[,KIND@RANK:OP...]", OP counting the
  * rank's NCCL calls that move data from 1):
@@ -68,6 +75,9 @@ typedef struct {
     int kind, peer;
     char *buf;
     const char *src; /* OP_COPY */
+    const void *stream; /* the stream it was issued on (waited for as it starts, with a hook) */
+    char *dev_buf;      /* buf as the caller gave it (a device pointer with the hooks) */
+    char *user;         /* with the write hook: dev_buf, written on the stream at the end */
     size_t count, bytes;
     ncclDataType_t dtype;
     long index;
@@ -128,6 +138,19 @@ static ncclComm_t live[MAX_COMMS];
 static int n_live;
 
 int dp_nccl_double_host_memory(void) { return 1; }
+
+/* Test hooks (NULL: buffers are host memory, streams are not waited for). */
+static void *(*hook_host)(const void *device_ptr);
+static void (*hook_sync)(const void *stream);
+static void (*hook_write)(const void *stream, void *dst, const void *src, size_t bytes);
+static const void *issuing; /* the stream of the call being issued */
+
+void dp_nccl_double_set_hooks(void *(*host_address)(const void *), void (*stream_sync)(const void *),
+                              void (*stream_write)(const void *, void *, const void *, size_t)) {
+    hook_host = host_address, hook_sync = stream_sync, hook_write = stream_write;
+}
+
+static void *host_of(const void *p) { return hook_host && p ? hook_host(p) : (void *)p; }
 
 int dp_nccl_double_gpu_count(void) {
     const char *v = getenv("DP_NCCL_DOUBLE_GPUS");
@@ -340,6 +363,8 @@ static void sum_parts(group *g, int world, int me) {
 
 static void group_free(group *g) {
     if (!g) return;
+    for (int i = 0; i < g->n; i++)
+        if (g->ops[i].user) free(g->ops[i].buf);
     if (g->parts)
         for (int q = 0; q < MAX_RANKS; q++) free(g->parts[q]);
     free(g->parts);
@@ -407,10 +432,21 @@ static int start_head(ncclComm_t c) {
     for (int i = 0; i < c->head->n; i++)
         if (fault("stall", c->rank, c->head->ops[i].index)) return c->stalled = 1, 0;
     group *g = c->head;
+    for (int i = 0; i < g->n && hook_sync; i++) /* NCCL's work runs after what its stream queued before */
+        if (!g->ops[i].started && g->ops[i].stream && (i == 0 || g->ops[i].stream != g->ops[i - 1].stream))
+            hook_sync(g->ops[i].stream);
     for (int i = 0; i < g->n; i++) {
         op *o = &g->ops[i];
         if (o->started) continue;
         o->started = 1;
+        if (o->kind != OP_SEND && hook_write && o->stream && !o->user) { /* lands in the double's buffer first */
+            char *own = malloc(o->bytes ? o->bytes : 1);
+            if (!own) {
+                fail(c, ncclSystemError, "out of memory for %s", o->what);
+                return 0;
+            }
+            o->user = o->dev_buf, o->buf = own;
+        }
         if (o->kind == OP_COPY) {
             if (o->bytes && o->buf != o->src) memmove(o->buf, o->src, o->bytes);
             o->done = 1;
@@ -455,6 +491,8 @@ static void advance(ncclComm_t c, const struct pollfd *pf, const int *who, int n
     for (int q = 0; q < c->world; q++) queued += q != c->rank && c->p[q].out_head != NULL;
     if (left || queued) return;
     if (g->sum_dst) sum_parts(g, c->world, c->rank);
+    for (int i = 0; i < g->n; i++) /* the results, queued on their streams */
+        if (g->ops[i].user) hook_write(g->ops[i].stream, g->ops[i].user, g->ops[i].buf, g->ops[i].bytes);
     c->head = g->next;
     if (!c->head) c->tail = NULL;
     group_free(g);
@@ -467,6 +505,9 @@ static int ok(ncclComm_t c) { return c->async == ncclSuccess || c->async == nccl
 static void progress_all(int wait_ms) {
     static struct pollfd pf[MAX_COMMS * MAX_RANKS];
     static int who[MAX_COMMS * MAX_RANKS];
+    static int inside; /* a hook that calls back into NCCL (a watch) must not re-enter this */
+    if (inside) return;
+    inside = 1;
     int from[MAX_COMMS], count[MAX_COMMS], busy[MAX_COMMS], np = 0, waiting = 0;
     for (int k = 0; k < n_live; k++) {
         ncclComm_t c = live[k];
@@ -479,6 +520,7 @@ static void progress_all(int wait_ms) {
     else if (waiting && wait_ms) usleep(1000);
     for (int k = 0; k < n_live; k++)
         if (busy[k] && ok(live[k])) advance(live[k], pf + from[k], who + from[k], count[k]);
+    inside = 0;
 }
 
 static group *share_of(ncclComm_t c, int create);
@@ -634,7 +676,9 @@ static ncclResult_t issue(ncclComm_t c, long *index) {
 static op make(int kind, int peer, void *buf, size_t count, ncclDataType_t t, long index, const char *what) {
     op o;
     memset(&o, 0, sizeof o);
-    o.kind = kind, o.peer = peer, o.buf = buf, o.count = count, o.dtype = t, o.index = index;
+    o.kind = kind, o.peer = peer, o.buf = host_of(buf), o.dev_buf = buf, o.count = count, o.dtype = t;
+    o.index = index;
+    o.stream = issuing;
     o.bytes = count * type_size(t);
     snprintf(o.what, sizeof o.what, "%s", what);
     return o;
@@ -692,13 +736,13 @@ static ncclResult_t p2p(int kind, void *buf, size_t count, ncclDataType_t t, int
 }
 
 ncclResult_t ncclSend(const void *buf, size_t count, ncclDataType_t t, int peer, ncclComm_t c, cudaStream_t s) {
-    (void)s;
+    issuing = s;
     if (grp.depth == 0) IMPLICIT_GROUP(c, p2p(OP_SEND, (void *)buf, count, t, peer, c));
     return p2p(OP_SEND, (void *)buf, count, t, peer, c);
 }
 
 ncclResult_t ncclRecv(void *buf, size_t count, ncclDataType_t t, int peer, ncclComm_t c, cudaStream_t s) {
-    (void)s;
+    issuing = s;
     if (grp.depth == 0) IMPLICIT_GROUP(c, p2p(OP_RECV, buf, count, t, peer, c));
     return p2p(OP_RECV, buf, count, t, peer, c);
 }
@@ -713,7 +757,7 @@ static ncclResult_t bcast(const void *send, void *recv, size_t count, ncclDataTy
     describe(w, "broadcast", count, t, root);
     if (c->rank == root) {
         op cp = make(OP_COPY, root, recv, count, t, index, w);
-        cp.src = send;
+        cp.src = host_of(send);
         if ((r = add_op(c, cp)) != ncclSuccess) return r;
         for (int q = 0; q < c->world && r == ncclSuccess; q++)
             if (q != root) r = add_op(c, make(OP_SEND, q, (void *)send, count, t, index, w));
@@ -724,7 +768,7 @@ static ncclResult_t bcast(const void *send, void *recv, size_t count, ncclDataTy
 
 ncclResult_t ncclBroadcast(const void *send, void *recv, size_t count, ncclDataType_t t, int root, ncclComm_t c,
                            cudaStream_t s) {
-    (void)s;
+    issuing = s;
     if (grp.depth == 0) IMPLICIT_GROUP(c, bcast(send, recv, count, t, root, c));
     return bcast(send, recv, count, t, root, c);
 }
@@ -738,7 +782,7 @@ static ncclResult_t gather_all(const void *send, void *recv, size_t count, ncclD
     char w[WHAT];
     describe(w, "all-gather", count, t, -1);
     op cp = make(OP_COPY, c->rank, (char *)recv + (size_t)c->rank * count * sz, count, t, index, w);
-    cp.src = send;
+    cp.src = host_of(send);
     if ((r = add_op(c, cp)) != ncclSuccess) return r;
     for (int q = 0; q < c->world && r == ncclSuccess; q++) {
         if (q == c->rank) continue;
@@ -750,7 +794,7 @@ static ncclResult_t gather_all(const void *send, void *recv, size_t count, ncclD
 
 ncclResult_t ncclAllGather(const void *send, void *recv, size_t count, ncclDataType_t t, ncclComm_t c,
                            cudaStream_t s) {
-    (void)s;
+    issuing = s;
     if (grp.depth == 0) IMPLICIT_GROUP(c, gather_all(send, recv, count, t, c));
     return gather_all(send, recv, count, t, c);
 }
@@ -769,12 +813,13 @@ static ncclResult_t all_reduce(const void *send, void *recv, size_t count, ncclD
     char w[WHAT];
     describe(w, "all-reduce", count, t, -1);
     op cp = make(OP_COPY, c->rank, recv, count, t, index, w);
-    cp.src = send;
+    cp.src = host_of(send);
+    cp.stream = NULL; /* the sum below reads and writes recv on the host: not deferred */
     if ((r = add_op(c, cp)) != ncclSuccess) return r;
     group *g = share_of(c, 0);
     g->parts = calloc(MAX_RANKS, sizeof *g->parts);
     if (!g->parts) return ncclSystemError;
-    g->sum_dst = recv, g->sum_n = count;
+    g->sum_dst = host_of(recv), g->sum_n = count;
     for (int q = 0; q < c->world; q++) {
         g->parts[q] = malloc(count ? count * sizeof(float) : 1);
         if (!g->parts[q]) return ncclSystemError;
@@ -789,7 +834,7 @@ static ncclResult_t all_reduce(const void *send, void *recv, size_t count, ncclD
 
 ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count, ncclDataType_t t, ncclRedOp_t red,
                            ncclComm_t c, cudaStream_t s) {
-    (void)s;
+    issuing = s;
     if (grp.depth == 0) IMPLICIT_GROUP(c, all_reduce(send, recv, count, t, red, c));
     return all_reduce(send, recv, count, t, red, c);
 }
