@@ -106,7 +106,8 @@ static const opt_spec opts[] = {
      .help = "initialisation, order and augmentation"},
     {"backend", "NAME", K_CHOICE, .choices = backends, .off = OFF(backend), .def = "sim",
      .help = "where replicas run (sim: all in this process; mpi: one per MPI rank, mpirun or srun --mpi=pmix; nccl: one "
-             "per GPU process, torchrun --no-python or mpirun; a launch the backend does not join is refused)",
+             "per GPU, a process per GPU under torchrun --no-python or mpirun, or several GPUs in one process with "
+             "--gpus; a launch the backend does not join is refused)",
      .section = "parallelism"},
     {"replicas", "N", K_INT, .ilo = 1, .ihi = 1024, .off = OFF(replicas), .def = "1", .help = "sim: logical replicas"},
     {"device", "D", K_CHOICE, .choices = devices, .off = OFF(device), .def = "cpu",
