@@ -65,6 +65,7 @@ static dp_exec exec_of(const dp_executor *ex, int r, int l, const dp_batch *b, c
     x.stream = kc->stream;
     x.blas = kc->blas;
     x.tf32 = kc->tf32;
+    x.device = kc->device;
     x.params = rep->params;
     x.grads = rep->slots[l].grads;
     x.buffers = rep->buffers;

@@ -258,7 +258,7 @@ static dp_status dp_micro(dp_trainer *t, void *state, const dp_batch *b, const d
     if (master >= 0) {
         dp_replica *mr = &ex->rep[master];
         dp_sgd o = t->sgd;
-        o.stream = mr->dev->kc.stream; /* its device's */
+        o.stream = mr->dev->kc.stream, o.device = mr->dev->kc.device; /* its device's */
         dp_sgd_step(&o, &md->params, mr->params, mr->grads, mr->momentum, lr);
     }
     return DP_OK;

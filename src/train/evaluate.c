@@ -40,7 +40,7 @@ dp_status dp_evaluate(dp_trainer *t, const dp_dataset *d, dp_step_metrics *m, lo
         float *params, *buffers;
         dp_exec_eval_weights(ex, r, &params, &buffers);
         dp_exec x = {.training = 0, .nthreads = 1, .k = ex->k, .stream = kc->stream, .blas = kc->blas,
-                     .tf32 = kc->tf32, .params = params, .buffers = buffers};
+                     .tf32 = kc->tf32, .device = kc->device, .params = params, .buffers = buffers};
         int32_t *ey = sl->eval_y;
         const int worker = ex->rep[r].rank * ns + q % ns;
         for (int c = worker; c < n_pieces && st[q] == DP_OK; c += t->world * ns) {

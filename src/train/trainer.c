@@ -262,7 +262,7 @@ static dp_status setup(dp_trainer *t) {
                                  .warmup_steps = (long)ceil(c->warmup_epochs * steps_per_epoch)};
         memcpy(t->sched.milestones, c->lr_steps, sizeof c->lr_steps);
         t->sgd = (dp_sgd){.lr = c->lr, .momentum = c->momentum, .weight_decay = c->weight_decay, .nesterov = c->nesterov,
-                          .k = t->dev->k, .stream = t->dev->kc.stream}; /* each replica's step: its own stream */
+                          .k = t->dev->k}; /* each replica's step: its own device's stream (ddp.c, dp.c) */
     }
     DP_TRY(dp_persist_setup(t));
     if (t->have_train) DP_TRY(dp_persist_resume(t));
