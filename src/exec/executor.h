@@ -164,7 +164,7 @@ dp_status dp_exec_wait_all(dp_executor *ex, const dp_req *reqs, int n);
  * counts) on any device; every rank calls them. Bookkeeping: out of the statistics. */
 dp_status dp_exec_host_allreduce(dp_executor *ex, float *const *bufs, size_t n);
 dp_status dp_exec_host_broadcast(dp_executor *ex, float *const *bufs, size_t n);
-/* One replica per process: every rank's n floats of send, rank r's at recv + r n. */
+/* Every rank's n floats of send (the local replicas send the same), rank r's at recv + r n. */
 dp_status dp_exec_host_allgather(dp_executor *ex, const float *send, float *recv, size_t n);
 /* Sizes their device scratch for n floats (at create), and frees it. */
 dp_status dp_exec_host_reserve(dp_executor *ex, size_t n);
