@@ -106,6 +106,9 @@ struct dp_backend {
     char relaunch[64];     /* what runs the command again across its processes ("mpirun -np 4 "), or "" */
 };
 
+/* The most devices one process drives (nccl --gpus). */
+#define DP_MAX_LOCAL_DEVICES 16
+
 typedef struct {
     const char *name;      /* "sim", "mpi", "nccl" */
     int replicas;          /* sim: N logical replicas */
@@ -113,15 +116,23 @@ typedef struct {
     const char *algorithm; /* sim: "ring" (default) or "tree" */
     double timeout_s;      /* mpi: how long a collective may wait for a dead rank */
     struct dp_dev *dev;    /* where the replicas' buffers live (core/device.h; NULL: the host); nccl sets its watch */
+    /* nccl: the devices this process drives, one replica each (devs[0] is dev), and their
+       ordinals (--gpus, or the one GPU the launch gives); n_devs 0: dev alone */
+    struct dp_dev *const *devs;
+    const int *ordinals;
+    int n_devs;
     int *argc;             /* mpi: for MPI_Init */
     char ***argv;
 } dp_backend_config;
 
-/* Which device a backend computes on, from --device (NULL: not given) and --gpu: nccl one GPU
- * per process (the launch says which), mpi the CPU; refused, with what to use, when the flags
- * ask for another. *device and *ordinal receive the choice. */
-dp_status dp_backend_device(const char *backend, const char *device_flag, int gpu_flag, const char **device,
-                            int *ordinal);
+/* Which devices a backend computes on, from --device (NULL: not given), --gpu and --gpus (n_gpus
+ * ordinals; 0: not given): nccl one GPU per process (the launch says which) or the listed GPUs of
+ * this machine, one replica each; mpi the CPU; sim one device. Refused, with what to use, when
+ * the flags ask for something else (--gpus with another backend than nccl, a GPU the machine
+ * does not have). *device receives the kind, ordinals[0..*n) the devices to open (at most
+ * DP_MAX_LOCAL_DEVICES). */
+dp_status dp_backend_device(const char *backend, const char *device_flag, int gpu_flag, const int *gpus, int n_gpus,
+                            const char **device, int *ordinals, int *n);
 /* Creates the named backend. An unknown name, or one not compiled into this build, fails with
  * DP_ERR_USAGE / DP_ERR_UNSUPPORTED and a message that says how to get it. */
 dp_status dp_backend_create(const dp_backend_config *cfg, dp_backend_t *out);

@@ -7,9 +7,16 @@
 #include "core/status.h"
 
 dp_status dp_nccl_precheck(int *gpu);
+/* --gpus: every listed GPU is one this machine has (under the test double: one it says it has),
+ * and the launch is one process per node (several processes there would drive the same GPUs);
+ * DP_ERR_USAGE naming the GPU or the launch otherwise. */
+dp_status dp_nccl_precheck_gpus(const int *gpus, int n);
 /* Whether the NCCL loaded moves host memory: only its test double does (tests/nccl_double/,
  * loaded with LD_PRELOAD), and then `--device cpu` takes NCCL's collectives, so that CI runs
  * the backend with several ranks without a GPU. */
 int dp_nccl_moves_host_memory(void);
+/* How many GPUs the test double says this machine has (DP_NCCL_DOUBLE_GPUS, default 8); -1 with
+ * the real NCCL. */
+int dp_nccl_double_gpus(void);
 
 #endif

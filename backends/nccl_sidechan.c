@@ -30,6 +30,7 @@ typedef struct {
 
 struct dp_sidechan {
     int rank, world, listen_fd, failed;
+    int per;        /* NCCL ranks per process (--gpus): process p holds ranks p per .. p per + per - 1 */
     int *fd;        /* rank 0: one per other rank (-1: closed); others: fd[0], the hub */
     int *done;      /* rank 0: that rank said it finished */
     sc_msg *in;     /* a message being read, per connection */
@@ -135,7 +136,8 @@ static const char *join_hub(dp_sidechan *s, const dp_sidechan_addr *addr, double
     return NULL;
 }
 
-void dp_sidechan_connect(dp_sidechan **sc, const dp_sidechan_addr *addr, int rank, int world, double timeout_s) {
+void dp_sidechan_connect(dp_sidechan **sc, const dp_sidechan_addr *addr, int rank, int world, int per,
+                         double timeout_s) {
     const double deadline = dp_now() + timeout_s;
     if (world <= 1 || !addr->port) {
         if (world > 1 && rank == 0) fprintf(stderr, "dptrain: nccl: rank 0: no side channel (could not listen)\n");
@@ -144,6 +146,7 @@ void dp_sidechan_connect(dp_sidechan **sc, const dp_sidechan_addr *addr, int ran
         return;
     }
     dp_sidechan *s = make(rank, world);
+    if (s) s->per = per > 1 ? per : 1;
     if (s && rank == 0 && *sc) s->listen_fd = (*sc)->listen_fd, (*sc)->listen_fd = -1; /* the hub's socket */
     drop(*sc);
     *sc = s;
@@ -170,7 +173,11 @@ static int read_one(dp_sidechan *s, int q, char *why, size_t cap) {
             close(s->fd[q]), s->fd[q] = -1;
             const int peer = s->rank == 0 ? q : 0;
             if (s->rank == 0 ? s->done[q] : 0) return 0;
-            snprintf(why, cap, "rank %d's process ended before it finished (killed, or crashed)", peer);
+            if (s->per > 1)
+                snprintf(why, cap, "the process of ranks %d-%d ended before it finished (killed, or crashed)",
+                         peer * s->per, peer * s->per + s->per - 1);
+            else
+                snprintf(why, cap, "rank %d's process ended before it finished (killed, or crashed)", peer);
             return 1;
         }
         s->in_off[q] += (size_t)r;

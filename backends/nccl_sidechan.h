@@ -22,10 +22,12 @@ typedef struct {
 
 /* Rank 0: listens and fills *addr. Never fails the run: no hub gives port 0. */
 void dp_sidechan_listen(dp_sidechan_addr *addr, dp_sidechan **out);
-/* Every rank, once the address is shared: rank 0 accepts world - 1 connections, the others
- * connect; at most timeout_s. A channel that is not complete is closed with a warning on stderr
- * (*out may be NULL then: every call below takes NULL). rank 0 passes what dp_sidechan_listen gave. */
-void dp_sidechan_connect(dp_sidechan **sc, const dp_sidechan_addr *addr, int rank, int world, double timeout_s);
+/* Every process, once the address is shared (rank and world count processes; per: NCCL ranks
+ * each holds, for messages): process 0 accepts world - 1 connections, the others connect; at most
+ * timeout_s. A channel that is not complete is closed with a warning on stderr (*out may be NULL
+ * then: every call below takes NULL). Process 0 passes what dp_sidechan_listen gave. */
+void dp_sidechan_connect(dp_sidechan **sc, const dp_sidechan_addr *addr, int rank, int world, int per,
+                         double timeout_s);
 /* Whether another rank failed: 1 with its message in why (rank 0 relays it to the rest first). */
 int dp_sidechan_poll(dp_sidechan *sc, char *why, size_t cap);
 /* The same, waiting up to seconds for a message (a peer's closed connection is often the

@@ -16,22 +16,33 @@ dp_status dp_mpi_backend_create(const dp_backend_config *cfg, dp_backend_t *out)
 dp_status dp_nccl_backend_create(const dp_backend_config *cfg, dp_backend_t *out);
 #endif
 
-dp_status dp_backend_device(const char *backend, const char *device_flag, int gpu_flag, const char **device,
-                            int *ordinal) {
-    *device = device_flag ? device_flag : "cpu", *ordinal = gpu_flag;
+dp_status dp_backend_device(const char *backend, const char *device_flag, int gpu_flag, const int *gpus, int n_gpus,
+                            const char **device, int *ordinals, int *n) {
+    *device = device_flag ? device_flag : "cpu", ordinals[0] = gpu_flag, *n = 1;
     if (device_flag && strcmp(device_flag, "cpu") != 0 && backend && strcmp(backend, "mpi") == 0)
         return dp_fail(DP_ERR_USAGE, "--device %s: --backend mpi moves host memory, so its replicas compute on the CPU "
                        "(drop --device; GPUs across processes are --backend nccl)", device_flag);
-    if (!backend || strcmp(backend, "nccl") != 0) return DP_OK;
-#if DP_HAVE_NCCL /* one GPU per process: the launch says which */
+    const int nccl = backend && strcmp(backend, "nccl") == 0;
+    if (n_gpus && !nccl)
+        return dp_fail(DP_ERR_USAGE, "--gpus is for --backend nccl (one process driving several GPUs)");
+    if (!nccl) return DP_OK;
+#if DP_HAVE_NCCL /* one GPU per process (the launch says which), or the listed ones */
     const int on_cpu = device_flag && strcmp(device_flag, "cpu") == 0;
     if (on_cpu && !dp_nccl_moves_host_memory())
         return dp_fail(DP_ERR_USAGE, "--device cpu: --backend nccl moves GPU memory (drop --device, or use --backend "
                        "sim or mpi for the CPU)");
-    DP_TRY(dp_nccl_precheck(ordinal));
-    if (!on_cpu) *device = "cuda";
+    if (n_gpus > DP_MAX_LOCAL_DEVICES) return dp_fail(DP_ERR_USAGE, "--gpus: at most %d GPUs", DP_MAX_LOCAL_DEVICES);
+    if (n_gpus) {
+        DP_TRY(dp_nccl_precheck_gpus(gpus, n_gpus));
+        for (int i = 0; i < n_gpus; i++) ordinals[i] = gpus[i];
+        *n = n_gpus;
+    } else {
+        DP_TRY(dp_nccl_precheck(ordinals));
+    }
+    if (!device_flag) *device = "cuda"; /* a test device (fakegpu) stays what was asked */
     return DP_OK;
 #else
+    (void)gpus;
     return dp_fail(DP_ERR_UNSUPPORTED, "--backend nccl: not compiled into this build (needs the CUDA toolkit and "
                    "NCCL at build time; set NCCL_ROOT and rebuild)");
 #endif
@@ -66,7 +77,7 @@ void dp_backend_destroy(dp_backend_t b) {
 
 void dp_backend_describe(char *buf, size_t n) {
     snprintf(buf, n, "sim (%s), mpi (%s), nccl (%s)", DP_HAVE_CUDA ? "cpu, cuda" : "cpu", DP_HAVE_MPI ? "cpu" : "not built",
-             DP_HAVE_NCCL ? "cuda, one process per GPU" : "not built");
+             DP_HAVE_NCCL ? "cuda, one process per GPU or several GPUs per process" : "not built");
 }
 
 static void record(dp_backend_t b, dp_coll_kind kind, double bytes, double t0, double t1) {

@@ -19,6 +19,8 @@ typedef struct {
     void *stream;   /* CUDA: the cudaStream_t to enqueue on (NULL: the default stream) */
     void *blas;     /* CUDA: a cublasHandle_t bound to that stream (NULL: the table's own) */
     int tf32;       /* CUDA: convolutions may use TF32 (cuBLAS takes it from its handle's math mode) */
+    int device;     /* CUDA: the ordinal of the stream's GPU, made current before each call (one process
+                       may drive several GPUs: nccl --gpus) */
 } dp_kctx;
 
 typedef struct dp_kernels {

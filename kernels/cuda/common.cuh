@@ -15,7 +15,16 @@ extern "C" {
 
 #define DP_CUDA_THREADS 256
 
-static inline cudaStream_t dp_stream(const dp_kctx *c) { return c ? (cudaStream_t)c->stream : 0; }
+// Makes `ordinal` the calling thread's current device unless it is already (support.cu): launches,
+// cuBLAS and cuDNN calls need their stream's device current, and one thread may drive several.
+void dp_cuda_use(int ordinal);
+
+// The stream of a call, with its device made current: every launch names its stream through this.
+static inline cudaStream_t dp_stream(const dp_kctx *c) {
+    if (!c) return 0;
+    dp_cuda_use(c->device);
+    return (cudaStream_t)c->stream;
+}
 
 static inline unsigned dp_blocks(size_t n) {
     size_t b = (n + DP_CUDA_THREADS - 1) / DP_CUDA_THREADS;

@@ -73,8 +73,10 @@ static void destroy_dnn(void *h, void *aux) {
     cudnnDestroy((cudnnHandle_t)h);
 }
 
-/* This thread's cuDNN handle on the current device, bound to the call's stream. */
+/* This thread's cuDNN handle on the call's device (made current first: one thread may drive
+ * several, nccl --gpus), bound to the call's stream. */
 static cudnnHandle_t dnn(const dp_kctx *c) {
+    dp_cuda_use(c ? c->device : 0);
     const int dev = dp_cuda_current_device();
     cudnnHandle_t h = (cudnnHandle_t)dp_cuda_handle_find(DP_CUDA_HANDLE_CUDNN, dev);
     if (!h) {

@@ -34,8 +34,10 @@ typedef struct {
 } cuda_dev;
 
 static cuda_dev *impl_of(const dp_dev *d) { return (cuda_dev *)d->impl; }
+static void use(const dp_dev *d) { dp_cuda_use(impl_of(d)->ordinal); }
 static cudaStream_t stream_of(const dp_dev *d) {
     cuda_dev *c = impl_of(d);
+    use(d); /* every caller goes on to queue or wait there */
     return d == &c->coll ? c->coll_stream : c->stream;
 }
 
@@ -407,13 +409,14 @@ static dp_status cuda_open(int ordinal, int tf32, dp_dev **out) {
     // a failure noted before this GPU's first open is no business of this device's (with one open
     // already, say a predictor's companion of a trainer, a failure there is that trainer's, unread)
     if (first) dp_cuda_forget_errors(ordinal);
-    d->kc = (dp_kctx){.nthreads = 1, .stream = c->stream, .blas = c->blas, .tf32 = tf32};
+    d->kc = (dp_kctx){.nthreads = 1, .stream = c->stream, .blas = c->blas, .tf32 = tf32, .device = ordinal};
     for (int i = 0; i < DP_DEV_LANES; i++)
-        d->lane_kc[i] = (dp_kctx){.nthreads = 1, .stream = c->lane[i], .blas = c->lane_blas[i], .tf32 = tf32};
+        d->lane_kc[i] = (dp_kctx){.nthreads = 1, .stream = c->lane[i], .blas = c->lane_blas[i], .tf32 = tf32,
+                                  .device = ordinal};
     // the collective view: the same memory and operations, queued on the collective stream; its
     // kernels (the sim's sums) need no cuBLAS handle
     c->coll = *d;
-    c->coll.kc = (dp_kctx){.nthreads = 1, .stream = c->coll_stream, .blas = NULL, .tf32 = tf32};
+    c->coll.kc = (dp_kctx){.nthreads = 1, .stream = c->coll_stream, .blas = NULL, .tf32 = tf32, .device = ordinal};
     c->coll.caps = DP_CAP_ASYNC | DP_CAP_EVENTS, c->coll.n_lanes = 0, c->coll.fork = NULL, c->coll.join = NULL;
     c->coll.capture_begin = NULL, c->coll.capture_end = NULL, c->coll.replay = NULL, c->coll.graph_free = NULL;
     c->coll.coll_wait_main = NULL, c->coll.main_wait_coll = NULL, c->coll.close = NULL;

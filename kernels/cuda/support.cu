@@ -122,11 +122,19 @@ static void destroy_blas(void *h, void *ws) {
     if (ws) cudaFree(ws);
 }
 
+void dp_cuda_use(int ordinal) {
+    int cur = -1;
+    if (cudaGetDevice(&cur) == cudaSuccess && cur == ordinal) return;
+    DP_CUDA_NOTE(cudaSetDevice(ordinal));
+}
+
 // The table's own handle (tests, callers without an executor): one per host thread and device,
 // since a handle must not be used by two threads at once and belongs to the device current at its
 // creation; the workspace every handle has (DP_CUDA_BLAS_WORKSPACE), fp32 math (no TF32) so results
-// compare with the CPU's.
+// compare with the CPU's. The executor's handles are its devices' own (c->blas); the call's device
+// (c->device) is made current first, since one thread may drive several (nccl --gpus).
 cublasHandle_t dp_cuda_blas(const dp_kctx *c) {
+    dp_cuda_use(c ? c->device : 0);
     if (c && c->blas) return (cublasHandle_t)c->blas;
     const int dev = dp_cuda_current_device();
     cublasHandle_t own = (cublasHandle_t)dp_cuda_handle_find(DP_CUDA_HANDLE_BLAS, dev);

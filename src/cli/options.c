@@ -64,7 +64,7 @@ static const char *const devices[] = {"cpu", "cuda", NULL};
 #define STR_(x) #x
 #define STR(x) STR_(x)
 
-enum { S_MODEL = 1, S_DATASET, S_SHAPE, S_LR_STEPS, S_SAVE_EVERY, S_HELP, S_VERSION };
+enum { S_MODEL = 1, S_DATASET, S_SHAPE, S_LR_STEPS, S_SAVE_EVERY, S_GPUS, S_HELP, S_VERSION };
 
 static const opt_spec opts[] = {
     {"model", "M", K_SPECIAL, .set = S_MODEL, .def = "lenet", .help = "the network", .section = "model and data"},
@@ -106,12 +106,17 @@ static const opt_spec opts[] = {
      .help = "initialisation, order and augmentation"},
     {"backend", "NAME", K_CHOICE, .choices = backends, .off = OFF(backend), .def = "sim",
      .help = "where replicas run (sim: all in this process; mpi: one per MPI rank, mpirun or srun --mpi=pmix; nccl: one "
-             "per GPU process, torchrun --no-python or mpirun; a launch the backend does not join is refused)",
+             "per GPU, a process per GPU under torchrun --no-python or mpirun, or several GPUs in one process with "
+             "--gpus; a launch the backend does not join is refused)",
      .section = "parallelism"},
     {"replicas", "N", K_INT, .ilo = 1, .ihi = 1024, .off = OFF(replicas), .def = "1", .help = "sim: logical replicas"},
     {"device", "D", K_CHOICE, .choices = devices, .off = OFF(device), .def = "cpu",
      .help = "sim and nccl: where the replicas compute (cuda: every replica on one GPU with sim)"},
     {"gpu", "I", K_INT, .ilo = 0, .ihi = 1023, .off = OFF(gpu), .def = "0", .help = "--device cuda: which GPU"},
+    {"gpus", "I,J,...", K_SPECIAL, .set = S_GPUS,
+     .help = "nccl: this process drives these GPUs, one replica each, with one NCCL communicator per GPU (DDP or "
+             "DataParallel within one process); under a launcher every process lists as many, one process per node; "
+             "distinct ordinals 0..1023, at most " STR(DP_MAX_LOCAL_DEVICES)},
     {"tf32", NULL, K_SET, .off = OFF(tf32), .set = 1,
      .help = "--device cuda: let cuBLAS and cuDNN use TF32 (faster, 10 fewer mantissa bits; off: fp32 like the CPU)"},
     {"no-graph", NULL, K_SET, .off = OFF(graphs), .set = 0,
@@ -257,6 +262,28 @@ static dp_status parse_lr_steps(const char *s, dp_config *c) {
     return DP_OK;
 }
 
+/* --gpus 0,1,2,3: distinct ordinals, at least one, at most DP_MAX_LOCAL_DEVICES. */
+static dp_status parse_gpus(const char *s, dp_config *c) {
+    c->n_gpus = 0;
+    const char *p = s;
+    for (;;) {
+        char *end;
+        errno = 0;
+        long v = strtol(p, &end, 10);
+        if (end == p || errno || v < 0 || v > 1023 || (*end && *end != ',') || (*end == ',' && !end[1]) ||
+            *p == '-' || *p == '+' || *p == ' ')
+            return dp_fail(DP_ERR_USAGE, "--gpus: expected GPU ordinals 0..1023 separated by commas (e.g. 0,1,2,3), "
+                           "got '%s'", s);
+        for (int i = 0; i < c->n_gpus; i++)
+            if (c->gpus[i] == (int)v) return dp_fail(DP_ERR_USAGE, "--gpus %s: GPU %ld is listed twice", s, v);
+        if (c->n_gpus == DP_MAX_LOCAL_DEVICES)
+            return dp_fail(DP_ERR_USAGE, "--gpus %s: at most %d GPUs per process", s, DP_MAX_LOCAL_DEVICES);
+        c->gpus[c->n_gpus++] = (int)v;
+        if (!*end) return DP_OK;
+        p = end + 1;
+    }
+}
+
 /* --save-every N (steps) or Ne (epochs). */
 static dp_status parse_save_every(const char *s, dp_config *c) {
     size_t n = strlen(s);
@@ -346,6 +373,7 @@ static dp_status apply(const opt_spec *o, const char *v, dp_config *c, dp_action
         case S_SHAPE: DP_TRY(parse_shape(v, &c->data)); break;
         case S_LR_STEPS: DP_TRY(parse_lr_steps(v, c)); break;
         case S_SAVE_EVERY: DP_TRY(parse_save_every(v, c)); break;
+        case S_GPUS: DP_TRY(parse_gpus(v, c)); break;
         case S_HELP: *action = DP_ACTION_HELP; break;
         case S_VERSION: *action = DP_ACTION_VERSION; break;
         }
@@ -364,7 +392,7 @@ static const struct option *long_options(void) {
 }
 
 dp_status dp_parse_args(int argc, char **argv, dp_config *c, dp_action *action) {
-    int have_shape = 0, have_classes = 0, have_samples = 0, have_data = 0;
+    int have_shape = 0, have_classes = 0, have_samples = 0, have_data = 0, have_gpu = 0;
     *action = DP_ACTION_RUN;
     optind = 1;
     opterr = 0;
@@ -394,6 +422,7 @@ dp_status dp_parse_args(int argc, char **argv, dp_config *c, dp_action *action) 
             have_classes |= o->off == OFF(data.n_classes) && o->kind == K_INT;
             have_samples |= o->off == OFF(data.samples) && o->kind == K_INT;
             have_data |= o->off == OFF(data.dir) && o->kind == K_STRING;
+            have_gpu |= o->off == OFF(gpu) && o->kind == K_INT;
             continue;
         }
         if (opt == ':') {
@@ -431,6 +460,13 @@ dp_status dp_parse_args(int argc, char **argv, dp_config *c, dp_action *action) 
     if (c->calibrate_out && !c->calibrate) return dp_fail(DP_ERR_USAGE, "--out is for dptrain calibrate");
     if (c->predict_topos && c->mode == DP_MODE_DDP && c->accumulate > 1)
         return dp_fail(DP_ERR_USAGE, "--predict: the model predicts steps without --accumulate");
+    if (c->n_gpus && strcmp(c->backend, "nccl") != 0)
+        return dp_fail(DP_ERR_USAGE, "--gpus is for --backend nccl (one process driving several GPUs); with --backend "
+                       "%s use %s", c->backend, strcmp(c->backend, "sim") == 0 ? "--device cuda --replicas N (N replicas "
+                       "on one GPU)" : "--backend nccl --gpus, or one GPU per process with --backend nccl");
+    if (c->n_gpus && have_gpu) return dp_fail(DP_ERR_USAGE, "give --gpu or --gpus, not both");
+    if (c->n_gpus && (c->calibrate || c->predict_only))
+        return dp_fail(DP_ERR_USAGE, "--gpus is for train and eval");
     if (strcmp(c->backend, "sim") != 0 && c->replicas != 1)
         return dp_fail(DP_ERR_USAGE, "--replicas is for --backend sim; with %s the number of processes or devices "
                        "sets the replica count", c->backend);

@@ -3,7 +3,9 @@
  * the backend (which queues on dp_dev_coll); the compute queued after a blocking one waits for
  * it, while an overlapping all-reduce is waited for only by dp_exec_wait_all, so backward runs
  * on beside it. Where work runs as called (the CPU) the ordering calls are absent and the
- * backend's own non-blocking all-reduce (mpi) overlaps instead. */
+ * backend's own non-blocking all-reduce (mpi) overlaps instead. With the replicas on several
+ * devices, every device's collective stream waits for its main stream, and the other way
+ * round; the events that time the collectives are replica 0's device's. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -13,9 +15,26 @@
 /* Event index of the main stream's end of backward: the last one. */
 static int bwd_end_event(const dp_executor *ex) { return 2 * ex->coll_cap; }
 
+/* Every local device's collective stream waits for its main stream's work so far, or the reverse. */
+static dp_status colls_wait_mains(const dp_executor *ex) {
+    for (int i = 0; i < dp_exec_n_devs(ex); i++) {
+        const dp_dev *d = dp_exec_dev(ex, i);
+        if (d->coll_wait_main) DP_TRY(d->coll_wait_main(d));
+    }
+    return DP_OK;
+}
+
+static dp_status mains_wait_colls(const dp_executor *ex) {
+    for (int i = 0; i < dp_exec_n_devs(ex); i++) {
+        const dp_dev *d = dp_exec_dev(ex, i);
+        if (d->main_wait_coll) DP_TRY(d->main_wait_coll(d));
+    }
+    return DP_OK;
+}
+
 static dp_status coll_begin(dp_executor *ex, dp_coll_kind kind, int overlap) {
     const dp_dev *d = ex->dev;
-    if (d->coll_wait_main) DP_TRY(d->coll_wait_main(d));
+    DP_TRY(colls_wait_mains(ex));
     if (!ex->coll_timed || ex->coll_n == ex->coll_cap) return DP_OK;
     ex->coll_kind[ex->coll_n] = (unsigned char)kind, ex->coll_overlap[ex->coll_n] = (unsigned char)overlap;
     return d->coll->event_record(d->coll, ex->coll_ev, 2 * ex->coll_n);
@@ -32,8 +51,7 @@ static dp_status coll_issued(dp_executor *ex, dp_status s) {
 
 static dp_status coll_end(dp_executor *ex, dp_status s) {
     s = coll_issued(ex, s);
-    if (s != DP_OK || !ex->dev->main_wait_coll) return s;
-    return ex->dev->main_wait_coll(ex->dev);
+    return s != DP_OK ? s : mains_wait_colls(ex);
 }
 
 dp_status dp_exec_coll_timing_start(dp_executor *ex) {
@@ -110,6 +128,5 @@ dp_status dp_exec_wait_all(dp_executor *ex, const dp_req *reqs, int n) {
         ex->bwd_end_recorded = 1;
     }
     for (int k = 0; k < n; k++) DP_TRY(dp_wait(ex->backend, reqs[k]));
-    if (!ex->dev->main_wait_coll) return DP_OK;
-    return ex->dev->main_wait_coll(ex->dev);
+    return mains_wait_colls(ex);
 }

@@ -32,30 +32,56 @@ static dp_status map_buckets(dp_executor *ex) {
     return DP_OK;
 }
 
-static dp_status dev_alloc(dp_executor *ex, void *out, size_t n, const char *what) {
-    return ex->dev->alloc(ex->dev, (float **)out, n, what);
-}
-
-/* Each lane's loss and hits, and on an async device the batches' copies and their staging. */
+/* Each lane's loss and hits, and on an async device the batches' copies and their staging, on
+ * each replica's device. */
 static dp_status alloc_lanes_and_staging(dp_executor *ex) {
-    const size_t lanes = (size_t)ex->n_local * (size_t)ex->n_lanes;
+    const size_t lanes = (size_t)ex->n_local * (size_t)ex->n_lanes, L = (size_t)ex->n_lanes;
     DP_ALLOC(ex->lane_loss, lanes, "lane losses");
     DP_ALLOC(ex->lane_correct, lanes, "lane accuracy counts");
+    DP_ALLOC(ex->d_lane_loss, ex->n_local, "lane losses");
+    DP_ALLOC(ex->d_lane_correct, ex->n_local, "lane accuracy counts");
     if (host_memory(ex)) {
-        ex->d_lane_loss = ex->lane_loss, ex->d_lane_correct = ex->lane_correct;
+        for (int r = 0; r < ex->n_local; r++)
+            ex->d_lane_loss[r] = ex->lane_loss + (size_t)r * L, ex->d_lane_correct[r] = ex->lane_correct + (size_t)r * L;
         return DP_OK;
     }
-    DP_TRY(dev_alloc(ex, &ex->d_lane_loss, lanes, "lane losses"));
-    DP_TRY(dev_alloc(ex, &ex->d_lane_correct, lanes, "lane accuracy counts"));
     const size_t per = dp_shape_size(ex->model->input), xs = (size_t)ex->max_local * per;
     DP_ALLOC(ex->d_batches, ex->n_local, "device batches");
     DP_ALLOC(ex->h_stage, ex->n_local, "upload staging");
     for (int r = 0; r < ex->n_local; r++) {
-        DP_TRY(dev_alloc(ex, &ex->d_batches[r].x, xs, "the batch on the device"));
-        DP_TRY(dev_alloc(ex, &ex->d_batches[r].y, (size_t)ex->max_local, "the labels on the device"));
-        DP_TRY(ex->dev->host_alloc(ex->dev, (void **)&ex->h_stage[r].x, xs * sizeof(float), "upload staging"));
-        DP_TRY(ex->dev->host_alloc(ex->dev, (void **)&ex->h_stage[r].y, (size_t)ex->max_local * sizeof(int32_t),
-                                   "upload staging"));
+        const dp_dev *d = dp_exec_dev(ex, r);
+        DP_TRY(d->alloc(d, &ex->d_lane_loss[r], L, "lane losses"));
+        DP_TRY(d->alloc(d, (float **)&ex->d_lane_correct[r], L, "lane accuracy counts"));
+        DP_TRY(d->alloc(d, &ex->d_batches[r].x, xs, "the batch on the device"));
+        DP_TRY(d->alloc(d, (float **)&ex->d_batches[r].y, (size_t)ex->max_local, "the labels on the device"));
+        DP_TRY(d->host_alloc(d, (void **)&ex->h_stage[r].x, xs * sizeof(float), "upload staging"));
+        DP_TRY(d->host_alloc(d, (void **)&ex->h_stage[r].y, (size_t)ex->max_local * sizeof(int32_t), "upload staging"));
+    }
+    return DP_OK;
+}
+
+/* Replica r's device: one for all, or devs[r] (each replica its own: a device shared by some
+ * replicas but not all is not a layout anyone asks for). */
+static dp_status place_replicas(dp_executor *ex, const dp_exec_config *c, dp_dev **where) {
+    for (int r = 0; r < ex->n_local; r++) where[r] = c->devs ? c->devs[r] : c->dev;
+    for (int r = 1; r < ex->n_local; r++)
+        if (where[r] != where[0]) ex->multi_dev = 1;
+    for (int r = 0; r < ex->n_local && ex->multi_dev; r++)
+        for (int q = r + 1; q < ex->n_local; q++)
+            if (where[q] == where[r])
+                return dp_fail(DP_ERR_INTERNAL, "replicas %d and %d share a device while others do not", r, q);
+    return DP_OK;
+}
+
+/* multi_dev: where evaluation finds replica 0's weights on the other devices. */
+static dp_status alloc_eval_copies(dp_executor *ex) {
+    if (!ex->multi_dev) return DP_OK;
+    DP_ALLOC(ex->eval_params, ex->n_local, "evaluation weights");
+    DP_ALLOC(ex->eval_buffers, ex->n_local, "evaluation weights");
+    for (int r = 1; r < ex->n_local; r++) {
+        const dp_dev *d = dp_exec_dev(ex, r);
+        DP_TRY(d->alloc(d, &ex->eval_params[r], ex->model->params.n, "replica 0's parameters for evaluation"));
+        DP_TRY(d->alloc(d, &ex->eval_buffers[r], ex->model->buffers.n, "replica 0's BN buffers for evaluation"));
     }
     return DP_OK;
 }
@@ -63,6 +89,10 @@ static dp_status alloc_lanes_and_staging(dp_executor *ex) {
 /* The training set on an async device, when it fits beside the run with room to spare: the
  * batches are then gathered there from their indices (a few hundred bytes a step instead of the
  * images). Where it does not fit, batches go up as before. */
+static dp_status dev_alloc(dp_executor *ex, void *out, size_t n, const char *what) {
+    return ex->dev->alloc(ex->dev, (float **)out, n, what);
+}
+
 static dp_status make_resident(dp_executor *ex, const dp_dataset *d) {
     const dp_dev *dev = ex->dev;
     const size_t chw = (size_t)d->c * d->h * d->w, px = (size_t)d->n * chw;
@@ -99,23 +129,30 @@ static void free_resident(dp_executor *ex) {
 
 dp_status dp_exec_create(dp_executor *ex, const dp_exec_config *c) {
     memset(ex, 0, sizeof *ex);
-    ex->dev = c->dev, ex->k = c->dev->k, ex->kc = c->dev->kc;
+    ex->dev = c->devs ? c->devs[0] : c->dev, ex->k = ex->dev->k, ex->kc = ex->dev->kc;
     ex->backend = c->backend, ex->model = c->model;
     ex->threads = c->threads, ex->sync_bn = c->sync_bn;
     ex->n_local = dp_backend_n_local(c->backend), ex->world = dp_backend_world(c->backend);
     ex->n_lanes = c->n_lanes, ex->max_local = c->max_local;
+    dp_dev *where[ex->n_local];
+    DP_TRY(place_replicas(ex, c, where));
     /* a recorded graph replays the backend's collectives too: only where the backend says they
-       can be recorded; the clock cannot time a replay's nodes */
-    ex->graphs_on = c->graphs && (c->dev->caps & DP_CAP_GRAPHS) && c->backend->capturable && !c->time_nodes;
+       can be recorded; the clock cannot time a replay's nodes; one device's graph cannot hold
+       another's work */
+    ex->graphs_on = c->graphs && (ex->dev->caps & DP_CAP_GRAPHS) && c->backend->capturable && !c->time_nodes &&
+                    !ex->multi_dev;
     DP_TRY(map_buckets(ex));
     DP_ALLOC(ex->rep, ex->n_local, "replicas");
     DP_ALLOC(ex->ptrs, ex->n_local, "replica pointers");
     DP_ALLOC(ex->hc_scratch, ex->n_local, "collective scratch");
     for (int r = 0; r < ex->n_local; r++)
-        DP_TRY(dp_replica_create(&ex->rep[r], c->model, c->dev, dp_backend_rank(c->backend, r), c->lane_batch,
+        DP_TRY(dp_replica_create(&ex->rep[r], c->model, where[r], dp_backend_rank(c->backend, r), c->lane_batch,
                                  c->n_lanes, c->n_slots));
     DP_TRY(alloc_lanes_and_staging(ex));
-    if (c->resident && c->train && (c->dev->caps & DP_CAP_ASYNC) && !host_memory(ex)) DP_TRY(make_resident(ex, c->train));
+    DP_TRY(alloc_eval_copies(ex));
+    /* one device for every replica: with several, each would need its own copy of the data */
+    if (c->resident && c->train && (ex->dev->caps & DP_CAP_ASYNC) && !host_memory(ex) && !ex->multi_dev)
+        DP_TRY(make_resident(ex, c->train));
     DP_TRY(dp_exec_host_reserve(ex, 4096));
     DP_TRY(dp_exec_coll_timing_start(ex));
     /* the clock around a node call times its work only where it runs as called (the CPU); a
@@ -125,6 +162,20 @@ dp_status dp_exec_create(dp_executor *ex, const dp_exec_config *c) {
     return DP_OK;
 }
 
+/* What lives on replica r's device besides the replica itself (which must still be there). */
+static void free_on_replica_devices(dp_executor *ex) {
+    for (int r = 0; ex->rep && r < ex->n_local; r++) {
+        const dp_dev *d = ex->rep[r].dev;
+        if (!d) continue;
+        if (!host_memory(ex) && ex->d_lane_loss) d->free(d, ex->d_lane_loss[r]);
+        if (!host_memory(ex) && ex->d_lane_correct) d->free(d, ex->d_lane_correct[r]);
+        if (ex->d_batches) d->free(d, ex->d_batches[r].x), d->free(d, ex->d_batches[r].y);
+        if (ex->h_stage) d->host_free(d, ex->h_stage[r].x), d->host_free(d, ex->h_stage[r].y);
+        if (ex->eval_params) d->free(d, ex->eval_params[r]);
+        if (ex->eval_buffers) d->free(d, ex->eval_buffers[r]);
+    }
+}
+
 void dp_exec_free(dp_executor *ex) {
     const dp_dev *d = ex->dev;
     if (!d) return;
@@ -132,22 +183,15 @@ void dp_exec_free(dp_executor *ex) {
     dp_exec_coll_timing_free(ex);
     dp_graph_cache_free(&ex->graphs, d);
     if (!host_memory(ex)) free_resident(ex);
+    free_on_replica_devices(ex);
     for (int r = 0; ex->rep && r < ex->n_local; r++) dp_replica_free(&ex->rep[r]);
     free(ex->rep);
-    if (!host_memory(ex)) {
-        d->free(d, ex->d_lane_loss);
-        d->free(d, ex->d_lane_correct);
-    }
-    for (int r = 0; ex->d_batches && r < ex->n_local; r++) {
-        d->free(d, ex->d_batches[r].x);
-        d->free(d, ex->d_batches[r].y);
-    }
-    for (int r = 0; ex->h_stage && r < ex->n_local; r++) {
-        d->host_free(d, ex->h_stage[r].x);
-        d->host_free(d, ex->h_stage[r].y);
-    }
+    free(ex->d_lane_loss);
+    free(ex->d_lane_correct);
     free(ex->d_batches);
     free(ex->h_stage);
+    free(ex->eval_params);
+    free(ex->eval_buffers);
     free(ex->lane_loss);
     free(ex->lane_correct);
     free(ex->ptrs);
@@ -179,15 +223,21 @@ dp_status dp_exec_assign(dp_executor *ex, const dp_sampler *sp, const dp_batch *
     return DP_OK;
 }
 
+/* Waits for every local device's queued work. */
+static dp_status wait_all_devices(dp_executor *ex) {
+    for (int i = 0; i < dp_exec_n_devs(ex); i++) DP_TRY(dp_exec_dev(ex, i)->wait(dp_exec_dev(ex, i)));
+    return DP_OK;
+}
+
 dp_status dp_exec_stage(dp_executor *ex, const dp_batch *b, const dp_batch **out) {
     *out = b;
     if (host_memory(ex)) return DP_OK;
-    const dp_dev *d = ex->dev;
     const size_t per = dp_shape_size(ex->model->input);
     /* through pinned staging, so the copies do not wait for the device; the staging is reused
        only once the last uploads from it are done (a micro-step that reads no loss does not wait) */
-    if (ex->stage_busy) DP_TRY(d->wait(d));
-    for (int r = 0; r < ex->n_local && ex->resident; r++) {
+    if (ex->stage_busy) DP_TRY(wait_all_devices(ex));
+    for (int r = 0; r < ex->n_local && ex->resident; r++) { /* one device (make_resident) */
+        const dp_dev *d = ex->dev;
         dp_batch *db = &ex->d_batches[r];
         db->n = b[r].n;
         memcpy(ex->h_idx[r], b[r].idx, (size_t)b[r].n * sizeof(int32_t));
@@ -196,6 +246,7 @@ dp_status dp_exec_stage(dp_executor *ex, const dp_batch *b, const dp_batch **out
                             ex->d_lut, db->x, db->y);
     }
     for (int r = 0; r < ex->n_local && !ex->resident; r++) {
+        const dp_dev *d = dp_exec_dev(ex, r);
         dp_batch *db = &ex->d_batches[r], *hs = &ex->h_stage[r];
         const size_t nx = (size_t)b[r].n * per * sizeof(float), ny = (size_t)b[r].n * sizeof(int32_t);
         db->n = b[r].n;
@@ -213,13 +264,20 @@ dp_status dp_exec_zero_grads(dp_executor *ex) {
     const int lanes = ex->lanes_clear ? 1 : ex->n_lanes;
     const long total = (long)ex->n_local * lanes;
     const size_t nl = (size_t)ex->n_local * (size_t)ex->n_lanes, bytes = ex->model->params.n * sizeof(float);
+    const size_t L = (size_t)ex->n_lanes;
     if (host_memory(ex)) {
 #pragma omp parallel for num_threads(ex->threads) schedule(static) if (total > 1)
         for (long q = 0; q < total; q++) memset(ex->rep[q / lanes].lane_grads[q % lanes], 0, bytes);
     } else {
-        for (long q = 0; q < total; q++) DP_TRY(ex->dev->zero(ex->dev, ex->rep[q / lanes].lane_grads[q % lanes], bytes));
-        DP_TRY(ex->dev->zero(ex->dev, ex->d_lane_loss, nl * sizeof(float)));
-        DP_TRY(ex->dev->zero(ex->dev, ex->d_lane_correct, nl * sizeof(int32_t)));
+        for (long q = 0; q < total; q++) {
+            const dp_dev *d = dp_exec_dev(ex, (int)(q / lanes));
+            DP_TRY(d->zero(d, ex->rep[q / lanes].lane_grads[q % lanes], bytes));
+        }
+        for (int r = 0; r < ex->n_local; r++) {
+            const dp_dev *d = dp_exec_dev(ex, r);
+            DP_TRY(d->zero(d, ex->d_lane_loss[r], L * sizeof(float)));
+            DP_TRY(d->zero(d, ex->d_lane_correct[r], L * sizeof(int32_t)));
+        }
     }
     ex->lanes_clear = 0;
     for (size_t i = 0; i < nl; i++) ex->lane_loss[i] = 0, ex->lane_correct[i] = 0;
@@ -228,10 +286,14 @@ dp_status dp_exec_zero_grads(dp_executor *ex) {
 
 dp_status dp_exec_fetch_lane_losses(dp_executor *ex) {
     if (host_memory(ex)) return DP_OK;
-    const size_t nl = (size_t)ex->n_local * (size_t)ex->n_lanes;
+    const size_t L = (size_t)ex->n_lanes;
     ex->stage_busy = 0; /* the downloads wait for everything queued */
-    DP_TRY(ex->dev->download(ex->dev, ex->lane_loss, ex->d_lane_loss, nl * sizeof(float)));
-    return ex->dev->download(ex->dev, ex->lane_correct, ex->d_lane_correct, nl * sizeof(int32_t));
+    for (int r = 0; r < ex->n_local; r++) {
+        const dp_dev *d = dp_exec_dev(ex, r);
+        DP_TRY(d->download(d, ex->lane_loss + (size_t)r * L, ex->d_lane_loss[r], L * sizeof(float)));
+        DP_TRY(d->download(d, ex->lane_correct + (size_t)r * L, ex->d_lane_correct[r], L * sizeof(int32_t)));
+    }
+    return DP_OK;
 }
 
 dp_status dp_exec_run_graph(dp_executor *ex, uint64_t key, dp_status (*fn)(void *), void *arg) {
@@ -257,18 +319,18 @@ float *const *dp_exec_slices(dp_executor *ex, int which, size_t offset) {
     return ex->ptrs;
 }
 
-dp_status dp_exec_put(dp_executor *ex, float *dst, const float *host_src, size_t bytes) {
+dp_status dp_exec_put(dp_executor *ex, int r, float *dst, const float *host_src, size_t bytes) {
     if (dst == host_src) return DP_OK;
-    return ex->dev->upload(ex->dev, dst, host_src, bytes);
+    return dp_exec_dev(ex, r)->upload(dp_exec_dev(ex, r), dst, host_src, bytes);
 }
 
-dp_status dp_exec_view(dp_executor *ex, float *host_buf, const float *src, size_t bytes, const float **out) {
+dp_status dp_exec_view(dp_executor *ex, int r, float *host_buf, const float *src, size_t bytes, const float **out) {
     if (host_memory(ex)) {
         *out = src;
         return DP_OK;
     }
     *out = host_buf;
-    return ex->dev->download(ex->dev, host_buf, src, bytes);
+    return dp_exec_dev(ex, r)->download(dp_exec_dev(ex, r), host_buf, src, bytes);
 }
 
 dp_status dp_exec_host_buffer(dp_executor *ex, float *dst, size_t n, float **out) {
@@ -285,9 +347,36 @@ void dp_exec_host_buffer_free(dp_executor *ex, float *dst, float *buf) {
     if (buf != dst) dp_free(buf);
 }
 
-dp_status dp_exec_check_memory(const dp_dev *dev, const dp_mem_estimate *e, const dp_mem_shape *sh, int data_loaded) {
-    if ((dev->caps & DP_CAP_HOST_MEMORY) || !dev->mem_info) return dp_check_memory(e, sh, data_loaded);
-    unsigned long long free_b = 0, total_b = 0;
-    DP_TRY(dev->mem_info(dev, &free_b, &total_b));
-    return dp_check_device_memory(e, sh, data_loaded, free_b, dev->reserved, dev->desc);
+/* Replica 0's weights through its host copies (the values pull would give) to the other devices. */
+dp_status dp_exec_eval_prepare(dp_executor *ex) {
+    if (!ex->multi_dev) return DP_OK;
+    const dp_model *m = ex->model;
+    dp_replica *r0 = &ex->rep[0];
+    const dp_dev *d0 = r0->dev;
+    DP_TRY(d0->download(d0, r0->h_params, r0->params, m->params.n * sizeof(float)));
+    DP_TRY(d0->download(d0, r0->h_buffers, r0->buffers, m->buffers.n * sizeof(float)));
+    for (int r = 1; r < ex->n_local; r++) {
+        const dp_dev *d = dp_exec_dev(ex, r);
+        DP_TRY(d->upload(d, ex->eval_params[r], r0->h_params, m->params.n * sizeof(float)));
+        DP_TRY(d->upload(d, ex->eval_buffers[r], r0->h_buffers, m->buffers.n * sizeof(float)));
+    }
+    return DP_OK;
+}
+
+void dp_exec_eval_weights(const dp_executor *ex, int r, float **params, float **buffers) {
+    const int own = ex->multi_dev && r > 0;
+    *params = own ? ex->eval_params[r] : ex->rep[0].params;
+    *buffers = own ? ex->eval_buffers[r] : ex->rep[0].buffers;
+}
+
+dp_status dp_exec_check_memory(dp_dev *const *devs, int n_devs, const dp_mem_estimate *e, const dp_mem_shape *sh,
+                               int data_loaded) {
+    const dp_dev *d0 = devs[0];
+    if ((d0->caps & DP_CAP_HOST_MEMORY) || !d0->mem_info) return dp_check_memory(e, sh, data_loaded);
+    for (int i = 0; i < n_devs; i++) {
+        unsigned long long free_b = 0, total_b = 0;
+        DP_TRY(devs[i]->mem_info(devs[i], &free_b, &total_b));
+        DP_TRY(dp_check_device_memory(e, sh, data_loaded, free_b, devs[i]->reserved, devs[i]->desc));
+    }
+    return DP_OK;
 }

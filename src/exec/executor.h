@@ -12,7 +12,12 @@
  * started to overlap, the compute queued after it waits for it (main_wait_coll): a bucket's
  * all-reduce runs on the collective stream while backward goes on, and the optimizer waits for
  * all of them. On the CPU, whose work runs as called, the same calls order nothing and the
- * backend's non-blocking all-reduce (mpi) overlaps instead. */
+ * backend's non-blocking all-reduce (mpi) overlaps instead.
+ *
+ * The replicas live on one device (the sim, one GPU per process) or one device each (nccl
+ * --gpus: one process driving several GPUs): each replica's kernels, lanes, zeroing, staging,
+ * tree sums, downloads and the ordering of its collectives go to its own device (rep[r].dev),
+ * and a collective orders every device's streams around it. */
 #ifndef DP_EXECUTOR_H
 #define DP_EXECUTOR_H
 
@@ -36,7 +41,8 @@ typedef struct {
 } dp_micro_info;
 
 typedef struct {
-    dp_dev *dev;              /* not owned */
+    dp_dev *dev;              /* not owned; the device of every replica unless devs says otherwise */
+    dp_dev *const *devs;      /* (n_local) local replica r's device, one each (nccl --gpus); NULL: all on dev */
     dp_backend_t backend;     /* not owned */
     const dp_model *model;    /* not owned */
     int threads;              /* CPU threads for the lanes and the host-side loops */
@@ -51,8 +57,9 @@ typedef struct {
 } dp_exec_config;
 
 typedef struct dp_executor {
-    dp_dev *dev;
-    const dp_kernels *k;      /* the device's kernel table */
+    dp_dev *dev;              /* replica 0's device (every replica's, unless multi_dev) */
+    int multi_dev;            /* the replicas are on different devices, one each */
+    const dp_kernels *k;      /* the devices' kernel table (one kind for all) */
     dp_kctx kc;               /* and the context of the executor's own kernel calls (main stream) */
     dp_backend_t backend;
     const dp_model *model;
@@ -63,10 +70,10 @@ typedef struct dp_executor {
     dp_replica *rep;          /* (n_local) */
     float **ptrs;             /* (n_local) scratch for collectives over per-replica pointers */
     int *bucket_node;         /* (n_buckets) node after whose backward the bucket is complete */
-    /* each lane's loss sum and hits this step: where the loss kernels write them (device), and
-       their host copies (the same arrays on a host-memory device) */
-    float *lane_loss, *d_lane_loss;
-    int32_t *lane_correct, *d_lane_correct;
+    /* each lane's loss sum and hits this step (n_local x n_lanes, on the host), and per replica
+       where its loss kernels write them (its device; views of the host arrays on host memory) */
+    float *lane_loss, **d_lane_loss;
+    int32_t *lane_correct, **d_lane_correct;
     int lanes_clear;          /* lanes 1.. hold zeros (the last step's tree cleared them) */
     dp_batch *d_batches;      /* (n_local) an async device's copy of the loader's batches */
     dp_batch *h_stage;        /* (n_local) the pinned staging its uploads read */
@@ -82,6 +89,9 @@ typedef struct dp_executor {
     int graphs_on;
     float **hc_scratch;       /* (n_local) device scratch of the host collectives, hc_floats each */
     size_t hc_floats;
+    /* multi_dev: replica 0's parameters and BN buffers on each other replica's device, which
+       evaluation reads (dp_exec_eval_weights); NULL elsewhere */
+    float **eval_params, **eval_buffers;
     /* --predict / --save-profile on the CPU: per slot q, node i's forward (q, 0, i) and backward
        (q, 1, i) seconds summed over the run; NULL: not timing */
     double *node_s;
@@ -102,6 +112,11 @@ typedef struct dp_executor {
 /* The replicas, lanes, staging and scratch for cfg's plan; the backend and model must outlive it. */
 dp_status dp_exec_create(dp_executor *ex, const dp_exec_config *cfg);
 void dp_exec_free(dp_executor *ex);
+
+/* Replica r's device, and the distinct devices of the local replicas: devices 0..n-1 are
+ * dp_exec_dev(ex, 0..n-1) (one for all, or one per replica). */
+static inline const dp_dev *dp_exec_dev(const dp_executor *ex, int r) { return ex->rep[r].dev; }
+static inline int dp_exec_n_devs(const dp_executor *ex) { return ex->multi_dev ? ex->n_local : 1; }
 
 /* Whether the clock read around a kernel call times its work (the host runs it as called). */
 int dp_exec_clock_times_work(const dp_executor *ex);
@@ -161,21 +176,28 @@ dp_status dp_exec_wait_all(dp_executor *ex, const dp_req *reqs, int n);
  * counts) on any device; every rank calls them. Bookkeeping: out of the statistics. */
 dp_status dp_exec_host_allreduce(dp_executor *ex, float *const *bufs, size_t n);
 dp_status dp_exec_host_broadcast(dp_executor *ex, float *const *bufs, size_t n);
-/* One replica per process: every rank's n floats of send, rank r's at recv + r n. */
+/* Every rank's n floats of send (the local replicas send the same), rank r's at recv + r n. */
 dp_status dp_exec_host_allgather(dp_executor *ex, const float *send, float *recv, size_t n);
 /* Sizes their device scratch for n floats (at create), and frees it. */
 dp_status dp_exec_host_reserve(dp_executor *ex, size_t n);
 void dp_exec_host_coll_free(dp_executor *ex);
 
-/* Evaluation's traffic: host -> the device's dst (nothing where dst is that host memory), and
- * the device's src readable on the host (*out: src itself on host memory, else host_buf). */
-dp_status dp_exec_put(dp_executor *ex, float *dst, const float *host_src, size_t bytes);
-dp_status dp_exec_view(dp_executor *ex, float *host_buf, const float *src, size_t bytes, const float **out);
+/* Evaluation's traffic: host -> replica r's dst (nothing where dst is that host memory), and
+ * replica r's src readable on the host (*out: src itself on host memory, else host_buf). */
+dp_status dp_exec_put(dp_executor *ex, int r, float *dst, const float *host_src, size_t bytes);
+dp_status dp_exec_view(dp_executor *ex, int r, float *host_buf, const float *src, size_t bytes, const float **out);
+/* The weights evaluation runs with: replica 0's parameters and BN buffers, where replica r
+ * computes (after dp_exec_eval_prepare, which copies them to the other devices when the
+ * replicas are on several). */
+dp_status dp_exec_eval_prepare(dp_executor *ex);
+void dp_exec_eval_weights(const dp_executor *ex, int r, float **params, float **buffers);
 /* A host buffer of n floats for filling what dp_exec_put sends to dst: dst itself on host memory. */
 dp_status dp_exec_host_buffer(dp_executor *ex, float *dst, size_t n, float **out);
 void dp_exec_host_buffer_free(dp_executor *ex, float *dst, float *buf);
 
-/* The run's memory against what the device (its free memory) or the host can give. */
-dp_status dp_exec_check_memory(const dp_dev *dev, const dp_mem_estimate *e, const dp_mem_shape *sh, int data_loaded);
+/* The run's memory against what the devices (each one's free memory, for the replicas on it:
+ * sh->per_device) or the host can give. */
+dp_status dp_exec_check_memory(dp_dev *const *devs, int n_devs, const dp_mem_estimate *e, const dp_mem_shape *sh,
+                               int data_loaded);
 
 #endif

@@ -6,42 +6,58 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/arena.h"
 #include "core/treesum.h"
 #include "exec/executor.h"
 
+/* Each replica's scratch, on its device. */
 static dp_status scratch_for(dp_executor *ex, size_t n) {
     if (n <= ex->hc_floats) return DP_OK;
-    const dp_dev *d = ex->dev;
     for (int r = 0; r < ex->n_local; r++) {
-        d->free(d, ex->hc_scratch[r]);
+        dp_exec_dev(ex, r)->free(dp_exec_dev(ex, r), ex->hc_scratch[r]);
         ex->hc_scratch[r] = NULL;
     }
-    for (int r = 0; r < ex->n_local; r++) DP_TRY(d->alloc(d, &ex->hc_scratch[r], n, "collective scratch"));
+    for (int r = 0; r < ex->n_local; r++)
+        DP_TRY(dp_exec_dev(ex, r)->alloc(dp_exec_dev(ex, r), &ex->hc_scratch[r], n, "collective scratch"));
     ex->hc_floats = n;
     return DP_OK;
 }
 
-/* the collective stream waits for the uploads, and the downloads for it */
-static dp_status coll_begin(const dp_dev *d) { return d->coll_wait_main ? d->coll_wait_main(d) : DP_OK; }
-static dp_status coll_end(const dp_dev *d) { return d->main_wait_coll ? d->main_wait_coll(d) : DP_OK; }
+/* every device's collective stream waits for its uploads, and its downloads for it */
+static dp_status coll_begin(const dp_executor *ex) {
+    for (int i = 0; i < dp_exec_n_devs(ex); i++) {
+        const dp_dev *d = dp_exec_dev(ex, i);
+        if (d->coll_wait_main) DP_TRY(d->coll_wait_main(d));
+    }
+    return DP_OK;
+}
+
+static dp_status coll_end(const dp_executor *ex) {
+    for (int i = 0; i < dp_exec_n_devs(ex); i++) {
+        const dp_dev *d = dp_exec_dev(ex, i);
+        if (d->main_wait_coll) DP_TRY(d->main_wait_coll(d));
+    }
+    return DP_OK;
+}
 
 static dp_status host_coll(dp_executor *ex, float *const *bufs, size_t n, int broadcast) {
     const struct dp_backend_i *b = ex->backend->iface;
     if (ex->dev->caps & DP_CAP_HOST_MEMORY)
         return broadcast ? b->broadcast(ex->backend, bufs, n, 0) : b->allreduce(ex->backend, bufs, n, DP_SUM);
-    if (ex->n_local == ex->world) { /* every replica here (sim): the backend's sums, on the host */
+    if (ex->n_local == ex->world) { /* every replica here (sim, nccl --gpus): the backend's sums, on the host */
         if (!broadcast) dp_tree_sum(bufs, ex->n_local, 0, n, 0);
         for (int r = 1; r < ex->n_local; r++) memcpy(bufs[r], bufs[0], n * sizeof(float));
         return DP_OK;
     }
-    const dp_dev *d = ex->dev;
     DP_TRY(scratch_for(ex, n));
-    for (int r = 0; r < ex->n_local; r++) DP_TRY(d->upload(d, ex->hc_scratch[r], bufs[r], n * sizeof(float)));
-    DP_TRY(coll_begin(d));
+    for (int r = 0; r < ex->n_local; r++)
+        DP_TRY(dp_exec_dev(ex, r)->upload(dp_exec_dev(ex, r), ex->hc_scratch[r], bufs[r], n * sizeof(float)));
+    DP_TRY(coll_begin(ex));
     DP_TRY(broadcast ? b->broadcast(ex->backend, ex->hc_scratch, n, 0)
                      : b->allreduce(ex->backend, ex->hc_scratch, n, DP_SUM));
-    DP_TRY(coll_end(d));
-    for (int r = 0; r < ex->n_local; r++) DP_TRY(d->download(d, bufs[r], ex->hc_scratch[r], n * sizeof(float)));
+    DP_TRY(coll_end(ex));
+    for (int r = 0; r < ex->n_local; r++)
+        DP_TRY(dp_exec_dev(ex, r)->download(dp_exec_dev(ex, r), bufs[r], ex->hc_scratch[r], n * sizeof(float)));
     return DP_OK;
 }
 
@@ -52,27 +68,37 @@ dp_status dp_exec_host_reserve(dp_executor *ex, size_t n) {
 dp_status dp_exec_host_allreduce(dp_executor *ex, float *const *bufs, size_t n) { return host_coll(ex, bufs, n, 0); }
 dp_status dp_exec_host_broadcast(dp_executor *ex, float *const *bufs, size_t n) { return host_coll(ex, bufs, n, 1); }
 
+/* Each local replica sends the same n floats; recv receives every rank's (rank r's at r n). */
 dp_status dp_exec_host_allgather(dp_executor *ex, const float *send, float *recv, size_t n) {
     const struct dp_backend_i *b = ex->backend->iface;
-    if (ex->n_local != 1) return dp_fail(DP_ERR_INTERNAL, "host all-gather: one replica per process expected");
-    const float *sp[1] = {send};
-    float *rp[1] = {recv};
-    if (ex->dev->caps & DP_CAP_HOST_MEMORY) return b->allgather(ex->backend, sp, rp, n);
-    const dp_dev *d = ex->dev;
-    DP_TRY(scratch_for(ex, n * (size_t)(ex->world + 1)));
-    float *ds = ex->hc_scratch[0], *dr = ds + n;
-    DP_TRY(d->upload(d, ds, send, n * sizeof(float)));
-    const float *dsp[1] = {ds};
-    float *drp[1] = {dr};
-    DP_TRY(coll_begin(d));
-    DP_TRY(b->allgather(ex->backend, dsp, drp, n));
-    DP_TRY(coll_end(d));
-    return d->download(d, recv, dr, n * (size_t)ex->world * sizeof(float));
+    const int L = ex->n_local;
+    const size_t all = n * (size_t)ex->world;
+    const float *sp[L];
+    float *rp[L];
+    if (ex->dev->caps & DP_CAP_HOST_MEMORY) { /* the other replicas' copies of the result: dropped */
+        float *extra = NULL;
+        if (L > 1) DP_TRY(dp_alloc_floats(&extra, all * (size_t)(L - 1), "the all-gather's other copies"));
+        for (int r = 0; r < L; r++) sp[r] = send, rp[r] = r ? extra + all * (size_t)(r - 1) : recv;
+        dp_status s = b->allgather(ex->backend, sp, rp, n);
+        dp_free(extra);
+        return s;
+    }
+    DP_TRY(scratch_for(ex, n + all));
+    for (int r = 0; r < L; r++) {
+        float *ds = ex->hc_scratch[r];
+        DP_TRY(dp_exec_dev(ex, r)->upload(dp_exec_dev(ex, r), ds, send, n * sizeof(float)));
+        sp[r] = ds, rp[r] = ds + n;
+    }
+    DP_TRY(coll_begin(ex));
+    DP_TRY(b->allgather(ex->backend, sp, rp, n));
+    DP_TRY(coll_end(ex));
+    return ex->dev->download(ex->dev, recv, rp[0], all * sizeof(float));
 }
 
 void dp_exec_host_coll_free(dp_executor *ex) {
     if (!ex->hc_scratch) return;
-    for (int r = 0; r < ex->n_local; r++) ex->dev->free(ex->dev, ex->hc_scratch[r]);
+    for (int r = 0; r < ex->n_local; r++)
+        if (ex->rep && ex->rep[r].dev) ex->rep[r].dev->free(ex->rep[r].dev, ex->hc_scratch[r]);
     free(ex->hc_scratch);
     ex->hc_scratch = NULL;
 }

@@ -25,14 +25,15 @@ void dp_estimate_memory(const dp_model *m, const dp_dataset *train, const dp_dat
 
 dp_status dp_check_device_memory(const dp_mem_estimate *e, const dp_mem_shape *sh, int data_loaded,
                                  unsigned long long free_bytes, unsigned long long reserved, const char *device) {
-    const unsigned long long need = (unsigned long long)sh->n_local * (e->arenas + e->acts) + reserved;
+    const int on_dev = sh->per_device > 0 ? sh->per_device : sh->n_local;
+    const unsigned long long need = (unsigned long long)on_dev * (e->arenas + e->acts) + reserved;
     if (need > free_bytes) {
         char n[32], ar[32], ac[32], fr[32];
         return dp_fail(DP_ERR_NOMEM,
                        "this run needs about %s on %s: %d replica%s x (arenas %s + %d activation slot%s for %d samples "
                        "each: %s) and the device's workspaces; %s is free there: reduce --batch-size or --replicas, "
                        "or raise --chunks (smaller lanes)",
-                       dp_format_bytes(need, n, sizeof n), device, sh->n_local, sh->n_local == 1 ? "" : "s",
+                       dp_format_bytes(need, n, sizeof n), device, on_dev, on_dev == 1 ? "" : "s",
                        dp_format_bytes(e->arenas, ar, sizeof ar), sh->n_slots, sh->n_slots == 1 ? "" : "s",
                        sh->lane_batch, dp_format_bytes(e->acts, ac, sizeof ac), dp_format_bytes(free_bytes, fr, sizeof fr));
     }

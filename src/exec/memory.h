@@ -23,6 +23,7 @@ typedef struct {
  * replica gets in a micro-step; loader_slots batches the loader prefetches. */
 typedef struct {
     int n_local, n_lanes, n_slots, lane_batch, max_local, loader_slots;
+    int per_device;      /* replicas on each device (0: all n_local on one) */
     const dp_kernels *k; /* the device's table (its scratch sizes); NULL: the CPU's */
 } dp_mem_shape;
 

@@ -19,29 +19,36 @@
 
 static int n_slots(const dp_executor *ex) { return ex->n_local * ex->rep[0].n_active; }
 
-/* Device lanes: the active slots run on the device's lane streams at once, slot q on stream q
- * mod lane_streams, between a fork from the main stream and a join back into it (0: no
- * streams, the CPU's threads or a single slot run them). Eagerly too: the lanes' small kernels
- * overlap on the GPU. */
+/* Device lanes: the active slots of each device run on its lane streams at once, slot q on
+ * stream q mod lane_streams (q counted on that device), between a fork from the device's main
+ * stream and a join back into it (0: no streams, the CPU's threads or a single slot run them).
+ * Eagerly too: the lanes' small kernels overlap on the GPU. */
+static int slots_per_dev(const dp_executor *ex) { return ex->multi_dev ? ex->rep[0].n_active : n_slots(ex); }
+
 static int lane_streams(const dp_executor *ex) {
-    const int nq = n_slots(ex);
+    const int nq = slots_per_dev(ex);
     if (!(ex->dev->caps & DP_CAP_LANES) || nq < 2) return 0;
     return nq < ex->dev->n_lanes ? nq : ex->dev->n_lanes;
 }
 
+/* Slot q (replica q / n_active) runs on its replica's device. */
 static const dp_kctx *slot_kc(const dp_executor *ex, int q) {
-    const int n = lane_streams(ex);
-    return n ? &ex->dev->lane_kc[q % n] : &ex->kc;
+    const int n = lane_streams(ex), r = q / ex->rep[0].n_active;
+    const dp_dev *d = dp_exec_dev(ex, r);
+    const int on_dev = ex->multi_dev ? q % ex->rep[0].n_active : q;
+    return n ? &d->lane_kc[on_dev % n] : &d->kc;
 }
 
 static dp_status lanes_fork(const dp_executor *ex) {
     const int n = lane_streams(ex);
-    return n ? ex->dev->fork(ex->dev, n) : DP_OK;
+    for (int i = 0; n && i < dp_exec_n_devs(ex); i++) DP_TRY(dp_exec_dev(ex, i)->fork(dp_exec_dev(ex, i), n));
+    return DP_OK;
 }
 
 static dp_status lanes_join(const dp_executor *ex) {
     const int n = lane_streams(ex);
-    return n ? ex->dev->join(ex->dev, n) : DP_OK;
+    for (int i = 0; n && i < dp_exec_n_devs(ex); i++) DP_TRY(dp_exec_dev(ex, i)->join(dp_exec_dev(ex, i), n));
+    return DP_OK;
 }
 
 /* Samples each BN statistic covers: the replica's batch, or the micro-batch with SyncBN. */
@@ -58,6 +65,7 @@ static dp_exec exec_of(const dp_executor *ex, int r, int l, const dp_batch *b, c
     x.stream = kc->stream;
     x.blas = kc->blas;
     x.tf32 = kc->tf32;
+    x.device = kc->device;
     x.params = rep->params;
     x.grads = rep->slots[l].grads;
     x.buffers = rep->buffers;
@@ -82,12 +90,13 @@ static dp_status reduce_sums(dp_executor *ex, int i) {
     for (int r = 0; r < ex->n_local; r++) {
         float *v[na];
         for (int l = 0; l < na; l++) v[l] = ex->rep[r].slots[l].acts.sync[i];
-        ex->k->tree_sum(&ex->kc, v, na, 0, n, 0);
+        ex->k->tree_sum(&dp_exec_dev(ex, r)->kc, v, na, 0, n, 0);
         ex->ptrs[r] = v[0];
     }
     if (ex->sync_bn) DP_TRY(dp_exec_allreduce(ex, ex->ptrs, n));
     for (int r = 0; r < ex->n_local; r++)
-        for (int l = 1; l < na; l++) ex->k->copy(&ex->kc, n, ex->rep[r].slots[0].acts.sync[i], ex->rep[r].slots[l].acts.sync[i]);
+        for (int l = 1; l < na; l++)
+            ex->k->copy(&dp_exec_dev(ex, r)->kc, n, ex->rep[r].slots[0].acts.sync[i], ex->rep[r].slots[l].acts.sync[i]);
     return DP_OK;
 }
 
@@ -132,9 +141,9 @@ dp_status dp_exec_forward(dp_executor *ex, const dp_batch *b, const dp_micro_inf
             if (j < m->n_nodes) {
                 dp_node_forward_sums(m, j, &sl->acts, &x, in);
             } else { /* the lane's loss: its samples' losses summed in order, as a float */
-                const size_t at = (size_t)r * ex->n_lanes + (size_t)sl->lane;
                 ex->k->softmax_xent(slot_kc(ex, q_), sl->n, m->n_classes, sl->acts.out[m->output], b[r].y + sl->lo,
-                                    scale, sl->acts.dout[m->output], ex->d_lane_loss + at, ex->d_lane_correct + at);
+                                    scale, sl->acts.dout[m->output], ex->d_lane_loss[r] + sl->lane,
+                                    ex->d_lane_correct[r] + sl->lane);
             }
         }
         DP_TRY(lanes_join(ex));
@@ -147,7 +156,8 @@ dp_status dp_exec_forward(dp_executor *ex, const dp_batch *b, const dp_micro_inf
 
 /* Adds the lanes' partials of bucket k into lane 0 (the replica's arena) with the fixed tree,
  * leaving the other lanes zero for the next step: on the CPU in parallel over replicas and
- * pieces of the bucket (the tree is per element), on a device in one call per replica. */
+ * pieces of the bucket (the tree is per element), on a device in one call per replica, on the
+ * replica's device. */
 static void sum_lanes(dp_executor *ex, int k) {
     const int L = ex->n_lanes;
     if (L == 1) return;
@@ -159,8 +169,8 @@ static void sum_lanes(dp_executor *ex, int k) {
     for (long q = 0; q < total; q++) {
         const int r = (int)(q / (long)n_pieces);
         const size_t lo = (size_t)(q % (long)n_pieces) * piece;
-        ex->k->tree_sum(&ex->kc, ex->rep[r].lane_grads, L, s->offset + lo, lo + piece < s->count ? piece : s->count - lo,
-                        1);
+        ex->k->tree_sum(&dp_exec_dev(ex, r)->kc, ex->rep[r].lane_grads, L, s->offset + lo,
+                        lo + piece < s->count ? piece : s->count - lo, 1);
     }
 }
 

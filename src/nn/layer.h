@@ -33,6 +33,7 @@ typedef struct {
     void *stream;       /* the device stream the kernels run on */
     void *blas;         /* and the cuBLAS handle bound to it (NULL: the table's own) */
     int tf32;           /* the device allows TF32 (--tf32) */
+    int device;         /* CUDA: the stream's GPU (dp_kctx.device) */
     float *ws;          /* scratch, dp_model.ws_floats(batch) floats */
     const float *params;
     float *grads;
@@ -41,7 +42,9 @@ typedef struct {
 
 /* The kernel table and call context of an exec. */
 static inline const dp_kernels *dp_exec_kernels(const dp_exec *x) { return x->k ? x->k : &dp_cpu_kernels; }
-static inline dp_kctx dp_exec_kctx(const dp_exec *x) { return (dp_kctx){.nthreads = x->nthreads, .stream = x->stream, .blas = x->blas, .tf32 = x->tf32}; }
+static inline dp_kctx dp_exec_kctx(const dp_exec *x) {
+    return (dp_kctx){.nthreads = x->nthreads, .stream = x->stream, .blas = x->blas, .tf32 = x->tf32, .device = x->device};
+}
 
 /* Everything but plan may assume shapes were checked by plan. `in` has n_in entries.
  * din[i] may be NULL (model input: no gradient needed). Gradients of parameters accumulate. */

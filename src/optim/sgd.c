@@ -22,7 +22,7 @@ int dp_all_finite(const float *x, size_t n) {
 void dp_sgd_step(const dp_sgd *o, const dp_layout *L, float *params, const float *grads, float *momentum_buf,
                  float lr) {
     const dp_kernels *k = o->k ? o->k : &dp_cpu_kernels;
-    const dp_kctx c = {.nthreads = 1, .stream = o->stream};
+    const dp_kctx c = {.nthreads = 1, .stream = o->stream, .device = o->device};
     /* host memory only: a device table would need its own check kernel (none in kernels.h yet) */
     if (k == &dp_cpu_kernels && !dp_all_finite(grads, L->n)) {
         if (o->nonfinite) atomic_store(o->nonfinite, 1);

@@ -21,6 +21,7 @@ typedef struct {
     int nesterov;
     const struct dp_kernels *k; /* the device's kernels (NULL: the CPU's) */
     void *stream;               /* and its stream */
+    int device;                 /* and the stream's GPU (dp_kctx.device) */
     atomic_int *nonfinite;      /* may be NULL; set to 1 by a step that found a NaN/Inf gradient */
 } dp_sgd;
 

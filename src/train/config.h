@@ -5,6 +5,7 @@
 
 #include <stdint.h>
 
+#include "backends/backend.h"
 #include "data/dataset.h"
 #include "optim/schedule.h"
 
@@ -32,6 +33,8 @@ typedef struct {
     const char *backend;
     const char *device;  /* "cpu" (default) or "cuda" */
     int gpu;             /* --gpu: the CUDA ordinal */
+    int gpus[DP_MAX_LOCAL_DEVICES]; /* --gpus: the GPUs this process drives, one replica each (nccl) */
+    int n_gpus;          /* 0: --gpus not given */
     int tf32;
     int graphs;          /* device runs: record and replay each micro-step (--no-graph: 0) */
     int replicas;

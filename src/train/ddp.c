@@ -64,7 +64,9 @@ static dp_status step_replica(void *arg, int r) {
     ddp_args *a = arg;
     dp_trainer *t = a->t;
     dp_replica *rep = &t->ex.rep[r];
-    dp_sgd_step(&t->sgd, &t->model.params, rep->params, rep->grads, rep->momentum, a->lr);
+    dp_sgd o = t->sgd;
+    o.stream = rep->dev->kc.stream, o.device = rep->dev->kc.device; /* on the replica's device */
+    dp_sgd_step(&o, &t->model.params, rep->params, rep->grads, rep->momentum, a->lr);
     return DP_OK;
 }
 

@@ -11,8 +11,9 @@
 #include "train/trainer.h"
 
 typedef struct {
-    float *send, *recv;      /* per local replica: its gather record; the gathered records of all */
-    float *in, *in_all;      /* each local replica's scattered input; the master's whole batch */
+    float **send, **recv, **in; /* (n_local) on each replica's device: its gather record, the gathered
+                                   records of all, its scattered input */
+    float *in_all;           /* the master's whole batch */
     float *host_rec, *tail;  /* the gathered records on the host; each replica's label tail */
     int32_t *h_labels, *d_labels; /* every replica's labels (host, device) */
     float *d_dlogits;        /* one lane's logit gradients */
@@ -25,6 +26,8 @@ static size_t record_floats(const dp_trainer *t) {
     return (size_t)t->ex.max_local * (size_t)(t->model.n_classes + 1) + 1;
 }
 
+/* On the master's device: global rank 0 is local replica 0 where it is local (ranks are
+ * first + local index), and replica 0's device is the executor's. */
 static dp_status dev_alloc(dp_trainer *t, void *out, size_t n, const char *what) {
     return t->ex.dev->alloc(t->ex.dev, (float **)out, n, what);
 }
@@ -36,9 +39,15 @@ static dp_status dp_alloc_state(dp_trainer *t, void **state) {
     const dp_executor *ex = &t->ex;
     const size_t rec = record_floats(t), in = (size_t)ex->max_local * dp_shape_size(t->model.input);
     const size_t all = (size_t)t->world * (size_t)ex->rep[0].n_slots;
-    DP_TRY(dev_alloc(t, &s->send, (size_t)ex->n_local * rec, "DataParallel gather buffers"));
-    DP_TRY(dev_alloc(t, &s->recv, (size_t)ex->n_local * rec * (size_t)t->world, "DataParallel gather buffers"));
-    DP_TRY(dev_alloc(t, &s->in, (size_t)ex->n_local * in, "DataParallel input scatter buffers"));
+    DP_ALLOC(s->send, ex->n_local, "DataParallel gather buffers");
+    DP_ALLOC(s->recv, ex->n_local, "DataParallel gather buffers");
+    DP_ALLOC(s->in, ex->n_local, "DataParallel input scatter buffers");
+    for (int r = 0; r < ex->n_local; r++) {
+        const dp_dev *d = dp_exec_dev(ex, r);
+        DP_TRY(d->alloc(d, &s->send[r], rec, "DataParallel gather buffers"));
+        DP_TRY(d->alloc(d, &s->recv[r], rec * (size_t)t->world, "DataParallel gather buffers"));
+        DP_TRY(d->alloc(d, &s->in[r], in, "DataParallel input scatter buffers"));
+    }
     DP_TRY(dev_alloc(t, &s->in_all, (size_t)t->world * in, "DataParallel input scatter buffers"));
     DP_ALLOC(s->host_rec, rec * (size_t)t->world, "DataParallel master records");
     DP_ALLOC(s->tail, (size_t)ex->n_local * ((size_t)ex->max_local + 1), "DataParallel labels");
@@ -56,10 +65,19 @@ static dp_status dp_alloc_state(dp_trainer *t, void **state) {
 static void dp_free_state(dp_trainer *t, void *state) {
     dp_state *s = state;
     if (!s) return;
-    const dp_dev *d = t->ex.dev;
-    float *dev_bufs[] = {s->send, s->recv, s->in, s->in_all, (float *)s->d_labels, s->d_dlogits, s->d_loss,
-                         (float *)s->d_correct};
+    const dp_executor *ex = &t->ex;
+    for (int r = 0; r < ex->n_local; r++) {
+        const dp_dev *d = dp_exec_dev(ex, r);
+        if (s->send) d->free(d, s->send[r]);
+        if (s->recv) d->free(d, s->recv[r]);
+        if (s->in) d->free(d, s->in[r]);
+    }
+    const dp_dev *d = ex->dev;
+    float *dev_bufs[] = {s->in_all, (float *)s->d_labels, s->d_dlogits, s->d_loss, (float *)s->d_correct};
     for (size_t i = 0; i < sizeof dev_bufs / sizeof *dev_bufs; i++) d->free(d, dev_bufs[i]);
+    free(s->send);
+    free(s->recv);
+    free(s->in);
     free(s->host_rec);
     free(s->tail);
     free(s->h_labels);
@@ -79,25 +97,29 @@ static dp_status broadcast_coalesced(dp_trainer *t, int which, size_t n) {
 }
 
 /* DataParallel's scatter of the input from the master: the master's copy of the batch goes out
- * in shares, one per replica. A process that holds every replica (sim) packs the real shares
- * and every replica computes on what it received. With one replica per process (MPI) each rank
- * reads its own shard from its data files, so the master holds only its own: the scatter still
- * moves a share's bytes to every rank (its cost is measured), and each rank keeps its own
- * shard, the same samples. *in receives the batches to compute on. */
+ * in shares, one per replica. A process that holds every replica on one device (sim) packs the
+ * real shares and every replica computes on what it received. With one replica per process
+ * (MPI) each rank reads its own shard from its data files, so the master holds only its own:
+ * the scatter still moves a share's bytes to every rank (its cost is measured), and each rank
+ * keeps its own shard, the same samples. Replicas on several devices of one process do the
+ * same (their shares are staged on their own devices already). *in receives the batches to
+ * compute on. */
 static dp_status scatter_input(dp_trainer *t, dp_state *s, const dp_batch *b, dp_batch *in) {
     dp_executor *ex = &t->ex;
     const dp_dev *d = ex->dev;
     const size_t per = dp_shape_size(t->model.input), share = (size_t)ex->max_local * per;
-    const int all_here = ex->n_local == t->world;
+    const int all_here = ex->n_local == t->world && !ex->multi_dev;
     const float *send[ex->n_local];
     float *recv[ex->n_local];
     for (int r = 0; r < ex->n_local; r++) {
         in[r] = b[r];
-        if (ex->rep[r].rank == 0)
+        if (ex->rep[r].rank == 0) /* the shares on the master's device */
             for (int q = 0; q < ex->n_local; q++)
-                DP_TRY(d->copy(d, s->in_all + (size_t)ex->rep[q].rank * share, b[q].x, (size_t)b[q].n * per * sizeof(float)));
+                if (dp_exec_dev(ex, q) == d)
+                    DP_TRY(d->copy(d, s->in_all + (size_t)ex->rep[q].rank * share, b[q].x,
+                                   (size_t)b[q].n * per * sizeof(float)));
         send[r] = ex->rep[r].rank == 0 ? s->in_all : NULL;
-        recv[r] = s->in + (size_t)r * share;
+        recv[r] = s->in[r];
     }
     DP_TRY(dp_exec_scatter(ex, send, recv, share, 0));
     if (all_here)
@@ -155,12 +177,11 @@ static dp_status master_loss(dp_trainer *t, dp_state *s, float *g, const dp_micr
 /* Each replica's logits into its gather record, with its labels and count from the host. */
 static dp_status pack_records(dp_trainer *t, dp_state *s, const dp_batch *hb) {
     dp_executor *ex = &t->ex;
-    const dp_dev *d = ex->dev;
     const dp_model *md = &t->model;
     const int K = md->n_classes, maxb = ex->max_local;
-    const size_t rec = record_floats(t);
     for (int r = 0; r < ex->n_local; r++) {
-        float *sr = s->send + (size_t)r * rec;
+        const dp_dev *d = dp_exec_dev(ex, r);
+        float *sr = s->send[r];
         for (int l = 0; l < ex->rep[r].n_active; l++) {
             const dp_slot *sl = &ex->rep[r].slots[l];
             DP_TRY(d->copy(d, sr + (size_t)sl->lo * K, sl->acts.out[md->output], (size_t)sl->n * K * sizeof(float)));
@@ -180,10 +201,9 @@ static dp_status dp_micro(dp_trainer *t, void *state, const dp_batch *b, const d
                           float lr, dp_step_metrics *m) {
     dp_state *s = state;
     dp_executor *ex = &t->ex;
-    const dp_dev *d = ex->dev;
     const dp_model *md = &t->model;
     const int K = md->n_classes;
-    const size_t rec = record_floats(t), all = rec * (size_t)t->world;
+    const size_t rec = record_floats(t);
     int count[ex->n_local];
     /* replicate: the master's parameters and buffers to every replica, every step */
     dp_batch in[ex->n_local];
@@ -200,7 +220,7 @@ static dp_status dp_micro(dp_trainer *t, void *state, const dp_batch *b, const d
     DP_TRY(pack_records(t, s, hb));
     const float *send[ex->n_local];
     float *recv[ex->n_local];
-    for (int r = 0; r < ex->n_local; r++) send[r] = s->send + (size_t)r * rec, recv[r] = s->recv + (size_t)r * all;
+    for (int r = 0; r < ex->n_local; r++) send[r] = s->send[r], recv[r] = s->recv[r];
     DP_TRY(dp_exec_gather(ex, send, recv, rec, 0));
     /* the loss over the whole batch, on the master; its logit gradients are scattered back */
     int master = -1;
@@ -222,11 +242,12 @@ static dp_status dp_micro(dp_trainer *t, void *state, const dp_batch *b, const d
     float *back[ex->n_local];
     for (int r = 0; r < ex->n_local; r++) {
         from[r] = r == master ? recv[r] : NULL;
-        back[r] = s->send + (size_t)r * rec; /* sent already: reused for the gradients */
+        back[r] = s->send[r]; /* sent already: reused for the gradients */
     }
     DP_TRY(dp_exec_scatter(ex, from, back, rec, 0));
     for (int r = 0; r < ex->n_local; r++)
         for (int l = 0; l < ex->rep[r].n_active; l++) {
+            const dp_dev *d = dp_exec_dev(ex, r);
             dp_slot *sl = &ex->rep[r].slots[l];
             DP_TRY(d->copy(d, sl->acts.dout[md->output], back[r] + (size_t)sl->lo * K, (size_t)sl->n * K * sizeof(float)));
         }
@@ -236,7 +257,9 @@ static dp_status dp_micro(dp_trainer *t, void *state, const dp_batch *b, const d
     if (t->world > 1) DP_TRY(dp_exec_reduce(ex, dp_exec_slices(ex, DP_ARENA_GRADS, 0), md->params.n, 0));
     if (master >= 0) {
         dp_replica *mr = &ex->rep[master];
-        dp_sgd_step(&t->sgd, &md->params, mr->params, mr->grads, mr->momentum, lr);
+        dp_sgd o = t->sgd;
+        o.stream = mr->dev->kc.stream, o.device = mr->dev->kc.device; /* its device's */
+        dp_sgd_step(&o, &md->params, mr->params, mr->grads, mr->momentum, lr);
     }
     return DP_OK;
 }

@@ -25,6 +25,7 @@ dp_status dp_evaluate(dp_trainer *t, const dp_dataset *d, dp_step_metrics *m, lo
     float *hlogits = malloc((size_t)piece * K * sizeof *hlogits); /* a device's logits, on the host */
     float **hx = calloc((size_t)nq, sizeof *hx);                    /* each slot's pieces, filled on the host */
     dp_status s = stats && idx && bufs && hlogits && hx ? DP_OK : dp_fail(DP_ERR_NOMEM, "out of memory for evaluation");
+    if (s == DP_OK) s = dp_exec_eval_prepare(ex); /* replica 0's weights on every device */
     for (int q = 0; q < nq && s == DP_OK; q++)
         s = dp_exec_host_buffer(ex, ex->rep[q / ns].slots[q % ns].eval_x, (size_t)piece * per, &hx[q]);
     dp_status st[nq > 0 ? nq : 1];
@@ -35,20 +36,23 @@ dp_status dp_evaluate(dp_trainer *t, const dp_dataset *d, dp_step_metrics *m, lo
         dp_slot *sl = &ex->rep[r].slots[q % ns];
         float *sr = stats + (size_t)r * nstat;
         int *my_idx = idx + (size_t)q * piece;
-        dp_exec x = {.training = 0, .nthreads = 1, .k = ex->k, .stream = ex->kc.stream, .blas = ex->kc.blas,
-                     .tf32 = ex->kc.tf32, .params = ex->rep[0].params, .buffers = ex->rep[0].buffers};
+        const dp_kctx *kc = &dp_exec_dev(ex, r)->kc;
+        float *params, *buffers;
+        dp_exec_eval_weights(ex, r, &params, &buffers);
+        dp_exec x = {.training = 0, .nthreads = 1, .k = ex->k, .stream = kc->stream, .blas = kc->blas,
+                     .tf32 = kc->tf32, .device = kc->device, .params = params, .buffers = buffers};
         int32_t *ey = sl->eval_y;
         const int worker = ex->rep[r].rank * ns + q % ns;
         for (int c = worker; c < n_pieces && st[q] == DP_OK; c += t->world * ns) {
             int n = d->n - c * piece < piece ? d->n - c * piece : piece;
             for (int i = 0; i < n; i++) my_idx[i] = c * piece + i;
             dp_batch_fill(d, my_idx, NULL, n, NULL, hx[q], ey);
-            st[q] = dp_exec_put(ex, sl->eval_x, hx[q], (size_t)n * per * sizeof(float));
+            st[q] = dp_exec_put(ex, r, sl->eval_x, hx[q], (size_t)n * per * sizeof(float));
             x.batch = x.stat_batch = n;
             if (st[q] == DP_OK) st[q] = dp_model_forward(md, &sl->acts, &x, sl->eval_x);
             const float *logits = NULL;
             if (st[q] == DP_OK)
-                st[q] = dp_exec_view(ex, hlogits, sl->acts.out[md->output], (size_t)n * K * sizeof(float), &logits);
+                st[q] = dp_exec_view(ex, r, hlogits, sl->acts.out[md->output], (size_t)n * K * sizeof(float), &logits);
             if (st[q] != DP_OK) break;
             /* the loss on the host, from the logits: the CPU kernel, the same bits for any device's logits */
             int32_t hits;

@@ -43,8 +43,12 @@ dp_status dp_persist_setup(dp_trainer *t) {
     t->inject_eval_signal = sig ? atoi(sig) : 0;
     DP_ALLOC(t->stop_bufs, t->ex.n_local, "stop flags");
     for (int r = 0; r < t->ex.n_local; r++) DP_ALLOC(t->stop_bufs[r], 2, "stop flags");
-    if (c->on_nan_skip && t->model.buffers.n)
-        DP_TRY(t->dev->alloc(t->dev, &t->bn_snapshot, (size_t)t->ex.n_local * t->model.buffers.n, "BN buffer snapshot"));
+    if (c->on_nan_skip && t->model.buffers.n) {
+        DP_ALLOC(t->bn_snapshot, t->ex.n_local, "BN buffer snapshots");
+        for (int r = 0; r < t->ex.n_local; r++)
+            DP_TRY(dp_exec_dev(&t->ex, r)->alloc(dp_exec_dev(&t->ex, r), &t->bn_snapshot[r], t->model.buffers.n,
+                                                 "BN buffer snapshot"));
+    }
     if (t->have_train && (c->checkpoint_dir || c->resume_path || c->save_path)) {
         const dp_dataset *d = &t->train;
         uLong crc = crc32(0L, Z_NULL, 0);

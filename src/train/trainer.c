@@ -128,9 +128,10 @@ static dp_status check_memory(dp_trainer *t, int n_local, const dp_model *m, con
     dp_mem_estimate me;
     dp_mem_shape sh = {.n_local = n_local, .n_lanes = p->lanes, .n_slots = p->slots, .lane_batch = p->lane_batch,
                        .max_local = p->max_local,
-                       .loader_slots = train ? (c->workers > 0 ? 2 * c->workers + 1 : 1) : 0, .k = t->dev->k};
+                       .loader_slots = train ? (c->workers > 0 ? 2 * c->workers + 1 : 1) : 0, .k = t->dev->k,
+                       .per_device = t->n_devs > 1 ? 1 : 0};
     dp_estimate_memory(m, train, test, &sh, &me);
-    return dp_exec_check_memory(t->dev, &me, &sh, data_loaded);
+    return dp_exec_check_memory(t->devs, t->n_devs, &me, &sh, data_loaded);
 }
 
 /* Synthetic data's size is known from the flags: estimate the whole run before generating
@@ -175,16 +176,20 @@ static dp_status setup(dp_trainer *t) {
     dp_config *c = &t->cfg;
     if (c->threads <= 0) c->threads = default_threads();
     openblas_set_num_threads(1); /* parallelism is ours: over samples or over replicas */
-    int gpu = c->gpu;
-    DP_TRY(dp_backend_device(c->backend, c->device, c->gpu, &c->device, &gpu));
-    DP_TRY(dp_dev_open(c->device, gpu, c->tf32, &t->dev));
+    int ordinals[DP_MAX_LOCAL_DEVICES], n_ord = 0;
+    DP_TRY(dp_backend_device(c->backend, c->device, c->gpu, c->gpus, c->n_gpus, &c->device, ordinals, &n_ord));
+    for (; t->n_devs < n_ord; t->n_devs++) DP_TRY(dp_dev_open(c->device, ordinals[t->n_devs], c->tf32, &t->devs[t->n_devs]));
+    t->dev = t->devs[0];
 
     dp_backend_config bc = {.name = c->backend, .replicas = c->replicas, .nthreads = c->threads,
                             .algorithm = c->allreduce_algo, .timeout_s = c->timeout_s,
-                            .argc = c->argc, .argv = c->argv, .dev = t->dev};
+                            .argc = c->argc, .argv = c->argv, .dev = t->dev, .devs = t->devs, .ordinals = ordinals,
+                            .n_devs = t->n_devs};
     DP_TRY(dp_backend_create(&bc, &t->backend));
     t->world = dp_backend_world(t->backend);
     const int n_local = dp_backend_n_local(t->backend);
+    if (t->n_devs > 1 && n_local != t->n_devs)
+        return dp_fail(DP_ERR_INTERNAL, "%d devices opened for %d local replicas", t->n_devs, n_local);
     /* checked here, not in the parser: each flag parses on its own (tests/test_options.c) */
     if ((c->save_every || c->save_every_epochs || c->keep) && !c->checkpoint_dir)
         return dp_fail(DP_ERR_USAGE, "--%s needs --checkpoint DIR", c->keep ? "keep" : "save-every");
@@ -222,7 +227,8 @@ static dp_status setup(dp_trainer *t) {
     DP_TRY(plan_lanes(t, &t->sampler, t->have_train ? t->train.n : 0, &lp));
     DP_TRY(check_memory(t, n_local, &t->model, t->have_train ? &t->train : NULL, &t->test, &lp, 1));
     const int timing = c->predict_topos || c->save_profile;
-    const dp_exec_config xc = {.dev = t->dev, .backend = t->backend, .model = &t->model, .threads = c->threads,
+    const dp_exec_config xc = {.dev = t->dev, .devs = t->n_devs > 1 ? t->devs : NULL, .backend = t->backend,
+                               .model = &t->model, .threads = c->threads,
                                .sync_bn = c->sync_bn, .n_lanes = lp.lanes, .n_slots = lp.slots,
                                .lane_batch = lp.lane_batch, .max_local = lp.max_local, .graphs = c->graphs,
                                .time_nodes = timing, .train = t->have_train ? &t->train : NULL,
@@ -259,7 +265,7 @@ static dp_status setup(dp_trainer *t) {
                                  .warmup_steps = (long)ceil(c->warmup_epochs * steps_per_epoch)};
         memcpy(t->sched.milestones, c->lr_steps, sizeof c->lr_steps);
         t->sgd = (dp_sgd){.lr = c->lr, .momentum = c->momentum, .weight_decay = c->weight_decay, .nesterov = c->nesterov,
-                          .k = t->dev->k, .stream = t->dev->kc.stream};
+                          .k = t->dev->k}; /* each replica's step: its own device's stream (ddp.c, dp.c) */
     }
     DP_TRY(dp_persist_setup(t));
     if (t->have_train) DP_TRY(dp_persist_resume(t));
@@ -315,7 +321,13 @@ static dp_status log_config(dp_trainer *t) {
     dp_jbuf_kv_string(&b, "data", strcmp(c->data.name, "synthetic") == 0 ? "" : c->data.dir, 0);
     dp_jbuf_printf(&b, ",\"train_samples\":%d,\"test_samples\":%d", t->have_train ? t->train.n : 0, t->test.n);
     dp_jbuf_kv_string(&b, "backend", dp_backend_name(t->backend), 0);
-    dp_jbuf_kv_string(&b, "device", t->dev->desc, 0);
+    char devices[1024] = "";
+    for (int i = 0; i < t->n_devs; i++) { /* one line per device opened: the same text for --device cpu */
+        const size_t at = strlen(devices);
+        if (i == 0 || t->devs[i] != t->devs[0])
+            snprintf(devices + at, sizeof devices - at, "%s%s", at ? "; " : "", t->devs[i]->desc);
+    }
+    dp_jbuf_kv_string(&b, "device", devices, 0);
     dp_jbuf_printf(&b, ",\"world\":%d", t->world);
     dp_jbuf_kv_string(&b, "mode", c->mode == DP_MODE_DDP ? "ddp" : "dp", 0);
     dp_jbuf_printf(&b,
@@ -390,8 +402,8 @@ static dp_status nonfinite_step(dp_trainer *t, dp_status s, int epoch) {
     if (t->cfg.on_nan_skip) {
         if (s == DP_ERR_NUMERIC && t->bn_snapshot) /* the forward pass moved the BN statistics: undo it */
             for (int r = 0; r < t->ex.n_local; r++)
-                DP_TRY(t->dev->copy(t->dev, t->ex.rep[r].buffers, t->bn_snapshot + (size_t)r * t->model.buffers.n,
-                                    t->model.buffers.n * sizeof(float)));
+                DP_TRY(dp_exec_dev(&t->ex, r)->copy(dp_exec_dev(&t->ex, r), t->ex.rep[r].buffers, t->bn_snapshot[r],
+                                                    t->model.buffers.n * sizeof(float)));
         t->skipped++;
         return DP_OK;
     }
@@ -420,8 +432,8 @@ static dp_status run_epoch(dp_trainer *t, int epoch, int first, int *stop) {
         lr = dp_schedule_lr(&t->sched, epoch, t->step);
         if (t->bn_snapshot && b % K == 0) /* a step's state before its first micro-step */
             for (int r = 0; r < t->ex.n_local; r++)
-                DP_TRY(t->dev->copy(t->dev, t->bn_snapshot + (size_t)r * t->model.buffers.n, t->ex.rep[r].buffers,
-                                    t->model.buffers.n * sizeof(float)));
+                DP_TRY(dp_exec_dev(&t->ex, r)->copy(dp_exec_dev(&t->ex, r), t->bn_snapshot[r], t->ex.rep[r].buffers,
+                                                    t->model.buffers.n * sizeof(float)));
         if (t->inject_nan_step && t->step + 1 == t->inject_nan_step && batches[0].n > 0)
             batches[0].x[0] = NAN; /* fault injection for the tests: DPTRAIN_INJECT_NAN_STEP */
         double tc = dp_now();
@@ -585,7 +597,9 @@ void dp_trainer_destroy(dp_trainer *t) {
     free(t->eval_correct);
     free(t->eval_count);
     dp_ckpt_dir_unlock(t->ckpt_lock_fd);
-    if (t->dev) t->dev->free(t->dev, t->bn_snapshot);
+    for (int r = 0; t->bn_snapshot && r < t->ex.n_local; r++)
+        if (t->ex.rep && t->ex.rep[r].dev) t->ex.rep[r].dev->free(t->ex.rep[r].dev, t->bn_snapshot[r]);
+    free(t->bn_snapshot);
     dp_exec_free(&t->ex);
     free(t->trace.recs);
     dp_report_discard(&t->report);
@@ -594,6 +608,6 @@ void dp_trainer_destroy(dp_trainer *t) {
     dp_dataset_free(&t->test);
     if (t->backend) t->backend->trace = NULL;
     dp_backend_destroy(t->backend);
-    dp_dev_close(t->dev);
+    for (int i = 0; i < t->n_devs; i++) dp_dev_close(t->devs[i]);
     free(t);
 }

@@ -27,7 +27,9 @@ typedef struct dp_trainer {
     dp_dataset train, test;
     int have_train;
     dp_backend_t backend;
-    dp_dev *dev;              /* the device opened for the run (core/device.h) */
+    dp_dev *dev;              /* the device opened for the run (core/device.h): devs[0] */
+    dp_dev *devs[DP_MAX_LOCAL_DEVICES]; /* nccl --gpus: one per local replica; else devs[0] alone */
+    int n_devs;
     int world;                /* replicas over all processes */
     dp_executor ex;           /* how the device runs the replicas (exec/executor.h) */
     const struct dp_strategy_s *strategy; /* DDP or DP (strategy.h) */
@@ -63,7 +65,7 @@ typedef struct dp_trainer {
     long inject_nan_step;     /* DPTRAIN_INJECT_NAN_STEP=k: a NaN in step k's first input (tests only) */
     int inject_eval_signal;   /* DPTRAIN_INJECT_SIGNAL_FINAL_EVAL=s: signal s raised as the final evaluation
                                  starts (tests only: a signal there is otherwise a race to hit) */
-    float *bn_snapshot;       /* (n_local * buffers.n) BN buffers before a step, for --on-nan skip */
+    float **bn_snapshot;      /* (n_local) each replica's BN buffers before a step, on its device (--on-nan skip) */
 } dp_trainer;
 
 /* Loads data, builds the model, the backend and the replicas, initialises parameters (or

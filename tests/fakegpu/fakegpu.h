@@ -29,4 +29,13 @@ dp_status dp_fakegpu_register(void);
  * freed everything); *bytes (may be NULL) receives their size. */
 size_t dp_fakegpu_live(const dp_dev *d, size_t *bytes);
 
+/* For the NCCL test double inside a test process (tests/test_nccl_fakegpu.c): the host address
+ * behind a fakegpu device pointer (any other pointer unchanged), a wait for everything queued so
+ * far on the stream a kernel context names (dp_kctx.stream of a fakegpu device or its collective
+ * view), and a write of host bytes to device memory queued on such a stream (the bytes are taken
+ * at the call). */
+void *dp_fakegpu_host_address(const void *p);
+void dp_fakegpu_stream_sync(const void *stream);
+void dp_fakegpu_stream_write(const void *stream, void *dst, const void *src, size_t bytes);
+
 #endif

@@ -4,6 +4,7 @@
  * extent the kernel touches, and queues an op on the stream its dp_kctx names. The stream's
  * worker later translates the pointers and calls the CPU table's entry with nthreads 1, so
  * results are bitwise the CPU's for the same arguments. */
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "fg_internal.h"
@@ -41,6 +42,11 @@ static void k_run(fg_dev *g, fg_op *op, uint64_t arg);
 /* A new call on the stream c names; NULL (the failure kept for the next wait) out of memory. */
 static k_op *k_new(const dp_kctx *c, int kind, const char *name, int np) {
     fg_stream *s = fg_stream_from(c ? c->stream : NULL, name);
+    if (c && c->device != s->g->ordinal) { /* CUDA would make another GPU current and fail the launch */
+        fprintf(stderr, "fakegpu: %s: dp_kctx.device is %d but its stream is fakegpu %d's (pass the device's kc, "
+                "lane_kc[i] or coll->kc whole)\n", name, c->device, s->g->ordinal);
+        abort();
+    }
     k_op *o = calloc(1, sizeof *o + (size_t)np * sizeof(k_ptr));
     if (!o) {
         fg_set_fail(s->g, DP_ERR_NOMEM, "fakegpu: out of host memory queueing %s", name);

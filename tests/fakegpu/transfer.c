@@ -95,3 +95,29 @@ dp_status fg_download(const dp_dev *d, void *dst, const void *src, size_t bytes)
     if (bytes) memcpy(dst, fg_real(g, src, 0, bytes, "download", "src"), bytes);
     return DP_OK;
 }
+
+/* ---- for the NCCL test double in a test process (fakegpu.h) */
+
+void *dp_fakegpu_host_address(const void *p) {
+    const uintptr_t u = (uintptr_t)p;
+    return (void *)(u & FG_ALIAS_BIT ? u ^ FG_ALIAS_BIT : u);
+}
+
+void dp_fakegpu_stream_sync(const void *stream) {
+    fg_stream *s = fg_stream_from(stream, "dp_fakegpu_stream_sync");
+    fg_drain(s->g, s->index);
+}
+
+void dp_fakegpu_stream_write(const void *stream, void *dst, const void *src, size_t bytes) {
+    fg_stream *s = fg_stream_from(stream, "dp_fakegpu_stream_write");
+    if (s->index != FG_MAIN && s->index != FG_COLL) {
+        fprintf(stderr, "fakegpu: dp_fakegpu_stream_write: a lane stream (only the main and collective streams)\n");
+        abort();
+    }
+    const dp_dev *d = s->index == FG_COLL ? &s->g->coll : &s->g->dev;
+    if (!bytes) return;
+    fg_real(s->g, dst, 0, bytes, "dp_fakegpu_stream_write", "dst");
+    /* staged now and queued, without upload's wait (whose watch would call back into NCCL) */
+    if (queue(d, "NCCL's write", upload_run, dst, src, bytes, bytes) != DP_OK)
+        fg_set_fail(s->g, DP_ERR_NOMEM, "fakegpu: %s", dp_last_error());
+}

@@ -2,8 +2,13 @@
  * `--backend nccl` runs with 2-8 ranks on a machine without GPUs (NCCL itself refuses two ranks
  * on one GPU, and CI has none). Loaded with LD_PRELOAD over the real libnccl; tests only.
  *
- * Ranks are processes on one machine, joined pairwise by Unix stream sockets in the abstract
- * namespace (named by the unique id: no files, no ports). Buffers are host memory: the double
+ * Ranks are communicators on one machine, one or several per process (`--gpus`: one per device,
+ * created and used in one group), joined pairwise by Unix stream sockets in the abstract
+ * namespace (named by the unique id: no files, no ports). A group may hold operations of several
+ * communicators of the process: each communicator queues its share, and every call that
+ * progresses (ncclCommGetAsyncError, a blocking wait) progresses every communicator of the
+ * process at once, without blocking on any one of them, so communicators of one process that
+ * send to each other cannot deadlock. Buffers are host memory: the double
  * says so through dp_nccl_double_host_memory(), which backends/nccl.c looks up to let a CPU
  * device take NCCL's collectives. Everything else behaves as a non-blocking communicator:
  * init and every group end return ncclInProgress, the work progresses inside
@@ -15,6 +20,16 @@
  * description before any data moves, so ranks that issue different operations (another
  * collective, another count, another type) fail at once with a message naming both ranks,
  * instead of hanging. A peer that exits or aborts is seen as a closed connection.
+ *
+ * It says how many GPUs the machine has (dp_nccl_double_gpu_count: DP_NCCL_DOUBLE_GPUS, default
+ * 8), which is what `--gpus` is checked against under it. A test that preloads it into itself
+ * may hand it hooks (dp_nccl_double_set_hooks): the host address behind a device pointer, a wait
+ * for the work queued so far on a stream, called as a group's operations start, and a write queued
+ * on a stream: what a receive or a copy brings lands in a buffer of the double's and, once the
+ * group is done, reaches the user's buffer as a write queued on the operation's stream. So
+ * buffers of a fake GPU (tests/fakegpu/) move in stream order both ways, as NCCL's would: work
+ * queued on another stream that reads a result without waiting for the collective's stream sees
+ * the old bytes.
  *
  * Faults, for tests (DP_NCCL_DOUBLE_FAULT="KIND@RANK:OP[,KIND@RANK:OP...]", OP counting the
  * rank's NCCL calls that move data from 1):
@@ -41,6 +56,7 @@
 
 #define MAGIC 0x44504e43u /* "DPNC" */
 #define MAX_RANKS 64
+#define MAX_COMMS 16 /* communicators in one process (and in one group) */
 #define WHAT 96
 
 enum { MSG_HELLO = 1, MSG_RTR, MSG_DATA };
@@ -59,6 +75,9 @@ typedef struct {
     int kind, peer;
     char *buf;
     const char *src; /* OP_COPY */
+    const void *stream; /* the stream it was issued on (waited for as it starts, with a hook) */
+    char *dev_buf;      /* buf as the caller gave it (a device pointer with the hooks) */
+    char *user;         /* with the write hook: dev_buf, written on the stream at the end */
     size_t count, bytes;
     ncclDataType_t dtype;
     long index;
@@ -97,7 +116,7 @@ typedef struct group {
 } group;
 
 struct ncclComm {
-    int rank, world, blocking, init_done, listen_fd;
+    int rank, world, blocking, init_done, listen_fd, stalled;
     ncclUniqueId id;
     link_t p[MAX_RANKS];
     group *head, *tail; /* in flight, in issue order */
@@ -107,13 +126,36 @@ struct ncclComm {
     double init_deadline;
 };
 
+/* The group being built: each communicator's share of it. */
 static struct {
-    int depth;
-    group *g;
-    ncclComm_t comm;
+    int depth, n;
+    group *g[MAX_COMMS];
+    ncclComm_t comm[MAX_COMMS];
 } grp;
 
+/* Every live communicator of this process, progressed together. */
+static ncclComm_t live[MAX_COMMS];
+static int n_live;
+
 int dp_nccl_double_host_memory(void) { return 1; }
+
+/* Test hooks (NULL: buffers are host memory, streams are not waited for). */
+static void *(*hook_host)(const void *device_ptr);
+static void (*hook_sync)(const void *stream);
+static void (*hook_write)(const void *stream, void *dst, const void *src, size_t bytes);
+static const void *issuing; /* the stream of the call being issued */
+
+void dp_nccl_double_set_hooks(void *(*host_address)(const void *), void (*stream_sync)(const void *),
+                              void (*stream_write)(const void *, void *, const void *, size_t)) {
+    hook_host = host_address, hook_sync = stream_sync, hook_write = stream_write;
+}
+
+static void *host_of(const void *p) { return hook_host && p ? hook_host(p) : (void *)p; }
+
+int dp_nccl_double_gpu_count(void) {
+    const char *v = getenv("DP_NCCL_DOUBLE_GPUS");
+    return v && atoi(v) > 0 ? atoi(v) : 8;
+}
 
 static double now_s(void) {
     struct timespec ts;
@@ -321,6 +363,8 @@ static void sum_parts(group *g, int world, int me) {
 
 static void group_free(group *g) {
     if (!g) return;
+    for (int i = 0; i < g->n; i++)
+        if (g->ops[i].user) free(g->ops[i].buf);
     if (g->parts)
         for (int q = 0; q < MAX_RANKS; q++) free(g->parts[q]);
     free(g->parts);
@@ -328,70 +372,81 @@ static void group_free(group *g) {
     free(g);
 }
 
-/* One round of progress: init, then the groups in flight. */
-static void progress(ncclComm_t c, int wait_ms) {
-    if (c->async != ncclSuccess && c->async != ncclInProgress) return;
-    if (!c->init_done) {
-        /* connect to every lower rank (retrying until it listens), accept every higher one */
-        int missing = 0;
-        for (int q = 0; q < c->world; q++) {
-            if (q == c->rank || c->p[q].fd >= 0) continue;
-            missing++;
-            if (q < c->rank) {
-                int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-                struct sockaddr_un a;
-                socklen_t len;
-                addr_of(&c->id, q, &a, &len);
-                if (fd >= 0 && connect(fd, (struct sockaddr *)&a, len) == 0) {
-                    msg h = header(c, MSG_HELLO, NULL);
-                    if (send(fd, &h, sizeof h, MSG_NOSIGNAL) == (ssize_t)sizeof h && nonblock(fd) == 0) {
-                        c->p[q].fd = fd, missing--;
-                        continue;
-                    }
+/* Init: connect to every lower rank (retrying until it listens), accept every higher one.
+ * Returns whether the communicator is ready. */
+static int init_step(ncclComm_t c) {
+    if (c->init_done) return 1;
+    int missing = 0;
+    for (int q = 0; q < c->world; q++) {
+        if (q == c->rank || c->p[q].fd >= 0) continue;
+        missing++;
+        if (q < c->rank) {
+            int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+            struct sockaddr_un a;
+            socklen_t len;
+            addr_of(&c->id, q, &a, &len);
+            if (fd >= 0 && connect(fd, (struct sockaddr *)&a, len) == 0) {
+                msg h = header(c, MSG_HELLO, NULL);
+                if (send(fd, &h, sizeof h, MSG_NOSIGNAL) == (ssize_t)sizeof h && nonblock(fd) == 0) {
+                    c->p[q].fd = fd, missing--;
+                    continue;
                 }
-                if (fd >= 0) close(fd);
             }
+            if (fd >= 0) close(fd);
         }
-        struct pollfd pf = {.fd = c->listen_fd, .events = POLLIN};
-        while (missing && poll(&pf, 1, 0) == 1) {
-            int fd = accept4(c->listen_fd, NULL, NULL, SOCK_CLOEXEC);
-            if (fd < 0) break;
-            msg h;
-            /* the connecting rank sent its hello before this accept could see it */
-            if (recv(fd, &h, sizeof h, MSG_WAITALL) != (ssize_t)sizeof h || h.magic != MAGIC || h.type != MSG_HELLO ||
-                h.from <= c->rank || h.from >= c->world || c->p[h.from].fd >= 0) {
-                close(fd);
-                continue;
-            }
-            if (h.world != c->world) {
-                close(fd);
-                fail(c, ncclInvalidUsage, "rank %d joined with %d ranks, this rank with %d", h.from, h.world, c->world);
-                return;
-            }
-            nonblock(fd);
-            c->p[h.from].fd = fd, missing--;
-        }
-        if (missing) {
-            if (now_s() > c->init_deadline)
-                fail(c, ncclSystemError, "%d of the %d other ranks never connected within 300 s", missing, c->world - 1);
-            else if (wait_ms) usleep(1000);
-            return;
-        }
-        c->init_done = 1;
-        if (c->async == ncclInProgress) c->async = ncclSuccess;
     }
-    if (!c->head) return;
-    for (int i = 0; i < c->head->n; i++)
-        if (fault("stall", c->rank, c->head->ops[i].index)) {
-            if (wait_ms) usleep(1000);
-            return;
+    struct pollfd pf = {.fd = c->listen_fd, .events = POLLIN};
+    while (missing && poll(&pf, 1, 0) == 1) {
+        int fd = accept4(c->listen_fd, NULL, NULL, SOCK_CLOEXEC);
+        if (fd < 0) break;
+        msg h;
+        /* the connecting rank sent its hello before this accept could see it */
+        if (recv(fd, &h, sizeof h, MSG_WAITALL) != (ssize_t)sizeof h || h.magic != MAGIC || h.type != MSG_HELLO ||
+            h.from <= c->rank || h.from >= c->world || c->p[h.from].fd >= 0) {
+            close(fd);
+            continue;
         }
-    /* start the oldest group's operations (later groups wait: NCCL runs groups in order) */
+        if (h.world != c->world) {
+            close(fd);
+            fail(c, ncclInvalidUsage, "rank %d joined with %d ranks, this rank with %d", h.from, h.world, c->world);
+            return 0;
+        }
+        nonblock(fd);
+        c->p[h.from].fd = fd, missing--;
+    }
+    if (missing) {
+        if (now_s() > c->init_deadline)
+            fail(c, ncclSystemError, "%d of the %d other ranks never connected within 300 s", missing, c->world - 1);
+        return 0;
+    }
+    c->init_done = 1;
+    if (c->async == ncclInProgress) c->async = ncclSuccess;
+    return 1;
+}
+
+/* Starts the oldest group's operations (later groups wait: NCCL runs groups in order). Returns
+ * whether there is traffic to wait for (no group, a stall or a failure: none). */
+static int start_head(ncclComm_t c) {
+    c->stalled = 0;
+    if (!c->head) return 0;
+    for (int i = 0; i < c->head->n; i++)
+        if (fault("stall", c->rank, c->head->ops[i].index)) return c->stalled = 1, 0;
     group *g = c->head;
+    for (int i = 0; i < g->n && hook_sync; i++) /* NCCL's work runs after what its stream queued before */
+        if (!g->ops[i].started && g->ops[i].stream && (i == 0 || g->ops[i].stream != g->ops[i - 1].stream))
+            hook_sync(g->ops[i].stream);
     for (int i = 0; i < g->n; i++) {
         op *o = &g->ops[i];
         if (o->started) continue;
         o->started = 1;
+        if (o->kind != OP_SEND && hook_write && o->stream && !o->user) { /* lands in the double's buffer first */
+            char *own = malloc(o->bytes ? o->bytes : 1);
+            if (!own) {
+                fail(c, ncclSystemError, "out of memory for %s", o->what);
+                return 0;
+            }
+            o->user = o->dev_buf, o->buf = own;
+        }
         if (o->kind == OP_COPY) {
             if (o->bytes && o->buf != o->src) memmove(o->buf, o->src, o->bytes);
             o->done = 1;
@@ -402,21 +457,28 @@ static void progress(ncclComm_t c, int wait_ms) {
         if (o->kind != OP_COPY && c->p[o->peer].closed) {
             fail(c, ncclRemoteError, "rank %d has closed its connection (it exited or aborted) before this rank's %s",
                  o->peer, o->what);
-            return;
+            return 0;
         }
     }
-    struct pollfd pf[MAX_RANKS];
-    int np = 0, who[MAX_RANKS];
+    return 1;
+}
+
+/* The sockets of c to poll, appended at pf[*np]. */
+static void poll_set(ncclComm_t c, struct pollfd *pf, int *who, int *np) {
     for (int q = 0; q < c->world; q++) {
         if (q == c->rank || c->p[q].closed) continue;
-        pf[np] = (struct pollfd){.fd = c->p[q].fd, .events = (short)(POLLIN | (c->p[q].out_head ? POLLOUT : 0))};
-        who[np++] = q;
+        pf[*np] = (struct pollfd){.fd = c->p[q].fd, .events = (short)(POLLIN | (c->p[q].out_head ? POLLOUT : 0))};
+        who[(*np)++] = q;
     }
-    poll(pf, (nfds_t)np, wait_ms);
+}
+
+/* After the poll: what arrived, what can leave, and the oldest group done once all of it is. */
+static void advance(ncclComm_t c, const struct pollfd *pf, const int *who, int np) {
     for (int k = 0; k < np; k++) {
         if ((pf[k].revents & (POLLIN | POLLHUP | POLLERR)) && read_in(c, who[k]) < 0) return;
         if (flush_out(c, who[k]) < 0) return;
     }
+    group *g = c->head;
     int left = 0;
     for (int i = 0; i < g->n; i++) {
         op *o = &g->ops[i];
@@ -429,10 +491,39 @@ static void progress(ncclComm_t c, int wait_ms) {
     for (int q = 0; q < c->world; q++) queued += q != c->rank && c->p[q].out_head != NULL;
     if (left || queued) return;
     if (g->sum_dst) sum_parts(g, c->world, c->rank);
+    for (int i = 0; i < g->n; i++) /* the results, queued on their streams */
+        if (g->ops[i].user) hook_write(g->ops[i].stream, g->ops[i].user, g->ops[i].buf, g->ops[i].bytes);
     c->head = g->next;
     if (!c->head) c->tail = NULL;
     group_free(g);
 }
+
+static int ok(ncclComm_t c) { return c->async == ncclSuccess || c->async == ncclInProgress; }
+
+/* One round of progress of every communicator of the process: init, then the groups in flight,
+ * one poll over all their sockets (at most wait_ms): none blocks the others. */
+static void progress_all(int wait_ms) {
+    static struct pollfd pf[MAX_COMMS * MAX_RANKS];
+    static int who[MAX_COMMS * MAX_RANKS];
+    static int inside; /* a hook that calls back into NCCL (a watch) must not re-enter this */
+    if (inside) return;
+    inside = 1;
+    int from[MAX_COMMS], count[MAX_COMMS], busy[MAX_COMMS], np = 0, waiting = 0;
+    for (int k = 0; k < n_live; k++) {
+        ncclComm_t c = live[k];
+        busy[k] = ok(c) && init_step(c) && start_head(c);
+        waiting |= ok(c) && (!c->init_done || c->stalled);
+        from[k] = np, count[k] = 0;
+        if (busy[k]) poll_set(c, pf, who, &np), count[k] = np - from[k];
+    }
+    if (np) poll(pf, (nfds_t)np, wait_ms);
+    else if (waiting && wait_ms) usleep(1000);
+    for (int k = 0; k < n_live; k++)
+        if (busy[k] && ok(live[k])) advance(live[k], pf + from[k], who + from[k], count[k]);
+    inside = 0;
+}
+
+static group *share_of(ncclComm_t c, int create);
 
 /* ---- the API ---- */
 ncclResult_t ncclGetVersion(int *version) {
@@ -469,8 +560,10 @@ const char *ncclGetLastError(ncclComm_t c) { return c ? c->last : ""; }
 
 ncclResult_t ncclCommInitRankConfig(ncclComm_t *out, int nranks, ncclUniqueId id, int rank, ncclConfig_t *config) {
     if (!out || nranks < 1 || nranks > MAX_RANKS || rank < 0 || rank >= nranks) return ncclInvalidArgument;
+    if (n_live == MAX_COMMS) return ncclInvalidUsage;
     ncclComm_t c = calloc(1, sizeof *c);
     if (!c) return ncclSystemError;
+    live[n_live++] = c;
     c->rank = rank, c->world = nranks;
     c->blocking = !config || config->blocking != 0;
     c->id = id;
@@ -486,29 +579,47 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t *out, int nranks, ncclUniqueId id
     if (c->listen_fd < 0 || bind(c->listen_fd, (struct sockaddr *)&a, len) != 0 || listen(c->listen_fd, MAX_RANKS) != 0)
         return fail(c, ncclSystemError, "cannot listen for the other ranks: %s", strerror(errno));
     nonblock(c->listen_fd);
+    if (grp.depth > 0) { /* created in a group: ready when the group's end says so (an empty share of it) */
+        if (!share_of(c, 1)) return fail(c, ncclSystemError, "one group over more than %d communicators", MAX_COMMS);
+        return ncclInProgress;
+    }
     if (c->blocking) {
-        while (c->async == ncclInProgress) progress(c, 1);
+        while (c->async == ncclInProgress) progress_all(1);
         return c->async;
     }
-    progress(c, 0);
+    progress_all(0);
     return c->async;
 }
 
 ncclResult_t ncclCommGetAsyncError(ncclComm_t c, ncclResult_t *r) {
     if (!c || !r) return ncclInvalidArgument;
-    progress(c, 1);
+    progress_all(1);
     *r = c->async != ncclSuccess ? c->async : (c->head ? ncclInProgress : ncclSuccess);
     return ncclSuccess;
+}
+
+/* c's share of the group being built (created when create is set; NULL: none). */
+static group *share_of(ncclComm_t c, int create) {
+    for (int k = 0; k < grp.n; k++)
+        if (grp.comm[k] == c) return grp.g[k];
+    if (!create || grp.n == MAX_COMMS) return NULL;
+    group *g = calloc(1, sizeof *g);
+    if (!g) return NULL;
+    grp.comm[grp.n] = c, grp.g[grp.n++] = g;
+    return g;
+}
+
+static void group_discard(void) {
+    for (int k = 0; k < grp.n; k++) group_free(grp.g[k]);
+    grp.n = 0;
 }
 
 static ncclResult_t add_op(ncclComm_t c, op o) {
     if (!c) return ncclInvalidArgument;
     if (c->async != ncclSuccess && c->async != ncclInProgress) return c->async;
     if (!c->init_done) return fail(c, ncclInvalidUsage, "an operation before the communicator was ready");
-    if (grp.comm && grp.comm != c) return fail(c, ncclInvalidUsage, "one group over two communicators");
-    if (!grp.g && !(grp.g = calloc(1, sizeof *grp.g))) return ncclSystemError;
-    grp.comm = c;
-    group *g = grp.g;
+    group *g = share_of(c, 1);
+    if (!g) return fail(c, ncclSystemError, "one group over more than %d communicators, or out of memory", MAX_COMMS);
     if (g->n == g->cap) {
         int cap = g->cap ? 2 * g->cap : 8;
         op *ops = realloc(g->ops, (size_t)cap * sizeof *ops);
@@ -519,25 +630,37 @@ static ncclResult_t add_op(ncclComm_t c, op o) {
     return ncclSuccess;
 }
 
-/* Queues the current group on its communicator; blocking communicators wait for it. */
+/* Queues each communicator's share of the group; blocking communicators wait for all of it. */
 static ncclResult_t launch(void) {
-    group *g = grp.g;
-    ncclComm_t c = grp.comm;
-    grp.g = NULL, grp.comm = NULL;
-    if (!g) return ncclSuccess;
-    if (c->async != ncclSuccess && c->async != ncclInProgress) {
-        group_free(g);
-        return c->async;
+    const int n = grp.n;
+    ncclComm_t cs[MAX_COMMS];
+    ncclResult_t r = ncclSuccess;
+    int blocking = 0;
+    for (int k = 0; k < n; k++) {
+        ncclComm_t c = cs[k] = grp.comm[k];
+        group *g = grp.g[k];
+        if (!ok(c)) {
+            group_free(g);
+            if (r == ncclSuccess) r = c->async;
+            continue;
+        }
+        if (c->tail) c->tail->next = g;
+        else c->head = g;
+        c->tail = g;
+        blocking |= c->blocking;
     }
-    if (c->tail) c->tail->next = g;
-    else c->head = g;
-    c->tail = g;
-    if (c->blocking) {
-        while (c->head && c->async == ncclSuccess) progress(c, 1);
-        return c->async;
+    grp.n = 0;
+    if (r != ncclSuccess) return r;
+    for (int pending = 1; pending;) {
+        progress_all(blocking);
+        pending = 0;
+        for (int k = 0; k < n; k++) {
+            if (!ok(cs[k])) return cs[k]->async;
+            pending |= cs[k]->head != NULL;
+        }
+        if (!blocking) return pending ? ncclInProgress : ncclSuccess;
     }
-    progress(c, 0);
-    return c->async != ncclSuccess ? c->async : (c->head ? ncclInProgress : ncclSuccess);
+    return ncclSuccess;
 }
 
 /* A data-moving call: its number, and the faults that fire when it is issued. */
@@ -553,7 +676,9 @@ static ncclResult_t issue(ncclComm_t c, long *index) {
 static op make(int kind, int peer, void *buf, size_t count, ncclDataType_t t, long index, const char *what) {
     op o;
     memset(&o, 0, sizeof o);
-    o.kind = kind, o.peer = peer, o.buf = buf, o.count = count, o.dtype = t, o.index = index;
+    o.kind = kind, o.peer = peer, o.buf = host_of(buf), o.dev_buf = buf, o.count = count, o.dtype = t;
+    o.index = index;
+    o.stream = issuing;
     o.bytes = count * type_size(t);
     snprintf(o.what, sizeof o.what, "%s", what);
     return o;
@@ -589,8 +714,7 @@ ncclResult_t ncclGroupEnd(void) { return group_end(); }
         r_ = (body);                             \
         if (r_ != ncclSuccess) {                 \
             grp.depth--;                         \
-            group_free(grp.g);                   \
-            grp.g = NULL, grp.comm = NULL;       \
+            group_discard();                     \
             return r_;                           \
         }                                        \
         return group_end();                      \
@@ -612,13 +736,13 @@ static ncclResult_t p2p(int kind, void *buf, size_t count, ncclDataType_t t, int
 }
 
 ncclResult_t ncclSend(const void *buf, size_t count, ncclDataType_t t, int peer, ncclComm_t c, cudaStream_t s) {
-    (void)s;
+    issuing = s;
     if (grp.depth == 0) IMPLICIT_GROUP(c, p2p(OP_SEND, (void *)buf, count, t, peer, c));
     return p2p(OP_SEND, (void *)buf, count, t, peer, c);
 }
 
 ncclResult_t ncclRecv(void *buf, size_t count, ncclDataType_t t, int peer, ncclComm_t c, cudaStream_t s) {
-    (void)s;
+    issuing = s;
     if (grp.depth == 0) IMPLICIT_GROUP(c, p2p(OP_RECV, buf, count, t, peer, c));
     return p2p(OP_RECV, buf, count, t, peer, c);
 }
@@ -633,7 +757,7 @@ static ncclResult_t bcast(const void *send, void *recv, size_t count, ncclDataTy
     describe(w, "broadcast", count, t, root);
     if (c->rank == root) {
         op cp = make(OP_COPY, root, recv, count, t, index, w);
-        cp.src = send;
+        cp.src = host_of(send);
         if ((r = add_op(c, cp)) != ncclSuccess) return r;
         for (int q = 0; q < c->world && r == ncclSuccess; q++)
             if (q != root) r = add_op(c, make(OP_SEND, q, (void *)send, count, t, index, w));
@@ -644,7 +768,7 @@ static ncclResult_t bcast(const void *send, void *recv, size_t count, ncclDataTy
 
 ncclResult_t ncclBroadcast(const void *send, void *recv, size_t count, ncclDataType_t t, int root, ncclComm_t c,
                            cudaStream_t s) {
-    (void)s;
+    issuing = s;
     if (grp.depth == 0) IMPLICIT_GROUP(c, bcast(send, recv, count, t, root, c));
     return bcast(send, recv, count, t, root, c);
 }
@@ -658,7 +782,7 @@ static ncclResult_t gather_all(const void *send, void *recv, size_t count, ncclD
     char w[WHAT];
     describe(w, "all-gather", count, t, -1);
     op cp = make(OP_COPY, c->rank, (char *)recv + (size_t)c->rank * count * sz, count, t, index, w);
-    cp.src = send;
+    cp.src = host_of(send);
     if ((r = add_op(c, cp)) != ncclSuccess) return r;
     for (int q = 0; q < c->world && r == ncclSuccess; q++) {
         if (q == c->rank) continue;
@@ -670,7 +794,7 @@ static ncclResult_t gather_all(const void *send, void *recv, size_t count, ncclD
 
 ncclResult_t ncclAllGather(const void *send, void *recv, size_t count, ncclDataType_t t, ncclComm_t c,
                            cudaStream_t s) {
-    (void)s;
+    issuing = s;
     if (grp.depth == 0) IMPLICIT_GROUP(c, gather_all(send, recv, count, t, c));
     return gather_all(send, recv, count, t, c);
 }
@@ -684,16 +808,18 @@ static ncclResult_t all_reduce(const void *send, void *recv, size_t count, ncclD
     if (r != ncclSuccess) return r;
     if (t != ncclFloat32 || red != ncclSum)
         return fail(c, ncclInvalidArgument, "all-reduce: the double adds floats only (type %d, op %d)", (int)t, (int)red);
-    if (grp.g && grp.g->sum_dst) return fail(c, ncclInvalidUsage, "two all-reduces in one group (not in the double)");
+    if (share_of(c, 0) && share_of(c, 0)->sum_dst)
+        return fail(c, ncclInvalidUsage, "two all-reduces of one communicator in one group (not in the double)");
     char w[WHAT];
     describe(w, "all-reduce", count, t, -1);
     op cp = make(OP_COPY, c->rank, recv, count, t, index, w);
-    cp.src = send;
+    cp.src = host_of(send);
+    cp.stream = NULL; /* the sum below reads and writes recv on the host: not deferred */
     if ((r = add_op(c, cp)) != ncclSuccess) return r;
-    group *g = grp.g;
+    group *g = share_of(c, 0);
     g->parts = calloc(MAX_RANKS, sizeof *g->parts);
     if (!g->parts) return ncclSystemError;
-    g->sum_dst = recv, g->sum_n = count;
+    g->sum_dst = host_of(recv), g->sum_n = count;
     for (int q = 0; q < c->world; q++) {
         g->parts[q] = malloc(count ? count * sizeof(float) : 1);
         if (!g->parts[q]) return ncclSystemError;
@@ -708,12 +834,14 @@ static ncclResult_t all_reduce(const void *send, void *recv, size_t count, ncclD
 
 ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count, ncclDataType_t t, ncclRedOp_t red,
                            ncclComm_t c, cudaStream_t s) {
-    (void)s;
+    issuing = s;
     if (grp.depth == 0) IMPLICIT_GROUP(c, all_reduce(send, recv, count, t, red, c));
     return all_reduce(send, recv, count, t, red, c);
 }
 
 static void comm_free(ncclComm_t c) {
+    for (int k = 0; k < n_live; k++)
+        if (live[k] == c) live[k] = live[--n_live];
     for (int q = 0; q < MAX_RANKS; q++) {
         if (c->p[q].fd >= 0) close(c->p[q].fd);
         for (out_item *it = c->p[q].out_head, *n; it; it = n) n = it->next, free(it);
@@ -726,7 +854,7 @@ static void comm_free(ncclComm_t c) {
 ncclResult_t ncclCommFinalize(ncclComm_t c) {
     if (!c) return ncclInvalidArgument;
     if (c->blocking)
-        while (c->head && c->async == ncclSuccess) progress(c, 1);
+        while (c->head && c->async == ncclSuccess) progress_all(1);
     return c->async != ncclSuccess ? c->async : (c->head ? ncclInProgress : ncclSuccess);
 }
 

@@ -1,0 +1,290 @@
+/* nccl_coll.c: the NCCL backend's collectives over the process's local communicators
+ * (nccl_impl.h), and the polling of NCCL's non-blocking calls with a deadline.
+ *
+ * The all-reduce and reduce sum in the canonical order (data/chunks.h), as the sim and MPI
+ * backends do: a reduce-scatter in which the owner of each shard receives every rank's piece
+ * (grouped ncclSend/ncclRecv) and adds them with the fixed tree (the table's tree_sum kernel, on
+ * the owner's device), then the finished shards go to every rank (all-reduce) or to the root
+ * (reduce). NCCL's own ncclAllReduce adds in an order of its own, which would break the bitwise
+ * equality between replica counts. Every collective is one group over the local communicators:
+ * their sends and receives to each other and to other processes progress together. */
+#include "dp_config.h"
+
+#if DP_HAVE_NCCL
+
+#include <cuda_runtime_api.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "backends/nccl_impl.h"
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+void dp_nccl_abort(nccl_impl *m) {
+    dp_sidechan_fail(m->sc, dp_last_error());
+    int any = 0;
+    for (int i = 0; i < m->n_local; i++) any |= m->loc[i].comm != NULL;
+    if (!any) return;
+    snprintf(m->abort_what, sizeof m->abort_what, "aborting the communicator%s (ncclCommAbort) after \"%s\"",
+             m->n_local > 1 ? "s" : "", dp_last_error());
+    dp_nccl_watchdog_enter_brief(m->wd, m->abort_what);
+    for (int i = 0; i < m->n_local; i++) {
+        if (m->loc[i].comm) ncclCommAbort(m->loc[i].comm);
+        m->loc[i].comm = NULL;
+    }
+    dp_nccl_watchdog_leave(m->wd);
+}
+
+const char *dp_nccl_last_error(const nccl_impl *m, char *buf, size_t cap) {
+    buf[0] = '\0';
+    for (int i = 0; i < m->n_local; i++) {
+        const char *last = m->loc[i].comm ? ncclGetLastError(m->loc[i].comm) : NULL;
+        if (last && *last) {
+            snprintf(buf, cap, ": %s", last);
+            break;
+        }
+    }
+    return buf;
+}
+
+ncclResult_t dp_nccl_poll(const nccl_impl *m) {
+    ncclResult_t all = ncclSuccess;
+    for (int i = 0; i < m->n_local; i++) {
+        if (!m->loc[i].comm) continue;
+        ncclResult_t r = ncclSuccess;
+        if (ncclCommGetAsyncError(m->loc[i].comm, &r) != ncclSuccess) r = ncclInvalidUsage;
+        if (r != ncclSuccess && r != ncclInProgress) return r;
+        if (r == ncclInProgress) all = ncclInProgress;
+    }
+    return all;
+}
+
+/* Polled with yields of the core (NCCL's own threads may need it on a small host). */
+static dp_status settle_watched(nccl_impl *m, ncclResult_t r, const char *what) {
+    const double deadline = now_s() + m->timeout_s;
+    for (long polls = 0; r == ncclInProgress; polls++) {
+        if (now_s() > deadline) {
+            dp_status e = dp_fail(DP_ERR_BACKEND, "nccl: %s: %s did not complete within --timeout %.0f s (a rank died "
+                                  "or is stuck); the communicator was aborted", m->who, what, m->timeout_s);
+            if (!m->in_group) dp_nccl_abort(m);
+            return e;
+        }
+        r = dp_nccl_poll(m);
+        char why[512];
+        if (r == ncclInProgress && dp_sidechan_poll(m->sc, why, sizeof why)) {
+            dp_status e = dp_fail(DP_ERR_BACKEND, "nccl: %s: %s stopped because another rank failed: %s; the "
+                                  "communicator was aborted", m->who, what, why);
+            if (!m->in_group) dp_nccl_abort(m);
+            return e;
+        }
+        if (r == ncclInProgress && polls > 64) {
+            const struct timespec pause = {0, 50000}; /* 50 us: the collective is already slow to come */
+            nanosleep(&pause, NULL);
+        }
+    }
+    if (r != ncclSuccess) {
+        char last[600], why[512];
+        dp_nccl_last_error(m, last, sizeof last);
+        /* a peer's closed connection is often a consequence: the side channel may know the cause */
+        const int first = dp_sidechan_wait(m->sc, why, sizeof why, r == ncclRemoteError ? 2.0 : 0.0);
+        dp_status e = dp_fail(DP_ERR_BACKEND, "nccl: %s: %s failed: %s%s%s%s", m->who, what, ncclGetErrorString(r),
+                              last, first ? "; first failure: " : "", first ? why : "");
+        if (!m->in_group) dp_nccl_abort(m);
+        return e;
+    }
+    return DP_OK;
+}
+
+dp_status dp_nccl_settle(nccl_impl *m, ncclResult_t r, const char *what) {
+    dp_nccl_watchdog_enter(m->wd, what);
+    dp_status s = settle_watched(m, r, what);
+    dp_nccl_watchdog_leave(m->wd);
+    return s;
+}
+
+dp_status dp_nccl_group_start(nccl_impl *m, const char *what) {
+    DP_TRY(dp_nccl_settle(m, ncclGroupStart(), what));
+    m->in_group = 1;
+    return DP_OK;
+}
+
+dp_status dp_nccl_group_end(nccl_impl *m, const char *what) {
+    m->in_group = 0;
+    return dp_nccl_settle(m, ncclGroupEnd(), what);
+}
+
+static cudaStream_t stream_of(const nccl_local *x) { return (cudaStream_t)x->dev->kc.stream; }
+
+/* Shard k of n floats cut into w shards (the sim's and the MPI backend's cut). */
+static void shard(size_t n, int w, int k, size_t *lo, size_t *len) {
+    *lo = n * (size_t)k / (size_t)w;
+    *len = n * (size_t)(k + 1) / (size_t)w - *lo;
+}
+
+static dp_status ensure_scratch(nccl_local *x, size_t n) {
+    if (n <= x->scratch_n) return DP_OK;
+    x->dev->free(x->dev, x->scratch);
+    x->scratch = NULL, x->scratch_n = 0;
+    DP_TRY(x->dev->alloc(x->dev, &x->scratch, n, "the nccl all-reduce's receive buffer"));
+    x->scratch_n = n;
+    return DP_OK;
+}
+
+dp_status dp_nccl_reserve(dp_backend_t b, size_t max_floats) {
+    nccl_impl *m = dp_nccl_impl(b);
+    const size_t w = (size_t)m->world;
+    for (int i = 0; i < m->n_local && w > 1; i++) DP_TRY(ensure_scratch(&m->loc[i], (max_floats / w + 1) * w));
+    return DP_OK;
+}
+
+/* The canonical-order sum of bufs over every rank: into every rank's buffer (root < 0) or root's. */
+static dp_status ordered_sum(nccl_impl *m, float *const *bufs, size_t n, int root, const char *what) {
+    const int w = m->world;
+    if (w == 1 || n == 0) return DP_OK;
+    const size_t piece = n / (size_t)w + 1;
+    for (int i = 0; i < m->n_local; i++) DP_TRY(ensure_scratch(&m->loc[i], piece * (size_t)w));
+    /* reduce-scatter: my piece of shard k goes to rank k; rank q's piece of my shard lands in slot q */
+    DP_TRY(dp_nccl_group_start(m, what));
+    for (int i = 0; i < m->n_local; i++) {
+        const nccl_local *x = &m->loc[i];
+        size_t mlo, mlen;
+        shard(n, w, x->rank, &mlo, &mlen);
+        for (int k = 0; k < w; k++) {
+            size_t lo, len;
+            shard(n, w, k, &lo, &len);
+            if (k != x->rank && len)
+                NCCL_GROUP_TRY(m, ncclSend(bufs[i] + lo, len, ncclFloat, k, x->comm, stream_of(x)), what);
+            if (k != x->rank && mlen)
+                NCCL_GROUP_TRY(m, ncclRecv(x->scratch + (size_t)k * piece, mlen, ncclFloat, k, x->comm, stream_of(x)),
+                               what);
+        }
+    }
+    DP_TRY(dp_nccl_group_end(m, what));
+    /* the fixed tree over the ranks' pieces, in rank order, on each owner's device; its own piece stays in buf */
+    for (int i = 0; i < m->n_local; i++) {
+        const nccl_local *x = &m->loc[i];
+        size_t mlo, mlen;
+        shard(n, w, x->rank, &mlo, &mlen);
+        float *v[w];
+        for (int q = 0; q < w; q++) v[q] = q == x->rank ? bufs[i] + mlo : x->scratch + (size_t)q * piece;
+        if (mlen) x->dev->k->tree_sum(&x->dev->kc, v, w, 0, mlen, 0);
+        if (v[0] != bufs[i] + mlo) DP_TRY(x->dev->copy(x->dev, bufs[i] + mlo, v[0], mlen * sizeof(float)));
+    }
+    /* the finished shards: to everyone, or to the root */
+    DP_TRY(dp_nccl_group_start(m, what));
+    for (int i = 0; i < m->n_local; i++) {
+        const nccl_local *x = &m->loc[i];
+        const int me = x->rank;
+        size_t mlo, mlen;
+        shard(n, w, me, &mlo, &mlen);
+        for (int k = 0; k < w; k++) {
+            if (k == me) continue;
+            size_t lo, len;
+            shard(n, w, k, &lo, &len);
+            if ((root < 0 || k == root) && mlen)
+                NCCL_GROUP_TRY(m, ncclSend(bufs[i] + mlo, mlen, ncclFloat, k, x->comm, stream_of(x)), what);
+            if ((root < 0 || me == root) && len)
+                NCCL_GROUP_TRY(m, ncclRecv(bufs[i] + lo, len, ncclFloat, k, x->comm, stream_of(x)), what);
+        }
+    }
+    return dp_nccl_group_end(m, what);
+}
+
+dp_status dp_nccl_allreduce(dp_backend_t b, float *const *bufs, size_t n, dp_redop op) {
+    if (op != DP_SUM) return dp_fail(DP_ERR_UNSUPPORTED, "nccl: all-reduce with averaging");
+    return ordered_sum(dp_nccl_impl(b), bufs, n, -1, "all-reduce");
+}
+
+dp_status dp_nccl_reduce(dp_backend_t b, float *const *bufs, size_t n, dp_redop op, int root) {
+    if (op != DP_SUM) return dp_fail(DP_ERR_UNSUPPORTED, "nccl: reduce with averaging");
+    return ordered_sum(dp_nccl_impl(b), bufs, n, root, "reduce");
+}
+
+/* One call per local communicator in one group; one process, one GPU: the call alone, as before. */
+#define EACH_LOCAL(m, what, call)                                                     \
+    do {                                                                              \
+        if ((m)->n_local == 1) {                                                      \
+            const int i = 0;                                                          \
+            const nccl_local *x = &(m)->loc[0];                                       \
+            (void)i;                                                                  \
+            DP_TRY(dp_nccl_settle((m), (call), (what)));                              \
+            break;                                                                    \
+        }                                                                             \
+        DP_TRY(dp_nccl_group_start((m), (what)));                                     \
+        for (int i = 0; i < (m)->n_local; i++) {                                      \
+            const nccl_local *x = &(m)->loc[i];                                       \
+            NCCL_GROUP_TRY((m), (call), (what));                                      \
+        }                                                                             \
+        DP_TRY(dp_nccl_group_end((m), (what)));                                       \
+    } while (0)
+
+dp_status dp_nccl_broadcast(dp_backend_t b, float *const *bufs, size_t n, int root) {
+    nccl_impl *m = dp_nccl_impl(b);
+    if (m->world == 1 || n == 0) return DP_OK;
+    EACH_LOCAL(m, "broadcast", ncclBroadcast(bufs[i], bufs[i], n, ncclFloat, root, x->comm, stream_of(x)));
+    return DP_OK;
+}
+
+dp_status dp_nccl_allgather(dp_backend_t b, const float *const *send, float *const *recv, size_t n) {
+    nccl_impl *m = dp_nccl_impl(b);
+    if (m->world == 1) return m->loc[0].dev->copy(m->loc[0].dev, recv[0], send[0], n * sizeof(float));
+    EACH_LOCAL(m, "all-gather", ncclAllGather(send[i], recv[i], n, ncclFloat, x->comm, stream_of(x)));
+    return DP_OK;
+}
+
+/* DataParallel's gather and scatter: grouped point-to-point (NCCL has no gather or scatter). */
+dp_status dp_nccl_gather(dp_backend_t b, const float *const *send, float *const *recv, size_t n, int root) {
+    nccl_impl *m = dp_nccl_impl(b);
+    for (int i = 0; i < m->n_local; i++)
+        if (m->loc[i].rank == root)
+            DP_TRY(m->loc[i].dev->copy(m->loc[i].dev, recv[i] + (size_t)root * n, send[i], n * sizeof(float)));
+    if (m->world == 1 || n == 0) return DP_OK;
+    DP_TRY(dp_nccl_group_start(m, "gather"));
+    for (int i = 0; i < m->n_local; i++) {
+        const nccl_local *x = &m->loc[i];
+        if (x->rank != root) {
+            NCCL_GROUP_TRY(m, ncclSend(send[i], n, ncclFloat, root, x->comm, stream_of(x)), "gather");
+            continue;
+        }
+        for (int q = 0; q < m->world; q++)
+            if (q != root)
+                NCCL_GROUP_TRY(m, ncclRecv(recv[i] + (size_t)q * n, n, ncclFloat, q, x->comm, stream_of(x)), "gather");
+    }
+    return dp_nccl_group_end(m, "gather");
+}
+
+dp_status dp_nccl_scatter(dp_backend_t b, const float *const *send, float *const *recv, size_t n, int root) {
+    nccl_impl *m = dp_nccl_impl(b);
+    for (int i = 0; i < m->n_local; i++)
+        if (m->loc[i].rank == root)
+            DP_TRY(m->loc[i].dev->copy(m->loc[i].dev, recv[i], send[i] + (size_t)root * n, n * sizeof(float)));
+    if (m->world == 1 || n == 0) return DP_OK;
+    DP_TRY(dp_nccl_group_start(m, "scatter"));
+    for (int i = 0; i < m->n_local; i++) {
+        const nccl_local *x = &m->loc[i];
+        if (x->rank != root) {
+            NCCL_GROUP_TRY(m, ncclRecv(recv[i], n, ncclFloat, root, x->comm, stream_of(x)), "scatter");
+            continue;
+        }
+        for (int q = 0; q < m->world; q++)
+            if (q != root)
+                NCCL_GROUP_TRY(m, ncclSend(send[i] + (size_t)q * n, n, ncclFloat, q, x->comm, stream_of(x)), "scatter");
+    }
+    return dp_nccl_group_end(m, "scatter");
+}
+
+dp_status dp_nccl_barrier(dp_backend_t b) {
+    nccl_impl *m = dp_nccl_impl(b);
+    if (m->world == 1) return DP_OK;
+    for (int i = 0; i < m->n_local; i++) DP_TRY(ensure_scratch(&m->loc[i], 1));
+    EACH_LOCAL(m, "barrier", ncclAllReduce(x->scratch, x->scratch, 1, ncclFloat, ncclSum, x->comm, stream_of(x)));
+    for (int i = 0; i < m->n_local; i++) DP_TRY(m->loc[i].dev->wait(m->loc[i].dev));
+    return DP_OK;
+}
+
+#endif

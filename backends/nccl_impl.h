@@ -1,0 +1,86 @@
+/* nccl_impl.h: what backends/nccl.c (set-up, the watch, tear-down) and backends/nccl_coll.c (the
+ * collectives, and the polling of NCCL's non-blocking calls) share; private to those two files.
+ *
+ * A process drives n_local ranks: one GPU per process (n_local 1, the launch says which), or the
+ * GPUs listed with --gpus, one communicator each, all initialised in one group with the job's
+ * unique id: ranks first .. first + n_local - 1 of world, first = process rank x n_local, world =
+ * processes x n_local (every process lists as many). Every collective is one ncclGroupStart/End
+ * over the local communicators, as NCCL requires when one thread drives several devices. The
+ * watchdog and the side channel are the process's: one each, whatever n_local. */
+#ifndef DP_NCCL_IMPL_H
+#define DP_NCCL_IMPL_H
+
+#include <nccl.h>
+
+#include "backends/backend.h"
+#include "backends/nccl_sidechan.h"
+#include "backends/nccl_watchdog.h"
+#include "backends/rendezvous.h"
+#include "core/device.h"
+
+typedef struct {
+    ncclComm_t comm;
+    int rank;        /* its global rank */
+    int gpu;         /* its CUDA ordinal (-1 under the test double, whose ranks move host memory) */
+    dp_dev *dev;     /* where its collectives run: the device's collective stream (core/device.h: coll) */
+    dp_dev *home;    /* the trainer's device; its waits call the watch while this backend lives */
+    float *scratch;  /* the shard owner's receive buffer: world pieces of the largest shard */
+    size_t scratch_n;
+} nccl_local;
+
+typedef struct {
+    dp_launch l;     /* the process's launch: process l.rank of l.world */
+    int n_local, first, world;
+    nccl_local loc[DP_MAX_LOCAL_DEVICES];
+    char who[160];   /* "rank 1 (GPU 1)", "ranks 0-3 (GPUs 0,1,2,3)", "rank 0 (host memory)" */
+    double timeout_s;
+    int we_initialised_mpi;
+    int in_group;    /* between ncclGroupStart and ncclGroupEnd: a failure must not abort yet */
+    dp_nccl_watchdog *wd;  /* ends the process if a call below outlives --timeout and a grace period */
+    char abort_what[1200]; /* what the watchdog says while an abort runs */
+    dp_sidechan *sc;       /* tells the other processes at once when this one fails, and this one when they do */
+    unsigned long long allowance; /* added to each home->reserved: NCCL's lazy buffers (nccl_memory.h) */
+} nccl_impl;
+
+static inline nccl_impl *dp_nccl_impl(dp_backend_t b) { return (nccl_impl *)b->impl; }
+
+/* An NCCL call's result on the non-blocking communicators: ncclInProgress is polled on every
+ * local communicator to the end, up to --timeout; a failure names the ranks, the devices, the
+ * collective and NCCL's reason, and aborts the communicators (inside a group: not yet, see
+ * NCCL_GROUP_TRY). */
+dp_status dp_nccl_settle(nccl_impl *m, ncclResult_t r, const char *what);
+/* Ends every local communicator at once (the other ranks may be gone: nothing waits for them),
+ * after the failure was recorded with dp_fail; tells the other processes through the side channel. */
+void dp_nccl_abort(nccl_impl *m);
+/* NCCL's last message of the first local communicator that has one, as ": message" (or ""). */
+const char *dp_nccl_last_error(const nccl_impl *m, char *buf, size_t cap);
+/* The first local communicator's asynchronous error (ncclInProgress while any is busy). */
+ncclResult_t dp_nccl_poll(const nccl_impl *m);
+
+dp_status dp_nccl_group_start(nccl_impl *m, const char *what);
+dp_status dp_nccl_group_end(nccl_impl *m, const char *what);
+/* Inside a group: ncclInProgress waits for the group's end (polled there, not here); a failure
+ * closes the group (its result is not waited for), then aborts. */
+#define NCCL_GROUP_TRY(m, call, what)                               \
+    do {                                                            \
+        ncclResult_t r_ = (call);                                   \
+        dp_status g_ = r_ == ncclInProgress ? DP_OK : dp_nccl_settle((m), r_, (what)); \
+        if (g_ != DP_OK) {                                          \
+            (m)->in_group = 0;                                      \
+            (void)ncclGroupEnd();                                   \
+            dp_nccl_abort(m);                                       \
+            return g_;                                              \
+        }                                                           \
+    } while (0)
+
+/* The shard owners' receive buffers for the largest sum of the run, sized once at start. */
+dp_status dp_nccl_reserve(dp_backend_t b, size_t max_floats);
+dp_status dp_nccl_allreduce(dp_backend_t b, float *const *bufs, size_t n, dp_redop op);
+dp_status dp_nccl_reduce(dp_backend_t b, float *const *bufs, size_t n, dp_redop op, int root);
+dp_status dp_nccl_broadcast(dp_backend_t b, float *const *bufs, size_t n, int root);
+dp_status dp_nccl_allgather(dp_backend_t b, const float *const *send, float *const *recv, size_t n);
+dp_status dp_nccl_gather(dp_backend_t b, const float *const *send, float *const *recv, size_t n, int root);
+dp_status dp_nccl_scatter(dp_backend_t b, const float *const *send, float *const *recv, size_t n, int root);
+dp_status dp_nccl_barrier(dp_backend_t b);
+
+#endif

@@ -1,0 +1,85 @@
+/* nccl_precheck.c: what the trainer asks the NCCL backend before it opens a GPU (nccl.h): which
+ * GPU a process of a launch drives, whether the GPUs --gpus lists are there, and whether the NCCL
+ * loaded is the test double (which moves host memory and says how many GPUs it pretends to have). */
+#include "dp_config.h"
+
+#if DP_HAVE_NCCL
+
+#include <cuda_runtime_api.h>
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backends/launch_env.h"
+#include "backends/nccl.h"
+
+/* The test double (tests/nccl_double/) says it moves host memory; real NCCL has no such symbol. */
+int dp_nccl_moves_host_memory(void) {
+    int (*f)(void) = NULL;
+    *(void **)&f = dlsym(RTLD_DEFAULT, "dp_nccl_double_host_memory");
+    return f && f();
+}
+
+dp_status dp_nccl_precheck(int *gpu) {
+    dp_launch l;
+    DP_TRY(dp_launch_from_env(&l));
+    if (dp_nccl_moves_host_memory()) { /* no GPU to pick: the ranks' memory is the host's */
+        *gpu = -1;
+        return DP_OK;
+    }
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    const char *visible = getenv("CUDA_VISIBLE_DEVICES");
+    if (e != cudaSuccess || n < 1)
+        return dp_fail(DP_ERR_BACKEND, "--backend nccl: rank %d: no usable CUDA device (%s; CUDA_VISIBLE_DEVICES %s%s)",
+                       l.rank, e != cudaSuccess ? cudaGetErrorString(e) : "0 devices", visible ? "=" : "unset",
+                       visible ? visible : "");
+    return dp_launch_pick_gpu(&l, n, visible, gpu);
+}
+
+/* The double's own count (a symbol real NCCL does not have; dptrain's name differs from it, so
+ * that this lookup cannot find this function). */
+int dp_nccl_double_gpus(void) {
+    int (*f)(void) = NULL;
+    *(void **)&f = dlsym(RTLD_DEFAULT, "dp_nccl_double_gpu_count");
+    return f ? f() : -1;
+}
+
+dp_status dp_nccl_precheck_gpus(const int *gpus, int n) {
+    dp_launch l;
+    DP_TRY(dp_launch_from_env(&l));
+    char list[128] = "";
+    for (int i = 0; i < n; i++) {
+        const size_t at = strlen(list);
+        snprintf(list + at, sizeof list - at, "%s%d", i ? "," : "", gpus[i]);
+    }
+    int have = 0;
+    const char *visible = getenv("CUDA_VISIBLE_DEVICES");
+    char where[160];
+    if (dp_nccl_moves_host_memory()) {
+        have = dp_nccl_double_gpus();
+        snprintf(where, sizeof where, "the NCCL test double says this machine has %d GPU%s (DP_NCCL_DOUBLE_GPUS)", have,
+                 have == 1 ? "" : "s");
+    } else {
+        cudaError_t e = cudaGetDeviceCount(&have);
+        if (e != cudaSuccess || have < 1)
+            return dp_fail(DP_ERR_BACKEND, "--gpus %s: no usable CUDA device (%s; CUDA_VISIBLE_DEVICES %s%s)", list,
+                           e != cudaSuccess ? cudaGetErrorString(e) : "0 devices", visible ? "=" : "unset",
+                           visible ? visible : "");
+        /* processes on one node would each drive the listed GPUs: NCCL refuses a GPU twice, late */
+        if (l.local_world > 1)
+            return dp_fail(DP_ERR_USAGE, "--gpus %s with %d processes on this node (%s=%d): each would drive the same "
+                           "GPUs; start one process per node with --gpus, or one process per GPU without it", list,
+                           l.local_world, l.local_world_var, l.local_world);
+        snprintf(where, sizeof where, "this machine has %d CUDA device%s%s%s%s", have, have == 1 ? "" : "s",
+                 visible ? " (CUDA_VISIBLE_DEVICES=" : "", visible ? visible : "", visible ? ")" : "");
+    }
+    for (int i = 0; i < n; i++)
+        if (gpus[i] >= have)
+            return dp_fail(DP_ERR_USAGE, "--gpus %s: there is no GPU %d: %s (ordinals 0..%d)", list, gpus[i], where,
+                           have - 1);
+    return DP_OK;
+}
+
+#endif

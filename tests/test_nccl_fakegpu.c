@@ -1,0 +1,87 @@
+/* test_nccl_fakegpu.c: `--backend nccl --gpus` inside this process over fake GPUs (tests/fakegpu/):
+ * one replica per fake GPU, each device with its own streams, workers and random delays, so the
+ * executor's per-replica devices (kernels, lanes, staging, tree sums, downloads, and every
+ * device's collective stream ordered around each collective) are checked the way a missing wait
+ * would show on real GPUs, bitwise against the CPU sim. The NCCL test double is preloaded into
+ * this test (tests/CMakeLists.txt) and told how to reach the fake GPUs' memory and streams
+ * (dp_nccl_double_set_hooks): it starts a group's operations once their stream's earlier work is
+ * done and lands what it received as writes queued on that stream, as NCCL's kernels would; the
+ * fake GPUs' waits poll the backend's watch, as CUDA's do. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <dlfcn.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "dp_config.h"
+#include "fakegpu_util.h"
+#include "trainrun.h"
+
+#if DP_HAVE_NCCL
+
+/* The hooks, or a skip where the double is not preloaded (a run outside ctest). */
+static void hooks_or_skip(void) {
+    void (*set)(void *(*)(const void *), void (*)(const void *), void (*)(const void *, void *, const void *, size_t)) =
+        NULL;
+    *(void **)&set = dlsym(RTLD_DEFAULT, "dp_nccl_double_set_hooks");
+    if (!set) {
+        fprintf(stderr, "the NCCL test double is not preloaded (LD_PRELOAD=.../libdp_nccl_double.so)\n");
+        skip();
+    }
+    set(dp_fakegpu_host_address, dp_fakegpu_stream_sync, dp_fakegpu_stream_write);
+    FGT_OK(dp_fakegpu_register());
+}
+
+/* n fake GPUs in this process against the CPU sim's n replicas, the same flags: bitwise, and
+ * every replica holding the same parameters. */
+static void gpus_equal_sim(const char *model, int n, dp_mode mode, int sync_bn, int accumulate) {
+    hooks_or_skip();
+    dp_config sim, gpus;
+    tr_base_config(&sim, model);
+    sim.device = "cpu", sim.replicas = n;
+    sim.mode = mode, sim.sync_bn = sync_bn, sim.accumulate = accumulate, sim.max_steps = 8;
+    gpus = sim;
+    gpus.backend = "nccl", gpus.device = "fakegpu", gpus.replicas = 1, gpus.n_gpus = n;
+    for (int i = 0; i < n; i++) gpus.gpus[i] = i;
+    char what[160];
+    snprintf(what, sizeof what, "%s, %d fake GPUs, %s%s%s", model, n, mode == DP_MODE_DP ? "dp" : "ddp",
+             sync_bn ? ", --sync-bn" : "", accumulate > 1 ? ", --accumulate 2" : "");
+    tr_result a = tr_run(&sim), b = tr_run(&gpus);
+    tr_assert_same(&b, &a, what);
+    if (!b.all_equal) fail_msg("%s: the replicas' parameters differ", what);
+    tr_free(&a), tr_free(&b);
+}
+
+static void test_ddp_on_2_and_4_fake_gpus(void **state) {
+    (void)state;
+    gpus_equal_sim("lenet", 2, DP_MODE_DDP, 0, 1);
+    gpus_equal_sim("lenet", 4, DP_MODE_DDP, 0, 2);
+}
+
+static void test_dp_on_2_and_4_fake_gpus(void **state) {
+    (void)state;
+    gpus_equal_sim("lenet", 2, DP_MODE_DP, 0, 1);
+    gpus_equal_sim("lenet-bn", 4, DP_MODE_DP, 0, 1);
+}
+
+static void test_sync_bn_on_2_and_4_fake_gpus(void **state) {
+    (void)state;
+    gpus_equal_sim("lenet-bn", 2, DP_MODE_DDP, 1, 1);
+    gpus_equal_sim("lenet-bn", 4, DP_MODE_DDP, 1, 1);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_ddp_on_2_and_4_fake_gpus),
+        cmocka_unit_test(test_dp_on_2_and_4_fake_gpus),
+        cmocka_unit_test(test_sync_bn_on_2_and_4_fake_gpus),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
+#else
+int main(void) {
+    fprintf(stderr, "test_nccl_fakegpu: this build has no NCCL headers (the double implements nccl.h)\n");
+    return 77;
+}
+#endif
