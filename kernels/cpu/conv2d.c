@@ -40,7 +40,9 @@ typedef struct {
     int rowpad;      /* implicit with out_w % VL != 0: dy goes through a (M, out_h, OWr) copy */
     size_t pin;      /* floats of one padded input (with VL of slack: rows are read up to OWr) */
     int ld;          /* explicit direct: row stride of col / dyp (P rounded up to NB) */
-    int G;           /* blas: samples per GEMM; implicit: samples per dw pass */
+    int G;           /* blas: samples per GEMM; implicit, sh: samples per dw pass */
+    int sh, PV;      /* 16-float vectors, stride 1: the shifted planes of conv2d_v4.h; P's vectors */
+    size_t S, xs_sz; /* sh: floats of one shifted plane (Hp * out_w); of a sample's planes, with slack */
     size_t o_xp, o_dxp, o_col, o_dy, o_dw, o_db, per_chunk; /* a chunk's slice of ws (floats) */
 } conv_plan;
 
@@ -48,6 +50,10 @@ typedef struct {
 static int dx_groups(const dp_conv2d_dims *d) { return d->k * ((d->in_c * d->k + MRF - 1) / MRF); }
 
 static size_t round16(size_t n) { return (n + 15) & ~(size_t)15; } /* 64-byte slices: no false sharing */
+
+#if DP_VL == 16
+static void sh_plan(const dp_conv2d_dims *d, conv_plan *p); /* conv2d_v4.h */
+#endif
 
 static conv_plan make_plan(const dp_conv2d_dims *d) {
     conv_plan p;
@@ -59,6 +65,12 @@ static conv_plan make_plan(const dp_conv2d_dims *d) {
     p.Wp = d->in_w + 2 * d->pad;
     if (dp_conv2d_force_path) p.direct = dp_conv2d_force_path == 1;
     else p.direct = p.M <= 32 && (size_t)p.M * p.K <= 8192; /* weights fit in L1 */
+#if DP_VL == 16
+    if (p.direct && d->stride == 1) {
+        sh_plan(d, &p);
+        return p;
+    }
+#endif
     p.OWr = (d->out_w + DP_VL - 1) / DP_VL * DP_VL;
     /* implicit tiles compute whole vectors: worth it while at most 1/5 of the lanes are wasted */
     p.implicit = p.direct && d->stride == 1 && 5 * d->out_w >= 4 * p.OWr;
@@ -389,6 +401,40 @@ AI void tile_dx(const int R, int M, const float *Wg, const float *D0, const floa
     }
 }
 
+#if DP_VL == 16
+#include "kernels/cpu/conv2d_v4.h"
+
+static void sh_plan(const dp_conv2d_dims *d, conv_plan *p) {
+    p->sh = 1;
+    p->PV = (p->P + DP_VL - 1) / DP_VL;
+    p->S = (size_t)p->Hp * d->out_w;
+    p->xs_sz = round16((size_t)d->in_c * d->k * p->S + DP_VL);
+    p->G = (SH_DW_STEPS + p->PV - 1) / p->PV; /* samples a dw tile runs over: at least SH_DW_STEPS vectors */
+    if (p->G > SH_G) p->G = SH_G;
+    p->o_xp = 0;                                                    /* X (G, xs_sz) */
+    p->o_dxp = p->xs_sz * p->G;                                     /* DX (xs_sz) */
+    p->o_col = p->o_dxp + p->xs_sz;                                 /* wg (k, groups, M, MRF) */
+    p->o_dw = p->o_col + round16((size_t)sh_dx_groups(d) * p->M * MRF);
+    p->o_db = p->o_dw + round16((size_t)p->M * p->K);              /* dw partial (M, K) */
+    p->per_chunk = p->o_db + round16((size_t)p->M * DP_VL);        /* dbv (M, VL) */
+}
+
+static void bwd_sh(const dp_conv2d_dims *d, const conv_plan *pl, int s0, int s1, const float *x, const float *w,
+                   const float *dy, float *dx, float *cw) {
+    const size_t in_sz = (size_t)d->in_c * d->in_h * d->in_w, out_sz = (size_t)pl->M * pl->P;
+    float *X = cw + pl->o_xp, *DX = cw + pl->o_dxp, *wg = cw + pl->o_col, *dwp = cw + pl->o_dw;
+    memset(dwp, 0, sizeof(float) * (size_t)pl->M * pl->K);
+    if (dx) sh_pack_dx(d, pl, w, wg);
+    for (int s = s0; s < s1; s += pl->G) {
+        const int ns = s1 - s < pl->G ? s1 - s : pl->G;
+        for (int i = 0; i < ns; i++) sh_build(d, pl, x + (s + i) * in_sz, X + i * pl->xs_sz);
+        sh_dw(d, pl, ns, dy + s * out_sz, X, pl->xs_sz, dwp);
+        if (dx)
+            for (int i = 0; i < ns; i++) sh_dx(d, pl, wg, dy + (s + i) * out_sz, DX, dx + (s + i) * in_sz);
+    }
+}
+#endif
+
 /* ---------------------------------------------------------------- direct path: GEMM drivers */
 
 /* C (M, P) = A (M, K) B (K, ldb) + bias; B has ldb >= P rounded up to NB readable columns. */
@@ -557,6 +603,15 @@ static void fwd_direct(const dp_conv2d_dims *d, const conv_plan *pl, int s0, int
                        const float *w, const float *b, float *y, float *cw) {
     const size_t in_sz = (size_t)d->in_c * d->in_h * d->in_w, out_sz = (size_t)pl->M * pl->P;
     float *xp = cw + pl->o_xp, *col = cw + pl->o_col; /* (pin), (K, ld) */
+#if DP_VL == 16
+    if (pl->sh) {
+        for (int s = s0; s < s1; s++) {
+            sh_build(d, pl, x + s * in_sz, xp);
+            sh_forward(d, pl, xp, w, b, y + s * out_sz);
+        }
+        return;
+    }
+#endif
     if (pl->copy_x) memset(xp, 0, sizeof(float) * pl->pin); /* border and slack stay zero */
     for (int s = s0; s < s1; s++) {
         const float *xs = pad_input(d, pl, x + s * in_sz, xp);
@@ -614,7 +669,7 @@ static void bwd_direct(const dp_conv2d_dims *d, const conv_plan *pl, int s0, int
     const size_t in_sz = (size_t)d->in_c * d->in_h * d->in_w, out_sz = (size_t)M * P;
     float *xp = cw + pl->o_xp, *dxp = cw + pl->o_dxp, *col = cw + pl->o_col, *dyp = cw + pl->o_dy;
     float *dwv = cw + pl->o_dw, *dbv = cw + pl->o_db;
-    memset(dwv, 0, sizeof(float) * (size_t)M * K * DP_VL);
+    if (!pl->sh) memset(dwv, 0, sizeof(float) * (size_t)M * K * DP_VL); /* sh: partials of its own */
     memset(dbv, 0, sizeof(float) * (size_t)M * DP_VL);
     if (want_db)
         for (int s = s0; s < s1; s++)
@@ -626,6 +681,12 @@ static void bwd_direct(const dp_conv2d_dims *d, const conv_plan *pl, int s0, int
                 for (; q < P; q++) acc[q % DP_VL] += gm[q];
                 DP_VSTORE(dbv + (size_t)m * DP_VL, acc);
             }
+#if DP_VL == 16
+    if (pl->sh) {
+        bwd_sh(d, pl, s0, s1, x, w, dy, dx, cw);
+        return;
+    }
+#endif
     if (pl->implicit) {
         bwd_implicit(d, pl, s0, s1, x, w, dy, dx, cw);
         return;
@@ -760,12 +821,51 @@ static void bwd_chunk(const dp_conv2d_dims *d, const conv_plan *pl, int batch, i
     bwd_blas(d, pl, lo, hi, x, w, dy, dx, dwt, dbt, cw);
 }
 
+#if DP_VL == 16
+/* out[i] += the lanes of the vector partials p[i] summed over the nc chunks (chunk order), i < n. */
+static void lanes16(const conv_plan *pl, int nc, const float *p, size_t n, float *out) {
+    __m512 v[16];
+    for (size_t i = 0; i < 16; i++) {
+        if (i >= n) {
+            v[i] = _mm512_setzero_ps();
+            continue;
+        }
+        v[i] = _mm512_loadu_ps(p + i * DP_VL);
+        for (int c = 1; c < nc; c++) v[i] = _mm512_add_ps(v[i], _mm512_loadu_ps(p + i * DP_VL + (size_t)c * pl->per_chunk));
+    }
+    const __mmask16 m = lane_mask(0, (int)n);
+    _mm512_mask_storeu_ps(out, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, out), sum16(v)));
+}
+#endif
+
 /* Part r of nr of the sum of the chunks' weight gradients into dw (and, part 0, db): each
  * element in chunk order, so the result does not depend on which thread adds it. */
 static void reduce_part(const conv_plan *pl, int nc, int r, int nr, const float *ws, float *dw, float *db) {
     const size_t nw = (size_t)pl->M * pl->K;
     const size_t lo = nw * r / nr, hi = nw * (r + 1) / nr;
     if (pl->direct) { /* vector partials: add the chunks lane-wise, then the lanes */
+#if DP_VL == 16
+        /* 16 elements at a time, each element's lanes with sum16's tree (zeros pad the last
+           block: every element is summed the same way wherever the parts start) */
+        if (pl->sh) /* the chunks' partials (M, K), added in chunk order */
+            for (size_t e = lo; e < hi; e++) {
+                const float *pw = ws + pl->o_dw + e;
+                float acc = pw[0];
+                for (int c = 1; c < nc; c++) acc += pw[(size_t)c * pl->per_chunk];
+                dw[e] += acc;
+            }
+        else
+            for (size_t e0 = lo; e0 < hi; e0 += 16) {
+                const size_t n = hi - e0 < 16 ? hi - e0 : 16;
+                lanes16(pl, nc, ws + pl->o_dw + e0 * DP_VL, n, dw + e0);
+            }
+        if (db && r == 0)
+            for (int m0 = 0; m0 < pl->M; m0 += 16) {
+                const int n = pl->M - m0 < 16 ? pl->M - m0 : 16;
+                lanes16(pl, nc, ws + pl->o_db + (size_t)m0 * DP_VL, (size_t)n, db + m0);
+            }
+        return;
+#endif
         for (size_t e = lo; e < hi; e++) {
             const float *pw = ws + pl->o_dw + e * DP_VL;
             dp_vf v = DP_VLOAD(pw);

@@ -7,7 +7,10 @@
 
 #include <stddef.h>
 
-#if defined(__AVX__)
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#define DP_VL 16
+#elif defined(__AVX__)
 #include <immintrin.h>
 #define DP_VL 8
 #else
@@ -22,21 +25,29 @@ typedef float dp_vfu __attribute__((vector_size(DP_VL * sizeof(float)), aligned(
 #define DP_VSTORE(p, v) (*(dp_vfu *)(void *)(p) = (v))
 /* Not {0} + s: that would keep a scalar add (0 + s differs from s for s = -0). */
 static inline dp_vf dp_vsplat(float s) {
-#if DP_VL == 8
+#if DP_VL == 16
+    return (dp_vf){s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s};
+#elif DP_VL == 8
     return (dp_vf){s, s, s, s, s, s, s, s};
 #else
     return (dp_vf){s, s, s, s};
 #endif
 }
 #define DP_VSPLAT(s) dp_vsplat(s)
-#if defined(__FMA__) && DP_VL == 8
+#if DP_VL == 16
+#define DP_VFMA(a, b, c) ((dp_vf)_mm512_fmadd_ps((a), (b), (c)))
+#elif defined(__FMA__) && DP_VL == 8
 #define DP_VFMA(a, b, c) ((dp_vf)_mm256_fmadd_ps((a), (b), (c)))
 #else
 #define DP_VFMA(a, b, c) ((a) * (b) + (c))
 #endif
 
 /* Keeps v in a register: stops the compiler from folding one load into several FMAs. */
+#if DP_VL == 16
+#define DP_KEEP(v) __asm__("" : "+v"(v)) /* any of the 32 zmm registers */
+#else
 #define DP_KEEP(v) __asm__("" : "+x"(v))
+#endif
 
 /* Number of chunks a batch is split into: one per thread, never an empty one. */
 static inline int dp_nchunks(int batch, int nthreads) {

@@ -48,6 +48,28 @@ static int plane_threads(int planes, size_t plane, int nthreads) {
         (k) = (t_ & (kv)) | (~t_ & (k));                          \
     } while (0)
 
+#if DP_VL == 16
+/* AVX-512: the same with a compare into a mask register and a masked move (the generic form
+ * above would turn each compare's mask back into a vector first) */
+#define VTAKE8(VI, m, k, v, kv)                                                                        \
+    do {                                                                                               \
+        const __m256 v_ = (__m256)(v);                                                                 \
+        const __mmask8 t_ = _mm256_cmp_ps_mask(v_, (__m256)(m), _CMP_GT_OQ) | _mm256_cmp_ps_mask(v_, v_, _CMP_UNORD_Q); \
+        (m) = (__typeof__(m))_mm256_mask_mov_ps((__m256)(m), t_, v_);                                  \
+        (k) = (VI)_mm256_mask_mov_epi32((__m256i)(k), t_, (__m256i)(kv));                              \
+    } while (0)
+#define VTAKE4(VI, m, k, v, kv)                                                                        \
+    do {                                                                                               \
+        const __m128 v_ = (__m128)(v);                                                                 \
+        const __mmask8 t_ = _mm_cmp_ps_mask(v_, (__m128)(m), _CMP_GT_OQ) | _mm_cmp_ps_mask(v_, v_, _CMP_UNORD_Q); \
+        (m) = (__typeof__(m))_mm_mask_mov_ps((__m128)(m), t_, v_);                                     \
+        (k) = (VI)_mm_mask_mov_epi32((__m128i)(k), t_, (__m128i)(kv));                                \
+    } while (0)
+#else
+#define VTAKE8 VTAKE
+#define VTAKE4 VTAKE
+#endif
+
 /* 2x2 stride 2 on N outputs of a row pair (r0, r1 at the block's first input column; k0 the
  * flat index of r0[0]): forward (y, am) and the block-wise backward (returns 1 if an argmax lies
  * outside its block). Defined for 4 lanes and, with AVX, 8. */
@@ -61,9 +83,9 @@ static int plane_threads(int planes, size_t plane, int nthreads) {
         const VI kb = IOTA + k0;                                                                          \
         VF m = EV(p0, p1);                                                                                \
         VI k = kb;                                                                                        \
-        VTAKE(VI, m, k, OD(p0, p1), kb + 1);                                                              \
-        VTAKE(VI, m, k, EV(q0, q1), kb + w);                                                              \
-        VTAKE(VI, m, k, OD(q0, q1), kb + (w + 1));                                                        \
+        VTAKE##N(VI, m, k, OD(p0, p1), kb + 1);                                                           \
+        VTAKE##N(VI, m, k, EV(q0, q1), kb + w);                                                           \
+        VTAKE##N(VI, m, k, OD(q0, q1), kb + (w + 1));                                                     \
         *(VF *)y = m;                                                                                     \
         *(VI *)am = k;                                                                                    \
     }                                                                                                     \
@@ -87,7 +109,7 @@ static int plane_threads(int planes, size_t plane, int nthreads) {
 #define ZL4(a, b) __builtin_shufflevector(a, b, 0, 4, 1, 5)
 #define ZH4(a, b) __builtin_shufflevector(a, b, 2, 6, 3, 7)
 DEF_POOL2(4, pf4, pi4, EV4, OD4, ZL4, ZH4, ((pi4){0, 2, 4, 6}))
-#if DP_VL == 8
+#if DP_VL >= 8
 #define EV8(a, b) __builtin_shufflevector(a, b, 0, 2, 4, 6, 8, 10, 12, 14)
 #define OD8(a, b) __builtin_shufflevector(a, b, 1, 3, 5, 7, 9, 11, 13, 15)
 #define ZL8(a, b) __builtin_shufflevector(a, b, 0, 8, 1, 9, 2, 10, 3, 11)
@@ -119,7 +141,7 @@ static void maxpool_2x2(int lo, int hi, int h, int w, const float *x, float *y, 
             int32_t *ar = ap + (size_t)i * ow;
             const int32_t base = 2 * i * w;
             int j = 0;
-#if DP_VL == 8
+#if DP_VL >= 8
             for (; j + 8 <= ow; j += 8) pool2_fwd8(r0 + 2 * j, r1 + 2 * j, base + 2 * j, w, yr + j, ar + j);
 #endif
             for (; j + 4 <= ow; j += 4) pool2_fwd4(r0 + 2 * j, r1 + 2 * j, base + 2 * j, w, yr + j, ar + j);
@@ -185,7 +207,7 @@ static int maxpool_bwd_blocks(int h, int w, int oh, int ow, const float *gp, con
         const float *gr = gp + (size_t)i * ow;
         const int32_t *ar = ap + (size_t)i * ow;
         int bad = 0, j = 0;
-#if DP_VL == 8
+#if DP_VL >= 8
         for (; j + 8 <= ow; j += 8) bad |= pool2_bwd8(r0 + 2 * j, r1 + 2 * j, base + 2 * j, w, gr + j, ar + j);
 #endif
         for (; j + 4 <= ow; j += 4) bad |= pool2_bwd4(r0 + 2 * j, r1 + 2 * j, base + 2 * j, w, gr + j, ar + j);

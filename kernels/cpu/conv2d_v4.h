@@ -1,0 +1,331 @@
+/* conv2d_v4.h: the direct path of conv2d.c for 16-float vectors (x86-64-v4, AVX-512), stride 1.
+ * Included by conv2d.c, after conv_plan, in the variant compiled with AVX-512 only.
+ *
+ * A 16-float vector is wider than a LeNet row (24 or 8 outputs), so the tiles of the 8-float
+ * variant, which read one output row's inputs straight from the padded input, would leave lanes
+ * idle. Here a vector covers 16 consecutive outputs q of the (out_h, out_w) plane in their own
+ * order, across row ends, and reads its inputs from "shifted planes" built once per sample:
+ *
+ *     X[c][kw] (Hp, out_w): X[c][kw][h][ow] = the padded input at (c, h, ow + kw)
+ *
+ * so that the input of output q = oh*out_w + ow at kernel offset (c, kh, kw) is X[c][kw][kh*out_w
+ * + q]: 16 consecutive floats for every (c, kh, kw), whatever out_w. Outputs, dy and weights keep
+ * their own layouts (no copy of dy; y written with whole vectors). The input gradient is summed the
+ * same way into planes DX[c][kw] (DX[c][kw][kh*out_w + q] += the gradient of im2col row (c, kh, kw)
+ * at q), then dx[c][h][w] = the sum over kw of DX[c][kw][h][w - kw]. A sample's last vector may
+ * run past P: its dy lanes are loaded as zeros, so they add nothing to dw and zeros to DX's next
+ * floats (or its slack).
+ *
+ * Summation order (fixed by the shapes alone): y and every DX element sum their products in
+ * (c, kh, kw) or m order; dw keeps 16 lane partials (lane l: the positions q = l mod 16 of the
+ * chunk's samples in order), added at the end with a fixed pairwise tree (sum16 below). */
+
+#define SH_NT 4 /* vectors per forward / dx tile: MRF x SH_NT accumulators of the 32 registers */
+#define SH_MR 4 /* dw tile: SH_MR output channels x 5 kernel columns */
+#define SH_KR 5
+#define SH_G 8 /* at most this many samples' shifted planes at once: each dw tile runs over all of them */
+#define SH_DW_STEPS 32 /* a dw tile's vectors (samples x PV): enough to pay for its lane sums */
+
+static inline __mmask16 lane_mask(int lo, int hi) {
+    if (lo < 0) lo = 0;
+    if (hi > DP_VL) hi = DP_VL;
+    return hi <= lo ? 0 : (__mmask16)((((1u << hi) - 1u) >> lo) << lo);
+}
+
+/* The sums of 16 vectors' lanes, s[e] = the sum of v[e]'s 16 lanes by a fixed pairwise tree
+ * (lanes l and l+8, then l and l+4, l+2, l+1), as one vector. */
+static inline __m512 sum16(const __m512 *v) {
+    __m512 a[8], b[4], c[2];
+    /* a[i]: v[2i]'s lanes l + (l+8) in its low half, v[2i+1]'s in its high half */
+    for (int i = 0; i < 8; i++)
+        a[i] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0x44),
+                             _mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0xEE));
+    /* b[i]: 128-bit blocks e0 e1 e2 e3 = elements 4i..4i+3, each l + (l+4) of 4 partials */
+    for (int i = 0; i < 4; i++)
+        b[i] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * i], a[2 * i + 1], 0x88),
+                             _mm512_shuffle_f32x4(a[2 * i], a[2 * i + 1], 0xDD));
+    /* c[i]: block j = element 4(2i)+j's two partials, then element 4(2i+1)+j's */
+    for (int i = 0; i < 2; i++)
+        c[i] = _mm512_add_ps(_mm512_shuffle_ps(b[2 * i], b[2 * i + 1], 0x44),
+                             _mm512_shuffle_ps(b[2 * i], b[2 * i + 1], 0xEE));
+    /* block j: elements j, 4+j, 8+j, 12+j */
+    const __m512 r = _mm512_add_ps(_mm512_shuffle_ps(c[0], c[1], 0x88), _mm512_shuffle_ps(c[0], c[1], 0xDD));
+    const __m512i perm = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    return _mm512_permutexvar_ps(perm, r);
+}
+
+/* Mask of vector v of a sample's P outputs. */
+static inline __mmask16 sh_vmask(int v, int P) { return lane_mask(0, P - v * DP_VL); }
+
+/* X (in_c, k, Hp, out_w) from one sample xs (in_c, H, W), then zeros up to xs_sz. Rows are
+ * written in order with whole vectors: a row's last vector spills into the next row, which
+ * overwrites it. Lanes outside the input (padding) load as zeros. */
+static void sh_build(const dp_conv2d_dims *d, const conv_plan *pl, const float *xs, float *X) {
+    const int H = d->in_h, W = d->in_w, p = d->pad, OW = d->out_w, k = d->k, Hp = pl->Hp;
+    const int nv = (OW + DP_VL - 1) / DP_VL;
+    float *dst = X;
+    if (nv == 1 && p == 0) { /* one vector a row, no padding (LeNet): no masks but the row's */
+        const __mmask16 m = lane_mask(0, OW);
+        for (int c = 0; c < d->in_c; c++)
+            for (int kw = 0; kw < k; kw++) {
+                const float *src = xs + (size_t)c * H * W + kw;
+                for (int h = 0; h < Hp; h++, dst += OW, src += W) _mm512_storeu_ps(dst, _mm512_maskz_loadu_ps(m, src));
+            }
+    } else {
+        for (int c = 0; c < d->in_c; c++)
+            for (int kw = 0; kw < k; kw++) {
+                __mmask16 mk[8];
+                const int nm = nv < 8 ? nv : 8;
+                for (int i = 0; i < nm; i++) {
+                    const int c0 = i * DP_VL + kw - p; /* input column of lane 0 */
+                    mk[i] = lane_mask(-c0, W - c0) & lane_mask(0, OW - i * DP_VL);
+                }
+                for (int h = 0; h < Hp; h++, dst += OW) {
+                    const int r = h - p;
+                    const float *src = xs + ((size_t)c * H + (r < 0 ? 0 : r >= H ? H - 1 : r)) * W + kw - p;
+                    for (int i = 0; i < nv; i++) {
+                        const int c0 = i * DP_VL + kw - p;
+                        const __mmask16 m = r < 0 || r >= H ? 0
+                                            : i < 8         ? mk[i]
+                                                            : lane_mask(-c0, W - c0) & lane_mask(0, OW - i * DP_VL);
+                        _mm512_storeu_ps(dst + i * DP_VL, _mm512_maskz_loadu_ps(m, src + i * DP_VL));
+                    }
+                }
+            }
+    }
+    /* the slack, which a sample's last vector may read (times a zero dy): zeros, not garbage */
+    memset(dst, 0, sizeof(float) * (pl->xs_sz - (size_t)(dst - X)));
+}
+
+/* Rows i < R (output channels), vectors j < NT: y[i][q0 + 16j ..] = bias + the products. X and y
+ * point at q0 of channel 0 / plane (0, 0); the last vector stores its mask's lanes only. */
+AI void sh_tile_fwd(const int R, const int NT, int C, int k, int OW, size_t S, const float *X, const float *A, int lda,
+                    const float *bias, float *y, int P, __mmask16 last) {
+    dp_vf c[MRF][SH_NT];
+#pragma GCC unroll 6
+    for (int i = 0; i < R; i++)
+#pragma GCC unroll 4
+        for (int j = 0; j < NT; j++) c[i][j] = DP_VSPLAT(bias ? bias[i] : 0.0f);
+    const float *a = A;
+    for (int ci = 0; ci < C; ci++)
+        for (int kh = 0; kh < k; kh++) {
+            const float *xr = X + (size_t)ci * k * S + (size_t)kh * OW;
+            for (int kw = 0; kw < k; kw++, a++, xr += S) {
+                dp_vf b[SH_NT];
+#pragma GCC unroll 4
+                for (int j = 0; j < NT; j++) b[j] = DP_VLOAD(xr + j * DP_VL);
+#pragma GCC unroll 6
+                for (int i = 0; i < R; i++) {
+                    const dp_vf w = DP_VSPLAT(a[(size_t)i * lda]);
+#pragma GCC unroll 4
+                    for (int j = 0; j < NT; j++) c[i][j] = DP_VFMA(w, b[j], c[i][j]);
+                }
+            }
+        }
+#pragma GCC unroll 6
+    for (int i = 0; i < R; i++) {
+#pragma GCC unroll 4
+        for (int j = 0; j < NT - 1; j++) DP_VSTORE(y + (size_t)i * P + j * DP_VL, c[i][j]);
+        _mm512_mask_storeu_ps(y + (size_t)i * P + (NT - 1) * DP_VL, last, (__m512)c[i][NT - 1]);
+    }
+}
+
+/* ys (M, P) = the convolution of one sample whose shifted planes are X. */
+static void sh_forward(const dp_conv2d_dims *d, const conv_plan *pl, const float *X, const float *w, const float *b,
+                       float *ys) {
+    const int M = pl->M, K = pl->K, P = pl->P, PV = pl->PV;
+    for (int v0 = 0; v0 < PV; v0 += SH_NT) {
+        const int NT = PV - v0 < SH_NT ? PV - v0 : SH_NT;
+        const __mmask16 last = sh_vmask(v0 + NT - 1, P);
+        const float *x = X + (size_t)v0 * DP_VL;
+        for (int m0 = 0; m0 < M; m0 += MRF) {
+            const int R = M - m0 < MRF ? M - m0 : MRF;
+            const float *a = w + (size_t)m0 * K, *bb = b ? b + m0 : NULL;
+            float *ym = ys + (size_t)m0 * P + (size_t)v0 * DP_VL;
+#define SHF(r, nt) tile_call_fwd(r, nt)
+#define tile_call_fwd(r, nt) sh_tile_fwd(r, nt, d->in_c, d->k, d->out_w, pl->S, x, a, K, bb, ym, P, last)
+#define SHF_NT(r)                              \
+    switch (NT) {                              \
+    case 4: SHF(r, 4); break;                  \
+    case 3: SHF(r, 3); break;                  \
+    case 2: SHF(r, 2); break;                  \
+    default: SHF(r, 1); break;                 \
+    }
+            SWITCH6(R, SHF_NT)
+#undef SHF_NT
+#undef tile_call_fwd
+#undef SHF
+        }
+    }
+}
+
+/* Weight-gradient tile: dwp[m0 + i][kk0 + j] += the sum over the q of ns samples of dy[i][q] *
+ * X[c][kw0 + j][kh*out_w + q], i < MR output channels, j < KR kernel columns of one (c, kh). A is
+ * dy at channel m0 (rows of P), x the plane (c, kw0) at kh*out_w; samples are as and xs floats
+ * apart. Lane l of an accumulator sums the positions q = l mod 16 of the samples in order; the
+ * lanes are then added by sum16's tree. */
+AI void sh_tile_dw(const int MR, const int KR, int ns, size_t as, size_t xs, int PV, int P, const float *A,
+                   const float *x, size_t S, float *dwp, int K) {
+    dp_vf c[SH_MR][SH_KR];
+#pragma GCC unroll 4
+    for (int i = 0; i < MR; i++)
+#pragma GCC unroll 5
+        for (int j = 0; j < KR; j++) c[i][j] = DP_VSPLAT(0.0f);
+    const __mmask16 tail = sh_vmask(PV - 1, P);
+    for (int s = 0; s < ns; s++) {
+        const float *ap = A + s * as, *xb = x + s * xs;
+        for (int v = 0; v < PV; v++) {
+            const __mmask16 mk = v == PV - 1 ? tail : (__mmask16)0xFFFF;
+            dp_vf a[SH_MR];
+#pragma GCC unroll 4
+            for (int i = 0; i < MR; i++) a[i] = (dp_vf)_mm512_maskz_loadu_ps(mk, ap + (size_t)i * P + v * DP_VL);
+#pragma GCC unroll 5
+            for (int j = 0; j < KR; j++) {
+                dp_vf bv = DP_VLOAD(xb + j * S + v * DP_VL);
+                DP_KEEP(bv);
+#pragma GCC unroll 4
+                for (int i = 0; i < MR; i++) c[i][j] = DP_VFMA(a[i], bv, c[i][j]);
+            }
+        }
+    }
+    __m512 t[32];
+    const int n = MR * KR;
+#pragma GCC unroll 4
+    for (int i = 0; i < MR; i++)
+#pragma GCC unroll 5
+        for (int j = 0; j < KR; j++) t[i * KR + j] = (__m512)c[i][j];
+    for (int e = n; e < (n + 15) / 16 * 16; e++) t[e] = _mm512_setzero_ps();
+    for (int e0 = 0; e0 < n; e0 += 16) {
+        float sum[16];
+        _mm512_storeu_ps(sum, sum16(t + e0));
+        for (int e = e0; e < n && e < e0 + 16; e++) dwp[(size_t)(e / KR) * K + e % KR] += sum[e - e0];
+    }
+}
+
+/* dwp (M, K) += the weight gradient of ns samples: shifted planes X (xs floats apart), dy g (M, P
+ * per sample). */
+static void sh_dw(const dp_conv2d_dims *d, const conv_plan *pl, int ns, const float *g, const float *X, size_t xs,
+                  float *dwp) {
+    const int M = pl->M, K = pl->K, P = pl->P, k = d->k, OW = d->out_w, PV = pl->PV;
+    const size_t S = pl->S, gs = (size_t)M * P;
+    const int mt = (M + SH_MR - 1) / SH_MR, MRX = (M + mt - 1) / mt; /* tiles of even height */
+    for (int c = 0; c < d->in_c; c++)
+        for (int kh = 0; kh < k; kh++)
+            for (int kw0 = 0; kw0 < k; kw0 += SH_KR) {
+                const int KR = k - kw0 < SH_KR ? k - kw0 : SH_KR, kk0 = (c * k + kh) * k + kw0;
+                const float *xb = X + (size_t)(c * k + kw0) * S + (size_t)kh * OW;
+                for (int m0 = 0; m0 < M; m0 += MRX) {
+                    const int MR = M - m0 < MRX ? M - m0 : MRX;
+                    const float *a = g + (size_t)m0 * P;
+                    float *dp = dwp + (size_t)m0 * K + kk0;
+#define SHW(mr, kr)                                                  \
+    case kr * 8 + mr:                                                \
+        sh_tile_dw(mr, kr, ns, gs, xs, PV, P, a, xb, S, dp, K); \
+        break;
+#define SHW_K(kr) SHW(1, kr) SHW(2, kr) SHW(3, kr) SHW(4, kr)
+                    switch (KR * 8 + MR) {
+                        SHW_K(1) SHW_K(2) SHW_K(3) SHW_K(4) SHW_K(5)
+                    default: break;
+                    }
+#undef SHW_K
+#undef SHW
+                }
+            }
+}
+
+/* Wg (k, groups, M, MRF): for each kh, the weights of the (c, kw) rows q0.. of a group, so that a
+ * tile's rows add into different planes (no partly overlapping stores in one tile). */
+static int sh_dx_groups(const dp_conv2d_dims *d) { return d->k * ((d->in_c * d->k + MRF - 1) / MRF); }
+
+static void sh_pack_dx(const dp_conv2d_dims *d, const conv_plan *pl, const float *w, float *wg) {
+    const int k = d->k, nq = d->in_c * k, per = (nq + MRF - 1) / MRF;
+    for (int kh = 0; kh < k; kh++)
+        for (int gi = 0; gi < per; gi++) {
+            float *dst = wg + (size_t)(kh * per + gi) * pl->M * MRF;
+            for (int m = 0; m < pl->M; m++)
+                for (int j = 0; j < MRF; j++) {
+                    const int q = gi * MRF + j, c = q / k, kw = q % k;
+                    dst[m * MRF + j] = q < nq ? w[(size_t)m * pl->K + (size_t)(c * k + kh) * k + kw] : 0.0f;
+                }
+        }
+}
+
+/* Input-gradient tile: rows i < R of a group, vectors j < NT from q0: DX[off[i] + 16j] += sum over
+ * m of Wg[m][i] dy[m][q0 + 16j]. D is dy at q0 (rows of P); X is DX at kh*out_w + q0. */
+AI void sh_tile_dx(const int R, const int NT, int M, int P, const float *Wg, const float *D, float *X, const size_t *off,
+                   __mmask16 last) {
+    dp_vf c[MRF][SH_NT];
+#pragma GCC unroll 6
+    for (int i = 0; i < R; i++)
+#pragma GCC unroll 4
+        for (int j = 0; j < NT; j++) c[i][j] = DP_VSPLAT(0.0f);
+    for (int m = 0; m < M; m++) {
+        dp_vf dv[SH_NT];
+#pragma GCC unroll 4
+        for (int j = 0; j < NT; j++)
+            dv[j] = (dp_vf)_mm512_maskz_loadu_ps(j == NT - 1 ? last : (__mmask16)0xFFFF, D + (size_t)m * P + j * DP_VL);
+#pragma GCC unroll 6
+        for (int i = 0; i < R; i++) {
+            const dp_vf a = DP_VSPLAT(Wg[m * MRF + i]);
+#pragma GCC unroll 4
+            for (int j = 0; j < NT; j++) c[i][j] = DP_VFMA(a, dv[j], c[i][j]);
+        }
+    }
+#pragma GCC unroll 6
+    for (int i = 0; i < R; i++)
+#pragma GCC unroll 4
+        for (int j = 0; j < NT; j++) {
+            float *t = X + off[i] + j * DP_VL;
+            DP_VSTORE(t, DP_VLOAD(t) + c[i][j]);
+        }
+}
+
+/* dxs (in_c, H, W) = the input gradient of one sample with dy g (M, P); DX is scratch of
+ * pl->xs_sz floats, wg the packed weights. */
+static void sh_dx(const dp_conv2d_dims *d, const conv_plan *pl, const float *wg, const float *g, float *DX,
+                  float *dxs) {
+    const int M = pl->M, P = pl->P, PV = pl->PV, k = d->k, OW = d->out_w, nq = d->in_c * k;
+    const int per = (nq + MRF - 1) / MRF;
+    const size_t S = pl->S;
+    memset(DX, 0, sizeof(float) * pl->xs_sz);
+    for (int kh = 0; kh < k; kh++)
+        for (int gi = 0; gi < per; gi++) {
+            const int q0 = gi * MRF, R = nq - q0 < MRF ? nq - q0 : MRF;
+            size_t off[MRF];
+            for (int j = 0; j < R; j++) off[j] = (size_t)(q0 + j) * S; /* plane (c, kw) = row q0 + j */
+            const float *wgg = wg + (size_t)(kh * per + gi) * M * MRF;
+            for (int v0 = 0; v0 < PV; v0 += SH_NT) {
+                const int NT = PV - v0 < SH_NT ? PV - v0 : SH_NT;
+                const __mmask16 last = sh_vmask(v0 + NT - 1, P);
+                const float *D = g + (size_t)v0 * DP_VL;
+                float *X = DX + (size_t)kh * OW + (size_t)v0 * DP_VL;
+#define SHX(r, nt) sh_tile_dx(r, nt, M, P, wgg, D, X, off, last)
+#define SHX_NT(r)                              \
+    switch (NT) {                              \
+    case 4: SHX(r, 4); break;                  \
+    case 3: SHX(r, 3); break;                  \
+    case 2: SHX(r, 2); break;                  \
+    default: SHX(r, 1); break;                 \
+    }
+                SWITCH6(R, SHX_NT)
+#undef SHX_NT
+#undef SHX
+            }
+        }
+    /* dx[c][h - pad][w - pad] = sum over kw of DX[c][kw][h][w - kw], kw in order, for the padded
+       columns w = w0 + lane that are inside the input */
+    const int H = d->in_h, W = d->in_w, pad = d->pad, Wp = pl->Wp;
+    for (int c = 0; c < d->in_c; c++)
+        for (int h = pad; h < pad + H; h++) {
+            float *drow = dxs + ((size_t)c * H + (h - pad)) * W - pad; /* padded column 0 */
+            for (int w0 = 0; w0 < Wp; w0 += DP_VL) {
+                __m512 acc = _mm512_setzero_ps();
+                for (int kw = 0; kw < k; kw++) {
+                    const float *src = DX + (size_t)(c * k + kw) * S + (size_t)h * OW - kw; /* lane w: DX[..][w - kw] */
+                    acc = _mm512_add_ps(acc, _mm512_maskz_loadu_ps(lane_mask(kw - w0, kw + OW - w0), src + w0));
+                }
+                _mm512_mask_storeu_ps(drow + w0, lane_mask(pad - w0, pad + W - w0), acc);
+            }
+        }
+}
+
