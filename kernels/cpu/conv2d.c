@@ -833,8 +833,8 @@ static void lanes16(const conv_plan *pl, int nc, const float *p, size_t n, float
         v[i] = _mm512_loadu_ps(p + i * DP_VL);
         for (int c = 1; c < nc; c++) v[i] = _mm512_add_ps(v[i], _mm512_loadu_ps(p + i * DP_VL + (size_t)c * pl->per_chunk));
     }
-    const __mmask16 m = lane_mask(0, (int)n);
-    _mm512_mask_storeu_ps(out, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, out), sum16(v)));
+    const __mmask16 m = dp_lane_mask(0, (int)n);
+    _mm512_mask_storeu_ps(out, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, out), dp_sum16(v)));
 }
 #endif
 
@@ -845,7 +845,7 @@ static void reduce_part(const conv_plan *pl, int nc, int r, int nr, const float 
     const size_t lo = nw * r / nr, hi = nw * (r + 1) / nr;
     if (pl->direct) { /* vector partials: add the chunks lane-wise, then the lanes */
 #if DP_VL == 16
-        /* 16 elements at a time, each element's lanes with sum16's tree (zeros pad the last
+        /* 16 elements at a time, each element's lanes with dp_sum16's tree (zeros pad the last
            block: every element is summed the same way wherever the parts start) */
         if (pl->sh) /* the chunks' partials (M, K), added in chunk order */
             for (size_t e = lo; e < hi; e++) {

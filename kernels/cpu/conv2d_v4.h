@@ -26,36 +26,8 @@
 #define SH_G 8 /* at most this many samples' shifted planes at once: each dw tile runs over all of them */
 #define SH_DW_STEPS 32 /* a dw tile's vectors (samples x PV): enough to pay for its lane sums */
 
-static inline __mmask16 lane_mask(int lo, int hi) {
-    if (lo < 0) lo = 0;
-    if (hi > DP_VL) hi = DP_VL;
-    return hi <= lo ? 0 : (__mmask16)((((1u << hi) - 1u) >> lo) << lo);
-}
-
-/* The sums of 16 vectors' lanes, s[e] = the sum of v[e]'s 16 lanes by a fixed pairwise tree
- * (lanes l and l+8, then l and l+4, l+2, l+1), as one vector. */
-static inline __m512 sum16(const __m512 *v) {
-    __m512 a[8], b[4], c[2];
-    /* a[i]: v[2i]'s lanes l + (l+8) in its low half, v[2i+1]'s in its high half */
-    for (int i = 0; i < 8; i++)
-        a[i] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0x44),
-                             _mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0xEE));
-    /* b[i]: 128-bit blocks e0 e1 e2 e3 = elements 4i..4i+3, each l + (l+4) of 4 partials */
-    for (int i = 0; i < 4; i++)
-        b[i] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * i], a[2 * i + 1], 0x88),
-                             _mm512_shuffle_f32x4(a[2 * i], a[2 * i + 1], 0xDD));
-    /* c[i]: block j = element 4(2i)+j's two partials, then element 4(2i+1)+j's */
-    for (int i = 0; i < 2; i++)
-        c[i] = _mm512_add_ps(_mm512_shuffle_ps(b[2 * i], b[2 * i + 1], 0x44),
-                             _mm512_shuffle_ps(b[2 * i], b[2 * i + 1], 0xEE));
-    /* block j: elements j, 4+j, 8+j, 12+j */
-    const __m512 r = _mm512_add_ps(_mm512_shuffle_ps(c[0], c[1], 0x88), _mm512_shuffle_ps(c[0], c[1], 0xDD));
-    const __m512i perm = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
-    return _mm512_permutexvar_ps(perm, r);
-}
-
 /* Mask of vector v of a sample's P outputs. */
-static inline __mmask16 sh_vmask(int v, int P) { return lane_mask(0, P - v * DP_VL); }
+static inline __mmask16 sh_vmask(int v, int P) { return dp_lane_mask(0, P - v * DP_VL); }
 
 /* X (in_c, k, Hp, out_w) from one sample xs (in_c, H, W), then zeros up to xs_sz. Rows are
  * written in order with whole vectors: a row's last vector spills into the next row, which
@@ -65,7 +37,7 @@ static void sh_build(const dp_conv2d_dims *d, const conv_plan *pl, const float *
     const int nv = (OW + DP_VL - 1) / DP_VL;
     float *dst = X;
     if (nv == 1 && p == 0) { /* one vector a row, no padding (LeNet): no masks but the row's */
-        const __mmask16 m = lane_mask(0, OW);
+        const __mmask16 m = dp_lane_mask(0, OW);
         for (int c = 0; c < d->in_c; c++)
             for (int kw = 0; kw < k; kw++) {
                 const float *src = xs + (size_t)c * H * W + kw;
@@ -78,7 +50,7 @@ static void sh_build(const dp_conv2d_dims *d, const conv_plan *pl, const float *
                 const int nm = nv < 8 ? nv : 8;
                 for (int i = 0; i < nm; i++) {
                     const int c0 = i * DP_VL + kw - p; /* input column of lane 0 */
-                    mk[i] = lane_mask(-c0, W - c0) & lane_mask(0, OW - i * DP_VL);
+                    mk[i] = dp_lane_mask(-c0, W - c0) & dp_lane_mask(0, OW - i * DP_VL);
                 }
                 for (int h = 0; h < Hp; h++, dst += OW) {
                     const int r = h - p;
@@ -87,7 +59,7 @@ static void sh_build(const dp_conv2d_dims *d, const conv_plan *pl, const float *
                         const int c0 = i * DP_VL + kw - p;
                         const __mmask16 m = r < 0 || r >= H ? 0
                                             : i < 8         ? mk[i]
-                                                            : lane_mask(-c0, W - c0) & lane_mask(0, OW - i * DP_VL);
+                                                            : dp_lane_mask(-c0, W - c0) & dp_lane_mask(0, OW - i * DP_VL);
                         _mm512_storeu_ps(dst + i * DP_VL, _mm512_maskz_loadu_ps(m, src + i * DP_VL));
                     }
                 }
@@ -163,7 +135,7 @@ static void sh_forward(const dp_conv2d_dims *d, const conv_plan *pl, const float
  * X[c][kw0 + j][kh*out_w + q], i < MR output channels, j < KR kernel columns of one (c, kh). A is
  * dy at channel m0 (rows of P), x the plane (c, kw0) at kh*out_w; samples are as and xs floats
  * apart. Lane l of an accumulator sums the positions q = l mod 16 of the samples in order; the
- * lanes are then added by sum16's tree. */
+ * lanes are then added by dp_sum16's tree. */
 AI void sh_tile_dw(const int MR, const int KR, int ns, size_t as, size_t xs, int PV, int P, const float *A,
                    const float *x, size_t S, float *dwp, int K) {
     dp_vf c[SH_MR][SH_KR];
@@ -197,7 +169,7 @@ AI void sh_tile_dw(const int MR, const int KR, int ns, size_t as, size_t xs, int
     for (int e = n; e < (n + 15) / 16 * 16; e++) t[e] = _mm512_setzero_ps();
     for (int e0 = 0; e0 < n; e0 += 16) {
         float sum[16];
-        _mm512_storeu_ps(sum, sum16(t + e0));
+        _mm512_storeu_ps(sum, dp_sum16(t + e0));
         for (int e = e0; e < n && e < e0 + 16; e++) dwp[(size_t)(e / KR) * K + e % KR] += sum[e - e0];
     }
 }
@@ -322,9 +294,9 @@ static void sh_dx(const dp_conv2d_dims *d, const conv_plan *pl, const float *wg,
                 __m512 acc = _mm512_setzero_ps();
                 for (int kw = 0; kw < k; kw++) {
                     const float *src = DX + (size_t)(c * k + kw) * S + (size_t)h * OW - kw; /* lane w: DX[..][w - kw] */
-                    acc = _mm512_add_ps(acc, _mm512_maskz_loadu_ps(lane_mask(kw - w0, kw + OW - w0), src + w0));
+                    acc = _mm512_add_ps(acc, _mm512_maskz_loadu_ps(dp_lane_mask(kw - w0, kw + OW - w0), src + w0));
                 }
-                _mm512_mask_storeu_ps(drow + w0, lane_mask(pad - w0, pad + W - w0), acc);
+                _mm512_mask_storeu_ps(drow + w0, dp_lane_mask(pad - w0, pad + W - w0), acc);
             }
         }
 }

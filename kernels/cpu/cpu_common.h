@@ -49,6 +49,37 @@ static inline dp_vf dp_vsplat(float s) {
 #define DP_KEEP(v) __asm__("" : "+x"(v))
 #endif
 
+#if DP_VL == 16
+/* AVX-512 helpers (the x86-64-v4 variant). Lanes [lo, hi) of a 16-lane mask (clipped). */
+static inline __mmask16 dp_lane_mask(int lo, int hi) {
+    if (lo < 0) lo = 0;
+    if (hi > DP_VL) hi = DP_VL;
+    return hi <= lo ? 0 : (__mmask16)((((1u << hi) - 1u) >> lo) << lo);
+}
+
+/* The sums of 16 vectors' lanes, s[e] = the sum of v[e]'s 16 lanes by a fixed pairwise tree
+ * (lanes l and l+8, then l and l+4, l+2, l+1), as one vector. */
+static inline __m512 dp_sum16(const __m512 *v) {
+    __m512 a[8], b[4], c[2];
+    /* a[i]: v[2i]'s lanes l + (l+8) in its low half, v[2i+1]'s in its high half */
+    for (int i = 0; i < 8; i++)
+        a[i] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0x44),
+                             _mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0xEE));
+    /* b[i]: 128-bit blocks e0 e1 e2 e3 = elements 4i..4i+3, each l + (l+4) of 4 partials */
+    for (int i = 0; i < 4; i++)
+        b[i] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * i], a[2 * i + 1], 0x88),
+                             _mm512_shuffle_f32x4(a[2 * i], a[2 * i + 1], 0xDD));
+    /* c[i]: block j = element 4(2i)+j's two partials, then element 4(2i+1)+j's */
+    for (int i = 0; i < 2; i++)
+        c[i] = _mm512_add_ps(_mm512_shuffle_ps(b[2 * i], b[2 * i + 1], 0x44),
+                             _mm512_shuffle_ps(b[2 * i], b[2 * i + 1], 0xEE));
+    /* block j: elements j, 4+j, 8+j, 12+j */
+    const __m512 r = _mm512_add_ps(_mm512_shuffle_ps(c[0], c[1], 0x88), _mm512_shuffle_ps(c[0], c[1], 0xDD));
+    const __m512i perm = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    return _mm512_permutexvar_ps(perm, r);
+}
+#endif
+
 /* Number of chunks a batch is split into: one per thread, never an empty one. */
 static inline int dp_nchunks(int batch, int nthreads) {
     int n = nthreads < batch ? nthreads : batch;
