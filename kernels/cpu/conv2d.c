@@ -413,8 +413,8 @@ static void sh_plan(const dp_conv2d_dims *d, conv_plan *p) {
     if (p->G > SH_G) p->G = SH_G;
     p->o_xp = 0;                                                    /* X (G, xs_sz) */
     p->o_dxp = p->xs_sz * p->G;                                     /* DX (xs_sz) */
-    p->o_col = p->o_dxp + p->xs_sz;                                 /* wg (k, groups, M, MRF) */
-    p->o_dw = p->o_col + round16((size_t)sh_dx_groups(d) * p->M * MRF);
+    p->o_col = p->o_dxp + p->xs_sz;                                 /* wg (k, groups, M, SH_DXR) */
+    p->o_dw = p->o_col + round16((size_t)sh_dx_groups(d) * p->M * SH_DXR);
     p->o_db = p->o_dw + round16((size_t)p->M * p->K);              /* dw partial (M, K) */
     p->per_chunk = p->o_db + round16((size_t)p->M * DP_VL);        /* dbv (M, VL) */
 }

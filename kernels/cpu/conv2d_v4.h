@@ -20,7 +20,8 @@
  * (c, kh, kw) or m order; dw keeps 16 lane partials (lane l: the positions q = l mod 16 of the
  * chunk's samples in order), added at the end with a fixed pairwise tree (sum16 below). */
 
-#define SH_NT 4 /* vectors per forward / dx tile: MRF x SH_NT accumulators of the 32 registers */
+#define SH_NT 4 /* vectors per forward / dx tile: MRF (SH_DXR) x SH_NT accumulators of the 32 registers */
+#define SH_DXR 5 /* rows of a dx tile (6 x 4 made GCC spill) */
 #define SH_MR 4 /* dw tile: SH_MR output channels x 5 kernel columns */
 #define SH_KR 5
 #define SH_G 8 /* at most this many samples' shifted planes at once: each dw tile runs over all of them */
@@ -131,34 +132,34 @@ static void sh_forward(const dp_conv2d_dims *d, const conv_plan *pl, const float
     }
 }
 
-/* Weight-gradient tile: dwp[m0 + i][kk0 + j] += the sum over the q of ns samples of dy[i][q] *
- * X[c][kw0 + j][kh*out_w + q], i < MR output channels, j < KR kernel columns of one (c, kh). A is
- * dy at channel m0 (rows of P), x the plane (c, kw0) at kh*out_w; samples are as and xs floats
- * apart. Lane l of an accumulator sums the positions q = l mod 16 of the samples in order; the
- * lanes are then added by dp_sum16's tree. */
+/* Weight-gradient tile: dwp[i*K + j*dj] += the sum over the q of ns samples of dy[i][q] *
+ * x[j*xj + q], i < MR output channels, j < KR weights. A is dy at the tile's first channel (rows of
+ * P); samples are as (dy) and xs (x) floats apart. Lane l of an accumulator sums the positions q =
+ * l mod 16 of the samples in order; the lanes are then added by dp_sum16's tree. */
 AI void sh_tile_dw(const int MR, const int KR, int ns, size_t as, size_t xs, int PV, int P, const float *A,
-                   const float *x, size_t S, float *dwp, int K) {
+                   const float *x, size_t xj, float *dwp, int K, int dj) {
     dp_vf c[SH_MR][SH_KR];
 #pragma GCC unroll 4
     for (int i = 0; i < MR; i++)
 #pragma GCC unroll 5
         for (int j = 0; j < KR; j++) c[i][j] = DP_VSPLAT(0.0f);
     const __mmask16 tail = sh_vmask(PV - 1, P);
-    for (int s = 0; s < ns; s++) {
-        const float *ap = A + s * as, *xb = x + s * xs;
-        for (int v = 0; v < PV; v++) {
-            const __mmask16 mk = v == PV - 1 ? tail : (__mmask16)0xFFFF;
-            dp_vf a[SH_MR];
+    /* one loop over the group's vectors (PV a sample is often 4): pointers jump between samples */
+    const float *ap = A, *xb = x;
+    for (int u = 0, v = 0; u < ns * PV; u++) {
+        const __mmask16 mk = v == PV - 1 ? tail : (__mmask16)0xFFFF;
+        dp_vf a[SH_MR];
 #pragma GCC unroll 4
-            for (int i = 0; i < MR; i++) a[i] = (dp_vf)_mm512_maskz_loadu_ps(mk, ap + (size_t)i * P + v * DP_VL);
+        for (int i = 0; i < MR; i++) a[i] = (dp_vf)_mm512_maskz_loadu_ps(mk, ap + (size_t)i * P);
 #pragma GCC unroll 5
-            for (int j = 0; j < KR; j++) {
-                dp_vf bv = DP_VLOAD(xb + j * S + v * DP_VL);
-                DP_KEEP(bv);
+        for (int j = 0; j < KR; j++) {
+            dp_vf bv = DP_VLOAD(xb + j * xj);
+            DP_KEEP(bv);
 #pragma GCC unroll 4
-                for (int i = 0; i < MR; i++) c[i][j] = DP_VFMA(a[i], bv, c[i][j]);
-            }
+            for (int i = 0; i < MR; i++) c[i][j] = DP_VFMA(a[i], bv, c[i][j]);
         }
+        ap += DP_VL, xb += DP_VL;
+        if (++v == PV) v = 0, ap += as - (size_t)PV * DP_VL, xb += xs - (size_t)PV * DP_VL;
     }
     __m512 t[32];
     const int n = MR * KR;
@@ -170,7 +171,7 @@ AI void sh_tile_dw(const int MR, const int KR, int ns, size_t as, size_t xs, int
     for (int e0 = 0; e0 < n; e0 += 16) {
         float sum[16];
         _mm512_storeu_ps(sum, dp_sum16(t + e0));
-        for (int e = e0; e < n && e < e0 + 16; e++) dwp[(size_t)(e / KR) * K + e % KR] += sum[e - e0];
+        for (int e = e0; e < n && e < e0 + 16; e++) dwp[(size_t)(e / KR) * K + (size_t)(e % KR) * dj] += sum[e - e0];
     }
 }
 
@@ -181,18 +182,20 @@ static void sh_dw(const dp_conv2d_dims *d, const conv_plan *pl, int ns, const fl
     const int M = pl->M, K = pl->K, P = pl->P, k = d->k, OW = d->out_w, PV = pl->PV;
     const size_t S = pl->S, gs = (size_t)M * P;
     const int mt = (M + SH_MR - 1) / SH_MR, MRX = (M + mt - 1) / mt; /* tiles of even height */
+    /* a tile's columns are kernel rows kh0.. of one (c, kw): its inputs are one shifted plane at
+       offsets kh*out_w apart, a few cache lines for all of them */
     for (int c = 0; c < d->in_c; c++)
-        for (int kh = 0; kh < k; kh++)
-            for (int kw0 = 0; kw0 < k; kw0 += SH_KR) {
-                const int KR = k - kw0 < SH_KR ? k - kw0 : SH_KR, kk0 = (c * k + kh) * k + kw0;
-                const float *xb = X + (size_t)(c * k + kw0) * S + (size_t)kh * OW;
-                for (int m0 = 0; m0 < M; m0 += MRX) {
+        for (int kw = 0; kw < k; kw++)
+            for (int kh0 = 0; kh0 < k; kh0 += SH_KR) {
+                const int KR = k - kh0 < SH_KR ? k - kh0 : SH_KR, kk0 = (c * k + kh0) * k + kw;
+                const float *xb = X + (size_t)(c * k + kw) * S + (size_t)kh0 * OW;
+                for (int m0 = 0; m0 < M; m0 += MRX) { /* the planes' rows stay in L1 for every m0 */
                     const int MR = M - m0 < MRX ? M - m0 : MRX;
                     const float *a = g + (size_t)m0 * P;
                     float *dp = dwp + (size_t)m0 * K + kk0;
 #define SHW(mr, kr)                                                  \
     case kr * 8 + mr:                                                \
-        sh_tile_dw(mr, kr, ns, gs, xs, PV, P, a, xb, S, dp, K); \
+        sh_tile_dw(mr, kr, ns, gs, xs, PV, P, a, xb, OW, dp, K, k); \
         break;
 #define SHW_K(kr) SHW(1, kr) SHW(2, kr) SHW(3, kr) SHW(4, kr)
                     switch (KR * 8 + MR) {
@@ -205,19 +208,19 @@ static void sh_dw(const dp_conv2d_dims *d, const conv_plan *pl, int ns, const fl
             }
 }
 
-/* Wg (k, groups, M, MRF): for each kh, the weights of the (c, kw) rows q0.. of a group, so that a
+/* Wg (k, groups, M, SH_DXR): for each kh, the weights of the (c, kw) rows q0.. of a group, so that a
  * tile's rows add into different planes (no partly overlapping stores in one tile). */
-static int sh_dx_groups(const dp_conv2d_dims *d) { return d->k * ((d->in_c * d->k + MRF - 1) / MRF); }
+static int sh_dx_groups(const dp_conv2d_dims *d) { return d->k * ((d->in_c * d->k + SH_DXR - 1) / SH_DXR); }
 
 static void sh_pack_dx(const dp_conv2d_dims *d, const conv_plan *pl, const float *w, float *wg) {
-    const int k = d->k, nq = d->in_c * k, per = (nq + MRF - 1) / MRF;
+    const int k = d->k, nq = d->in_c * k, per = (nq + SH_DXR - 1) / SH_DXR;
     for (int kh = 0; kh < k; kh++)
         for (int gi = 0; gi < per; gi++) {
-            float *dst = wg + (size_t)(kh * per + gi) * pl->M * MRF;
+            float *dst = wg + (size_t)(kh * per + gi) * pl->M * SH_DXR;
             for (int m = 0; m < pl->M; m++)
-                for (int j = 0; j < MRF; j++) {
-                    const int q = gi * MRF + j, c = q / k, kw = q % k;
-                    dst[m * MRF + j] = q < nq ? w[(size_t)m * pl->K + (size_t)(c * k + kh) * k + kw] : 0.0f;
+                for (int j = 0; j < SH_DXR; j++) {
+                    const int q = gi * SH_DXR + j, c = q / k, kw = q % k;
+                    dst[m * SH_DXR + j] = q < nq ? w[(size_t)m * pl->K + (size_t)(c * k + kh) * k + kw] : 0.0f;
                 }
         }
 }
@@ -226,7 +229,7 @@ static void sh_pack_dx(const dp_conv2d_dims *d, const conv_plan *pl, const float
  * m of Wg[m][i] dy[m][q0 + 16j]. D is dy at q0 (rows of P); X is DX at kh*out_w + q0. */
 AI void sh_tile_dx(const int R, const int NT, int M, int P, const float *Wg, const float *D, float *X, const size_t *off,
                    __mmask16 last) {
-    dp_vf c[MRF][SH_NT];
+    dp_vf c[SH_DXR][SH_NT];
 #pragma GCC unroll 6
     for (int i = 0; i < R; i++)
 #pragma GCC unroll 4
@@ -238,7 +241,7 @@ AI void sh_tile_dx(const int R, const int NT, int M, int P, const float *Wg, con
             dv[j] = (dp_vf)_mm512_maskz_loadu_ps(j == NT - 1 ? last : (__mmask16)0xFFFF, D + (size_t)m * P + j * DP_VL);
 #pragma GCC unroll 6
         for (int i = 0; i < R; i++) {
-            const dp_vf a = DP_VSPLAT(Wg[m * MRF + i]);
+            const dp_vf a = DP_VSPLAT(Wg[m * SH_DXR + i]);
 #pragma GCC unroll 4
             for (int j = 0; j < NT; j++) c[i][j] = DP_VFMA(a, dv[j], c[i][j]);
         }
@@ -257,15 +260,15 @@ AI void sh_tile_dx(const int R, const int NT, int M, int P, const float *Wg, con
 static void sh_dx(const dp_conv2d_dims *d, const conv_plan *pl, const float *wg, const float *g, float *DX,
                   float *dxs) {
     const int M = pl->M, P = pl->P, PV = pl->PV, k = d->k, OW = d->out_w, nq = d->in_c * k;
-    const int per = (nq + MRF - 1) / MRF;
+    const int per = (nq + SH_DXR - 1) / SH_DXR;
     const size_t S = pl->S;
     memset(DX, 0, sizeof(float) * pl->xs_sz);
     for (int kh = 0; kh < k; kh++)
         for (int gi = 0; gi < per; gi++) {
-            const int q0 = gi * MRF, R = nq - q0 < MRF ? nq - q0 : MRF;
-            size_t off[MRF];
+            const int q0 = gi * SH_DXR, R = nq - q0 < SH_DXR ? nq - q0 : SH_DXR;
+            size_t off[SH_DXR];
             for (int j = 0; j < R; j++) off[j] = (size_t)(q0 + j) * S; /* plane (c, kw) = row q0 + j */
-            const float *wgg = wg + (size_t)(kh * per + gi) * M * MRF;
+            const float *wgg = wg + (size_t)(kh * per + gi) * M * SH_DXR;
             for (int v0 = 0; v0 < PV; v0 += SH_NT) {
                 const int NT = PV - v0 < SH_NT ? PV - v0 : SH_NT;
                 const __mmask16 last = sh_vmask(v0 + NT - 1, P);
@@ -279,7 +282,13 @@ static void sh_dx(const dp_conv2d_dims *d, const conv_plan *pl, const float *wg,
     case 2: SHX(r, 2); break;                  \
     default: SHX(r, 1); break;                 \
     }
-                SWITCH6(R, SHX_NT)
+                switch (R) {
+                case 5: SHX_NT(5) break;
+                case 4: SHX_NT(4) break;
+                case 3: SHX_NT(3) break;
+                case 2: SHX_NT(2) break;
+                default: SHX_NT(1) break;
+                }
 #undef SHX_NT
 #undef SHX
             }
