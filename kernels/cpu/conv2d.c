@@ -174,6 +174,33 @@ static inline void add_row(float *dst, const float *src, int n) {
     for (; i < n; i++) dst[i] += src[i];
 }
 
+#if DP_VL == 16
+/* dst[i] = src[2i], i < n: 16 at a time, the even floats of 32 (masked: nothing read past src[2n-2]). */
+static inline void gather2_row(float *dst, const float *src, int n) {
+    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    for (int i = 0; i < n; i += DP_VL) {
+        const int left = 2 * (n - i) - 1; /* floats of src from 2i on that are read */
+        const __m512 lo = _mm512_maskz_loadu_ps(dp_lane_mask(0, left), src + 2 * i);
+        const __m512 hi = _mm512_maskz_loadu_ps(dp_lane_mask(0, left - DP_VL), src + 2 * i + DP_VL);
+        _mm512_mask_storeu_ps(dst + i, dp_lane_mask(0, n - i), _mm512_permutex2var_ps(lo, even, hi));
+    }
+}
+
+/* dst[2i] += src[i], i < n (the odd floats between are left as they are). */
+static inline void scatter2_add_row(float *dst, const float *src, int n) {
+    const __m512i spread_lo = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+    const __m512i spread_hi = _mm512_setr_epi32(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15);
+    for (int i = 0; i < n; i += DP_VL) {
+        const __m512 v = _mm512_maskz_loadu_ps(dp_lane_mask(0, n - i), src + i);
+        const int left = 2 * (n - i) - 1;
+        const __mmask16 m0 = dp_lane_mask(0, left) & 0x5555, m1 = dp_lane_mask(0, left - DP_VL) & 0x5555;
+        float *d0 = dst + 2 * i, *d1 = d0 + DP_VL;
+        _mm512_mask_storeu_ps(d0, m0, _mm512_add_ps(_mm512_maskz_loadu_ps(m0, d0), _mm512_permutexvar_ps(spread_lo, v)));
+        _mm512_mask_storeu_ps(d1, m1, _mm512_add_ps(_mm512_maskz_loadu_ps(m1, d1), _mm512_permutexvar_ps(spread_hi, v)));
+    }
+}
+#endif
+
 /* col (K, ldc): row (ic, kh, kw), column oh*OW + ow = xp[ic][oh*s + kh][ow*s + kw] of the padded
  * input. Columns [P, zero_to) are zeroed. */
 static void im2col(const dp_conv2d_dims *d, const conv_plan *pl, const float *xp, float *col, int ldc,
@@ -188,6 +215,9 @@ static void im2col(const dp_conv2d_dims *d, const conv_plan *pl, const float *xp
                     const float *srow = src + (size_t)oh * s * Wp;
                     float *drow = dst + (size_t)oh * OW;
                     if (s == 1) copy_row(drow, srow, OW);
+#if DP_VL == 16
+                    else if (s == 2) gather2_row(drow, srow, OW);
+#endif
                     else
                         for (int ow = 0; ow < OW; ow++) drow[ow] = srow[ow * s];
                 }
@@ -208,6 +238,9 @@ static void col2im(const dp_conv2d_dims *d, const conv_plan *pl, const float *co
                     float *drow = dst + (size_t)oh * s * Wp;
                     const float *srow = src + (size_t)oh * OW;
                     if (s == 1) add_row(drow, srow, OW);
+#if DP_VL == 16
+                    else if (s == 2) scatter2_add_row(drow, srow, OW);
+#endif
                     else
                         for (int ow = 0; ow < OW; ow++) drow[ow * s] += srow[ow];
                 }

@@ -183,6 +183,56 @@ static void maxpool_generic(int lo, int hi, int h, int w, int k, int s, int p, i
     }
 }
 
+#if DP_VL == 16
+/* Stride 2, any window and padding (ResNet's 3x3 pad 1), 16 output columns at a time: the inputs
+ * of lane l at window column dw are x[2(j0 + l) - p + dw], the even floats of 32 loaded. Windows
+ * are scanned in maxpool_generic's order (rows, then columns), the same rule, so the results are
+ * its results. */
+static void maxpool_s2_16(int lo, int hi, int h, int w, int k, int p, int oh, int ow, const float *x, float *y,
+                          int32_t *am) {
+    const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const __m512i even = _mm512_add_epi32(iota, iota), two_iota = even;
+    for (int pl = lo; pl < hi; pl++) {
+        const float *xp = x + (size_t)pl * h * w;
+        float *yp = y + (size_t)pl * oh * ow;
+        int32_t *ap = am + (size_t)pl * oh * ow;
+        for (int i = 0; i < oh; i++) {
+            int h0 = i * 2 - p, h1 = h0 + k;
+            if (h0 < 0) h0 = 0;
+            if (h1 > h) h1 = h;
+            for (int j0 = 0; j0 < ow; j0 += 16) {
+                const __mmask16 out = dp_lane_mask(0, ow - j0);
+                /* PyTorch's index where no element is taken: the clipped window's first element */
+                __m512i w0 = _mm512_sub_epi32(_mm512_add_epi32(_mm512_set1_epi32(2 * j0), two_iota), _mm512_set1_epi32(p));
+                w0 = _mm512_max_epi32(w0, _mm512_setzero_si512());
+                __m512i idx = _mm512_add_epi32(w0, _mm512_set1_epi32(h0 * w));
+                __m512 m = _mm512_set1_ps(-INFINITY);
+                for (int a = h0; a < h1; a++) {
+                    const float *r = xp + (size_t)a * w;
+                    for (int dw = 0; dw < k; dw++) {
+                        const int base = 2 * j0 - p + dw; /* column of lane 0 */
+                        const __mmask16 mlo = dp_lane_mask(-base, w - base), mhi = dp_lane_mask(-base - 16, w - base - 16);
+                        const __m512 v = _mm512_permutex2var_ps(_mm512_maskz_loadu_ps(mlo, r + base), even,
+                                                                _mm512_maskz_loadu_ps(mhi, r + base + 16));
+                        /* lane l's column base + 2l inside the row (and an output lane) */
+                        const __mmask16 in = out & _mm512_cmpge_epi32_mask(_mm512_add_epi32(_mm512_set1_epi32(base), two_iota),
+                                                                          _mm512_setzero_si512()) &
+                                             _mm512_cmplt_epi32_mask(_mm512_add_epi32(_mm512_set1_epi32(base), two_iota),
+                                                                     _mm512_set1_epi32(w));
+                        const __mmask16 t = in & (_mm512_cmp_ps_mask(v, m, _CMP_GT_OQ) | _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q));
+                        m = _mm512_mask_mov_ps(m, t, v);
+                        idx = _mm512_mask_mov_epi32(idx, t, _mm512_add_epi32(_mm512_set1_epi32(a * w + base), two_iota));
+                    }
+                }
+                _mm512_mask_storeu_ps(yp + (size_t)i * ow + j0, out, m);
+                _mm512_mask_storeu_epi32(ap + (size_t)i * ow + j0, out, idx);
+            }
+        }
+    }
+    (void)iota;
+}
+#endif
+
 void maxpool2d_forward_cpu(int batch, int c, int h, int w, int k, int stride, int pad, const float *x, float *y,
                            int32_t *argmax, int nthreads) {
     const int oh = pool_out_size(h, k, stride, pad), ow = pool_out_size(w, k, stride, pad);
@@ -191,6 +241,10 @@ void maxpool2d_forward_cpu(int batch, int c, int h, int w, int k, int stride, in
     const int nt = plane_threads(planes, (size_t)h * w, nthreads);
     if (k == 2 && stride == 2 && pad == 0)
         PLANES(planes, nt, maxpool_2x2(lo, hi, h, w, x, y, argmax));
+#if DP_VL == 16
+    else if (stride == 2)
+        PLANES(planes, nt, maxpool_s2_16(lo, hi, h, w, k, pad, oh, ow, x, y, argmax));
+#endif
     else
         PLANES(planes, nt, maxpool_generic(lo, hi, h, w, k, stride, pad, oh, ow, x, y, argmax));
 }
