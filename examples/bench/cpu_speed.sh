@@ -33,6 +33,9 @@
 #       --data DIR        Fashion-MNIST (default /usr/share/datasets/fashion-mnist)
 #       --out DIR         logs and cpu_speed.md (default out/cpu-speed)
 #       --wait-idle S     before each run, wait up to S seconds for the machine to be idle
+#       --keep-openblas-coretype   keep an OPENBLAS_CORETYPE of the environment (by default it is removed
+#                         from every run, so that OpenBLAS picks its kernels for the CPU itself; the
+#                         limit is then the best of both)
 #   -h, --help            this text
 #
 # Environment: DPTRAIN (default build/dptrain), BENCH_SGEMM (default bench_sgemm beside it),
