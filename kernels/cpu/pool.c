@@ -117,6 +117,53 @@ DEF_POOL2(4, pf4, pi4, EV4, OD4, ZL4, ZH4, ((pi4){0, 2, 4, 6}))
 DEF_POOL2(8, pf8, pi8, EV8, OD8, ZL8, ZH8, ((pi8){0, 2, 4, 6, 8, 10, 12, 14}))
 #endif
 
+#if DP_VL == 16
+/* AVX-512: n <= 16 outputs of a row pair at once (masked), the even and odd inputs split by
+ * permutes; the same candidates in the same order as above. */
+static inline void take16(__m512 *m, __m512i *k, __m512 v, __m512i kv) {
+    const __mmask16 t = _mm512_cmp_ps_mask(v, *m, _CMP_GT_OQ) | _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+    *m = _mm512_mask_mov_ps(*m, t, v);
+    *k = _mm512_mask_mov_epi32(*k, t, kv);
+}
+
+static inline void pool2_fwd16(const float *r0, const float *r1, int32_t k0, int w, float *y, int32_t *am, int n) {
+    const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i od = _mm512_add_epi32(ev, _mm512_set1_epi32(1));
+    const __mmask16 mo = dp_lane_mask(0, n), mlo = dp_lane_mask(0, 2 * n), mhi = dp_lane_mask(0, 2 * n - 16);
+    const __m512 p0 = _mm512_maskz_loadu_ps(mlo, r0), p1 = _mm512_maskz_loadu_ps(mhi, r0 + 16);
+    const __m512 q0 = _mm512_maskz_loadu_ps(mlo, r1), q1 = _mm512_maskz_loadu_ps(mhi, r1 + 16);
+    const __m512i kb = _mm512_add_epi32(_mm512_set1_epi32(k0), ev);
+    __m512 m = _mm512_permutex2var_ps(p0, ev, p1);
+    __m512i k = kb;
+    take16(&m, &k, _mm512_permutex2var_ps(p0, od, p1), _mm512_add_epi32(kb, _mm512_set1_epi32(1)));
+    take16(&m, &k, _mm512_permutex2var_ps(q0, ev, q1), _mm512_add_epi32(kb, _mm512_set1_epi32(w)));
+    take16(&m, &k, _mm512_permutex2var_ps(q0, od, q1), _mm512_add_epi32(kb, _mm512_set1_epi32(w + 1)));
+    _mm512_mask_storeu_ps(y, mo, m);
+    _mm512_mask_storeu_epi32(am, mo, k);
+}
+
+/* Block-wise backward of n <= 16 outputs; 1 if an argmax lies outside its block. */
+static inline int pool2_bwd16(float *r0, float *r1, int32_t k0, int w, const float *g, const int32_t *am, int n) {
+    const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i zl = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+    const __m512i zh = _mm512_add_epi32(zl, _mm512_set1_epi32(8));
+    const __mmask16 mo = dp_lane_mask(0, n), mlo = dp_lane_mask(0, 2 * n), mhi = dp_lane_mask(0, 2 * n - 16);
+    const __m512 gv = _mm512_maskz_loadu_ps(mo, g);
+    const __m512i q = _mm512_sub_epi32(_mm512_maskz_loadu_epi32(mo, am), _mm512_add_epi32(_mm512_set1_epi32(k0), ev));
+    const __mmask16 e0 = _mm512_cmpeq_epi32_mask(q, _mm512_setzero_si512()) & mo;
+    const __mmask16 e1 = _mm512_cmpeq_epi32_mask(q, _mm512_set1_epi32(1)) & mo;
+    const __mmask16 e2 = _mm512_cmpeq_epi32_mask(q, _mm512_set1_epi32(w)) & mo;
+    const __mmask16 e3 = _mm512_cmpeq_epi32_mask(q, _mm512_set1_epi32(w + 1)) & mo;
+    const __m512 a = _mm512_maskz_mov_ps(e0, gv), b = _mm512_maskz_mov_ps(e1, gv);
+    const __m512 c = _mm512_maskz_mov_ps(e2, gv), d = _mm512_maskz_mov_ps(e3, gv);
+    _mm512_mask_storeu_ps(r0, mlo, _mm512_permutex2var_ps(a, zl, b));
+    _mm512_mask_storeu_ps(r0 + 16, mhi, _mm512_permutex2var_ps(a, zh, b));
+    _mm512_mask_storeu_ps(r1, mlo, _mm512_permutex2var_ps(c, zl, d));
+    _mm512_mask_storeu_ps(r1 + 16, mhi, _mm512_permutex2var_ps(c, zh, d));
+    return (mo & ~(e0 | e1 | e2 | e3)) != 0;
+}
+#endif
+
 /* One 2x2 window in scalar code (rows narrower than 4 outputs). */
 static inline void max4(const float *r0, const float *r1, int32_t k0, int w, float *y, int32_t *am) {
     float m = r0[0];
@@ -141,6 +188,10 @@ static void maxpool_2x2(int lo, int hi, int h, int w, const float *x, float *y, 
             int32_t *ar = ap + (size_t)i * ow;
             const int32_t base = 2 * i * w;
             int j = 0;
+#if DP_VL == 16
+            for (; ow - j > 8; j += 16) /* more than 8 left: 16 at a time, the last ones masked */
+                pool2_fwd16(r0 + 2 * j, r1 + 2 * j, base + 2 * j, w, yr + j, ar + j, ow - j < 16 ? ow - j : 16);
+#endif
 #if DP_VL >= 8
             for (; j + 8 <= ow; j += 8) pool2_fwd8(r0 + 2 * j, r1 + 2 * j, base + 2 * j, w, yr + j, ar + j);
 #endif
@@ -261,6 +312,10 @@ static int maxpool_bwd_blocks(int h, int w, int oh, int ow, const float *gp, con
         const float *gr = gp + (size_t)i * ow;
         const int32_t *ar = ap + (size_t)i * ow;
         int bad = 0, j = 0;
+#if DP_VL == 16
+        for (; ow - j > 8; j += 16)
+            bad |= pool2_bwd16(r0 + 2 * j, r1 + 2 * j, base + 2 * j, w, gr + j, ar + j, ow - j < 16 ? ow - j : 16);
+#endif
 #if DP_VL >= 8
         for (; j + 8 <= ow; j += 8) bad |= pool2_bwd8(r0 + 2 * j, r1 + 2 * j, base + 2 * j, w, gr + j, ar + j);
 #endif
