@@ -2,8 +2,9 @@
  * the variant compiled for what this CPU runs: x86-64-v4 (AVX-512, 16-float vectors),
  * x86-64-v3 (AVX2 + FMA, 8-float vectors) or baseline x86-64 (SSE2, 4-float vectors, no FMA).
  * A binary built anywhere then runs on any x86-64 (and under valgrind, whose CPU has no
- * AVX-512) at the speed of a -march=native build. The variants round differently (FMA fuses a multiply-add; the vector width changes the
- * order of sums), so results are bitwise equal between machines of the same variant only. */
+ * AVX-512) at the speed of a -march=native build. The variants round differently (FMA fuses a
+ * multiply-add; the vector width changes the order of sums), so results are bitwise equal between
+ * machines of the same variant only. */
 #include "kernels/cpu/dispatch.h"
 
 #include "kernels/cpu/activation.h"
