@@ -280,11 +280,14 @@ def lenet_cmd_dptrain(binary, a, epochs, log):
 
 TORCH_LENET_CONFIGS = [
     # (name, flags, env): threads = T in every one; the BLAS's own pool 1 thread (Debian's torch calls the
-    # system OpenBLAS, whose pool torch.set_num_threads does not reach)
+    # system OpenBLAS, whose pool torch.set_num_threads does not reach). OpenMP's spinning: libgomp's
+    # default, or bounded as dptrain bounds its own (a spinning thread takes the core a descheduled
+    # partner needs when another process runs: PyTorch's steps then wait a whole time slice per operator)
     ("oneDNN convolutions (default)", [], {}),
     ("oneDNN, channels_last", ["--channels-last"], {}),
+    ("oneDNN, GOMP_SPINCOUNT=3000 (dptrain's spin bound)", [], {"GOMP_SPINCOUNT": "3000"}),
+    ("oneDNN, channels_last, GOMP_SPINCOUNT=3000", ["--channels-last"], {"GOMP_SPINCOUNT": "3000"}),
     ("PyTorch's own convolutions (mkldnn off)", ["--mkldnn", "off"], {}),
-    ("oneDNN, OpenMP spin bounded as dptrain's (GOMP_SPINCOUNT=3000)", [], {"GOMP_SPINCOUNT": "3000"}),
 ]
 TORCH2_ONLY = [("torch.compile", ["--compile"], {})]
 TORCH_RESNET_CONFIGS = [
@@ -332,6 +335,42 @@ def tune(a, name, configs, make_cmd, per_round_epochs, drop, rounds, outdir, pic
     return best, rows
 
 
+def profile_torch(a, out, overheads):
+    """Where a PyTorch LeNet step's time goes (cpu_reference.py overhead), with the default settings
+    and with the kept ones: a markdown table of the operators' self time per step."""
+    cols, tables = [], []
+    for ver, py, best in overheads:
+        for name, flags, env in ([TORCH_LENET_CONFIGS[0]] + ([best] if best[0] != TORCH_LENET_CONFIGS[0][0] else [])):
+            log = os.path.join(out, "overhead-%s-%d.jsonl" % (re.sub(r"[^0-9A-Za-z.]", "_", ver), len(cols)))
+            cmd = [py, os.path.join(ROOT, "examples", "pytorch", "cpu_reference.py"), "overhead", "--threads",
+                   str(a.threads), "--log", log] + flags
+            rc, _ = run(cmd, log[:-6] + ".txt", env, a.wait_idle)
+            if rc != 0:
+                continue
+            ops = {o["name"]: o["self_us_per_step"] for o in jsonl(log, "op")}
+            ov = {o["what"]: o["us"] for o in jsonl(log, "overhead")}
+            cols.append(("PyTorch %s, %s" % (ver, name), ops, ov))
+    if not cols:
+        return []
+    names = []
+    for _, ops, _ in cols:
+        for n, _ in sorted(ops.items(), key=lambda kv: -kv[1])[:8]:
+            if n not in names:
+                names.append(n)
+    md = ["### Where a PyTorch LeNet step's time goes\n",
+          "`examples/pytorch/cpu_reference.py overhead --threads %d` (its settings' flags added): the cost of one small "
+          "operator, a whole LeNet step (forward, backward, SGD) at batch 1 and 64, and the autograd profiler's self time "
+          "per step of the operators that take the most, microseconds:\n" % a.threads]
+    md.append("| | " + " | ".join(c[0] for c in cols) + " |")
+    md.append("|---|" + "---:|" * len(cols))
+    for what in ("torch.add of 1-element tensors", "LeNet step, batch 1", "LeNet step, batch 64"):
+        md.append("| %s | " % what + " | ".join("%.1f" % c[2][what] if what in c[2] else "" for c in cols) + " |")
+    for n in names:
+        md.append("| %s | " % n + " | ".join("%.0f" % c[1][n] if n in c[1] else "" for c in cols) + " |")
+    md.append("")
+    return md
+
+
 def section_lenet(a, md, dptrain, base, base_desc, peers, sgemm):
     out = os.path.join(a.out, "lenet")
     os.makedirs(out, exist_ok=True)
@@ -339,7 +378,7 @@ def section_lenet(a, md, dptrain, base, base_desc, peers, sgemm):
     progs = [Program("dptrain", "dptrain (this build)", lenet_cmd_dptrain(dptrain, a, E, "LOG"))]
     if base:
         progs.append(Program("base", "dptrain %s" % a.base, lenet_cmd_dptrain(base, a, E, "LOG")))
-    tune_md = []
+    tune_md, overheads = [], []
     for key, label in (("torch2", "PyTorch"), ("torch1", "PyTorch")):
         if key not in peers:
             continue
@@ -362,6 +401,7 @@ def section_lenet(a, md, dptrain, base, base_desc, peers, sgemm):
             tune_md.append("")
         progs.append(Program(key, "%s %s" % (label, ver), torch_lenet_cmd(py, a, E, "LOG", best[1]), best[2],
                              "threads %d, %s" % (T, best[0])))
+        overheads.append((ver, py, best))
     if "jax" in peers:
         py, ver = peers["jax"]
         if py:
@@ -449,6 +489,8 @@ def section_lenet(a, md, dptrain, base, base_desc, peers, sgemm):
     if base_desc and "base" in d:
         md.append("- %s: %s" % (a.base, base_desc))
     md.append("")
+    if overheads:
+        md += profile_torch(a, out, overheads)
     if tune_md:
         md.append("### Peers' settings\n")
         md.append("Each PyTorch ran with torch.set_num_threads(%d), OMP_NUM_THREADS=%d and its BLAS's own pool at 1 thread; "
