@@ -42,6 +42,7 @@ typedef struct {
     int ld;          /* explicit direct: row stride of col / dyp (P rounded up to NB) */
     int G;           /* blas: samples per GEMM; implicit, sh: samples per dw pass */
     int sh, PV;      /* 16-float vectors, stride 1: the shifted planes of conv2d_v4.h; P's vectors */
+    int mv;          /* sh, M 16 or 32, k <= 5: dw with the output channels in the lanes (dy transposed) */
     size_t S, xs_sz; /* sh: floats of one shifted plane (Hp * out_w); of a sample's planes, with slack */
     size_t o_xp, o_dxp, o_col, o_dy, o_dw, o_db, per_chunk; /* a chunk's slice of ws (floats) */
 } conv_plan;
@@ -444,12 +445,15 @@ static void sh_plan(const dp_conv2d_dims *d, conv_plan *p) {
     p->xs_sz = round16((size_t)d->in_c * d->k * p->S + DP_VL);
     p->G = (SH_DW_STEPS + p->PV - 1) / p->PV; /* samples a dw tile runs over: at least SH_DW_STEPS vectors */
     if (p->G > SH_G) p->G = SH_G;
+    p->mv = (p->M == 16 || p->M == 32) && d->k <= 5;
+    if (p->mv) p->G = SH_G; /* its tiles run over every position of the group */
     p->o_xp = 0;                                                    /* X (G, xs_sz) */
     p->o_dxp = p->xs_sz * p->G;                                     /* DX (xs_sz) */
     p->o_col = p->o_dxp + p->xs_sz;                                 /* wg (k, groups, M, SH_DXR) */
     p->o_dw = p->o_col + round16((size_t)sh_dx_groups(d) * p->M * SH_DXR);
     p->o_db = p->o_dw + round16((size_t)p->M * p->K);              /* dw partial (M, K) */
-    p->per_chunk = p->o_db + round16((size_t)p->M * DP_VL);        /* dbv (M, VL) */
+    p->o_dy = p->o_db + round16((size_t)p->M * DP_VL);             /* dbv (M, VL) */
+    p->per_chunk = p->o_dy + (p->mv ? round16((size_t)p->G * p->PV * DP_VL * p->M) : 0); /* dT (G, PV*16, M) */
 }
 
 static void bwd_sh(const dp_conv2d_dims *d, const conv_plan *pl, int s0, int s1, const float *x, const float *w,
@@ -461,7 +465,14 @@ static void bwd_sh(const dp_conv2d_dims *d, const conv_plan *pl, int s0, int s1,
     for (int s = s0; s < s1; s += pl->G) {
         const int ns = s1 - s < pl->G ? s1 - s : pl->G;
         for (int i = 0; i < ns; i++) sh_build(d, pl, x + (s + i) * in_sz, X + i * pl->xs_sz);
-        sh_dw(d, pl, ns, dy + s * out_sz, X, pl->xs_sz, dwp);
+        if (pl->mv) {
+            float *dT = cw + pl->o_dy;
+            const size_t dts = (size_t)pl->PV * DP_VL * pl->M;
+            for (int i = 0; i < ns; i++) sh_transpose_dy(pl, dy + (s + i) * out_sz, dT + i * dts);
+            sh_dw_m(d, pl, ns, X, pl->xs_sz, dT, dts, dwp);
+        } else {
+            sh_dw(d, pl, ns, dy + s * out_sz, X, pl->xs_sz, dwp);
+        }
         if (dx)
             for (int i = 0; i < ns; i++) sh_dx(d, pl, wg, dy + (s + i) * out_sz, DX, dx + (s + i) * in_sz);
     }

@@ -208,6 +208,114 @@ static void sh_dw(const dp_conv2d_dims *d, const conv_plan *pl, int ns, const fl
             }
 }
 
+/* ---- the weight gradient with the output channels in the lanes (M = 16 or 32, k <= 5)
+ * dW[m][k] = the sum over the chunk's samples and positions q, in order, of dy[m][q] X[k][q]: with
+ * dy transposed per sample to dT (P rows of the M channels), a vector of dT[q] times X[k][q]
+ * broadcast adds to one accumulator per weight column k, a plain sequential sum per weight (no
+ * lane partials), every lane an output channel, one load per multiply-add. */
+
+/* r (16 rows of 16) = its transpose: swaps of 8x8, 4x4, 2x2 and 1x1 blocks. Stage b: row i (bit b
+ * clear) takes lanes l of itself where l has bit b clear and lanes l - b of row i + b elsewhere; row
+ * i + b the lanes l + b of row i and its own. */
+static const int32_t TR_IDX[4][2][16] = {
+    {{0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23}, {8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31}},
+    {{0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27}, {4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31}},
+    {{0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29}, {2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31}},
+    {{0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30}, {1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31}},
+};
+
+static inline void transpose16(__m512 *r) {
+#pragma GCC unroll 4
+    for (int st = 0, b = 8; st < 4; st++, b >>= 1) {
+        const __m512i ilo = _mm512_loadu_si512(TR_IDX[st][0]), ihi = _mm512_loadu_si512(TR_IDX[st][1]);
+#pragma GCC unroll 16
+        for (int i = 0; i < 16; i++)
+            if (!(i & b)) {
+                const __m512 a = r[i], c = r[i + b];
+                r[i] = _mm512_permutex2var_ps(a, ilo, c);
+                r[i + b] = _mm512_permutex2var_ps(a, ihi, c);
+            }
+    }
+}
+
+/* dT (PV*16, M) = g (M, P) transposed; rows past P hold zeros. */
+static void sh_transpose_dy(const conv_plan *pl, const float *g, float *dT) {
+    const int M = pl->M, P = pl->P;
+    for (int m0 = 0; m0 < M; m0 += 16)
+        for (int v = 0; v < pl->PV; v++) {
+            const __mmask16 mk = sh_vmask(v, P);
+            __m512 r[16];
+            for (int i = 0; i < 16; i++) r[i] = _mm512_maskz_loadu_ps(mk, g + (size_t)(m0 + i) * P + v * DP_VL);
+            transpose16(r);
+            for (int i = 0; i < 16; i++) _mm512_storeu_ps(dT + (size_t)(v * DP_VL + i) * M + m0, r[i]);
+        }
+}
+
+/* Accumulators for KH kernel rows kh0.. x all k kernel columns of one input channel, NM vectors of
+ * output channels each: the sum over ns samples (X xs floats apart, dT dts floats apart) of their P
+ * positions in order; then dwp[m][c, kh0 + i, kw] += the lanes. */
+AI void sh_tile_dwm(const int NM, const int KH, const int KK, int ns, int P, size_t xs, size_t dts, const float *X,
+                    size_t S, int OW, const float *dT, int M, float *dwp, int K, int kk0) {
+    __m512 c[2][25];
+#pragma GCC unroll 2
+    for (int v = 0; v < NM; v++)
+#pragma GCC unroll 25
+        for (int t = 0; t < KH * KK; t++) c[v][t] = _mm512_setzero_ps();
+    for (int s = 0; s < ns; s++) {
+        const float *xb = X + s * xs, *d = dT + s * dts;
+        const float *x0 = xb, *x1 = xb + S, *x2 = xb + 2 * S, *x3 = xb + 3 * S, *x4 = xb + 4 * S;
+        for (int q = 0; q < P; q++, d += M) {
+            __m512 dv[2];
+#pragma GCC unroll 2
+            for (int v = 0; v < NM; v++) dv[v] = _mm512_loadu_ps(d + v * DP_VL);
+#pragma GCC unroll 5
+            for (int i = 0; i < KH; i++) {
+                const size_t o = (size_t)i * OW + q;
+#pragma GCC unroll 5
+                for (int j = 0; j < KK; j++) {
+                    const float *xr = j == 0 ? x0 : j == 1 ? x1 : j == 2 ? x2 : j == 3 ? x3 : x4;
+                    const __m512 xv = _mm512_set1_ps(xr[o]);
+#pragma GCC unroll 2
+                    for (int v = 0; v < NM; v++) c[v][i * KK + j] = _mm512_fmadd_ps(xv, dv[v], c[v][i * KK + j]);
+                }
+            }
+        }
+    }
+    float t[16];
+    for (int v = 0; v < NM; v++)
+        for (int e = 0; e < KH * KK; e++) {
+            _mm512_storeu_ps(t, c[v][e]);
+            float *dst = dwp + (size_t)(v * DP_VL) * K + kk0 + (size_t)(e / KK) * KK + e % KK;
+            for (int l = 0; l < 16; l++) dst[(size_t)l * K] += t[l];
+        }
+}
+
+/* dwp (M, K) += the weight gradient of ns samples: shifted planes X (xs floats apart), dy transposed
+ * in dT (dts floats apart). */
+static void sh_dw_m(const dp_conv2d_dims *d, const conv_plan *pl, int ns, const float *X, size_t xs, const float *dT,
+                    size_t dts, float *dwp) {
+    const int k = d->k, NM = pl->M / 16, KHX = (NM == 1 ? 25 : 12) / k; /* rows a tile: <= 25 accumulators */
+    for (int c = 0; c < d->in_c; c++)
+        for (int kh0 = 0; kh0 < k; kh0 += KHX) {
+            const int KH = k - kh0 < KHX ? k - kh0 : KHX, kk0 = (c * k + kh0) * k;
+            const float *xb = X + (size_t)c * k * pl->S + (size_t)kh0 * d->out_w;
+#define SWM(nm, kh, kk)                                                                                      \
+    case (nm * 8 + kh) * 8 + kk:                                                                             \
+        sh_tile_dwm(nm, kh, kk, ns, pl->P, xs, dts, xb, pl->S, d->out_w, dT, pl->M, dwp, pl->K, kk0);        \
+        break;
+            switch ((NM * 8 + KH) * 8 + k) {
+                SWM(1, 5, 5) SWM(1, 4, 5) SWM(1, 3, 5) SWM(1, 2, 5) SWM(1, 1, 5)
+                SWM(1, 4, 4) SWM(1, 3, 4) SWM(1, 2, 4) SWM(1, 1, 4)
+                SWM(1, 3, 3) SWM(1, 2, 3) SWM(1, 1, 3)
+                SWM(1, 2, 2) SWM(1, 1, 2) SWM(1, 1, 1)
+                SWM(2, 2, 5) SWM(2, 1, 5) SWM(2, 3, 4) SWM(2, 2, 4) SWM(2, 1, 4)
+                SWM(2, 3, 3) SWM(2, 2, 3) SWM(2, 1, 3) SWM(2, 2, 2) SWM(2, 1, 2) SWM(2, 1, 1)
+            default: break;
+            }
+#undef SWM
+        }
+}
+
 /* Wg (k, groups, M, SH_DXR): for each kh, the weights of the (c, kw) rows q0.. of a group, so that a
  * tile's rows add into different planes (no partly overlapping stores in one tile). */
 static int sh_dx_groups(const dp_conv2d_dims *d) { return d->k * ((d->in_c * d->k + SH_DXR - 1) / SH_DXR); }
