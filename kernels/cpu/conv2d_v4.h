@@ -37,12 +37,15 @@ static void sh_build(const dp_conv2d_dims *d, const conv_plan *pl, const float *
     const int H = d->in_h, W = d->in_w, p = d->pad, OW = d->out_w, k = d->k, Hp = pl->Hp;
     const int nv = (OW + DP_VL - 1) / DP_VL;
     float *dst = X;
-    if (nv == 1 && p == 0) { /* one vector a row, no padding (LeNet): no masks but the row's */
-        const __mmask16 m = dp_lane_mask(0, OW);
+    if (p == 0) { /* no padding (LeNet): every input column is inside the row; only the row's end masked */
+        const __mmask16 last = dp_lane_mask(0, OW - (nv - 1) * DP_VL);
         for (int c = 0; c < d->in_c; c++)
             for (int kw = 0; kw < k; kw++) {
                 const float *src = xs + (size_t)c * H * W + kw;
-                for (int h = 0; h < Hp; h++, dst += OW, src += W) _mm512_storeu_ps(dst, _mm512_maskz_loadu_ps(m, src));
+                for (int h = 0; h < Hp; h++, dst += OW, src += W) {
+                    for (int i = 0; i < nv - 1; i++) _mm512_storeu_ps(dst + i * DP_VL, _mm512_loadu_ps(src + i * DP_VL));
+                    _mm512_storeu_ps(dst + (nv - 1) * DP_VL, _mm512_maskz_loadu_ps(last, src + (nv - 1) * DP_VL));
+                }
             }
     } else {
         for (int c = 0; c < d->in_c; c++)

@@ -72,6 +72,7 @@ DP_DISPATCH(maxpool2d_backward_cpu)
 DP_DISPATCH(global_avgpool_forward_cpu)
 DP_DISPATCH(global_avgpool_backward_cpu)
 DP_DISPATCH(sgd_step_cpu)
+DP_DISPATCH(all_finite_cpu)
 
 const char *dp_cpu_kernel_variant(void) {
     switch (cpu_level()) {

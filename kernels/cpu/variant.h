@@ -36,6 +36,7 @@
 #define global_avgpool_forward_cpu DP_KCAT(global_avgpool_forward_cpu, DP_KSUFFIX)
 #define global_avgpool_backward_cpu DP_KCAT(global_avgpool_backward_cpu, DP_KSUFFIX)
 #define sgd_step_cpu DP_KCAT(sgd_step_cpu, DP_KSUFFIX)
+#define all_finite_cpu DP_KCAT(all_finite_cpu, DP_KSUFFIX)
 #endif
 
 #endif
