@@ -310,6 +310,18 @@ def jax_cmd(py, a, epochs, log):
     return cmd
 
 
+def epoch_steps(log):
+    """Epoch records with "steps_in_epoch" (the log's "steps" counts from the run's start)."""
+    out, prev = [], 0
+    for e in jsonl(log, "epoch"):
+        e = dict(e)
+        e["steps_in_epoch"] = e.get("steps", 0) - prev
+        prev = e.get("steps", 0)
+        if e["steps_in_epoch"] > 0:
+            out.append(e)
+    return out
+
+
 def epoch_seconds(log, drop=1):
     return [e["seconds"] for e in jsonl(log, "epoch") if e.get("epoch", 0) > drop]
 
@@ -509,8 +521,10 @@ def section_resnet(a, md, dptrain, base, peers):
     out = os.path.join(a.out, "resnet")
     os.makedirs(out, exist_ok=True)
     T, S, W = a.threads, a.resnet_steps, 1
+    # two epochs of S steps: the first is the warm-up, the second's seconds / steps the step time (older
+    # builds log no per-step time)
     dcmd = lambda b: [b, "train", "--model", "resnet18", "--dataset", "synthetic", "--shape", "3x224x224", "--classes",
-                      "10", "--samples", str(32 * (S + W)), "--batch-size", "32", "--epochs", "1", "--lr", "0.01",
+                      "10", "--samples", str(32 * S), "--batch-size", "32", "--epochs", "2", "--lr", "0.01",
                       "--momentum", "0.9", "--threads", str(T), "--quiet", "--log", "LOG"]
     progs = [Program("dptrain", "dptrain (this build)", dcmd(dptrain))]
     if base:
@@ -542,10 +556,10 @@ def section_resnet(a, md, dptrain, base, peers):
                 continue
             log = os.path.join(out, "%s-r%d.jsonl" % (p.key, r))
             rc, others = run([log if c == "LOG" else c for c in p.cmd], log[:-6] + ".txt", p.env, a.wait_idle)
-            steps = jsonl(log, "step")
             if p.key in ("dptrain", "base"):
-                steps = steps[W:]  # dptrain logs every step: the first is the warm-up
-            got = [s["seconds"] for s in steps if "seconds" in s]
+                got = [e["seconds"] / e["steps_in_epoch"] for e in epoch_steps(log) if e["epoch"] == 2]
+            else:
+                got = [s["seconds"] for s in jsonl(log, "step") if "seconds" in s]
             if rc != 0 or not got:
                 p.failed = "exit %d: %s" % (rc, tail(log[:-6] + ".txt", 3).strip())
                 note("%s failed: %s" % (p.label, p.failed))
@@ -567,8 +581,9 @@ def section_resnet(a, md, dptrain, base, peers):
         md.append("| %s | %s | %s | %s | %s |" % (p.label, fmt(p.times), r2, r1,
                                                    "%.2f" % statistics.median(p.others) if p.others else "?"))
     md.append("")
-    md.append("%d rounds, interleaved; each run: 1 warm-up step, then %d timed steps (SGD lr 0.01 momentum 0.9, 10 "
-              "classes). Commands:\n" % (a.resnet_rounds, S))
+    md.append("%d rounds, interleaved; SGD lr 0.01 momentum 0.9, 10 classes; PyTorch: 1 warm-up step, then %d timed "
+              "steps; dptrain: 2 epochs of %d steps, the step time is epoch 2's seconds / %d. Commands:\n"
+              % (a.resnet_rounds, S, S, S))
     for p in progs:
         md.append("- %s%s: `%s`" % (p.label, " (%s)" % p.settings if p.settings else "", p.shown()))
     md.append("")

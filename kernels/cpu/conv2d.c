@@ -54,6 +54,7 @@ static size_t round16(size_t n) { return (n + 15) & ~(size_t)15; } /* 64-byte sl
 
 #if DP_VL == 16
 static void sh_plan(const dp_conv2d_dims *d, conv_plan *p); /* conv2d_v4.h */
+#define SH_KMAX_PLAN 32                                      /* its SH_KMAX */
 #endif
 
 static conv_plan make_plan(const dp_conv2d_dims *d) {
@@ -67,7 +68,7 @@ static conv_plan make_plan(const dp_conv2d_dims *d) {
     if (dp_conv2d_force_path) p.direct = dp_conv2d_force_path == 1;
     else p.direct = p.M <= 32 && (size_t)p.M * p.K <= 8192; /* weights fit in L1 */
 #if DP_VL == 16
-    if (p.direct && d->stride == 1) {
+    if (p.direct && d->stride == 1 && d->k <= SH_KMAX_PLAN) {
         sh_plan(d, &p);
         return p;
     }

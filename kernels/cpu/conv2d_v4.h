@@ -22,6 +22,7 @@
 
 #define SH_NT 4 /* vectors per forward / dx tile: MRF (SH_DXR) x SH_NT accumulators of the 32 registers */
 #define SH_DXR 5 /* rows of a dx tile (6 x 4 made GCC spill) */
+#define SH_KMAX 32 /* the sh path's largest kernel (plans check it) */
 #define SH_MR 4 /* dw tile: SH_MR output channels x 5 kernel columns */
 #define SH_KR 5
 #define SH_G 8 /* at most this many samples' shifted planes at once: each dw tile runs over all of them */
@@ -407,17 +408,19 @@ static void sh_dx(const dp_conv2d_dims *d, const conv_plan *pl, const float *wg,
     /* dx[c][h - pad][w - pad] = sum over kw of DX[c][kw][h][w - kw], kw in order, for the padded
        columns w = w0 + lane that are inside the input */
     const int H = d->in_h, W = d->in_w, pad = d->pad, Wp = pl->Wp;
-    for (int c = 0; c < d->in_c; c++)
-        for (int h = pad; h < pad + H; h++) {
-            float *drow = dxs + ((size_t)c * H + (h - pad)) * W - pad; /* padded column 0 */
-            for (int w0 = 0; w0 < Wp; w0 += DP_VL) {
+    for (int w0 = 0; w0 < Wp; w0 += DP_VL) {
+        __mmask16 mk[SH_KMAX]; /* the lanes kw contributes to; they depend on w0 and kw only */
+        for (int kw = 0; kw < k; kw++) mk[kw] = dp_lane_mask(kw - w0, kw + OW - w0);
+        const __mmask16 ms = dp_lane_mask(pad - w0, pad + W - w0);
+        for (int c = 0; c < d->in_c; c++)
+            for (int h = pad; h < pad + H; h++) {
+                float *drow = dxs + ((size_t)c * H + (h - pad)) * W - pad; /* padded column 0 */
+                const float *src = DX + (size_t)c * k * S + (size_t)h * OW + w0; /* lane w: DX[..][w - kw] */
                 __m512 acc = _mm512_setzero_ps();
-                for (int kw = 0; kw < k; kw++) {
-                    const float *src = DX + (size_t)(c * k + kw) * S + (size_t)h * OW - kw; /* lane w: DX[..][w - kw] */
-                    acc = _mm512_add_ps(acc, _mm512_maskz_loadu_ps(dp_lane_mask(kw - w0, kw + OW - w0), src + w0));
-                }
-                _mm512_mask_storeu_ps(drow + w0, dp_lane_mask(pad - w0, pad + W - w0), acc);
+                for (int kw = 0; kw < k; kw++, src += S - 1)
+                    acc = _mm512_add_ps(acc, _mm512_maskz_loadu_ps(mk[kw], src));
+                _mm512_mask_storeu_ps(drow + w0, ms, acc);
             }
-        }
+    }
 }
 
