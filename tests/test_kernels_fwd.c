@@ -205,6 +205,8 @@ static void test_maxpool_forward(void **state) {
         maxpool_case(2, 2, 14, 22, 2, 2, 0, ties, 8); /* 11 outputs a row: 8 + an overlapping 4 */
         maxpool_case(2, 3, 6, 6, 2, 2, 0, ties, 9);   /* 3 outputs a row: scalar */
         maxpool_case(2, 3, 16, 16, 3, 2, 1, ties, 3); /* ResNet */
+        maxpool_case(1, 2, 40, 70, 3, 2, 1, ties, 10); /* 35 outputs a row: 16-wide blocks and a partial one */
+        maxpool_case(1, 2, 11, 41, 4, 2, 2, ties, 11); /* stride 2, wider window and padding */
         maxpool_case(1, 2, 7, 5, 3, 2, 1, ties, 4);
         maxpool_case(3, 1, 6, 6, 3, 1, 1, ties, 5);   /* overlapping */
         maxpool_case(2, 2, 9, 9, 4, 3, 2, ties, 6);

@@ -40,7 +40,10 @@ typedef struct {
     int rowpad;      /* implicit with out_w % VL != 0: dy goes through a (M, out_h, OWr) copy */
     size_t pin;      /* floats of one padded input (with VL of slack: rows are read up to OWr) */
     int ld;          /* explicit direct: row stride of col / dyp (P rounded up to NB) */
-    int G;           /* blas: samples per GEMM; implicit: samples per dw pass */
+    int G;           /* blas: samples per GEMM; implicit, sh: samples per dw pass */
+    int sh, PV;      /* 16-float vectors, stride 1: the shifted planes of conv2d_v4.h; P's vectors */
+    int mv;          /* sh, M 16 or 32, k <= 5: dw with the output channels in the lanes (dy transposed) */
+    size_t S, xs_sz; /* sh: floats of one shifted plane (Hp * out_w); of a sample's planes, with slack */
     size_t o_xp, o_dxp, o_col, o_dy, o_dw, o_db, per_chunk; /* a chunk's slice of ws (floats) */
 } conv_plan;
 
@@ -48,6 +51,11 @@ typedef struct {
 static int dx_groups(const dp_conv2d_dims *d) { return d->k * ((d->in_c * d->k + MRF - 1) / MRF); }
 
 static size_t round16(size_t n) { return (n + 15) & ~(size_t)15; } /* 64-byte slices: no false sharing */
+
+#if DP_VL == 16
+static void sh_plan(const dp_conv2d_dims *d, conv_plan *p); /* conv2d_v4.h */
+#define SH_KMAX_PLAN 32                                      /* its SH_KMAX */
+#endif
 
 static conv_plan make_plan(const dp_conv2d_dims *d) {
     conv_plan p;
@@ -59,6 +67,12 @@ static conv_plan make_plan(const dp_conv2d_dims *d) {
     p.Wp = d->in_w + 2 * d->pad;
     if (dp_conv2d_force_path) p.direct = dp_conv2d_force_path == 1;
     else p.direct = p.M <= 32 && (size_t)p.M * p.K <= 8192; /* weights fit in L1 */
+#if DP_VL == 16
+    if (p.direct && d->stride == 1 && d->k <= SH_KMAX_PLAN) {
+        sh_plan(d, &p);
+        return p;
+    }
+#endif
     p.OWr = (d->out_w + DP_VL - 1) / DP_VL * DP_VL;
     /* implicit tiles compute whole vectors: worth it while at most 1/5 of the lanes are wasted */
     p.implicit = p.direct && d->stride == 1 && 5 * d->out_w >= 4 * p.OWr;
@@ -162,6 +176,33 @@ static inline void add_row(float *dst, const float *src, int n) {
     for (; i < n; i++) dst[i] += src[i];
 }
 
+#if DP_VL == 16
+/* dst[i] = src[2i], i < n: 16 at a time, the even floats of 32 (masked: nothing read past src[2n-2]). */
+static inline void gather2_row(float *dst, const float *src, int n) {
+    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    for (int i = 0; i < n; i += DP_VL) {
+        const int left = 2 * (n - i) - 1; /* floats of src from 2i on that are read */
+        const __m512 lo = _mm512_maskz_loadu_ps(dp_lane_mask(0, left), src + 2 * i);
+        const __m512 hi = _mm512_maskz_loadu_ps(dp_lane_mask(0, left - DP_VL), src + 2 * i + DP_VL);
+        _mm512_mask_storeu_ps(dst + i, dp_lane_mask(0, n - i), _mm512_permutex2var_ps(lo, even, hi));
+    }
+}
+
+/* dst[2i] += src[i], i < n (the odd floats between are left as they are). */
+static inline void scatter2_add_row(float *dst, const float *src, int n) {
+    const __m512i spread_lo = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+    const __m512i spread_hi = _mm512_setr_epi32(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15);
+    for (int i = 0; i < n; i += DP_VL) {
+        const __m512 v = _mm512_maskz_loadu_ps(dp_lane_mask(0, n - i), src + i);
+        const int left = 2 * (n - i) - 1;
+        const __mmask16 m0 = dp_lane_mask(0, left) & 0x5555, m1 = dp_lane_mask(0, left - DP_VL) & 0x5555;
+        float *d0 = dst + 2 * i, *d1 = d0 + DP_VL;
+        _mm512_mask_storeu_ps(d0, m0, _mm512_add_ps(_mm512_maskz_loadu_ps(m0, d0), _mm512_permutexvar_ps(spread_lo, v)));
+        _mm512_mask_storeu_ps(d1, m1, _mm512_add_ps(_mm512_maskz_loadu_ps(m1, d1), _mm512_permutexvar_ps(spread_hi, v)));
+    }
+}
+#endif
+
 /* col (K, ldc): row (ic, kh, kw), column oh*OW + ow = xp[ic][oh*s + kh][ow*s + kw] of the padded
  * input. Columns [P, zero_to) are zeroed. */
 static void im2col(const dp_conv2d_dims *d, const conv_plan *pl, const float *xp, float *col, int ldc,
@@ -176,6 +217,9 @@ static void im2col(const dp_conv2d_dims *d, const conv_plan *pl, const float *xp
                     const float *srow = src + (size_t)oh * s * Wp;
                     float *drow = dst + (size_t)oh * OW;
                     if (s == 1) copy_row(drow, srow, OW);
+#if DP_VL == 16
+                    else if (s == 2) gather2_row(drow, srow, OW);
+#endif
                     else
                         for (int ow = 0; ow < OW; ow++) drow[ow] = srow[ow * s];
                 }
@@ -196,6 +240,9 @@ static void col2im(const dp_conv2d_dims *d, const conv_plan *pl, const float *co
                     float *drow = dst + (size_t)oh * s * Wp;
                     const float *srow = src + (size_t)oh * OW;
                     if (s == 1) add_row(drow, srow, OW);
+#if DP_VL == 16
+                    else if (s == 2) scatter2_add_row(drow, srow, OW);
+#endif
                     else
                         for (int ow = 0; ow < OW; ow++) drow[ow * s] += srow[ow];
                 }
@@ -389,6 +436,50 @@ AI void tile_dx(const int R, int M, const float *Wg, const float *D0, const floa
     }
 }
 
+#if DP_VL == 16
+#include "kernels/cpu/conv2d_v4.h"
+
+static void sh_plan(const dp_conv2d_dims *d, conv_plan *p) {
+    p->sh = 1;
+    p->PV = (p->P + DP_VL - 1) / DP_VL;
+    p->S = (size_t)p->Hp * d->out_w;
+    p->xs_sz = round16((size_t)d->in_c * d->k * p->S + DP_VL);
+    p->G = (SH_DW_STEPS + p->PV - 1) / p->PV; /* samples a dw tile runs over: at least SH_DW_STEPS vectors */
+    if (p->G > SH_G) p->G = SH_G;
+    p->mv = (p->M == 16 || p->M == 32) && d->k <= 5;
+    if (p->mv) p->G = SH_G; /* its tiles run over every position of the group */
+    p->o_xp = 0;                                                    /* X (G, xs_sz) */
+    p->o_dxp = p->xs_sz * p->G;                                     /* DX (xs_sz) */
+    p->o_col = p->o_dxp + p->xs_sz;                                 /* wg (k, groups, M, SH_DXR) */
+    p->o_dw = p->o_col + round16((size_t)sh_dx_groups(d) * p->M * SH_DXR);
+    p->o_db = p->o_dw + round16((size_t)p->M * p->K);              /* dw partial (M, K) */
+    p->o_dy = p->o_db + round16((size_t)p->M * DP_VL);             /* dbv (M, VL) */
+    p->per_chunk = p->o_dy + (p->mv ? round16((size_t)p->G * p->PV * DP_VL * p->M) : 0); /* dT (G, PV*16, M) */
+}
+
+static void bwd_sh(const dp_conv2d_dims *d, const conv_plan *pl, int s0, int s1, const float *x, const float *w,
+                   const float *dy, float *dx, float *cw) {
+    const size_t in_sz = (size_t)d->in_c * d->in_h * d->in_w, out_sz = (size_t)pl->M * pl->P;
+    float *X = cw + pl->o_xp, *DX = cw + pl->o_dxp, *wg = cw + pl->o_col, *dwp = cw + pl->o_dw;
+    memset(dwp, 0, sizeof(float) * (size_t)pl->M * pl->K);
+    if (dx) sh_pack_dx(d, pl, w, wg);
+    for (int s = s0; s < s1; s += pl->G) {
+        const int ns = s1 - s < pl->G ? s1 - s : pl->G;
+        for (int i = 0; i < ns; i++) sh_build(d, pl, x + (s + i) * in_sz, X + i * pl->xs_sz);
+        if (pl->mv) {
+            float *dT = cw + pl->o_dy;
+            const size_t dts = (size_t)pl->PV * DP_VL * pl->M;
+            for (int i = 0; i < ns; i++) sh_transpose_dy(pl, dy + (s + i) * out_sz, dT + i * dts);
+            sh_dw_m(d, pl, ns, X, pl->xs_sz, dT, dts, dwp);
+        } else {
+            sh_dw(d, pl, ns, dy + s * out_sz, X, pl->xs_sz, dwp);
+        }
+        if (dx)
+            for (int i = 0; i < ns; i++) sh_dx(d, pl, wg, dy + (s + i) * out_sz, DX, dx + (s + i) * in_sz);
+    }
+}
+#endif
+
 /* ---------------------------------------------------------------- direct path: GEMM drivers */
 
 /* C (M, P) = A (M, K) B (K, ldb) + bias; B has ldb >= P rounded up to NB readable columns. */
@@ -557,6 +648,15 @@ static void fwd_direct(const dp_conv2d_dims *d, const conv_plan *pl, int s0, int
                        const float *w, const float *b, float *y, float *cw) {
     const size_t in_sz = (size_t)d->in_c * d->in_h * d->in_w, out_sz = (size_t)pl->M * pl->P;
     float *xp = cw + pl->o_xp, *col = cw + pl->o_col; /* (pin), (K, ld) */
+#if DP_VL == 16
+    if (pl->sh) {
+        for (int s = s0; s < s1; s++) {
+            sh_build(d, pl, x + s * in_sz, xp);
+            sh_forward(d, pl, xp, w, b, y + s * out_sz);
+        }
+        return;
+    }
+#endif
     if (pl->copy_x) memset(xp, 0, sizeof(float) * pl->pin); /* border and slack stay zero */
     for (int s = s0; s < s1; s++) {
         const float *xs = pad_input(d, pl, x + s * in_sz, xp);
@@ -614,7 +714,7 @@ static void bwd_direct(const dp_conv2d_dims *d, const conv_plan *pl, int s0, int
     const size_t in_sz = (size_t)d->in_c * d->in_h * d->in_w, out_sz = (size_t)M * P;
     float *xp = cw + pl->o_xp, *dxp = cw + pl->o_dxp, *col = cw + pl->o_col, *dyp = cw + pl->o_dy;
     float *dwv = cw + pl->o_dw, *dbv = cw + pl->o_db;
-    memset(dwv, 0, sizeof(float) * (size_t)M * K * DP_VL);
+    if (!pl->sh) memset(dwv, 0, sizeof(float) * (size_t)M * K * DP_VL); /* sh: partials of its own */
     memset(dbv, 0, sizeof(float) * (size_t)M * DP_VL);
     if (want_db)
         for (int s = s0; s < s1; s++)
@@ -626,6 +726,12 @@ static void bwd_direct(const dp_conv2d_dims *d, const conv_plan *pl, int s0, int
                 for (; q < P; q++) acc[q % DP_VL] += gm[q];
                 DP_VSTORE(dbv + (size_t)m * DP_VL, acc);
             }
+#if DP_VL == 16
+    if (pl->sh) {
+        bwd_sh(d, pl, s0, s1, x, w, dy, dx, cw);
+        return;
+    }
+#endif
     if (pl->implicit) {
         bwd_implicit(d, pl, s0, s1, x, w, dy, dx, cw);
         return;
@@ -760,12 +866,51 @@ static void bwd_chunk(const dp_conv2d_dims *d, const conv_plan *pl, int batch, i
     bwd_blas(d, pl, lo, hi, x, w, dy, dx, dwt, dbt, cw);
 }
 
+#if DP_VL == 16
+/* out[i] += the lanes of the vector partials p[i] summed over the nc chunks (chunk order), i < n. */
+static void lanes16(const conv_plan *pl, int nc, const float *p, size_t n, float *out) {
+    __m512 v[16];
+    for (size_t i = 0; i < 16; i++) {
+        if (i >= n) {
+            v[i] = _mm512_setzero_ps();
+            continue;
+        }
+        v[i] = _mm512_loadu_ps(p + i * DP_VL);
+        for (int c = 1; c < nc; c++) v[i] = _mm512_add_ps(v[i], _mm512_loadu_ps(p + i * DP_VL + (size_t)c * pl->per_chunk));
+    }
+    const __mmask16 m = dp_lane_mask(0, (int)n);
+    _mm512_mask_storeu_ps(out, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, out), dp_sum16(v)));
+}
+#endif
+
 /* Part r of nr of the sum of the chunks' weight gradients into dw (and, part 0, db): each
  * element in chunk order, so the result does not depend on which thread adds it. */
 static void reduce_part(const conv_plan *pl, int nc, int r, int nr, const float *ws, float *dw, float *db) {
     const size_t nw = (size_t)pl->M * pl->K;
     const size_t lo = nw * r / nr, hi = nw * (r + 1) / nr;
     if (pl->direct) { /* vector partials: add the chunks lane-wise, then the lanes */
+#if DP_VL == 16
+        /* 16 elements at a time, each element's lanes with dp_sum16's tree (zeros pad the last
+           block: every element is summed the same way wherever the parts start) */
+        if (pl->sh) /* the chunks' partials (M, K), added in chunk order */
+            for (size_t e = lo; e < hi; e++) {
+                const float *pw = ws + pl->o_dw + e;
+                float acc = pw[0];
+                for (int c = 1; c < nc; c++) acc += pw[(size_t)c * pl->per_chunk];
+                dw[e] += acc;
+            }
+        else
+            for (size_t e0 = lo; e0 < hi; e0 += 16) {
+                const size_t n = hi - e0 < 16 ? hi - e0 : 16;
+                lanes16(pl, nc, ws + pl->o_dw + e0 * DP_VL, n, dw + e0);
+            }
+        if (db && r == 0)
+            for (int m0 = 0; m0 < pl->M; m0 += 16) {
+                const int n = pl->M - m0 < 16 ? pl->M - m0 : 16;
+                lanes16(pl, nc, ws + pl->o_db + (size_t)m0 * DP_VL, (size_t)n, db + m0);
+            }
+        return;
+#endif
         for (size_t e = lo; e < hi; e++) {
             const float *pw = ws + pl->o_dw + e * DP_VL;
             dp_vf v = DP_VLOAD(pw);

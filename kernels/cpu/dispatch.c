@@ -1,9 +1,10 @@
 /* dispatch.c: the CPU kernels' public functions, each an ifunc resolved once at load time to
- * the variant compiled for what this CPU runs: x86-64-v3 (AVX2 + FMA, 8-float vectors) or
- * baseline x86-64 (SSE2, 4-float vectors, no FMA). A binary built anywhere then runs on any
- * x86-64 (and under valgrind) at the speed of a -march=native build on an AVX2 machine.
- * The two variants round differently (FMA fuses a multiply-add; the vector width changes the
- * order of sums), so results are bitwise equal between machines of the same variant only. */
+ * the variant compiled for what this CPU runs: x86-64-v4 (AVX-512, 16-float vectors),
+ * x86-64-v3 (AVX2 + FMA, 8-float vectors) or baseline x86-64 (SSE2, 4-float vectors, no FMA).
+ * A binary built anywhere then runs on any x86-64 (and under valgrind, whose CPU has no
+ * AVX-512) at the speed of a -march=native build. The variants round differently (FMA fuses a
+ * multiply-add; the vector width changes the order of sums), so results are bitwise equal between
+ * machines of the same variant only. */
 #include "kernels/cpu/dispatch.h"
 
 #include "kernels/cpu/activation.h"
@@ -29,9 +30,22 @@ DP_RESOLVER static int cpu_is_v3(void) {
            __builtin_cpu_supports("bmi2");
 }
 
+/* x86-64-v4's AVX-512 subsets (libgcc also checks that the OS saves the 512-bit state) */
+DP_RESOLVER static int cpu_is_v4(void) {
+    return cpu_is_v3() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512cd") && __builtin_cpu_supports("avx512dq") &&
+           __builtin_cpu_supports("avx512vl");
+}
+
+/* 0 baseline, 3 x86-64-v3, 4 x86-64-v4: the best the CPU supports */
+DP_RESOLVER static int cpu_level(void) { return cpu_is_v4() ? 4 : cpu_is_v3() ? 3 : 0; }
+
 #define DP_DISPATCH(name)                                                                        \
-    extern __typeof__(name) name##_base, name##_v3;                                             \
-    DP_RESOLVER static __typeof__(name) *resolve_##name(void) { return cpu_is_v3() ? name##_v3 : name##_base; } \
+    extern __typeof__(name) name##_base, name##_v3, name##_v4;                                  \
+    DP_RESOLVER static __typeof__(name) *resolve_##name(void) {                                 \
+        const int l = cpu_level();                                                               \
+        return l == 4 ? name##_v4 : l == 3 ? name##_v3 : name##_base;                            \
+    }                                                                                            \
     __typeof__(name) name __attribute__((ifunc("resolve_" #name)));
 
 DP_DISPATCH(relu_forward_cpu)
@@ -58,9 +72,14 @@ DP_DISPATCH(maxpool2d_backward_cpu)
 DP_DISPATCH(global_avgpool_forward_cpu)
 DP_DISPATCH(global_avgpool_backward_cpu)
 DP_DISPATCH(sgd_step_cpu)
+DP_DISPATCH(all_finite_cpu)
 
 const char *dp_cpu_kernel_variant(void) {
-    return cpu_is_v3() ? "x86-64-v3 (AVX2, FMA; chosen at run time)" : "x86-64 baseline (SSE2; chosen at run time)";
+    switch (cpu_level()) {
+    case 4: return "x86-64-v4 (AVX-512; chosen at run time)";
+    case 3: return "x86-64-v3 (AVX2, FMA; chosen at run time)";
+    default: return "x86-64 baseline (SSE2; chosen at run time)";
+    }
 }
 
 #else

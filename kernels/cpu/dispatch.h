@@ -2,8 +2,9 @@
 #ifndef DP_KERNEL_CPU_DISPATCH_H
 #define DP_KERNEL_CPU_DISPATCH_H
 
-/* "x86-64-v3 (AVX2, FMA; chosen at run time)", "x86-64 baseline (chosen at run time)" or
- * "-march=native build" for --version and the log. */
+/* "x86-64-v4 (AVX-512; chosen at run time)", "x86-64-v3 (AVX2, FMA; chosen at run time)",
+ * "x86-64 baseline (SSE2; chosen at run time)" or the -march=native build's line, for --version and
+ * the log. */
 const char *dp_cpu_kernel_variant(void);
 
 #endif

@@ -7,5 +7,7 @@
 /* d = g + wd p; with momentum: buf = momentum buf + d, and p -= lr (d + momentum buf) with
  * nesterov, else p -= lr buf; without momentum p -= lr d (buf unused, may be NULL). */
 void sgd_step_cpu(size_t n, float *p, const float *g, float *buf, float lr, float momentum, float wd, int nesterov);
+/* 1 if no x[i] is NaN or Inf. */
+int all_finite_cpu(const float *x, size_t n);
 
 #endif

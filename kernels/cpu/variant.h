@@ -1,8 +1,8 @@
 /* variant.h: renames the CPU kernels' public functions for one compiled variant. The portable
- * build compiles every file of kernels/cpu twice, for baseline x86-64 (DP_KSUFFIX=_base) and for
- * x86-64-v3, AVX2 + FMA (DP_KSUFFIX=_v3); dispatch.c defines the public names, resolved once
- * at load time to the variant the CPU runs (table.c, the kernel table, is compiled once and
- * points at those public names). Included first by every kernel file, before its
+ * build compiles every file of kernels/cpu three times, for baseline x86-64 (DP_KSUFFIX=_base),
+ * x86-64-v3, AVX2 + FMA (_v3) and x86-64-v4, AVX-512 (_v4); dispatch.c defines the public
+ * names, resolved once at load time to the variant the CPU runs (table.c, the kernel table, is
+ * compiled once and points at those public names). Included first by every kernel file, before its
  * own header, so the header declares the renamed function. Without DP_KSUFFIX (-march=native
  * builds) nothing is renamed. */
 #ifndef DP_KERNEL_CPU_VARIANT_H
@@ -36,6 +36,7 @@
 #define global_avgpool_forward_cpu DP_KCAT(global_avgpool_forward_cpu, DP_KSUFFIX)
 #define global_avgpool_backward_cpu DP_KCAT(global_avgpool_backward_cpu, DP_KSUFFIX)
 #define sgd_step_cpu DP_KCAT(sgd_step_cpu, DP_KSUFFIX)
+#define all_finite_cpu DP_KCAT(all_finite_cpu, DP_KSUFFIX)
 #endif
 
 #endif

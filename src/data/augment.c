@@ -25,12 +25,14 @@ static void norm_init(const dp_dataset *d, norm_table *t) {
     }
 }
 
+/* The table's arithmetic, not its lookup: the same bits (ISO C mode does not fuse the multiply and
+ * the add), but it vectorises, a third of the lookup's time on a batch of Fashion-MNIST. */
 static void fill_plain(const norm_table *t, const uint8_t *src, int c, int hw, float *dst) {
     for (int ch = 0; ch < c; ch++) {
-        const float *lut = t->lut[ch];
+        const float scale = t->scale[ch], shift = t->shift[ch];
         const uint8_t *s = src + (size_t)ch * hw;
         float *o = dst + (size_t)ch * hw;
-        for (int p = 0; p < hw; p++) o[p] = lut[s[p]];
+        for (int p = 0; p < hw; p++) o[p] = (float)s[p] * scale + shift;
     }
 }
 

@@ -1,23 +1,11 @@
 /* sgd.c: the SGD update through the device's kernel table, refused for a gradient that is not finite. */
 #include "optim/sgd.h"
 
-#include <stdint.h>
-#include <string.h>
-
+#include "kernels/cpu/sgd.h"
 #include "kernels/kernels.h"
 
-/* A float is NaN or Inf iff its exponent bits are all ones: |bits| >= 0x7f800000. An unsigned max
- * reduction vectorises without -ffast-math (a float sum would not) and cannot overflow. */
-int dp_all_finite(const float *x, size_t n) {
-    uint32_t worst = 0;
-    for (size_t i = 0; i < n; i++) {
-        uint32_t b;
-        memcpy(&b, &x[i], sizeof b);
-        b &= 0x7fffffffu;
-        worst = b > worst ? b : worst;
-    }
-    return worst < 0x7f800000u;
-}
+/* The CPU kernel's check (kernels/cpu/sgd.c), in the variant this CPU runs. */
+int dp_all_finite(const float *x, size_t n) { return all_finite_cpu(x, n); }
 
 void dp_sgd_step(const dp_sgd *o, const dp_layout *L, float *params, const float *grads, float *momentum_buf,
                  float lr) {
