@@ -48,10 +48,13 @@ static void run_epoch(dp_loader *l, int epoch, int n_local, size_t chw, epoch_da
     assert_int_equal(dp_loader_next(l, &b, &wait), DP_DONE); /* stays done */
 }
 
+static int fill_threads = 1; /* the synchronous loader's team in make_loader */
+
 static dp_loader *make_loader(const dp_dataset *d, dp_sampler *s, int n_local, const int *ranks, int workers,
                               int prefetch, int augment, uint64_t aug_seed) {
     dp_loader_config c = {.data = d, .sampler = s, .n_local = n_local, .ranks = ranks, .workers = workers,
-                          .prefetch = prefetch, .augment = {.enabled = augment, .seed = aug_seed}};
+                          .prefetch = prefetch, .augment = {.enabled = augment, .seed = aug_seed},
+                          .fill_threads = fill_threads};
     dp_loader *l;
     dp_status st = dp_loader_create(&l, &c);
     if (st != DP_OK) fail_msg("%s", dp_last_error());
@@ -114,6 +117,36 @@ static void test_workers_identical(void **state) {
             free_epoch(&got);
             dp_loader_destroy(l);
         }
+        free_epoch(&want);
+    }
+    dp_sampler_free(&s);
+    dp_dataset_free(&d);
+}
+
+/* The synchronous loader's batch filled by a team of 1, 2, 3 or 7 threads (more threads than a
+ * replica's samples included), with and without augmentation: the same bytes as one thread. */
+static void test_fill_threads_identical(void **state) {
+    (void)state;
+    dp_dataset d;
+    assert_int_equal(dp_synthetic_make(1, 28, 28, 10, 103, 5, &d), DP_OK);
+    const int ranks[3] = {0, 1, 2};
+    dp_sampler s;
+    assert_int_equal(dp_sampler_init(&s, d.n, 3, 15, 1, 0, 41), DP_OK);
+    const int teams[] = {1, 2, 3, 7};
+    for (int augment = 0; augment < 2; augment++) {
+        dp_augment aug = {.enabled = augment, .seed = 5};
+        epoch_data want;
+        expected_epoch(&d, &s, 3, 3, ranks, &aug, &want);
+        for (size_t k = 0; k < sizeof teams / sizeof *teams; k++) {
+            fill_threads = teams[k];
+            dp_loader *l = make_loader(&d, &s, 3, ranks, 0, 1, augment, 5);
+            epoch_data got;
+            run_epoch(l, 3, 3, 784, &got);
+            assert_same(&got, &want);
+            free_epoch(&got);
+            dp_loader_destroy(l);
+        }
+        fill_threads = 1;
         free_epoch(&want);
     }
     dp_sampler_free(&s);
@@ -410,7 +443,8 @@ static void test_affine_sanity(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_workers_identical), cmocka_unit_test(test_held_batch_intact),
+        cmocka_unit_test(test_workers_identical),
+        cmocka_unit_test(test_fill_threads_identical), cmocka_unit_test(test_held_batch_intact),
         cmocka_unit_test(test_normalised_values),
         cmocka_unit_test(test_abandon_epoch),     cmocka_unit_test(test_abandon_stress), cmocka_unit_test(test_misuse),
         cmocka_unit_test(test_augment_28),        cmocka_unit_test(test_augment_32),

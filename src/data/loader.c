@@ -9,6 +9,7 @@
 _Static_assert(sizeof(int) == sizeof(int32_t), "dp_batch.idx is the sampler's int indices");
 
 #include <errno.h>
+#include <omp.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -30,6 +31,7 @@ struct dp_loader {
     const dp_dataset *data;
     dp_sampler *sampler;
     int n_local, *ranks, workers, n_slots, max_local;
+    int fill_threads;       /* the synchronous loader's OpenMP team (dp_loader_config) */
     dp_augment aug;
     int indices_only;       /* fill idx and y only (dp_loader_config) */
     slot *slots;
@@ -67,17 +69,30 @@ static void mark_broken(dp_loader *l, const char *what, int rc) {
 
 static dp_status broken_status(dp_loader *l) { return dp_fail(DP_ERR_INTERNAL, "%s", l->broken_msg); }
 
-static void fill_slot(const dp_loader *l, slot *s, int k, const dp_augment *aug) {
+/* Fills batch k into slot s. threads > 1 (the synchronous loader, called between steps while the
+ * compute threads are idle) splits each replica's samples among an OpenMP team: a sample's
+ * floats depend on its index and position only, so the split changes no bit. */
+static void fill_slot(const dp_loader *l, slot *s, int k, const dp_augment *aug, int threads) {
     const size_t chw = (size_t)l->data->c * l->data->h * l->data->w;
     for (int i = 0; i < l->n_local; i++) {
         const size_t off = (size_t)i * l->max_local;
         int *idx = s->idx + off, *pos = s->pos + off;
-        int n = dp_sampler_local(l->sampler, k, l->ranks[i], idx, pos);
+        s->b[i].n = dp_sampler_local(l->sampler, k, l->ranks[i], idx, pos);
         if (l->indices_only)
-            for (int j = 0; j < n; j++) s->y[off + (size_t)j] = l->data->labels[idx[j]];
-        else
-            dp_batch_fill(l->data, idx, pos, n, aug->enabled ? aug : NULL, s->x + off * chw, s->y + off);
-        s->b[i].n = n;
+            for (int j = 0; j < s->b[i].n; j++) s->y[off + (size_t)j] = l->data->labels[idx[j]];
+    }
+    if (l->indices_only) return;
+    const dp_augment *a = aug->enabled ? aug : NULL;
+#pragma omp parallel num_threads(threads) if (threads > 1)
+    {
+        const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+        for (int i = 0; i < l->n_local; i++) {
+            const size_t off = (size_t)i * l->max_local;
+            const int n = s->b[i].n, lo = (int)((long)n * t / nt), hi = (int)((long)n * (t + 1) / nt);
+            if (hi > lo)
+                dp_batch_fill(l->data, s->idx + off + lo, s->pos + off + lo, hi - lo, a, s->x + (off + (size_t)lo) * chw,
+                              s->y + off + lo);
+        }
     }
 }
 
@@ -110,7 +125,7 @@ static void *worker_main(void *arg) {
             return NULL;
         }
         /* The sampler's order and the slot are not touched by anyone else while busy > 0. */
-        fill_slot(l, s, k, &aug);
+        fill_slot(l, s, k, &aug, 1);
         if ((rc = pthread_mutex_lock(&l->mu))) {
             mark_broken(l, "pthread_mutex_lock", rc);
             return NULL;
@@ -158,6 +173,7 @@ static dp_status setup(dp_loader *l, const dp_loader_config *cfg) {
     l->sampler = cfg->sampler;
     l->n_local = cfg->n_local;
     l->workers = cfg->workers;
+    l->fill_threads = cfg->workers == 0 && cfg->fill_threads > 1 ? cfg->fill_threads : 1;
     l->n_slots = cfg->workers > 0 ? cfg->prefetch : 1;
     l->max_local = dp_sampler_max_local(cfg->sampler);
     l->aug = cfg->augment;
@@ -276,7 +292,7 @@ dp_status dp_loader_next(dp_loader *l, const dp_batch **batches, double *wait_s)
         if (!l->started) return dp_fail(DP_ERR_INTERNAL, "data loader: next batch asked before the first epoch");
         if (l->next_deliver >= l->n_batches) return DP_DONE;
         double t0 = dp_now();
-        fill_slot(l, &l->slots[0], l->next_deliver++, &l->aug);
+        fill_slot(l, &l->slots[0], l->next_deliver++, &l->aug, l->fill_threads);
         if (wait_s) *wait_s = dp_now() - t0;
         *batches = l->slots[0].b;
         return DP_OK;

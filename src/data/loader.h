@@ -25,6 +25,7 @@ typedef struct {
     int n_local;                /* replicas this process drives */
     const int *ranks;           /* (n_local) global replica index of each */
     int workers;                /* 0: synchronous */
+    int fill_threads;           /* workers = 0: threads that fill a batch together (<= 1: the caller alone) */
     int prefetch;               /* slots in the ring (>= 1); 2 * workers is a good value */
     dp_augment augment;         /* epoch is set by dp_loader_start_epoch */
     int indices_only;           /* fill idx and y only: the device gathers the images (no augmentation) */

@@ -17,6 +17,10 @@ int dp_exec_team(const dp_executor *ex, int n) {
     return n < ex->threads ? n : ex->threads;
 }
 
+int dp_exec_default_workers(const dp_dev *d, int threads, int cores) {
+    return !(d->caps & DP_CAP_ASYNC) && threads >= cores ? 0 : 1;
+}
+
 /* The node after whose backward each bucket's gradients are all written. */
 static dp_status map_buckets(dp_executor *ex) {
     const dp_layout *L = &ex->model->params;

@@ -122,6 +122,10 @@ static inline int dp_exec_n_devs(const dp_executor *ex) { return ex->multi_dev ?
 int dp_exec_clock_times_work(const dp_executor *ex);
 /* Threads for a host-side loop over n independent slots (1 where the host only queues work). */
 int dp_exec_team(const dp_executor *ex, int n);
+/* The loader threads --workers defaults to on device d: 0 where the replicas compute on `threads`
+ * of the host's `cores` and leave none idle (the compute threads fill each batch between steps: a
+ * loader thread would take a core from them), else 1 (it fills ahead while the device computes). */
+int dp_exec_default_workers(const dp_dev *d, int threads, int cores);
 
 /* Gives each replica's slots the lanes of batch b of the sampler, checking the loader's counts. */
 dp_status dp_exec_assign(dp_executor *ex, const dp_sampler *sp, const dp_batch *bt, int b, dp_micro_info *mi);

@@ -39,7 +39,7 @@ void dp_config_defaults(dp_config *c) {
     c->momentum = 0.9f;
     c->lr_gamma = 0.1f;
     c->lr_ref_batch = 64;
-    c->workers = 1;
+    c->workers = -1; /* auto (setup) */
     c->shuffle = 1;
     c->backend = "sim";
     c->device = NULL; /* cpu, or cuda with --backend nccl */
@@ -174,12 +174,14 @@ int dp_trainer_holds_rank0(const dp_trainer *t) {
 
 static dp_status setup(dp_trainer *t) {
     dp_config *c = &t->cfg;
-    if (c->threads <= 0) c->threads = default_threads();
+    const int cores = default_threads();
+    if (c->threads <= 0) c->threads = cores;
     openblas_set_num_threads(1); /* parallelism is ours: over samples or over replicas */
     int ordinals[DP_MAX_LOCAL_DEVICES], n_ord = 0;
     DP_TRY(dp_backend_device(c->backend, c->device, c->gpu, c->gpus, c->n_gpus, &c->device, ordinals, &n_ord));
     for (; t->n_devs < n_ord; t->n_devs++) DP_TRY(dp_dev_open(c->device, ordinals[t->n_devs], c->tf32, &t->devs[t->n_devs]));
     t->dev = t->devs[0];
+    if (c->workers < 0) c->workers = dp_exec_default_workers(t->dev, c->threads, cores);
 
     dp_backend_config bc = {.name = c->backend, .replicas = c->replicas, .nthreads = c->threads,
                             .algorithm = c->allreduce_algo, .timeout_s = c->timeout_s,
@@ -255,6 +257,7 @@ static dp_status setup(dp_trainer *t) {
         for (int r = 0; r < t->ex.n_local; r++) ranks[r] = t->ex.rep[r].rank;
         dp_loader_config lc = {.data = &t->train, .sampler = &t->sampler, .n_local = t->ex.n_local, .ranks = ranks,
                                .workers = c->workers, .prefetch = c->workers > 0 ? 2 * c->workers + 1 : 1,
+                               .fill_threads = c->threads,
                                .augment = {.enabled = c->augment, .seed = c->seed},
                                .indices_only = t->ex.resident};
         DP_TRY(dp_loader_create(&t->loader, &lc));
