@@ -42,7 +42,7 @@ def parse_args():
     p.add_argument("-t", "--threads", type=int, default=2)
     p.add_argument("--base", default="a12b3f7")
     p.add_argument("--base-bin", default=None)
-    p.add_argument("--sections", default="lenet,resnet,threads")
+    p.add_argument("--sections", default="lenet,resnet,threads,shapes")
     p.add_argument("--peers", default="torch2,torch1,jax")
     p.add_argument("--resnet-steps", type=int, default=3)
     p.add_argument("--resnet-rounds", type=int, default=3)
@@ -65,8 +65,8 @@ def parse_args():
     a.sections = [s for s in a.sections.split(",") if s]
     a.peers = [s for s in a.peers.split(",") if s]
     for s in a.sections:
-        if s not in ("lenet", "resnet", "threads"):
-            die("--sections: lenet, resnet, threads (got %s)" % s, 2)
+        if s not in ("lenet", "resnet", "threads", "shapes"):
+            die("--sections: lenet, resnet, threads, shapes (got %s)" % s, 2)
     for s in a.peers:
         if s not in ("torch2", "torch1", "jax"):
             die("--peers: torch2, torch1, jax (got %s)" % s, 2)
@@ -662,6 +662,53 @@ def section_threads(a, md, dptrain):
     md.append("")
 
 
+def section_shapes(a, md, dptrain):
+    """LeNet with the same T cores filled as P processes (mpirun, --backend mpi) of T/P threads each, for
+    every P dividing T; P = 1 is one process (--backend sim) with T threads. The global batch is 64 in
+    each: the same training, split differently."""
+    out = os.path.join(a.out, "shapes")
+    os.makedirs(out, exist_ok=True)
+    T = a.threads
+    mpirun = shutil.which("mpirun")
+    shapes = [p for p in range(1, T + 1) if T % p == 0 and (p == 1 or mpirun)]
+    if not mpirun:
+        note("shapes: mpirun not found (apt-get install openmpi-bin): only 1 process x %d threads" % T)
+    flags = ["train", "--model", "lenet", "--dataset", "fashion-mnist", "--data", a.data, "--epochs", "3",
+             "--batch-size", "64", "--seed", str(a.seed), "--quiet"]
+    env = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+    res, cmds = {p: [] for p in shapes}, {}
+    for r in range(1, a.threads_rounds + 1):
+        note("shapes round %d/%d" % (r, a.threads_rounds))
+        for p in shapes:
+            log = os.path.join(out, "p%d-r%d.jsonl" % (p, r))
+            q = ["--threads", str(T // p), "--log", log]
+            if p == 1:
+                cmd = [dptrain] + flags + ["--backend", "sim"] + q
+            else:
+                cmd = [mpirun, "--oversubscribe", "--bind-to", "none", "-np", str(p), dptrain] + flags + \
+                      ["--backend", "mpi"] + q
+            cmds[p] = cmd
+            rc, _ = run(cmd, log[:-6] + ".txt", env, a.wait_idle, log)
+            got = epoch_seconds(log, 1)
+            if rc == 0 and got:
+                res[p] += got
+            else:
+                note("shapes: %d processes failed: %s" % (p, tail(log[:-6] + ".txt", 3)))
+    med = {p: statistics.median(v) for p, v in res.items() if v}
+    best = min(med.values()) if med else None
+    md.append("## Processes x threads on %d cores (LeNet / Fashion-MNIST, global batch 64, dptrain)\n" % T)
+    md.append("| processes x threads | s/epoch, median (min-max) | / the best shape |")
+    md.append("|---|---|---:|")
+    for p in shapes:
+        md.append("| %d x %d | %s | %s |" % (p, T // p, fmt(res[p]), "%.2f" % (med[p] / best) if p in med else "n/a"))
+    md.append("")
+    md.append("%d rounds, the shapes in turn; epochs 2-3 of each 3-epoch run (rank 0's log). Commands (LOG the JSON "
+              "lines): %s" % (a.threads_rounds, "; ".join(
+                  "`%s`" % " ".join(shlex.quote(rel(c) if c.startswith(ROOT) else c) for c in cmds[p]) for p in shapes
+                  if p in cmds)))
+    md.append("")
+
+
 # ---------------------------------------------------------------- main
 
 def machine():
@@ -702,7 +749,7 @@ def main():
         missing.append("the dptrain binary %s (build it: cmake -S . -B build && cmake --build build -j2, or set DPTRAIN)" % dptrain)
     if "lenet" in a.sections and not os.access(sgemm, os.X_OK):
         missing.append("bench_sgemm at %s (built with dptrain; or set BENCH_SGEMM)" % sgemm)
-    if "lenet" in a.sections or "threads" in a.sections:
+    if "lenet" in a.sections or "threads" in a.sections or "shapes" in a.sections:
         for f in ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"):
             if not any(os.path.exists(os.path.join(a.data, f + s)) for s in (".gz", "")):
                 missing.append("%s(.gz) in %s (apt-get install dataset-fashion-mnist, or --data DIR)" % (f, a.data))
@@ -738,6 +785,8 @@ def main():
         section_resnet(a, md, dptrain, base, peers)
     if "threads" in a.sections:
         section_threads(a, md, dptrain)
+    if "shapes" in a.sections:
+        section_shapes(a, md, dptrain)
     load1 = open("/proc/loadavg").read().split()[:3] if os.path.exists("/proc/loadavg") else ["?"]
     md.append("Load average after: %s. %d of the %d runs were repeated because other processes took more than %.2f "
               "cores meanwhile (the quietest of at most %d kept). Logs: %s." % (

@@ -6,7 +6,7 @@
 # ---- help
 # Usage: examples/bench/cpu_speed.sh [options]
 #
-# Sections (--sections, default all three):
+# Sections (--sections, default all four):
 #   lenet    LeNet / Fashion-MNIST epochs at batch 64 on T threads: dptrain (this build), dptrain at
 #            --base built here, PyTorch 2.x, PyTorch 1.13 and JAX, each round all of them in turn after
 #            bench_sgemm, which measures OpenBLAS's best sgemm rate on T threads (1024^3 and LeNet's GEMM
@@ -17,6 +17,8 @@
 #   resnet   ResNet-18 step time, batch 32, synthetic 3x224x224: dptrain, --base, the PyTorches (their
 #            fastest of oneDNN / channels_last / native convolutions).
 #   threads  dptrain --threads 1 against --threads T (2 if T is 1): LeNet, LeNet-BN and a small ResNet-18.
+#   shapes   LeNet on T cores as P processes x T/P threads for every P dividing T (mpirun --backend mpi;
+#            P = 1: one process, --backend sim), each against the best shape.
 #
 # Options:
 #   -r, --rounds R        LeNet rounds (default 5)
@@ -28,7 +30,7 @@
 #       --peers LIST      of torch2, torch1, jax (default all; a peer that is not installed is reported so)
 #       --install         install the missing PyTorch 2 (tests/torch2_env.sh) and JAX from PyPI into out/
 #       --resnet-steps S  timed steps per ResNet-18 run (default 3, after one warm-up step)
-#       --resnet-rounds R, --threads-rounds R   rounds of those sections (default 3 each)
+#       --resnet-rounds R, --threads-rounds R   rounds of those sections (default 3 each; shapes: --threads-rounds)
 #       --no-tune         the PyTorches' default settings, no trials
 #       --data DIR        Fashion-MNIST (default /usr/share/datasets/fashion-mnist)
 #       --out DIR         logs and cpu_speed.md (default out/cpu-speed)
