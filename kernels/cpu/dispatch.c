@@ -37,8 +37,16 @@ DP_RESOLVER static int cpu_is_v4(void) {
            __builtin_cpu_supports("avx512vl");
 }
 
-/* 0 baseline, 3 x86-64-v3, 4 x86-64-v4: the best the CPU supports */
-DP_RESOLVER static int cpu_level(void) { return cpu_is_v4() ? 4 : cpu_is_v3() ? 3 : 0; }
+/* 0 baseline, 3 x86-64-v3, 4 x86-64-v4: the best the CPU supports, at most DP_CPU_MAX_LEVEL (a
+ * build that measures the AVX2 or baseline kernels on a newer CPU; the environment cannot be read
+ * this early) */
+#ifndef DP_CPU_MAX_LEVEL
+#define DP_CPU_MAX_LEVEL 4
+#endif
+DP_RESOLVER static int cpu_level(void) {
+    const int l = cpu_is_v4() ? 4 : cpu_is_v3() ? 3 : 0;
+    return l < DP_CPU_MAX_LEVEL ? l : DP_CPU_MAX_LEVEL;
+}
 
 #define DP_DISPATCH(name)                                                                        \
     extern __typeof__(name) name##_base, name##_v3, name##_v4;                                  \
@@ -75,10 +83,13 @@ DP_DISPATCH(sgd_step_cpu)
 DP_DISPATCH(all_finite_cpu)
 
 const char *dp_cpu_kernel_variant(void) {
+    const int capped = cpu_level() < (cpu_is_v4() ? 4 : cpu_is_v3() ? 3 : 0);
     switch (cpu_level()) {
     case 4: return "x86-64-v4 (AVX-512; chosen at run time)";
-    case 3: return "x86-64-v3 (AVX2, FMA; chosen at run time)";
-    default: return "x86-64 baseline (SSE2; chosen at run time)";
+    case 3: return capped ? "x86-64-v3 (AVX2, FMA; capped by DP_CPU_MAX_LEVEL=3 at build time)"
+                          : "x86-64-v3 (AVX2, FMA; chosen at run time)";
+    default: return capped ? "x86-64 baseline (SSE2; capped by DP_CPU_MAX_LEVEL=0 at build time)"
+                           : "x86-64 baseline (SSE2; chosen at run time)";
     }
 }
 
