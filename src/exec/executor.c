@@ -149,6 +149,7 @@ dp_status dp_exec_create(dp_executor *ex, const dp_exec_config *c) {
         DP_TRY(dp_replica_create(&ex->rep[r], c->model, where[r], dp_backend_rank(c->backend, r), c->lane_batch,
                                  c->n_lanes, c->n_slots));
     DP_TRY(alloc_lanes_and_staging(ex));
+    DP_TRY(dp_exec_metrics_alloc(ex));
     DP_TRY(alloc_eval_copies(ex));
     /* one device for every replica: with several, each would need its own copy of the data */
     if (c->resident && c->train && (ex->dev->caps & DP_CAP_ASYNC) && !host_memory(ex) && !ex->multi_dev)
@@ -180,6 +181,7 @@ void dp_exec_free(dp_executor *ex) {
     const dp_dev *d = ex->dev;
     if (!d) return;
     dp_exec_host_coll_free(ex);
+    dp_exec_metrics_free(ex);
     dp_exec_coll_timing_free(ex);
     dp_graph_cache_free(&ex->graphs, d);
     if (!host_memory(ex)) free_resident(ex);
