@@ -31,6 +31,9 @@
 #include "nn/model.h"
 #include "exec/memory.h"
 
+/* Copies of the pinned upload staging (h_stage, h_idx), used in turn. */
+#define DP_EXEC_STAGES 2
+
 /* What a micro-step is: its share of its optimizer step. */
 typedef struct {
     int step_samples;   /* samples of the whole optimizer step (the loss is their mean) */
@@ -76,15 +79,17 @@ typedef struct dp_executor {
     int32_t *lane_correct, **d_lane_correct;
     int lanes_clear;          /* lanes 1.. hold zeros (the last step's tree cleared them) */
     dp_batch *d_batches;      /* (n_local) an async device's copy of the loader's batches */
-    dp_batch *h_stage;        /* (n_local) the pinned staging its uploads read */
+    dp_batch *h_stage;        /* (DP_EXEC_STAGES x n_local) the pinned staging its uploads read */
     /* the training set on the device (resident): its pixels, labels and normalisation table, and
        per replica the batch's indices (device, and their pinned staging) */
     int resident;
     uint8_t *d_pixels, *d_labels;
     float *d_lut;
-    int32_t **d_idx, **h_idx;
+    int32_t **d_idx, **h_idx; /* h_idx: DP_EXEC_STAGES x n_local */
     int data_c, data_hw;
-    int stage_busy;           /* an upload from h_stage may still be in flight (no wait since) */
+    /* staging copies used since the last wait (their uploads may still be in flight), and the next:
+       two, so that a step of two micro-steps (--accumulate 2) waits only once, for its metrics */
+    int stage_used, stage_next;
     dp_graph_cache graphs;
     int graphs_on;
     float **hc_scratch;       /* (n_local) device scratch of the host collectives, hc_floats each */
