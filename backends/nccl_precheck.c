@@ -24,10 +24,9 @@ int dp_nccl_moves_host_memory(void) {
 dp_status dp_nccl_precheck(int *gpu) {
     dp_launch l;
     DP_TRY(dp_launch_from_env(&l));
-    if (dp_nccl_moves_host_memory()) { /* no GPU to pick: the ranks' memory is the host's */
-        *gpu = -1;
-        return DP_OK;
-    }
+    /* the test double: its ranks move host memory, or stage CUDA memory through it, so every rank
+       may share --gpu's device (0 unless given), which real NCCL refuses */
+    if (dp_nccl_moves_host_memory()) return DP_OK;
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
     const char *visible = getenv("CUDA_VISIBLE_DEVICES");

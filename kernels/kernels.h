@@ -77,6 +77,10 @@ typedef struct dp_kernels {
                 float wd, int nesterov);
     /* the fixed pairwise tree of core/treesum.h over n vectors into v[0], elements [lo, lo+count) */
     void (*tree_sum)(const dp_kctx *c, float *const *v, int n, size_t lo, size_t count, int clear);
+    /* a replica's step metrics from its n lanes, where they were computed (so that they travel on
+     * in one small buffer): out[0] = the lanes' losses added with the tree of core/treesum.h
+     * (loss is left holding the tree's partial sums), out[1] = their hits summed, as a float */
+    void (*lane_metrics)(const dp_kctx *c, int n, float *loss, const int32_t *correct, float *out);
     /* a batch gathered from a data set held where the kernels run: sample i of x (ch, hw) is
        lut[ch * 256 + pixels[idx[i]]], the loader's normalisation table (dataset.h), and y[i] is
        labels[idx[i]] */

@@ -111,6 +111,17 @@ static void test_elementwise(void **state) {
         h = back(dv[i], n), expect("tree sum", hv[i], h, n, 0), free(h);
         cudaFree(dv[i]), free(hv[i]);
     }
+    /* a replica's lanes' metrics: the tree over their losses (partial sums left) and the hits */
+    enum { NL = 7 };
+    float *ll = host_rand(NL, 100), lm[2];
+    int32_t hits[NL];
+    for (int i = 0; i < NL; i++) hits[i] = (int32_t)dp_rng_below(&rng, 300);
+    float *dll = dev(ll, NL * 4), *dlm = dev(NULL, 2 * 4);
+    int32_t *dhits = dev(hits, sizeof hits);
+    C->lane_metrics(&cc, NL, ll, hits, lm), G->lane_metrics(&gc, NL, dll, dhits, dlm);
+    h = back(dlm, 2), expect("lane metrics", lm, h, 2, 0), free(h);
+    h = back(dll, NL), expect("lane metrics' partial sums", ll, h, NL, 0), free(h);
+    cudaFree(dll), cudaFree(dlm), cudaFree(dhits), free(ll);
     cudaFree(dx), cudaFree(dy), cudaFree(dg), cudaFree(dout), cudaFree(dp), cudaFree(dbuf);
     free(x), free(y), free(g), free(out), free(p), free(buf);
 }

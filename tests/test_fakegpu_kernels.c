@@ -84,6 +84,11 @@ static void test_elementwise_sgd_tree(void **state) {
     G->tree_sum(&D->kc, dv, V, 7, n - 7, 1);
     for (int i = 0; i < V; i++) dv[i] = NULL; /* the caller's array may change once the call returns */
     for (int i = 0; i < V; i++) same(D, "tree_sum", v[i]), drop(D, v[i]);
+    enum { NL = 7 }; /* a replica's lanes' metrics: the tree over their losses (partial sums left) and the hits */
+    pair ll = mk(D, NL, 100), hits = mk_int(D, NL, 300), lm = mk(D, 2, 0);
+    C->lane_metrics(&cc, NL, ll.h, ih(hits), lm.h), G->lane_metrics(&D->kc, NL, ll.d, id(hits), lm.d);
+    same(D, "lane_metrics", lm), same(D, "lane_metrics' partial sums", ll);
+    drop(D, ll), drop(D, hits), drop(D, lm);
     drop(D, x), drop(D, y), drop(D, g), drop(D, out), drop(D, p), drop(D, buf);
     fgt_close(D);
 }

@@ -71,8 +71,43 @@ static void test_sync_bn_on_2_and_4_fake_gpus(void **state) {
     gpus_equal_sim("lenet-bn", 4, DP_MODE_DDP, 1, 1);
 }
 
+/* The fake GPUs' blocking calls (waits, downloads, frees: dp_fakegpu_host_waits) during a run of
+ * `steps` DDP steps at n fake GPUs. */
+static unsigned long host_waits_of(int n, int accumulate, int steps) {
+    dp_config c;
+    tr_base_config(&c, "lenet");
+    c.backend = "nccl", c.device = "fakegpu", c.replicas = 1, c.n_gpus = n, c.max_steps = steps;
+    c.accumulate = accumulate;
+    for (int i = 0; i < n; i++) c.gpus[i] = i;
+    const unsigned long before = dp_fakegpu_host_waits();
+    tr_result r = tr_run(&c);
+    tr_free(&r);
+    return dp_fakegpu_host_waits() - before;
+}
+
+/* At most one host round trip a step (the step metrics' download, which also carries the stop
+ * flags), with two micro-steps a step too (two copies of the upload staging): a run of 12 steps
+ * against one of 4, so that start-up, the evaluation and the test's own reads cancel out.
+ * Downloading the lanes' losses before the metrics' all-reduce made 5 at 2 GPUs. */
+static void test_one_host_round_trip_a_step(void **state) {
+    (void)state;
+    hooks_or_skip();
+    static const int cases[][2] = {{2, 1}, {4, 1}, {4, 2}}; /* fake GPUs, --accumulate */
+    for (int i = 0; i < 3; i++) {
+        const int n = cases[i][0], acc = cases[i][1];
+        const unsigned long few = host_waits_of(n, acc, 4), more = host_waits_of(n, acc, 12);
+        const double per_step = ((double)more - (double)few) / 8.0;
+        print_message("%d fake GPUs, --accumulate %d: %.2f host round trips a step (%lu over 4 steps, %lu over "
+                      "12)\n", n, acc, per_step, few, more);
+        if (more < few || per_step > 1.0)
+            fail_msg("%d fake GPUs, --accumulate %d: %.2f host round trips a step, more than 1 (%lu over 4 steps, "
+                     "%lu over 12)", n, acc, per_step, few, more);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_one_host_round_trip_a_step),
         cmocka_unit_test(test_ddp_on_2_and_4_fake_gpus),
         cmocka_unit_test(test_dp_on_2_and_4_fake_gpus),
         cmocka_unit_test(test_sync_bn_on_2_and_4_fake_gpus),

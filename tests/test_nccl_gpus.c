@@ -213,6 +213,17 @@ static void test_bad_gpu_lists_are_refused(void **state) {
     refused("DP_NCCL_DOUBLE_GPUS=2", "--backend nccl --device cpu --gpus 0,1,2", "there is no GPU 2");
 }
 
+/* --predict's step-overhead companions are one-replica sim trainers on this process's first
+ * device: they used to keep --gpus (which the sim refuses) and --gpu's ordinal. */
+static void test_predict_beside_gpus(void **state) {
+    (void)state;
+    char *out = NULL;
+    const int rc = run_one(&out, tu_path("g2-predict"), "", "--gpus 0,1 " DATA " --epochs 1 --max-steps 3 --predict host");
+    if (rc != 0 || !strstr(out ? out : "", "predicted on host"))
+        fail_msg("--gpus 0,1 --predict host: exit %d:\n%s", rc, out ? out : "");
+    free(out);
+}
+
 /* ---- the double itself: two communicators of one process, one group (through dlopen) ---- */
 typedef struct {
     void *h;
@@ -345,6 +356,7 @@ int main(void) {
         cmocka_unit_test(test_double_moves_between_comms_of_one_process),
         cmocka_unit_test(test_double_checker_within_one_process),
         cmocka_unit_test(test_bad_gpu_lists_are_refused),
+        cmocka_unit_test(test_predict_beside_gpus),
         cmocka_unit_test(test_one_process_2_gpus_equals_the_sim),
         cmocka_unit_test(test_one_process_4_gpus_equals_the_sim),
         cmocka_unit_test(test_two_processes_of_two_gpus_equal_the_sim),

@@ -96,6 +96,13 @@ static void tree(const dp_kctx *c, float *const *v, int n, size_t lo, size_t cou
     (void)c;
     dp_tree_sum(v, n, lo, count, clear);
 }
+static void lane_metrics(const dp_kctx *c, int n, float *loss, const int32_t *correct, float *out) {
+    (void)c;
+    long hits = 0;
+    for (int l = 0; l < n; l++) hits += correct[l];
+    out[0] = dp_tree_sum_scalars(loss, n, 1);
+    out[1] = (float)hits;
+}
 
 static void gather(const dp_kctx *c, int n, int ch, int hw, const uint8_t *pixels, const uint8_t *labels,
                    const int32_t *idx, const float *lut, float *x, int32_t *y) {
@@ -134,5 +141,6 @@ const dp_kernels dp_cpu_kernels = {
     .softmax_xent = xent,
     .sgd = sgd,
     .tree_sum = tree,
+    .lane_metrics = lane_metrics,
     .gather_batch = gather,
 };

@@ -52,3 +52,22 @@ extern "C" void dp_cuda_softmax_xent(const dp_kctx *c, int batch, int classes, c
     xent_k<<<1, XENT_TILE, 0, dp_stream(c)>>>(batch, classes, logits, labels, grad_scale, dlogits, loss, correct);
     DP_LAUNCHED("softmax cross-entropy");
 }
+
+// A replica's lanes' losses and hits into its step metrics: a handful of values, one thread, the
+// tree of core/treesum.c (float adds rounded as the CPU's).
+__global__ void lane_metrics_k(int n, float *loss, const int32_t *correct, float *out) {
+    long long hits = 0;
+    for (int l = 0; l < n; l++) hits += correct[l];
+    for (int m = n; m > 1;) {
+        const int h = (m + 1) / 2;
+        for (int i = 0; i < m - h; i++) loss[i] = __fadd_rn(loss[i], loss[i + h]);
+        m = h;
+    }
+    out[0] = n > 0 ? loss[0] : 0.0f;
+    out[1] = (float)hits;
+}
+
+extern "C" void dp_cuda_lane_metrics(const dp_kctx *c, int n, float *loss, const int32_t *correct, float *out) {
+    lane_metrics_k<<<1, 1, 0, dp_stream(c)>>>(n, loss, correct, out);
+    DP_LAUNCHED("lane metrics");
+}

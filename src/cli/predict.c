@@ -169,6 +169,9 @@ static dp_status measure_step_overhead(dp_trainer *t, dp_profile *p, int devices
     if (devices > MAX_CO) devices = MAX_CO;
     dp_config one = t->cfg;
     one.backend = "sim", one.replicas = 1, one.chunks = lanes, one.threads = workers, one.accumulate = 1;
+    /* on this process's first device (the rank's GPU under nccl, the first of --gpus), not --gpu's:
+       the sim takes one device, by ordinal */
+    one.n_gpus = 0, one.gpu = t->dev->kc.device;
     one.batch_size = batch;
     one.log_path = one.save_path = one.load_path = NULL;
     one.checkpoint_dir = one.resume_path = one.init_path = NULL, one.save_every = 0, one.save_every_epochs = 0;

@@ -15,8 +15,7 @@
 /* Event index of the main stream's end of backward: the last one. */
 static int bwd_end_event(const dp_executor *ex) { return 2 * ex->coll_cap; }
 
-/* Every local device's collective stream waits for its main stream's work so far, or the reverse. */
-static dp_status colls_wait_mains(const dp_executor *ex) {
+dp_status dp_exec_colls_wait_mains(const dp_executor *ex) {
     for (int i = 0; i < dp_exec_n_devs(ex); i++) {
         const dp_dev *d = dp_exec_dev(ex, i);
         if (d->coll_wait_main) DP_TRY(d->coll_wait_main(d));
@@ -24,7 +23,7 @@ static dp_status colls_wait_mains(const dp_executor *ex) {
     return DP_OK;
 }
 
-static dp_status mains_wait_colls(const dp_executor *ex) {
+dp_status dp_exec_mains_wait_colls(const dp_executor *ex) {
     for (int i = 0; i < dp_exec_n_devs(ex); i++) {
         const dp_dev *d = dp_exec_dev(ex, i);
         if (d->main_wait_coll) DP_TRY(d->main_wait_coll(d));
@@ -34,7 +33,7 @@ static dp_status mains_wait_colls(const dp_executor *ex) {
 
 static dp_status coll_begin(dp_executor *ex, dp_coll_kind kind, int overlap) {
     const dp_dev *d = ex->dev;
-    DP_TRY(colls_wait_mains(ex));
+    DP_TRY(dp_exec_colls_wait_mains(ex));
     if (!ex->coll_timed || ex->coll_n == ex->coll_cap) return DP_OK;
     ex->coll_kind[ex->coll_n] = (unsigned char)kind, ex->coll_overlap[ex->coll_n] = (unsigned char)overlap;
     return d->coll->event_record(d->coll, ex->coll_ev, 2 * ex->coll_n);
@@ -51,7 +50,7 @@ static dp_status coll_issued(dp_executor *ex, dp_status s) {
 
 static dp_status coll_end(dp_executor *ex, dp_status s) {
     s = coll_issued(ex, s);
-    return s != DP_OK ? s : mains_wait_colls(ex);
+    return s != DP_OK ? s : dp_exec_mains_wait_colls(ex);
 }
 
 dp_status dp_exec_coll_timing_start(dp_executor *ex) {
@@ -76,8 +75,10 @@ void dp_exec_coll_timing_free(dp_executor *ex) {
 dp_status dp_exec_collect_coll_times(dp_executor *ex) {
     if (!ex->coll_timed || !ex->coll_n) return DP_OK;
     const dp_dev *d = ex->dev, *c = d->coll;
-    DP_TRY(c->wait(c));
-    if (ex->bwd_end_recorded) DP_TRY(d->wait(d)); /* the end of backward is the main stream's */
+    if (ex->coll_drained != ex->coll_n) { /* else the step metrics' download waited for them all */
+        DP_TRY(c->wait(c));
+        if (ex->bwd_end_recorded) DP_TRY(d->wait(d)); /* the end of backward is the main stream's */
+    }
     for (int i = 0; i < ex->coll_n; i++) {
         double s = 0;
         DP_TRY(c->event_elapsed(c, ex->coll_ev, 2 * i, 2 * i + 1, &s));
@@ -88,7 +89,7 @@ dp_status dp_exec_collect_coll_times(dp_executor *ex) {
         DP_TRY(c->event_elapsed(c, ex->coll_ev, 2 * i, bwd_end_event(ex), &before));
         ex->coll_hidden_s += before <= 0 ? 0 : before < s ? before : s;
     }
-    ex->coll_n = 0, ex->bwd_end_recorded = 0;
+    ex->coll_n = 0, ex->bwd_end_recorded = 0, ex->coll_drained = -1;
     return DP_OK;
 }
 
@@ -128,5 +129,5 @@ dp_status dp_exec_wait_all(dp_executor *ex, const dp_req *reqs, int n) {
         ex->bwd_end_recorded = 1;
     }
     for (int k = 0; k < n; k++) DP_TRY(dp_wait(ex->backend, reqs[k]));
-    return mains_wait_colls(ex);
+    return dp_exec_mains_wait_colls(ex);
 }

@@ -51,15 +51,18 @@ static dp_status alloc_lanes_and_staging(dp_executor *ex) {
     }
     const size_t per = dp_shape_size(ex->model->input), xs = (size_t)ex->max_local * per;
     DP_ALLOC(ex->d_batches, ex->n_local, "device batches");
-    DP_ALLOC(ex->h_stage, ex->n_local, "upload staging");
+    DP_ALLOC(ex->h_stage, (size_t)DP_EXEC_STAGES * ex->n_local, "upload staging");
     for (int r = 0; r < ex->n_local; r++) {
         const dp_dev *d = dp_exec_dev(ex, r);
         DP_TRY(d->alloc(d, &ex->d_lane_loss[r], L, "lane losses"));
         DP_TRY(d->alloc(d, (float **)&ex->d_lane_correct[r], L, "lane accuracy counts"));
         DP_TRY(d->alloc(d, &ex->d_batches[r].x, xs, "the batch on the device"));
         DP_TRY(d->alloc(d, (float **)&ex->d_batches[r].y, (size_t)ex->max_local, "the labels on the device"));
-        DP_TRY(d->host_alloc(d, (void **)&ex->h_stage[r].x, xs * sizeof(float), "upload staging"));
-        DP_TRY(d->host_alloc(d, (void **)&ex->h_stage[r].y, (size_t)ex->max_local * sizeof(int32_t), "upload staging"));
+        for (int k = 0; k < DP_EXEC_STAGES; k++) {
+            dp_batch *hs = &ex->h_stage[k * ex->n_local + r];
+            DP_TRY(d->host_alloc(d, (void **)&hs->x, xs * sizeof(float), "upload staging"));
+            DP_TRY(d->host_alloc(d, (void **)&hs->y, (size_t)ex->max_local * sizeof(int32_t), "upload staging"));
+        }
     }
     return DP_OK;
 }
@@ -113,11 +116,11 @@ static dp_status make_resident(dp_executor *ex, const dp_dataset *d) {
     DP_TRY(dev->upload(dev, ex->d_labels, d->labels, (size_t)d->n));
     DP_TRY(dev->upload(dev, ex->d_lut, lut, (size_t)d->c * 256 * sizeof(float)));
     DP_ALLOC(ex->d_idx, ex->n_local, "batch indices");
-    DP_ALLOC(ex->h_idx, ex->n_local, "batch indices");
-    for (int r = 0; r < ex->n_local; r++) {
+    DP_ALLOC(ex->h_idx, (size_t)DP_EXEC_STAGES * ex->n_local, "batch indices");
+    for (int r = 0; r < ex->n_local; r++)
         DP_TRY(dev_alloc(ex, &ex->d_idx[r], (size_t)ex->max_local, "the batch's indices on the device"));
-        DP_TRY(dev->host_alloc(dev, (void **)&ex->h_idx[r], (size_t)ex->max_local * sizeof(int32_t), "upload staging"));
-    }
+    for (int q = 0; q < DP_EXEC_STAGES * ex->n_local; q++)
+        DP_TRY(dev->host_alloc(dev, (void **)&ex->h_idx[q], (size_t)ex->max_local * sizeof(int32_t), "upload staging"));
     DP_TRY(dev->wait(dev)); /* the uploads read the host's copies */
     ex->resident = 1;
     return DP_OK;
@@ -127,7 +130,7 @@ static void free_resident(dp_executor *ex) {
     const dp_dev *d = ex->dev;
     d->free(d, ex->d_pixels), d->free(d, ex->d_labels), d->free(d, ex->d_lut);
     for (int r = 0; ex->d_idx && r < ex->n_local; r++) d->free(d, ex->d_idx[r]);
-    for (int r = 0; ex->h_idx && r < ex->n_local; r++) d->host_free(d, ex->h_idx[r]);
+    for (int q = 0; ex->h_idx && q < DP_EXEC_STAGES * ex->n_local; q++) d->host_free(d, ex->h_idx[q]);
     free(ex->d_idx), free(ex->h_idx);
 }
 
@@ -153,6 +156,7 @@ dp_status dp_exec_create(dp_executor *ex, const dp_exec_config *c) {
         DP_TRY(dp_replica_create(&ex->rep[r], c->model, where[r], dp_backend_rank(c->backend, r), c->lane_batch,
                                  c->n_lanes, c->n_slots));
     DP_TRY(alloc_lanes_and_staging(ex));
+    DP_TRY(dp_exec_metrics_alloc(ex));
     DP_TRY(alloc_eval_copies(ex));
     /* one device for every replica: with several, each would need its own copy of the data */
     if (c->resident && c->train && (ex->dev->caps & DP_CAP_ASYNC) && !host_memory(ex) && !ex->multi_dev)
@@ -174,7 +178,8 @@ static void free_on_replica_devices(dp_executor *ex) {
         if (!host_memory(ex) && ex->d_lane_loss) d->free(d, ex->d_lane_loss[r]);
         if (!host_memory(ex) && ex->d_lane_correct) d->free(d, ex->d_lane_correct[r]);
         if (ex->d_batches) d->free(d, ex->d_batches[r].x), d->free(d, ex->d_batches[r].y);
-        if (ex->h_stage) d->host_free(d, ex->h_stage[r].x), d->host_free(d, ex->h_stage[r].y);
+        for (int k = 0; ex->h_stage && k < DP_EXEC_STAGES; k++)
+            d->host_free(d, ex->h_stage[k * ex->n_local + r].x), d->host_free(d, ex->h_stage[k * ex->n_local + r].y);
         if (ex->eval_params) d->free(d, ex->eval_params[r]);
         if (ex->eval_buffers) d->free(d, ex->eval_buffers[r]);
     }
@@ -184,6 +189,7 @@ void dp_exec_free(dp_executor *ex) {
     const dp_dev *d = ex->dev;
     if (!d) return;
     dp_exec_host_coll_free(ex);
+    dp_exec_metrics_free(ex);
     dp_exec_coll_timing_free(ex);
     dp_graph_cache_free(&ex->graphs, d);
     if (!host_memory(ex)) free_resident(ex);
@@ -237,21 +243,28 @@ dp_status dp_exec_stage(dp_executor *ex, const dp_batch *b, const dp_batch **out
     *out = b;
     if (host_memory(ex)) return DP_OK;
     const size_t per = dp_shape_size(ex->model->input);
-    /* through pinned staging, so the copies do not wait for the device; the staging is reused
-       only once the last uploads from it are done (a micro-step that reads no loss does not wait) */
-    if (ex->stage_busy) DP_TRY(wait_all_devices(ex));
+    /* through pinned staging, so the copies do not wait for the device; a staging copy is reused
+       only once the last uploads from it are done: with every copy used since the last wait (the
+       step's metrics download), this micro-step waits */
+    if (ex->stage_used == DP_EXEC_STAGES) {
+        DP_TRY(wait_all_devices(ex));
+        ex->stage_used = 0;
+    }
+    const int k = ex->stage_next;
+    ex->stage_next = (k + 1) % DP_EXEC_STAGES, ex->stage_used++;
     for (int r = 0; r < ex->n_local && ex->resident; r++) { /* one device (make_resident) */
         const dp_dev *d = ex->dev;
         dp_batch *db = &ex->d_batches[r];
         db->n = b[r].n;
-        memcpy(ex->h_idx[r], b[r].idx, (size_t)b[r].n * sizeof(int32_t));
-        DP_TRY(d->upload(d, ex->d_idx[r], ex->h_idx[r], (size_t)b[r].n * sizeof(int32_t)));
+        int32_t *hi = ex->h_idx[k * ex->n_local + r];
+        memcpy(hi, b[r].idx, (size_t)b[r].n * sizeof(int32_t));
+        DP_TRY(d->upload(d, ex->d_idx[r], hi, (size_t)b[r].n * sizeof(int32_t)));
         ex->k->gather_batch(&ex->kc, b[r].n, ex->data_c, ex->data_hw, ex->d_pixels, ex->d_labels, ex->d_idx[r],
                             ex->d_lut, db->x, db->y);
     }
     for (int r = 0; r < ex->n_local && !ex->resident; r++) {
         const dp_dev *d = dp_exec_dev(ex, r);
-        dp_batch *db = &ex->d_batches[r], *hs = &ex->h_stage[r];
+        dp_batch *db = &ex->d_batches[r], *hs = &ex->h_stage[k * ex->n_local + r];
         const size_t nx = (size_t)b[r].n * per * sizeof(float), ny = (size_t)b[r].n * sizeof(int32_t);
         db->n = b[r].n;
         memcpy(hs->x, b[r].x, nx);
@@ -259,7 +272,6 @@ dp_status dp_exec_stage(dp_executor *ex, const dp_batch *b, const dp_batch **out
         DP_TRY(d->upload(d, db->x, hs->x, nx));
         DP_TRY(d->upload(d, db->y, hs->y, ny));
     }
-    ex->stage_busy = 1;
     *out = ex->d_batches;
     return DP_OK;
 }
@@ -291,7 +303,7 @@ dp_status dp_exec_zero_grads(dp_executor *ex) {
 dp_status dp_exec_fetch_lane_losses(dp_executor *ex) {
     if (host_memory(ex)) return DP_OK;
     const size_t L = (size_t)ex->n_lanes;
-    ex->stage_busy = 0; /* the downloads wait for everything queued */
+    ex->stage_used = 0; /* the downloads wait for everything queued */
     for (int r = 0; r < ex->n_local; r++) {
         const dp_dev *d = dp_exec_dev(ex, r);
         DP_TRY(d->download(d, ex->lane_loss + (size_t)r * L, ex->d_lane_loss[r], L * sizeof(float)));

@@ -31,6 +31,9 @@
 #include "nn/model.h"
 #include "exec/memory.h"
 
+/* Copies of the pinned upload staging (h_stage, h_idx), used in turn. */
+#define DP_EXEC_STAGES 2
+
 /* What a micro-step is: its share of its optimizer step. */
 typedef struct {
     int step_samples;   /* samples of the whole optimizer step (the loss is their mean) */
@@ -76,18 +79,24 @@ typedef struct dp_executor {
     int32_t *lane_correct, **d_lane_correct;
     int lanes_clear;          /* lanes 1.. hold zeros (the last step's tree cleared them) */
     dp_batch *d_batches;      /* (n_local) an async device's copy of the loader's batches */
-    dp_batch *h_stage;        /* (n_local) the pinned staging its uploads read */
+    dp_batch *h_stage;        /* (DP_EXEC_STAGES x n_local) the pinned staging its uploads read */
     /* the training set on the device (resident): its pixels, labels and normalisation table, and
        per replica the batch's indices (device, and their pinned staging) */
     int resident;
     uint8_t *d_pixels, *d_labels;
     float *d_lut;
-    int32_t **d_idx, **h_idx;
+    int32_t **d_idx, **h_idx; /* h_idx: DP_EXEC_STAGES x n_local */
     int data_c, data_hw;
-    int stage_busy;           /* an upload from h_stage may still be in flight (no wait since) */
+    /* staging copies used since the last wait (their uploads may still be in flight), and the next:
+       two, so that a step of two micro-steps (--accumulate 2) waits only once, for its metrics */
+    int stage_used, stage_next;
     dp_graph_cache graphs;
     int graphs_on;
     float **hc_scratch;       /* (n_local) device scratch of the host collectives, hc_floats each */
+    /* not host memory: each replica's step metrics on its device (DP_EXEC_METRICS floats), the
+       pinned host memory their host-known values go up from, and where the sums come down to */
+    float **d_metrics, **h_metrics_up, *h_metrics_down;
+    int coll_drained;         /* coll_n when a download last waited for every collective of the step */
     size_t hc_floats;
     /* multi_dev: replica 0's parameters and BN buffers on each other replica's device, which
        evaluation reads (dp_exec_eval_weights); NULL elsewhere */
@@ -150,6 +159,20 @@ dp_status dp_exec_backward(dp_executor *ex, const dp_batch *b, const dp_micro_in
                            void *ctx);
 /* The lanes' losses and hits into their host copies (waits for the device). */
 dp_status dp_exec_fetch_lane_losses(dp_executor *ex);
+
+/* The most floats of a step's metrics (dp_exec_step_metrics). */
+#define DP_EXEC_METRICS 8
+/* A step's metrics summed over every replica of every process, in one host round trip: bufs[r]
+ * holds replica r's n (2 <= n <= DP_EXEC_METRICS) floats, [0] and [1] its lanes' loss (the
+ * fixed tree) and hits, filled here from the lanes where they were computed (or, host_lanes,
+ * from their host copies, which the caller wrote), [2..n) the caller's; on return every
+ * bufs[r] holds the sums over all replicas. On host memory: the host's sums and
+ * dp_exec_host_allreduce. Elsewhere: each replica's buffer is summed and completed on its
+ * device, all-reduced there by the backend, and replica 0's comes down once (pinned), the
+ * step's only wait; the lanes' host copies are then not updated (dp_exec_fetch_lane_losses). */
+dp_status dp_exec_step_metrics(dp_executor *ex, float *const *bufs, size_t n, int host_lanes);
+dp_status dp_exec_metrics_alloc(dp_executor *ex);
+void dp_exec_metrics_free(dp_executor *ex);
 /* The step's collectives' event times into coll_s and coll_hidden_s (waits for the collective
  * stream, whose work the step has already waited for where it reads a result). */
 dp_status dp_exec_collect_coll_times(dp_executor *ex);
@@ -175,6 +198,9 @@ dp_status dp_exec_scatter(dp_executor *ex, const float *const *send, float *cons
  * dp_exec_wait_all, which waits for requests 0..n-1 and makes the compute after it wait too. */
 dp_status dp_exec_allreduce_start(dp_executor *ex, float *const *bufs, size_t n, dp_req *req);
 dp_status dp_exec_wait_all(dp_executor *ex, const dp_req *reqs, int n);
+/* Every local device's collective stream waits for its main stream's work so far, or the reverse. */
+dp_status dp_exec_colls_wait_mains(const dp_executor *ex);
+dp_status dp_exec_mains_wait_colls(const dp_executor *ex);
 
 /* Collectives over small host arrays (metrics, stop flags, resume positions, evaluation
  * counts) on any device; every rank calls them. Bookkeeping: out of the statistics. */

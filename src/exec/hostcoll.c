@@ -23,23 +23,6 @@ static dp_status scratch_for(dp_executor *ex, size_t n) {
     return DP_OK;
 }
 
-/* every device's collective stream waits for its uploads, and its downloads for it */
-static dp_status coll_begin(const dp_executor *ex) {
-    for (int i = 0; i < dp_exec_n_devs(ex); i++) {
-        const dp_dev *d = dp_exec_dev(ex, i);
-        if (d->coll_wait_main) DP_TRY(d->coll_wait_main(d));
-    }
-    return DP_OK;
-}
-
-static dp_status coll_end(const dp_executor *ex) {
-    for (int i = 0; i < dp_exec_n_devs(ex); i++) {
-        const dp_dev *d = dp_exec_dev(ex, i);
-        if (d->main_wait_coll) DP_TRY(d->main_wait_coll(d));
-    }
-    return DP_OK;
-}
-
 static dp_status host_coll(dp_executor *ex, float *const *bufs, size_t n, int broadcast) {
     const struct dp_backend_i *b = ex->backend->iface;
     if (ex->dev->caps & DP_CAP_HOST_MEMORY)
@@ -52,10 +35,10 @@ static dp_status host_coll(dp_executor *ex, float *const *bufs, size_t n, int br
     DP_TRY(scratch_for(ex, n));
     for (int r = 0; r < ex->n_local; r++)
         DP_TRY(dp_exec_dev(ex, r)->upload(dp_exec_dev(ex, r), ex->hc_scratch[r], bufs[r], n * sizeof(float)));
-    DP_TRY(coll_begin(ex));
+    DP_TRY(dp_exec_colls_wait_mains(ex)); /* after the uploads */
     DP_TRY(broadcast ? b->broadcast(ex->backend, ex->hc_scratch, n, 0)
                      : b->allreduce(ex->backend, ex->hc_scratch, n, DP_SUM));
-    DP_TRY(coll_end(ex));
+    DP_TRY(dp_exec_mains_wait_colls(ex)); /* before the downloads */
     for (int r = 0; r < ex->n_local; r++)
         DP_TRY(dp_exec_dev(ex, r)->download(dp_exec_dev(ex, r), bufs[r], ex->hc_scratch[r], n * sizeof(float)));
     return DP_OK;
@@ -89,9 +72,9 @@ dp_status dp_exec_host_allgather(dp_executor *ex, const float *send, float *recv
         DP_TRY(dp_exec_dev(ex, r)->upload(dp_exec_dev(ex, r), ds, send, n * sizeof(float)));
         sp[r] = ds, rp[r] = ds + n;
     }
-    DP_TRY(coll_begin(ex));
+    DP_TRY(dp_exec_colls_wait_mains(ex)); /* after the uploads */
     DP_TRY(b->allgather(ex->backend, sp, rp, n));
-    DP_TRY(coll_end(ex));
+    DP_TRY(dp_exec_mains_wait_colls(ex)); /* before the downloads */
     return ex->dev->download(ex->dev, recv, rp[0], all * sizeof(float));
 }
 

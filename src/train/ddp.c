@@ -99,8 +99,7 @@ static dp_status ddp_micro(dp_trainer *t, void *state, const dp_batch *b, const 
     if (!mi->last) return DP_OK;
     int count[ex->n_local];
     for (int r = 0; r < ex->n_local; r++) count[r] = s->step_count[r], s->step_count[r] = 0;
-    DP_TRY(dp_exec_fetch_lane_losses(ex));
-    DP_TRY(dp_step_add_metrics(t, count, m));
+    DP_TRY(dp_step_add_metrics(t, count, 0, m));
     return dp_exec_run_graph(ex, graph_key(t, b, mi, 1, lr), optimizer_part, &a);
 }
 

@@ -252,7 +252,7 @@ static dp_status dp_micro(dp_trainer *t, void *state, const dp_batch *b, const d
             DP_TRY(d->copy(d, sl->acts.dout[md->output], back[r] + (size_t)sl->lo * K, (size_t)sl->n * K * sizeof(float)));
         }
     DP_TRY(dp_exec_backward(ex, b, mi, NULL, NULL));
-    DP_TRY(dp_step_add_metrics(t, count, m));
+    DP_TRY(dp_step_add_metrics(t, count, 1, m));
     /* reduce the gradients to the master, which alone steps */
     if (t->world > 1) DP_TRY(dp_exec_reduce(ex, dp_exec_slices(ex, DP_ARENA_GRADS, 0), md->params.n, 0));
     if (master >= 0) {

@@ -3,20 +3,22 @@
 #include <math.h>
 #include <signal.h>
 
-#include "core/treesum.h"
 #include "train/signals.h"
 #include "train/strategy.h"
 #include "train/trainer.h"
 
 /* A NaN/Inf loss, decided on the all-reduced sum so that every rank stops (or skips) at the same
  * step; the message names a local replica whose loss it was, if any. */
-static dp_status check_loss(const dp_trainer *t, float global_sum) {
+static dp_status check_loss(dp_trainer *t, float global_sum) {
     if (isfinite(global_sum)) return DP_OK;
     const dp_executor *ex = &t->ex;
     const char *what = isnan(global_sum) ? "NaN" : "Inf";
     if (t->cfg.mode == DP_MODE_DP)
         return dp_fail(DP_ERR_NUMERIC, "the loss became %s at epoch %d, step %ld (computed on the master replica 0 in "
                        "DP mode): training stopped (try a smaller --lr)", what, t->epoch, t->step + 1);
+    /* which replica: its lanes' values (the tree's partial sums, a non-finite one among them), fetched
+       only now where they stayed on the device */
+    DP_TRY(dp_exec_fetch_lane_losses(&t->ex));
     for (int r = 0; r < ex->n_local; r++)
         for (int l = 0; l < ex->n_lanes; l++)
             if (!isfinite(ex->lane_loss[(size_t)r * ex->n_lanes + (size_t)l]))
@@ -26,22 +28,17 @@ static dp_status check_loss(const dp_trainer *t, float global_sum) {
                    "stopped (try a smaller --lr)", what, t->epoch, t->step + 1);
 }
 
-dp_status dp_step_add_metrics(dp_trainer *t, const int *count, dp_step_metrics *m) {
+dp_status dp_step_add_metrics(dp_trainer *t, const int *count, int host_lanes, dp_step_metrics *m) {
     dp_executor *ex = &t->ex;
     /* the stop request rides along (persist.c): one host all-reduce per step, not two */
     const int pending = dp_signals_pending();
     for (int r = 0; r < ex->n_local; r++) {
+        t->metric_bufs[r][2] = (float)count[r];
         t->metric_bufs[r][3] = pending != 0;
         t->metric_bufs[r][4] = pending == SIGTERM;
-        float *lanes = ex->lane_loss + (size_t)r * ex->n_lanes;
-        long correct = 0;
-        for (int l = 0; l < ex->n_lanes; l++) correct += ex->lane_correct[(size_t)r * ex->n_lanes + l];
-        t->metric_bufs[r][0] = dp_tree_sum_scalars(lanes, ex->n_lanes, 1);
-        t->metric_bufs[r][1] = (float)correct;
-        t->metric_bufs[r][2] = (float)count[r];
     }
-    /* not through the backend's statistics: bookkeeping, not gradient traffic */
-    DP_TRY(dp_exec_host_allreduce(ex, t->metric_bufs, 5));
+    /* the lanes' sums [0], [1] and the all-reduce, in one round trip where the lanes are not the host's */
+    DP_TRY(dp_exec_step_metrics(ex, t->metric_bufs, 5, host_lanes));
     t->stop_folded = t->metric_bufs[0][3] > 0 ? (t->metric_bufs[0][4] > 0 ? SIGTERM : SIGINT) : 0;
     t->stop_folded_valid = 1;
     DP_TRY(check_loss(t, t->metric_bufs[0][0]));

@@ -33,7 +33,9 @@ extern const dp_strategy dp_strategy_ddp, dp_strategy_dp;
 
 /* Sums [loss, correct, count] of the step over every replica of every process into *m (the
  * lanes' losses with the fixed tree, then the replicas' with the all-reduce's) and stops on a
- * NaN/Inf loss, decided on the sum so every rank stops at the same step (metrics.c). */
-dp_status dp_step_add_metrics(struct dp_trainer *t, const int *count, struct dp_step_metrics *m);
+ * NaN/Inf loss, decided on the sum so every rank stops at the same step (metrics.c). host_lanes:
+ * the strategy wrote the lanes' losses and hits into the executor's host copies (DP's master
+ * loss); else they are where the lanes computed them. */
+dp_status dp_step_add_metrics(struct dp_trainer *t, const int *count, int host_lanes, struct dp_step_metrics *m);
 
 #endif

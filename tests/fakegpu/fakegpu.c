@@ -66,6 +66,7 @@ static void fg_free(const dp_dev *d, void *p) {
         return;
     }
     fg_drain_locked(g, -1); /* cudaFree synchronises the device */
+    fg_count_host_wait();
     pthread_mutex_unlock(&g->mu);
     const uintptr_t real = (uintptr_t)p ^ FG_ALIAS_BIT;
     if (!((uintptr_t)p & FG_ALIAS_BIT) || !fg_blocks_remove(g, &g->mem, real)) {
@@ -102,6 +103,7 @@ static void fg_host_free(const dp_dev *d, void *p) {
         return;
     }
     fg_drain_locked(g, -1); /* cudaFreeHost synchronises the device: a queued upload may read p */
+    fg_count_host_wait();
     pthread_mutex_unlock(&g->mu);
     if (!fg_blocks_remove(g, &g->host, (uintptr_t)p)) {
         fprintf(stderr, "fakegpu: host_free(%p): not a pointer host_alloc returned, or freed twice\n", p);
@@ -133,9 +135,14 @@ static double now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+static _Atomic unsigned long host_waits;
+void fg_count_host_wait(void) { host_waits++; }
+unsigned long dp_fakegpu_host_waits(void) { return host_waits; }
+
 /* The view's stream drained; with a watch set (nccl) polled, so a dead peer ends the wait. */
 dp_status fg_wait(const dp_dev *d) {
     fg_dev *g = fg_of(d);
+    fg_count_host_wait();
     const dp_dev *md = &g->dev; /* the watch is set on the device, and serves its views */
     const fg_stream *s = &g->s[fg_stream_of(d)];
     pthread_mutex_lock(&g->mu);

@@ -29,6 +29,12 @@ dp_status dp_fakegpu_register(void);
  * freed everything); *bytes (may be NULL) receives their size. */
 size_t dp_fakegpu_live(const dp_dev *d, size_t *bytes);
 
+/* The calls so far, over every fakegpu device of the process, that held the host until queued
+ * work finished: wait, download (which waits), an upload from pageable memory under a watch
+ * (which waits first), free and host_free (which synchronise, as cudaFree does): the host
+ * round trips a step costs on a GPU. */
+unsigned long dp_fakegpu_host_waits(void);
+
 /* For the NCCL test double inside a test process (tests/test_nccl_fakegpu.c): the host address
  * behind a fakegpu device pointer (any other pointer unchanged), a wait for everything queued so
  * far on the stream a kernel context names (dp_kctx.stream of a fakegpu device or its collective

@@ -157,6 +157,8 @@ size_t fg_blocks_live(fg_dev *g, const fg_blocks *t, size_t *bytes);
 
 /* ---- fakegpu.c: the device */
 dp_status fg_wait(const dp_dev *d);
+/* One more call that held the host until queued work finished (dp_fakegpu_host_waits). */
+void fg_count_host_wait(void);
 /* fg_forbidden_locked, taking the lock */
 dp_status fg_forbidden(fg_dev *g, const char *call);
 

@@ -54,6 +54,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cuda_stage.h"
+
 #define MAGIC 0x44504e43u /* "DPNC" */
 #define MAX_RANKS 64
 #define MAX_COMMS 16 /* communicators in one process (and in one group) */
@@ -77,7 +79,8 @@ typedef struct {
     const char *src; /* OP_COPY */
     const void *stream; /* the stream it was issued on (waited for as it starts, with a hook) */
     char *dev_buf;      /* buf as the caller gave it (a device pointer with the hooks) */
-    char *user;         /* with the write hook: dev_buf, written on the stream at the end */
+    char *user;         /* with the write hook or CUDA memory: dev_buf, written on the stream at the end */
+    int owned;          /* buf is the double's own host copy (staged), freed with the group */
     size_t count, bytes;
     ncclDataType_t dtype;
     long index;
@@ -112,6 +115,7 @@ typedef struct group {
     float *sum_dst;
     float **parts;
     size_t sum_n;
+    int sum_op; /* CUDA memory: 1 + the index of the op whose (staged) buffer the sum goes into */
     struct group *next;
 } group;
 
@@ -364,7 +368,7 @@ static void sum_parts(group *g, int world, int me) {
 static void group_free(group *g) {
     if (!g) return;
     for (int i = 0; i < g->n; i++)
-        if (g->ops[i].user) free(g->ops[i].buf);
+        if (g->ops[i].owned) free(g->ops[i].buf);
     if (g->parts)
         for (int q = 0; q < MAX_RANKS; q++) free(g->parts[q]);
     free(g->parts);
@@ -424,6 +428,51 @@ static int init_step(ncclComm_t c) {
     return 1;
 }
 
+/* A host buffer of the double's for o's bytes (o->buf then points there; freed with the group). */
+static int own_buffer(ncclComm_t c, op *o) {
+    char *own = malloc(o->bytes ? o->bytes : 1);
+    if (!own) {
+        fail(c, ncclSystemError, "out of memory for %s", o->what);
+        return -1;
+    }
+    o->buf = own, o->owned = 1;
+    return 0;
+}
+
+/* What o moves, in host memory: with the write hook, what it brings lands in the double's buffer
+ * first; with CUDA memory (cuda), a send's and a copy's device source comes down now (its stream
+ * has been waited for) and what a receive or a copy brings goes up at the end. */
+static int stage(ncclComm_t c, op *o, int cuda) {
+    char err[256];
+    if (o->kind != OP_SEND && hook_write && o->stream && !o->user) {
+        o->user = o->dev_buf;
+        return own_buffer(c, o);
+    }
+    if (!cuda) return 0;
+    if (o->kind == OP_COPY && dbl_cuda_is_device(o->src)) { /* down into a copy of its own, freed once moved */
+        char *src = malloc(o->bytes ? o->bytes : 1);
+        if (!src) return fail(c, ncclSystemError, "out of memory for %s", o->what), -1;
+        if (dbl_cuda_down(src, o->src, o->bytes, o->stream, err, sizeof err) < 0) {
+            free(src);
+            return fail(c, ncclUnhandledCudaError, "%s: %s", o->what, err), -1;
+        }
+        if (o->kind == OP_COPY && dbl_cuda_is_device(o->dev_buf)) {
+            o->user = o->dev_buf;
+            if (own_buffer(c, o) < 0) return free(src), -1;
+        }
+        if (o->bytes) memcpy(o->buf, src, o->bytes);
+        free(src);
+        o->src = o->buf; /* moved: the copy below is a no-op */
+        return 0;
+    }
+    if (!dbl_cuda_is_device(o->dev_buf)) return 0;
+    if (o->kind != OP_SEND) o->user = o->dev_buf;
+    if (own_buffer(c, o) < 0) return -1;
+    if (o->kind == OP_SEND && dbl_cuda_down(o->buf, o->dev_buf, o->bytes, o->stream, err, sizeof err) < 0)
+        return fail(c, ncclUnhandledCudaError, "%s: %s", o->what, err), -1;
+    return 0;
+}
+
 /* Starts the oldest group's operations (later groups wait: NCCL runs groups in order). Returns
  * whether there is traffic to wait for (no group, a stall or a failure: none). */
 static int start_head(ncclComm_t c) {
@@ -432,21 +481,21 @@ static int start_head(ncclComm_t c) {
     for (int i = 0; i < c->head->n; i++)
         if (fault("stall", c->rank, c->head->ops[i].index)) return c->stalled = 1, 0;
     group *g = c->head;
-    for (int i = 0; i < g->n && hook_sync; i++) /* NCCL's work runs after what its stream queued before */
-        if (!g->ops[i].started && g->ops[i].stream && (i == 0 || g->ops[i].stream != g->ops[i - 1].stream))
-            hook_sync(g->ops[i].stream);
+    const int cuda = !hook_sync && dbl_cuda_on();
+    char err[256];
+    for (int i = 0; i < g->n && (hook_sync || cuda); i++) /* NCCL's work runs after what its stream queued before */
+        if (!g->ops[i].started && g->ops[i].stream && (i == 0 || g->ops[i].stream != g->ops[i - 1].stream)) {
+            if (hook_sync) hook_sync(g->ops[i].stream);
+            else if (dbl_cuda_sync(g->ops[i].stream, err, sizeof err) < 0) {
+                fail(c, ncclUnhandledCudaError, "before %s: %s", g->ops[i].what, err);
+                return 0;
+            }
+        }
     for (int i = 0; i < g->n; i++) {
         op *o = &g->ops[i];
         if (o->started) continue;
         o->started = 1;
-        if (o->kind != OP_SEND && hook_write && o->stream && !o->user) { /* lands in the double's buffer first */
-            char *own = malloc(o->bytes ? o->bytes : 1);
-            if (!own) {
-                fail(c, ncclSystemError, "out of memory for %s", o->what);
-                return 0;
-            }
-            o->user = o->dev_buf, o->buf = own;
-        }
+        if (stage(c, o, cuda) < 0) return 0;
         if (o->kind == OP_COPY) {
             if (o->bytes && o->buf != o->src) memmove(o->buf, o->src, o->bytes);
             o->done = 1;
@@ -490,9 +539,18 @@ static void advance(ncclComm_t c, const struct pollfd *pf, const int *who, int n
     int queued = 0; /* sends complete once their bytes have left */
     for (int q = 0; q < c->world; q++) queued += q != c->rank && c->p[q].out_head != NULL;
     if (left || queued) return;
+    if (g->sum_op) g->sum_dst = (float *)(void *)g->ops[g->sum_op - 1].buf; /* its staged copy */
     if (g->sum_dst) sum_parts(g, c->world, c->rank);
-    for (int i = 0; i < g->n; i++) /* the results, queued on their streams */
-        if (g->ops[i].user) hook_write(g->ops[i].stream, g->ops[i].user, g->ops[i].buf, g->ops[i].bytes);
+    for (int i = 0; i < g->n; i++) { /* the results, queued on their streams */
+        op *o = &g->ops[i];
+        char err[256];
+        if (!o->user) continue;
+        if (hook_write) hook_write(o->stream, o->user, o->buf, o->bytes);
+        else if (dbl_cuda_up(o->user, o->buf, o->bytes, o->stream, err, sizeof err) < 0) {
+            fail(c, ncclUnhandledCudaError, "%s: %s", o->what, err);
+            return;
+        }
+    }
     c->head = g->next;
     if (!c->head) c->tail = NULL;
     group_free(g);
@@ -814,9 +872,11 @@ static ncclResult_t all_reduce(const void *send, void *recv, size_t count, ncclD
     describe(w, "all-reduce", count, t, -1);
     op cp = make(OP_COPY, c->rank, recv, count, t, index, w);
     cp.src = host_of(send);
-    cp.stream = NULL; /* the sum below reads and writes recv on the host: not deferred */
+    const int cuda = !hook_host && dbl_cuda_on();
+    if (!cuda) cp.stream = NULL; /* the sum below reads and writes recv on the host: not deferred */
     if ((r = add_op(c, cp)) != ncclSuccess) return r;
     group *g = share_of(c, 0);
+    if (cuda) g->sum_op = g->n; /* CUDA memory: the sum goes into the copy's staged buffer, then up */
     g->parts = calloc(MAX_RANKS, sizeof *g->parts);
     if (!g->parts) return ncclSystemError;
     g->sum_dst = host_of(recv), g->sum_n = count;

@@ -1,0 +1,75 @@
+/* stepmetrics.c: a step's loss, hits, sample count and stop flags over every replica of every
+ * process. On host memory (the CPU) they are summed on the host and all-reduced as any host
+ * array. On a device each replica's values are summed where its lanes computed them, completed
+ * with the host's values (uploaded from pinned memory, so nothing waits), all-reduced on the
+ * devices by the backend, and replica 0's sums come down once: one host round trip a step
+ * instead of a download of the lanes and another of the all-reduced array. The sums are the
+ * same in both: the fixed tree over the lanes, then the backend's over the replicas. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/treesum.h"
+#include "exec/executor.h"
+
+static int host_memory(const dp_executor *ex) { return (ex->dev->caps & DP_CAP_HOST_MEMORY) != 0; }
+
+dp_status dp_exec_metrics_alloc(dp_executor *ex) {
+    if (host_memory(ex)) return DP_OK;
+    DP_ALLOC(ex->d_metrics, ex->n_local, "step metrics");
+    DP_ALLOC(ex->h_metrics_up, ex->n_local, "step metrics");
+    for (int r = 0; r < ex->n_local; r++) {
+        const dp_dev *d = dp_exec_dev(ex, r);
+        DP_TRY(d->alloc(d, &ex->d_metrics[r], DP_EXEC_METRICS, "step metrics"));
+        DP_TRY(d->host_alloc(d, (void **)&ex->h_metrics_up[r], DP_EXEC_METRICS * sizeof(float), "step metrics"));
+    }
+    return ex->dev->host_alloc(ex->dev, (void **)&ex->h_metrics_down, DP_EXEC_METRICS * sizeof(float), "step metrics");
+}
+
+void dp_exec_metrics_free(dp_executor *ex) {
+    for (int r = 0; ex->rep && r < ex->n_local; r++) {
+        const dp_dev *d = ex->rep[r].dev;
+        if (!d) continue;
+        if (ex->d_metrics) d->free(d, ex->d_metrics[r]);
+        if (ex->h_metrics_up) d->host_free(d, ex->h_metrics_up[r]);
+    }
+    if (ex->h_metrics_down) ex->dev->host_free(ex->dev, ex->h_metrics_down);
+    free(ex->d_metrics), free(ex->h_metrics_up);
+    ex->d_metrics = ex->h_metrics_up = NULL, ex->h_metrics_down = NULL;
+}
+
+/* Replica r's loss and hits from the lanes' host copies (the tree leaves its partial sums there). */
+static void host_sums(dp_executor *ex, int r, float *out) {
+    const size_t L = (size_t)ex->n_lanes;
+    long correct = 0;
+    for (size_t l = 0; l < L; l++) correct += ex->lane_correct[(size_t)r * L + l];
+    out[0] = dp_tree_sum_scalars(ex->lane_loss + (size_t)r * L, ex->n_lanes, 1);
+    out[1] = (float)correct;
+}
+
+dp_status dp_exec_step_metrics(dp_executor *ex, float *const *bufs, size_t n, int host_lanes) {
+    if (n < 2 || n > DP_EXEC_METRICS)
+        return dp_fail(DP_ERR_INTERNAL, "step metrics of %zu floats (2 to %d)", n, DP_EXEC_METRICS);
+    if (host_memory(ex) || host_lanes)
+        for (int r = 0; r < ex->n_local; r++) host_sums(ex, r, bufs[r]);
+    /* not through the backend's statistics: bookkeeping, not gradient traffic */
+    if (host_memory(ex)) return dp_exec_host_allreduce(ex, bufs, n);
+    const size_t skip = host_lanes ? 0 : 2; /* what the device sums itself */
+    for (int r = 0; r < ex->n_local; r++) {
+        const dp_dev *d = dp_exec_dev(ex, r);
+        if (!host_lanes) d->k->lane_metrics(&d->kc, ex->n_lanes, ex->d_lane_loss[r], ex->d_lane_correct[r], ex->d_metrics[r]);
+        /* the last step's upload from this pinned copy is done: its all-reduce, which came down, read it */
+        memcpy(ex->h_metrics_up[r], bufs[r], n * sizeof(float));
+        DP_TRY(d->upload(d, ex->d_metrics[r] + skip, ex->h_metrics_up[r] + skip, (n - skip) * sizeof(float)));
+    }
+    const struct dp_backend_i *b = ex->backend->iface;
+    DP_TRY(dp_exec_colls_wait_mains(ex));
+    DP_TRY(b->allreduce(ex->backend, ex->d_metrics, n, DP_SUM));
+    DP_TRY(dp_exec_mains_wait_colls(ex));
+    /* the one wait: replica 0's sums, which every replica's work before the all-reduce fed */
+    DP_TRY(ex->dev->download(ex->dev, ex->h_metrics_down, ex->d_metrics[0], n * sizeof(float)));
+    for (int r = 0; r < ex->n_local; r++) memcpy(bufs[r], ex->h_metrics_down, n * sizeof(float));
+    /* what the staging's uploads and the step's timed collectives waited for is done */
+    ex->stage_used = 0;
+    ex->coll_drained = ex->coll_n;
+    return DP_OK;
+}
