@@ -125,8 +125,8 @@ typedef struct {
     char ***argv;
 } dp_backend_config;
 
-/* Which devices a backend computes on, from --device (NULL: not given), --gpu and --gpus (n_gpus
- * ordinals; 0: not given): nccl one GPU per process (the launch says which) or the listed GPUs of
+/* Which devices a backend computes on, from --device (NULL: not given), --gpu (-1: not given) and --gpus (n_gpus
+ * ordinals; 0: not given): nccl one GPU per process (--gpu alone, else the launch says which) or the listed GPUs of
  * this machine, one replica each; mpi the CPU; sim one device. Refused, with what to use, when
  * the flags ask for something else (--gpus with another backend than nccl, a GPU the machine
  * does not have). *device receives the kind, ordinals[0..*n) the devices to open (at most

@@ -276,8 +276,19 @@ dp_status dp_launch_check(const dp_launch *l, const char *backend, dp_mpi_family
 }
 
 dp_status dp_launch_pick_gpu(const dp_launch *l, int n, const char *cuda_visible, int *gpu) {
+    if (l->kind == DP_LAUNCH_SINGLE || l->world == 1) {
+        if (*gpu >= n)
+            return dp_fail(DP_ERR_USAGE, "--gpu %d: there is no GPU %d, this machine has %d%s%s%s", *gpu, *gpu, n,
+                           cuda_visible ? " visible (CUDA_VISIBLE_DEVICES=" : "", cuda_visible ? cuda_visible : "",
+                           cuda_visible ? ")" : "");
+        if (*gpu < 0) *gpu = 0;
+        return DP_OK;
+    }
+    if (*gpu >= 0)
+        return dp_fail(DP_ERR_USAGE, "--gpu %d: under a launch of %d processes (%s) each process drives the GPU of its "
+                       "local rank (%d here); drop --gpu, or give each process its own GPU with CUDA_VISIBLE_DEVICES",
+                       *gpu, l->world, l->seen, l->local_rank);
     *gpu = 0;
-    if (l->kind == DP_LAUNCH_SINGLE || l->world == 1) return DP_OK;
     if (n == 1) {
         if (l->local_world > 1 && !cuda_visible)
             return dp_fail(DP_ERR_USAGE, "--backend nccl: rank %d: %d ranks on this node (%s=%d) but one GPU, and NCCL "

@@ -69,11 +69,13 @@ dp_status dp_launch_check(const dp_launch *l, const char *backend, dp_mpi_family
 /* The MPI family this build links (DP_MPI_NONE without MPI). */
 dp_mpi_family dp_mpi_family_built(void);
 
-/* --backend nccl: which of the n visible GPUs this process drives: its local rank's, or the only one
+/* --backend nccl: which of the n visible GPUs this process drives. *gpu comes in as --gpu (-1: not
+ * given). Alone (no launcher, or a world of one): --gpu's, 0 by default. Under a launch: its local rank's, or the only one
  * when each rank sees just its own (CUDA_VISIBLE_DEVICES set per rank, as Slurm and Kubernetes do). One
  * GPU, several ranks on the node and CUDA_VISIBLE_DEVICES unset is a node that has one GPU: NCCL would
  * refuse two ranks on it ("Duplicate GPU detected") only after the rendezvous, so this says it at once
- * (DP_ERR_USAGE); a local rank past the node's GPUs is DP_ERR_BACKEND. */
+ * (DP_ERR_USAGE); a local rank past the node's GPUs is DP_ERR_BACKEND; --gpu under a launch, or past
+ * the GPUs, is DP_ERR_USAGE. */
 dp_status dp_launch_pick_gpu(const dp_launch *l, int n, const char *cuda_visible, int *gpu);
 
 /* After MPI_Init: the size MPI reports against the launcher's (l->world, when known). DP_OK when

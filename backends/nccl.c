@@ -109,10 +109,21 @@ static void nccl_destroy(dp_backend_t b) {
 #if DP_HAVE_MPI
     int finalized = 0;
     MPI_Finalized(&finalized);
-    /* MPI_Finalize is collective: after a failure the other ranks may never come, so abort the job */
+    /* MPI_Finalize is collective: after a failure the other ranks may never come, so abort the job
+       (alone, no one waits: finalise, and keep the failure's own exit code) */
+    int mpi_size = 1;
+    if (m->we_initialised_mpi && !finalized) MPI_Comm_size(MPI_COMM_WORLD, &mpi_size);
     if (m->we_initialised_mpi && !finalized) {
-        if (b->failed) MPI_Abort(MPI_COMM_WORLD, 1);
-        else MPI_Finalize();
+        if (b->failed && mpi_size > 1) {
+            /* MPI_Abort ends this process before the caller prints why: a failure while the
+               backend was being created (a communicator that did not come up, processes listing
+               different --gpus) would otherwise end the job without its reason */
+            if (m->creating) fprintf(stderr, "dptrain: %s\n", dp_last_error());
+            fflush(stdout), fflush(stderr);
+            MPI_Abort(MPI_COMM_WORLD, 1);
+        } else {
+            MPI_Finalize();
+        }
     }
 #endif
     free(m);
@@ -263,6 +274,7 @@ dp_status dp_nccl_backend_create(const dp_backend_config *cfg, dp_backend_t *out
     }
     b->iface = &nccl_iface;
     b->impl = m;
+    m->creating = 1;
     /* a non-blocking communicator inside a recorded graph is untried: nccl steps run eagerly */
     b->algorithm = "nccl", b->ordered = 1, b->capturable = 0, b->host_buffers = dp_nccl_moves_host_memory();
     m->timeout_s = cfg->timeout_s > 0 ? cfg->timeout_s : 300;
@@ -311,6 +323,7 @@ dp_status dp_nccl_backend_create(const dp_backend_config *cfg, dp_backend_t *out
     }
     for (int i = 0; i < m->n_local; i++) /* every wait on the devices polls it */
         m->loc[i].home->watch = nccl_watch, m->loc[i].home->watch_ctx = m;
+    m->creating = 0;
     *out = b;
     return DP_OK;
 }

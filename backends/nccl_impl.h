@@ -35,6 +35,7 @@ typedef struct {
     char who[160];   /* "rank 1 (GPU 1)", "ranks 0-3 (GPUs 0,1,2,3)", "rank 0 (host memory)" */
     double timeout_s;
     int we_initialised_mpi;
+    int creating;           /* inside dp_nccl_backend_create: a failure there is not printed by the caller before MPI_Abort */
     int in_group;    /* between ncclGroupStart and ncclGroupEnd: a failure must not abort yet */
     dp_nccl_watchdog *wd;  /* ends the process if a call below outlives --timeout and a grace period */
     char abort_what[1200]; /* what the watchdog says while an abort runs */

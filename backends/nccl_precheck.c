@@ -26,7 +26,10 @@ dp_status dp_nccl_precheck(int *gpu) {
     DP_TRY(dp_launch_from_env(&l));
     /* the test double: its ranks move host memory, or stage CUDA memory through it, so every rank
        may share --gpu's device (0 unless given), which real NCCL refuses */
-    if (dp_nccl_moves_host_memory()) return DP_OK;
+    if (dp_nccl_moves_host_memory()) {
+        if (*gpu < 0) *gpu = 0;
+        return DP_OK;
+    }
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
     const char *visible = getenv("CUDA_VISIBLE_DEVICES");

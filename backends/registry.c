@@ -18,7 +18,7 @@ dp_status dp_nccl_backend_create(const dp_backend_config *cfg, dp_backend_t *out
 
 dp_status dp_backend_device(const char *backend, const char *device_flag, int gpu_flag, const int *gpus, int n_gpus,
                             const char **device, int *ordinals, int *n) {
-    *device = device_flag ? device_flag : "cpu", ordinals[0] = gpu_flag, *n = 1;
+    *device = device_flag ? device_flag : "cpu", ordinals[0] = gpu_flag >= 0 ? gpu_flag : 0, *n = 1;
     if (device_flag && strcmp(device_flag, "cpu") != 0 && backend && strcmp(backend, "mpi") == 0)
         return dp_fail(DP_ERR_USAGE, "--device %s: --backend mpi moves host memory, so its replicas compute on the CPU "
                        "(drop --device; GPUs across processes are --backend nccl)", device_flag);
@@ -37,6 +37,7 @@ dp_status dp_backend_device(const char *backend, const char *device_flag, int gp
         for (int i = 0; i < n_gpus; i++) ordinals[i] = gpus[i];
         *n = n_gpus;
     } else {
+        ordinals[0] = gpu_flag; /* -1: not given, the launch decides */
         DP_TRY(dp_nccl_precheck(ordinals));
     }
     if (!device_flag) *device = "cuda"; /* a test device (fakegpu) stays what was asked */

@@ -200,20 +200,34 @@ static void test_gpu_of_each_rank(void **state) {
     clear_env();
     dp_launch l = parsed();
     assert_int_equal(dp_launch_pick_gpu(&l, 4, NULL, &gpu), DP_OK), assert_int_equal(gpu, 0);
+    gpu = 3; /* alone, --gpu is kept; past the machine's GPUs it is refused */
+    assert_int_equal(dp_launch_pick_gpu(&l, 4, NULL, &gpu), DP_OK), assert_int_equal(gpu, 3);
+    gpu = 4;
+    assert_int_equal(dp_launch_pick_gpu(&l, 4, "0,1,2,3", &gpu), DP_ERR_USAGE);
+    if (!tu_contains(dp_last_error(), "--gpu 4: there is no GPU 4, this machine has 4 visible (CUDA_VISIBLE_DEVICES=0,1,2,3)"))
+        fail_msg("%s", dp_last_error());
     ENV("RANK=3", "WORLD_SIZE=4", "LOCAL_RANK=1", "LOCAL_WORLD_SIZE=2", "MASTER_ADDR=n0", "MASTER_PORT=1");
     l = parsed();
     assert_int_equal(l.local_world, 2);
+    gpu = 2; /* under a launch the local rank decides: --gpu is refused, not ignored */
+    assert_int_equal(dp_launch_pick_gpu(&l, 4, NULL, &gpu), DP_ERR_USAGE);
+    if (!tu_contains(dp_last_error(), "--gpu 2: under a launch of 4 processes")) fail_msg("%s", dp_last_error());
+    gpu = -1;
     assert_int_equal(dp_launch_pick_gpu(&l, 4, NULL, &gpu), DP_OK), assert_int_equal(gpu, 1);
+    gpu = -1;
     assert_int_equal(dp_launch_pick_gpu(&l, 1, "5", &gpu), DP_OK), assert_int_equal(gpu, 0); /* each its own */
+    gpu = -1;
     assert_int_equal(dp_launch_pick_gpu(&l, 1, NULL, &gpu), DP_ERR_USAGE);
     if (!tu_contains(dp_last_error(), "2 ranks on this node (LOCAL_WORLD_SIZE=2) but one GPU")) fail_msg("%s", dp_last_error());
     ENV("OMPI_COMM_WORLD_RANK=2", "OMPI_COMM_WORLD_SIZE=3", "OMPI_COMM_WORLD_LOCAL_RANK=2",
         "OMPI_COMM_WORLD_LOCAL_SIZE=3");
     l = parsed();
+    gpu = -1;
     assert_int_equal(dp_launch_pick_gpu(&l, 2, NULL, &gpu), DP_ERR_BACKEND);
     assert_true(tu_contains(dp_last_error(), "the local rank 2 names GPU 2, but this node has 2"));
     ENV("PMI_RANK=1", "PMI_SIZE=2", "MPI_LOCALRANKID=1", "MPI_LOCALNRANKS=2");
     l = parsed();
+    gpu = -1;
     assert_int_equal(dp_launch_pick_gpu(&l, 1, NULL, &gpu), DP_ERR_USAGE);
     assert_true(tu_contains(dp_last_error(), "MPI_LOCALNRANKS=2"));
     ENV("SLURM_PROCID=1", "SLURM_STEP_NUM_TASKS=2", "SLURM_LOCALID=1", "SLURM_NTASKS_PER_NODE=2");

@@ -157,6 +157,37 @@ static void test_mpirun_launch_equals_the_sim(void **state) {
                                   "--bind-to none -np 3 -x LD_PRELOAD");
 }
 
+/* Under mpirun a rank whose communicator does not come up ends the job through MPI_Abort (the others
+ * may be inside MPI), which kills the process before main prints: the backend prints the reason
+ * first. The job ends at once, with the rank and the cause in its output. */
+static void test_mpirun_init_failure_is_named(void **state) {
+    (void)state;
+#ifdef DP_TEST_SANITIZED
+    skip();
+#endif
+    char *out = NULL;
+    const int have = tu_sh(&out, "command -v mpirun") == 0;
+    free(out);
+    if (!have) skip();
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s", tu_path("mpi-init-fault"));
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    int rc = tu_sh(&out, "mkdir -p %s && cd %s && LD_PRELOAD=%s DP_NCCL_DOUBLE_FAULT=init@1:0 timeout -s KILL 120 env "
+                         "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe --bind-to none "
+                         "-np 2 -x LD_PRELOAD -x DP_NCCL_DOUBLE_FAULT %s train --backend nccl --device cpu --no-progress "
+                         "%s --epochs 1 --timeout 30",
+                   dir, dir, lib(), getenv("DPTRAIN"), DATA);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    const double took = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    if (!tu_contains(out, "injected fault in ncclCommInitRankConfig")) fprintf(stderr, "%s\n", out ? out : "");
+    assert_int_not_equal(rc, 0);
+    assert_true(tu_contains(out, "dptrain: nccl: rank 1"));
+    assert_true(tu_contains(out, "injected fault in ncclCommInitRankConfig"));
+    assert_true(took < 60); /* not the 120 s of the KILL */
+    free(out);
+}
+
 /* An unmodified torchrun (torch 2: $DP_TORCH_PYTHON, tests/torch2_env.sh) starts 3 nccl ranks; they
  * find each other through its agent's store (backends/tcpstore.c) and end equal to the sim. Skipped
  * where no such Python is set (CI: Debian's torch 1.13 torchrun does not start workers). */
@@ -396,6 +427,7 @@ int main(void) {
         cmocka_unit_test(test_sync_bn_and_accumulate_equal_the_sim),
         cmocka_unit_test(test_resume_at_another_world_size),
         cmocka_unit_test(test_mpirun_launch_equals_the_sim),
+        cmocka_unit_test(test_mpirun_init_failure_is_named),
         cmocka_unit_test(test_real_torchrun_equals_the_sim),
         cmocka_unit_test(test_killed_rank_ends_every_survivor),
         cmocka_unit_test(test_stalled_rank_ends_every_survivor),

@@ -215,6 +215,22 @@ static void test_bad_gpu_lists_are_refused(void **state) {
 
 /* --predict's step-overhead companions are one-replica sim trainers on this process's first
  * device: they used to keep --gpus (which the sim refuses) and --gpu's ordinal. */
+/* The libnccl found at run time must be 2.19 or newer (the non-blocking API every wait relies on):
+ * an older one is refused at start, naming both versions, before any rendezvous. */
+static void test_old_nccl_is_refused(void **state) {
+    (void)state;
+    char *out = NULL, dir[512];
+    snprintf(dir, sizeof dir, "%s", tu_path("old-nccl"));
+    const int rc = tu_sh(&out, "mkdir -p %s && cd %s && DP_NCCL_DOUBLE_VERSION=21804 LD_PRELOAD=%s ASAN_OPTIONS="
+                         "verify_asan_link_order=0:$ASAN_OPTIONS timeout -s KILL 60 %s train --backend nccl --device cpu "
+                         DATA " --epochs 1 --no-progress 2>&1",
+                         dir, dir, lib(), getenv("DPTRAIN"));
+    const int ok = rc != 0 && tu_contains(out, "the libnccl loaded is 2.18.4; dptrain needs NCCL 2.19 or newer");
+    if (!ok) fprintf(stderr, "exit %d:\n%s\n", rc, out ? out : "");
+    free(out);
+    assert_true(ok);
+}
+
 static void test_predict_beside_gpus(void **state) {
     (void)state;
     char *out = NULL;
@@ -357,6 +373,7 @@ int main(void) {
         cmocka_unit_test(test_double_checker_within_one_process),
         cmocka_unit_test(test_bad_gpu_lists_are_refused),
         cmocka_unit_test(test_predict_beside_gpus),
+        cmocka_unit_test(test_old_nccl_is_refused),
         cmocka_unit_test(test_one_process_2_gpus_equals_the_sim),
         cmocka_unit_test(test_one_process_4_gpus_equals_the_sim),
         cmocka_unit_test(test_two_processes_of_two_gpus_equal_the_sim),

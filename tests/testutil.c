@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <stdint.h>
+#include <time.h>
 #include <unistd.h>
 #include <math.h>
 #include <zlib.h>
@@ -83,8 +85,24 @@ int tu_run_dptrain(char **out, const char *args_fmt, ...) {
     return run_captured(out, cmd);
 }
 
+/* A port that was free a moment ago, for a dptrain rank 0 to listen on. Not one the kernel hands
+ * out (its ephemeral range, 32768 and up by default, also serves every outgoing connection, which
+ * could take it before rank 0 binds it): a random one below that range that binds now, from the
+ * pid and the clock so that tests running at once pick different ones. */
 int tu_free_port(void) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    unsigned seed = (unsigned)getpid() * 2654435761u ^ (unsigned)time(NULL);
+    for (int tries = 0; tries < 64; tries++) {
+        seed = seed * 1103515245u + 12345u;
+        const int port = 20000 + (int)((seed >> 8) % 12000u);
+        int fd = socket(AF_INET, SOCK_STREAM, 0);
+        assert_true(fd >= 0);
+        struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK),
+                                .sin_port = htons((uint16_t)port)};
+        const int ok = bind(fd, (struct sockaddr *)&a, sizeof a) == 0;
+        close(fd);
+        if (ok) return port;
+    }
+    int fd = socket(AF_INET, SOCK_STREAM, 0); /* a crowded range: the kernel's choice */
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK), .sin_port = 0};
     socklen_t len = sizeof a;
     assert_true(fd >= 0);

@@ -113,7 +113,8 @@ static const opt_spec opts[] = {
     {"replicas", "N", K_INT, .ilo = 1, .ihi = 1024, .off = OFF(replicas), .def = "1", .help = "sim: logical replicas"},
     {"device", "D", K_CHOICE, .choices = devices, .off = OFF(device), .def = "cpu",
      .help = "sim and nccl: where the replicas compute (cuda: every replica on one GPU with sim)"},
-    {"gpu", "I", K_INT, .ilo = 0, .ihi = 1023, .off = OFF(gpu), .def = "0", .help = "--device cuda: which GPU"},
+    {"gpu", "I", K_INT, .ilo = 0, .ihi = 1023, .off = OFF(gpu), .def = "0",
+     .help = "--device cuda, or --backend nccl in one process: which GPU (under a launcher each process takes its local rank's)"},
     {"gpus", "I,J,...", K_SPECIAL, .set = S_GPUS,
      .help = "nccl: this process drives these GPUs, one replica each, with one NCCL communicator per GPU (DDP or "
              "DataParallel within one process); under a launcher every process lists as many, one process per node; "

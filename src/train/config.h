@@ -32,7 +32,7 @@ typedef struct {
     int shuffle, drop_last, augment;
     const char *backend;
     const char *device;  /* "cpu" (default) or "cuda" */
-    int gpu;             /* --gpu: the CUDA ordinal */
+    int gpu;             /* --gpu: the CUDA ordinal (-1: not given) */
     int gpus[DP_MAX_LOCAL_DEVICES]; /* --gpus: the GPUs this process drives, one replica each (nccl) */
     int n_gpus;          /* 0: --gpus not given */
     int tf32;

@@ -10,6 +10,11 @@
 #include "core/treesum.h"
 #include "train/trainer.h"
 
+size_t dp_evaluate_floats(const dp_trainer *t, const dp_dataset *d) {
+    const int piece = t->ex.rep[0].slots[0].acts.max_batch;
+    return 2 * (size_t)t->model.n_classes + (size_t)((d->n + piece - 1) / piece);
+}
+
 dp_status dp_evaluate(dp_trainer *t, const dp_dataset *d, dp_step_metrics *m, long *per_class_correct,
                       long *per_class_count) {
     dp_executor *ex = &t->ex;
@@ -17,7 +22,7 @@ dp_status dp_evaluate(dp_trainer *t, const dp_dataset *d, dp_step_metrics *m, lo
     const int K = md->n_classes, piece = ex->rep[0].slots[0].acts.max_batch, ns = ex->rep[0].n_slots;
     const int n_pieces = (d->n + piece - 1) / piece, nq = ex->n_local * ns;
     /* per local replica: correct[K], count[K], then one loss per piece (0 where another computed it) */
-    const size_t nstat = 2 * (size_t)K + (size_t)n_pieces;
+    const size_t nstat = dp_evaluate_floats(t, d);
     const size_t per = dp_shape_size(md->input);
     float *stats = calloc((size_t)ex->n_local * nstat, sizeof *stats);
     int *idx = malloc((size_t)nq * (size_t)piece * sizeof *idx);

@@ -40,6 +40,7 @@ void dp_config_defaults(dp_config *c) {
     c->lr_gamma = 0.1f;
     c->lr_ref_batch = 64;
     c->workers = -1; /* auto (setup) */
+    c->gpu = -1;     /* not given: 0, or the launch's choice with nccl */
     c->shuffle = 1;
     c->backend = "sim";
     c->device = NULL; /* cpu, or cuda with --backend nccl */
@@ -237,6 +238,7 @@ static dp_status setup(dp_trainer *t) {
                                /* the NaN test hook writes into the host's batch */
                                .resident = !c->augment && !getenv("DPTRAIN_INJECT_NAN_STEP")};
     DP_TRY(dp_exec_create(&t->ex, &xc));
+    DP_TRY(dp_exec_host_reserve(&t->ex, dp_evaluate_floats(t, &t->test))); /* not mid-run (a free waits) */
     DP_TRY(dp_check_consistency(t));
     DP_ALLOC(t->metric_bufs, n_local, "metrics");
     for (int r = 0; r < n_local; r++) DP_ALLOC(t->metric_bufs[r], 5, "metrics");

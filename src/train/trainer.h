@@ -101,6 +101,9 @@ dp_status dp_persist_stop_requested(dp_trainer *t, int *sig);
 /* The command that resumes this run, for the stop message. */
 void dp_persist_resume_command(const dp_trainer *t, char *buf, size_t n);
 
+/* The floats of dp_evaluate's one host all-reduce over data set d (sized at start: no device
+ * memory is allocated mid-run). */
+size_t dp_evaluate_floats(const dp_trainer *t, const dp_dataset *d);
 /* Test-set accuracy with replica 0's parameters; per_class_correct/count may be NULL. */
 dp_status dp_evaluate(dp_trainer *t, const dp_dataset *d, dp_step_metrics *m, long *per_class_correct,
                       long *per_class_count);

@@ -36,7 +36,9 @@
  *   stall@R:K        operation K on rank R never completes
  *   error@R:K        operation K on rank R fails (ncclSystemError)
  *   exit@R:K         rank R exits at once (status 9, as if killed) when it issues operation K
- *   abort-blocks@R:0 ncclCommAbort on rank R blocks for ever */
+ *   abort-blocks@R:0 ncclCommAbort on rank R blocks for ever
+ *   init@R:0         rank R's communicator fails to come up (ncclSystemError from its init)
+ * DP_NCCL_DOUBLE_VERSION=N makes ncclGetVersion report N (21804: 2.18.4), for dptrain's version floor. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -586,7 +588,8 @@ static group *share_of(ncclComm_t c, int create);
 /* ---- the API ---- */
 ncclResult_t ncclGetVersion(int *version) {
     if (!version) return ncclInvalidArgument;
-    *version = NCCL_VERSION_CODE;
+    const char *v = getenv("DP_NCCL_DOUBLE_VERSION"); /* a test of dptrain's floor: pretend to be that NCCL */
+    *version = v && *v ? atoi(v) : NCCL_VERSION_CODE;
     return ncclSuccess;
 }
 
@@ -636,6 +639,7 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t *out, int nranks, ncclUniqueId id
     addr_of(&id, rank, &a, &len);
     if (c->listen_fd < 0 || bind(c->listen_fd, (struct sockaddr *)&a, len) != 0 || listen(c->listen_fd, MAX_RANKS) != 0)
         return fail(c, ncclSystemError, "cannot listen for the other ranks: %s", strerror(errno));
+    if (fault("init", rank, 0)) return fail(c, ncclSystemError, "injected fault in ncclCommInitRankConfig (DP_NCCL_DOUBLE_FAULT)");
     nonblock(c->listen_fd);
     if (grp.depth > 0) { /* created in a group: ready when the group's end says so (an empty share of it) */
         if (!share_of(c, 1)) return fail(c, ncclSystemError, "one group over more than %d communicators", MAX_COMMS);
