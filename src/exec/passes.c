@@ -5,15 +5,17 @@
  * through its nodes in parallel, over threads on the CPU (each slot single-threaded, into its
  * own arenas, so which thread runs which slot changes no result) or over the device's lane
  * streams between a fork from the main stream and a join back into it. */
+#include <omp.h>
 #include <string.h>
 
 #include "core/timer.h"
 #include "exec/executor.h"
 
 /* Runs the body for every active slot q = (replica r, slot l) of every local replica, in
- * parallel over slots (the executor must be named ex). */
+ * parallel over slots (the executor must be named ex): slot q on thread q mod the team, so that
+ * sum_lanes can add lanes on the thread that wrote them. */
 #define FOR_SLOTS(ex, r, l)                                                                                        \
-    _Pragma("omp parallel for num_threads(dp_exec_team(ex, n_slots(ex))) schedule(static) if (n_slots(ex) > 1)") \
+    _Pragma("omp parallel for num_threads(dp_exec_team(ex, n_slots(ex))) schedule(static, 1) if (n_slots(ex) > 1)") \
     for (int q_ = 0; q_ < n_slots(ex); q_++)                                                                        \
         for (int r = q_ / ex->rep[0].n_active, l = q_ % ex->rep[0].n_active, once_ = 1; once_; once_ = 0)
 
@@ -157,12 +159,33 @@ dp_status dp_exec_forward(dp_executor *ex, const dp_batch *b, const dp_micro_inf
 /* Adds the lanes' partials of bucket k into lane 0 (the replica's arena) with the fixed tree,
  * leaving the other lanes zero for the next step: on the CPU in parallel over replicas and
  * pieces of the bucket (the tree is per element), on a device in one call per replica, on the
- * replica's device. */
+ * replica's device. On the CPU the tree's first levels, whose pairs (i, i + h) with h a multiple
+ * of the team ran on one thread (FOR_SLOTS: slot q on thread q mod T), are added by that thread
+ * first: each lane's partial is then read where it was written, not pulled across cores (or
+ * across a machine's L3 domains), and only the last levels' few lanes are cut into pieces. The
+ * sums are the tree's, level by level, whoever adds them. */
 static void sum_lanes(dp_executor *ex, int k) {
     const int L = ex->n_lanes;
     if (L == 1) return;
     const dp_slice *s = &ex->model->params.buckets[k];
     const int host = !(ex->dev->caps & DP_CAP_ASYNC);
+    int m = L; /* lanes the tree still has to add */
+    const int T = host ? dp_exec_team(ex, n_slots(ex)) : 1, na = ex->rep[0].n_active;
+    if (T > 1 && (L + 1) / 2 % T == 0) {
+#pragma omp parallel num_threads(T)
+        {
+            const int t = omp_get_thread_num();
+            for (int r = 0; r < ex->n_local; r++)
+                for (int mm = L, h = (L + 1) / 2; mm > 1 && h % T == 0; mm = h, h = (h + 1) / 2)
+                    for (int i = 0; i < mm - h; i++)
+                        if ((r * na + i) % T == t) {
+                            float *const pair[2] = {ex->rep[r].lane_grads[i], ex->rep[r].lane_grads[i + h]};
+                            ex->k->tree_sum(&ex->dev->kc, pair, 2, s->offset, s->count, 1);
+                        }
+        }
+        while (m > 1 && (m + 1) / 2 % T == 0) m = (m + 1) / 2;
+        if (m == 1) return;
+    }
     /* on the host, pieces of at most 16K floats, as many per replica as keeps every thread busy */
     size_t piece = s->count ? s->count : 1;
     if (host) {
@@ -174,11 +197,11 @@ static void sum_lanes(dp_executor *ex, int k) {
     }
     const size_t n_pieces = (s->count + piece - 1) / piece;
     const long total = (long)n_pieces * ex->n_local;
-#pragma omp parallel for num_threads(ex->threads) schedule(static) if (host && total > 1 && s->count * L > 262144)
+#pragma omp parallel for num_threads(ex->threads) schedule(static) if (host && total > 1 && s->count * m > 262144)
     for (long q = 0; q < total; q++) {
         const int r = (int)(q / (long)n_pieces);
         const size_t lo = (size_t)(q % (long)n_pieces) * piece;
-        ex->k->tree_sum(&dp_exec_dev(ex, r)->kc, ex->rep[r].lane_grads, L, s->offset + lo,
+        ex->k->tree_sum(&dp_exec_dev(ex, r)->kc, ex->rep[r].lane_grads, m, s->offset + lo,
                         lo + piece < s->count ? piece : s->count - lo, 1);
     }
 }
