@@ -63,13 +63,13 @@ def parse_args():
         die("--rounds, --resnet-rounds, --threads-rounds, --resnet-steps and --threads at least 1, --epochs at least 2 "
             "(epoch 1 is dropped)", 2)
     a.sections = [s for s in a.sections.split(",") if s]
-    a.peers = [s for s in a.peers.split(",") if s]
+    a.peers = [s for s in a.peers.split(",") if s and s != "none"]
     for s in a.sections:
         if s not in ("lenet", "resnet", "threads", "shapes"):
             die("--sections: lenet, resnet, threads, shapes (got %s)" % s, 2)
     for s in a.peers:
         if s not in ("torch2", "torch1", "jax"):
-            die("--peers: torch2, torch1, jax (got %s)" % s, 2)
+            die("--peers: torch2, torch1, jax, or none (got %s)" % s, 2)
     return a
 
 
@@ -767,7 +767,10 @@ def main():
         if not base and a.base != "none":
             note(base_desc)
     md = ["# CPU speed: dptrain, the machine's FLOP limit and the peers\n"]
-    cmdline = "examples/bench/cpu_speed.sh " + " ".join(shlex.quote(x) for x in sys.argv[1:])
+    envs = " ".join("%s=%s" % (k, shlex.quote(rel(os.environ[k]) if os.environ[k].startswith(ROOT) else os.environ[k]))
+                    for k in ("OPENBLAS_CORETYPE", "DPTRAIN", "BENCH_SGEMM")
+                    if os.environ.get(k) and (k != "OPENBLAS_CORETYPE" or KEEP_CORETYPE))
+    cmdline = (envs + " " if envs else "") + "examples/bench/cpu_speed.sh " + " ".join(shlex.quote(x) for x in sys.argv[1:])
     md.append("- Command: `%s`" % cmdline.strip())
     md.append("- Machine: %s; OpenBLAS %s; dptrain's CPU kernels: %s" % (machine(), blas or "?",
                                                                         variant.group(1) if variant else "?"))

@@ -27,7 +27,7 @@
 #       --base COMMIT     the older dptrain to compare with, built in OUT with its own defaults (default
 #                         a12b3f7; none: skip)
 #       --base-bin BIN    use this binary as --base instead of building it
-#       --peers LIST      of torch2, torch1, jax (default all; a peer that is not installed is reported so)
+#       --peers LIST      of torch2, torch1, jax, or none (default all; a peer that is not installed is reported so)
 #       --install         install the missing PyTorch 2 (tests/torch2_env.sh) and JAX from PyPI into out/
 #       --resnet-steps S  timed steps per ResNet-18 run (default 3, after one warm-up step)
 #       --resnet-rounds R, --threads-rounds R   rounds of those sections (default 3 each; shapes: --threads-rounds)
