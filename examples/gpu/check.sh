@@ -7,49 +7,74 @@
 # results file; `examples/gpu/gpu_tables.py doc FILE` makes docs/gpu.md's tables from it.
 #
 #   examples/gpu/check.sh [--quick] [--rounds R] [--phases env,build,tests,sanitize,bench,accuracy,profiles,cpu]
-#                         [--out DIR]
+#                         [--out DIR] [--build DIR]
 #
 # --quick: one bench round (--rounds: another count) and only the kernel suite under the sanitizers
 # (under 8 minutes);
 # the whole run is under 25 minutes on an H100 with 16 cores. Phases run in the order above;
 # a later call with --phases continues an earlier one's results file in the same --out
-# (the build is kept in build-gpu/). Exit status: 0 when every check passed or was skipped.
+# (the build is kept in build-gpu/, or --build DIR). A check whose tests were all skipped is
+# "skipped", not "pass". Exit status: 0 when every check passed or was skipped and a GPU check
+# measured something; 1 when a check failed or nothing was measured on a GPU (none is visible:
+# stops before building; or every GPU check was skipped); 2 for a bad argument.
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+CALLER=$PWD
 cd "$ROOT" || exit 1
-me=$(basename "$0")
+me=$(basename "$0") PROG=$(basename "$0")
+. "$ROOT/examples/lib/args.sh"
 QUICK=0 ROUNDS= PHASES=env,build,tests,sanitize,bench,accuracy,profiles,cpu OUTDIR=$ROOT/out/gpu-check
+BUILD=$ROOT/build-gpu
 JOBS=$(nproc)
 ARGS="$*"
 while [ $# -gt 0 ]; do
     case "$1" in
         --quick) QUICK=1 ;;
-        --rounds) ROUNDS=$2; shift ;;
-        --phases) PHASES=$2; shift ;;
-        --out) OUTDIR=$2; shift ;;
-        -h|--help) sed -n 2,15p "$0"; exit 0 ;;
-        *) echo "$me: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+        --rounds) need_value "$@"; ROUNDS=$2; shift ;;
+        --phases) need_value "$@"; PHASES=$2; shift ;;
+        --out) need_value "$@"; OUTDIR=$2; shift ;;
+        --build) need_value "$@"; BUILD=$2; shift ;;
+        -h|--help) sed -n 2,19p "$0"; exit 0 ;;
+        *) unknown_arg "$1" ;;
     esac
     shift
 done
-for p in ${PHASES//,/ }; do
-    case $p in env|build|tests|sanitize|bench|accuracy|profiles|cpu) ;;
-        *) echo "$me: unknown phase '$p' (env,build,tests,sanitize,bench,accuracy,profiles,cpu)" >&2; exit 2 ;;
-    esac
-done
+[ -z "$ROUNDS" ] || need_uint --rounds "$ROUNDS" 1
+need_choices --phases "$PHASES" env build tests sanitize bench accuracy profiles cpu
+need_nonempty --out "$OUTDIR"
+need_nonempty --build "$BUILD"
+# relative paths are the caller's
+[[ $OUTDIR == /* ]] || OUTDIR=$CALLER/$OUTDIR
+[[ $BUILD == /* ]] || BUILD=$CALLER/$BUILD
 has() { [[ ",$PHASES," == *",$1,"* ]]; }
+# the phases that measure on a GPU: without one visible, nothing they would report means anything,
+# so stop before the build (a CUDA build needs no GPU, and its tests all skip without one)
+GPU_PHASES=
+for p in tests sanitize bench accuracy profiles; do
+    if has $p && { [ $p != accuracy ] || [ $QUICK = 0 ]; }; then GPU_PHASES+=${GPU_PHASES:+,}$p; fi
+done
+if [ -n "$GPU_PHASES" ]; then
+    if ! command -v nvidia-smi > /dev/null 2>&1; then
+        nothing_measured "no GPU visible (no nvidia-smi on PATH); the phases $GPU_PHASES need one"
+    fi
+    if ! smi=$(nvidia-smi -L 2>&1) || ! grep -q '^GPU [0-9]' <<<"$smi"; then
+        nothing_measured "no GPU visible (nvidia-smi -L: $(head -1 <<<"$smi" | cut -c1-120)); the phases $GPU_PHASES need one"
+    fi
+fi
 mkdir -p "$OUTDIR/logs" || exit 1
 RES=$OUTDIR/results.jsonl
-BUILD=$ROOT/build-gpu
 D=$BUILD/dptrain
-FAILED=0
+FAILED=0 GPU_PASSED=0
 . "$ROOT/examples/gpu/device_env.sh"
 DATA=${DP_FASHION_DIR:-/usr/share/datasets/fashion-mnist}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
 json_str() { python3 -c 'import json,sys; print(json.dumps(sys.argv[1]))' "$1"; }
+# no_test_passed LOG: a ctest run in which no test passed (none found, or every one skipped: no device)
+no_test_passed() { ! grep -qE 'Test +#[0-9]+: .* Passed' "$1"; }
 # check NAME COMMAND...: runs it with its output in logs/NAME.log, for at most $TMO seconds
-# (default 900); one results line (77 = skipped)
+# (default 900); one results line (77, or a test suite whose tests all skipped = skipped). GPU=1
+# marks a check that measures on the GPU: one of them must pass for the run to pass.
 check() {
     local name=$1
     shift
@@ -58,12 +83,13 @@ check() {
     echo "== $name: $*"
     timeout "${TMO:-900}" "$@" > "$OUTDIR/logs/$name.log" 2>&1
     rc=$?
-    case $rc in 0) status=pass ;; 77) status=skipped ;; 124) status="FAIL (over ${TMO:-900} s)"; FAILED=1 ;;
+    case $rc in 0) status=pass; [ "$1" = ctest ] && no_test_passed "$OUTDIR/logs/$name.log" && status=skipped ;; 77) status=skipped ;; 124) status="FAIL (over ${TMO:-900} s)"; FAILED=1 ;;
         *) status="FAIL (exit $rc)"; FAILED=1 ;; esac
     detail=$(grep -E 'tests passed|tests failed|ERROR SUMMARY|error|Error|FAIL' "$OUTDIR/logs/$name.log" | tail -2 | tr '\n' ' ' | cut -c1-300)
     printf '{"who":"check","check":"%s","status":"%s","seconds":%d.%03d,"command":%s,"detail":%s}\n' "$name" "$status" \
         $(( ($(date +%s%N) - t0) / 1000000000 )) $(( ($(date +%s%N) - t0) / 1000000 % 1000 )) \
         "$(json_str "${*//$ROOT/.}")" "$(json_str "$detail")" >> "$RES"
+    [ "$status" = pass ] && [ "${GPU:-0}" = 1 ] && GPU_PASSED=$((GPU_PASSED + 1))
     echo "   $status ($name)"
     [ $rc = 0 ] || tail -15 "$OUTDIR/logs/$name.log"
     return 0
@@ -87,8 +113,8 @@ if has build; then
     "$D" --version >> "$OUTDIR/logs/env.log" 2>&1
 fi
 if has tests; then
-    check ctest-cuda ctest --test-dir "$BUILD" -L cuda --output-on-failure --timeout 900
-    check ctest-nccl ctest --test-dir "$BUILD" -L nccl --output-on-failure --timeout 900 --no-tests=ignore
+    GPU=1 check ctest-cuda ctest --test-dir "$BUILD" -L cuda --output-on-failure --timeout 900
+    GPU=1 check ctest-nccl ctest --test-dir "$BUILD" -L nccl --output-on-failure --timeout 900 --no-tests=ignore
 fi
 if has sanitize; then
     # the kernel suite under each tool; the training suite under memcheck (the whole run only;
@@ -96,26 +122,26 @@ if has sanitize; then
     # minutes each; API errors are dptrain's own to check, and NCCL probes its kernels with
     # calls that fail by design)
     for tool in memcheck racecheck synccheck initcheck; do
-        check "sanitizer-$tool-kernels" compute-sanitizer --tool $tool --error-exitcode 9 --print-limit 20 \
+        GPU=1 check "sanitizer-$tool-kernels" compute-sanitizer --tool $tool --error-exitcode 9 --print-limit 20 \
             "$BUILD/tests/test_cuda_kernels"
     done
-    [ $QUICK = 1 ] || TMO=420 check sanitizer-memcheck-train env DPTRAIN="$D" DP_TEST_TMP="$BUILD/tests/tmp" \
+    [ $QUICK = 1 ] || GPU=1 TMO=420 check sanitizer-memcheck-train env DPTRAIN="$D" DP_TEST_TMP="$BUILD/tests/tmp" \
         compute-sanitizer --tool memcheck --target-processes application-only --report-api-errors no \
         --error-exitcode 9 --print-limit 20 "$BUILD/tests/test_cuda_train"
 fi
 if has bench; then
     rounds=${ROUNDS:-$([ $QUICK = 1 ] && echo 1 || echo 3)}
-    check bench env DPTRAIN="$D" examples/bench/gpu_vs_pytorch.sh --data "$DATA" --rounds $rounds --epochs 3 \
+    GPU=1 check bench env DPTRAIN="$D" examples/bench/gpu_vs_pytorch.sh --data "$DATA" --rounds $rounds --epochs 3 \
         --out "$OUTDIR/bench"
     cat "$OUTDIR/bench/results.jsonl" >> "$RES" 2>/dev/null
 fi
 if has accuracy && [ $QUICK = 0 ]; then
-    check accuracy env DPTRAIN="$D" examples/bench/gpu_vs_pytorch.sh --data "$DATA" --cases none --accuracy \
+    GPU=1 check accuracy env DPTRAIN="$D" examples/bench/gpu_vs_pytorch.sh --data "$DATA" --cases none --accuracy \
         --skip-pytorch --out "$OUTDIR/accuracy"
     cat "$OUTDIR/accuracy/results.jsonl" >> "$RES" 2>/dev/null
 fi
 if has profiles; then
-    TMO=300 check profiles examples/gpu/record_profiles.sh --build "$BUILD"
+    GPU=1 TMO=300 check profiles examples/gpu/record_profiles.sh --build "$BUILD"
     mkdir -p "$OUTDIR/profiles" && cp sim/presets/h100-*.profile "$OUTDIR/profiles/" 2>/dev/null
 fi
 if has cpu; then
@@ -133,4 +159,9 @@ for l in open(sys.argv[1]):
         print("%-32s %-14s %6.0f s" % (r["check"], r["status"], r["seconds"]))
 PY
 [ -f "$OUTDIR/bench/gpu_vs_pytorch.md" ] && cat "$OUTDIR/bench/gpu_vs_pytorch.md"
+# GPU phases asked for and not one GPU check passed: every one was skipped (the suites found no
+# device) or failed; that is no result, whatever the statuses above say
+if [ -n "$GPU_PHASES" ] && [ $GPU_PASSED = 0 ]; then
+    nothing_measured "no GPU check passed (the phases $GPU_PHASES: every check skipped or failed; see $OUTDIR/logs)"
+fi
 exit $FAILED

@@ -10,11 +10,13 @@
 
 Figures: dptrain's is the median of epochs 2.. over all rounds (range min-max); PyTorch's the
 median of its timed repeats' medians over all rounds (range: the repeats' min and max)."""
-import argparse
 import json
 import os
 import statistics
 import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+from scriptargs import Parser, existing_file, nothing_measured  # noqa: E402
 
 PEER_OF = {  # dptrain case -> (PyTorch case, way) it is compared with
     "lenet": [("lenet", "graph"), ("lenet", "eager")],
@@ -66,6 +68,12 @@ def pt_cases(rows):
     return out
 
 
+def measured(rows):
+    """Whether the results hold any figure: a dptrain case with epochs, a PyTorch timing, an accuracy."""
+    d, p = dp_cases(rows), pt_cases(rows)
+    return bool(p) or any("median" in c or c["acc"] for c in d.values())
+
+
 def bench_table(rows, machine="", version=""):
     d, p = dp_cases(rows), pt_cases(rows)
     lines = []
@@ -114,17 +122,25 @@ def check_table(rows):
 
 
 def main():
-    a = argparse.ArgumentParser()
+    a = Parser(description=__doc__.split("\n")[0])
     a.add_argument("what", choices=["bench", "doc"])
-    a.add_argument("results")
+    a.add_argument("results", type=existing_file)
     a.add_argument("--machine", default="")
     a.add_argument("--version", default="")
     a.add_argument("--doc", default="docs/gpu.md")
     o = a.parse_args()
-    rows = load(o.results)
+    try:
+        rows = load(o.results)
+    except ValueError as e:
+        sys.exit("gpu_tables.py: %s: not a JSON-lines results file (%s)" % (o.results, e))
     if o.what == "bench":
+        if not measured(rows):  # an empty table would read as a run that passed
+            nothing_measured("gpu_tables.py", "%s holds no timing or accuracy (every case failed or none ran)"
+                             % o.results)
         sys.stdout.write(bench_table(rows, o.machine, o.version))
         return
+    if not os.path.isfile(o.doc):
+        a.error("argument --doc: '%s' is not a file" % o.doc)
     meta = next((r for r in rows if r.get("who") == "meta"), {})
     body = ("Results file: [%s](%s) (`%s`), %s, %s.\n\n" % (
         os.path.basename(o.results), os.path.relpath(o.results, os.path.dirname(o.doc)), meta.get("command", ""),
