@@ -6,6 +6,8 @@
 set -euo pipefail
 
 PROG=$(basename "$0")
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+. "$ROOT/examples/lib/args.sh"
 usage() {
     cat <<EOF
 Usage: $PROG --a BIN --b BIN [options] [--case 'FLAGS']...
@@ -24,17 +26,23 @@ A="" B="" ROUNDS=5 EPOCHS=3 THREADS=2 CASES=()
 while [ $# -gt 0 ]; do
     case "$1" in
         -h|--help) usage; exit 0 ;;
-        --a) A=$2; shift 2 ;;
-        --b) B=$2; shift 2 ;;
-        --case) CASES+=("$2"); shift 2 ;;
-        -r|--rounds) ROUNDS=$2; shift 2 ;;
-        -e|--epochs) EPOCHS=$2; shift 2 ;;
-        -t|--threads) THREADS=$2; shift 2 ;;
-        *) echo "$PROG: unknown argument '$1'" >&2; usage >&2; exit 2 ;;
+        --a) need_value "$@"; A=$2; shift 2 ;;
+        --b) need_value "$@"; B=$2; shift 2 ;;
+        --case) need_value_any "$@"; CASES+=("$2"); shift 2 ;;
+        -r|--rounds) need_value "$@"; ROUNDS=$2; shift 2 ;;
+        -e|--epochs) need_value "$@"; EPOCHS=$2; shift 2 ;;
+        -t|--threads) need_value "$@"; THREADS=$2; shift 2 ;;
+        *) unknown_arg "$1" ;;
     esac
 done
-[ -x "$A" ] && [ -x "$B" ] || { echo "$PROG: --a and --b must name dptrain binaries" >&2; exit 2; }
-[[ "$ROUNDS" =~ ^[1-9][0-9]*$ && "$EPOCHS" =~ ^[2-9]$|^[1-9][0-9]+$ ]] || { echo "$PROG: --rounds >= 1, --epochs >= 2" >&2; exit 2; }
+need_uint --rounds "$ROUNDS" 1
+need_uint --epochs "$EPOCHS" 2 "epoch 1 is dropped"
+need_uint --threads "$THREADS" 1
+for w in a b; do
+    bin=$A; [ $w = b ] && bin=$B
+    [ -n "$bin" ] || die_usage "--$w: missing; name the two dptrain binaries with --a and --b"
+    if [ ! -f "$bin" ] || [ ! -x "$bin" ]; then die_usage "--$w: '$bin' is not an executable file"; fi
+done
 [ ${#CASES[@]} -gt 0 ] || CASES=("" "--replicas 4" "--mode dp --replicas 2")
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
@@ -45,7 +53,10 @@ run() {  # bin case_index flags
     # shellcheck disable=SC2086
     "$1" train --epochs "$EPOCHS" --threads "$THREADS" --quiet --log "$log" $3 >"$TMP/out" 2>&1 ||
         { echo "$PROG: $1 failed:" >&2; cat "$TMP/out" >&2; exit 1; }
-    grep '"event":"epoch"' "$log" | tail -n +2 | grep -o '"seconds":[0-9.e-]*' | cut -d: -f2
+    local s
+    s=$(grep '"event":"epoch"' "$log" | tail -n +2 | grep -o '"seconds":[0-9.e-]*' | cut -d: -f2 || true)
+    [ -n "$s" ] || nothing_measured "$1 train ${3:-(default case)} logged no epoch after the first (see $log)"
+    echo "$s"
 }
 for ((r = 1; r <= ROUNDS; r++)); do
     for i in "${!CASES[@]}"; do

@@ -41,12 +41,7 @@ EOF
 }
 
 die() { echo "$PROG: $*" >&2; exit 1; }
-usage_error() { echo "$PROG: $*" >&2; echo "Try '$PROG --help'." >&2; exit 2; }
-is_uint() { [[ "$1" =~ ^[0-9]{1,9}$ ]]; }
-need_uint() {  # flag value min [note]
-    if is_uint "$2" && [ "$2" -ge "$3" ]; then return 0; fi
-    usage_error "$1: expected an integer >= $3${4:+ ($4)}, got '$2'"
-}
+. "$ROOT/examples/lib/args.sh"
 
 SEEDS="0 1 2" EPOCHS=10 THREADS=2 DATA="" OUT="$ROOT/out/accuracy" PLOT="" ONLY="" REUSE=0
 while [ $# -gt 0 ]; do
@@ -54,7 +49,7 @@ while [ $# -gt 0 ]; do
         -h|--help) usage; exit 0 ;;
         --reuse) REUSE=1; shift ;;
         --seeds|-e|--epochs|-t|--threads|--data|--out|--plot|--only)
-            [ $# -ge 2 ] || usage_error "$1: missing value"
+            need_value "$@"
             case "$1" in
                 --seeds) SEEDS=$2 ;;
                 -e|--epochs) EPOCHS=$2 ;;
@@ -65,15 +60,15 @@ while [ $# -gt 0 ]; do
                 --only) ONLY=$2 ;;
             esac
             shift 2 ;;
-        *) usage_error "unknown argument '$1'" ;;
+        *) unknown_arg "$1" ;;
     esac
 done
 read -r -a SEED_LIST <<<"$SEEDS" || true
-[ ${#SEED_LIST[@]} -ge 1 ] || usage_error "--seeds: expected at least one seed"
+[ ${#SEED_LIST[@]} -ge 1 ] || die_usage "--seeds: expected at least one seed"
 for s in "${SEED_LIST[@]}"; do need_uint --seeds "$s" 0; done
 need_uint --epochs "$EPOCHS" 1
 need_uint --threads "$THREADS" 1
-case "$ONLY" in ""|dptrain|pytorch) ;; *) usage_error "--only: expected dptrain or pytorch, got '$ONLY'" ;; esac
+case "$ONLY" in ""|dptrain|pytorch) ;; *) die_usage "--only: expected dptrain or pytorch, got '$ONLY'" ;; esac
 RUN_DP=1 RUN_PT=1
 if [ "$ONLY" = pytorch ]; then RUN_DP=0; fi
 if [ "$ONLY" = dptrain ]; then RUN_PT=0; fi

@@ -8,6 +8,7 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 DPTRAIN=${DPTRAIN:-$ROOT/build/dptrain}
 EPOCHS=1 THREADS=2 OUT="$ROOT/out/bitwise" EXTRA=""
+. "$ROOT/examples/lib/args.sh"
 
 usage() {
     echo "usage: $(basename "$0") [--epochs E] [--threads T] [--out DIR] [--extra 'FLAGS']"
@@ -15,14 +16,17 @@ usage() {
 }
 while [ $# -gt 0 ]; do
     case "$1" in
-        --epochs) EPOCHS=$2; shift 2 ;;
-        --threads) THREADS=$2; shift 2 ;;
-        --out) OUT=$2; shift 2 ;;
-        --extra) EXTRA=$2; shift 2 ;;
+        --epochs) need_value "$@"; EPOCHS=$2; shift 2 ;;
+        --threads) need_value "$@"; THREADS=$2; shift 2 ;;
+        --out) need_value "$@"; OUT=$2; shift 2 ;;
+        --extra) need_value_any "$@"; EXTRA=$2; shift 2 ;;
         -h|--help) usage; exit 0 ;;
-        *) echo "$(basename "$0"): unknown argument '$1'" >&2; usage >&2; exit 2 ;;
+        *) unknown_arg "$1" ;;
     esac
 done
+need_uint --epochs "$EPOCHS" 1
+need_uint --threads "$THREADS" 1
+need_nonempty --out "$OUT"
 [ -x "$DPTRAIN" ] || { echo "$(basename "$0"): no dptrain at $DPTRAIN: build first" >&2; exit 1; }
 mkdir -p "$OUT"
 
@@ -44,8 +48,13 @@ PY
 run() { # name, then flags of this run; LAUNCH (an array) may hold a launcher such as mpirun
     local name=$1; shift
     local t0=$SECONDS
-    "${LAUNCH[@]}" "$DPTRAIN" train --epochs "$EPOCHS" --threads "$THREADS" --no-progress $EXTRA "$@" \
-        --save "$OUT/$name.ckpt" --log "$OUT/$name.jsonl" > "$OUT/$name.out"
+    if ! "${LAUNCH[@]}" "$DPTRAIN" train --epochs "$EPOCHS" --threads "$THREADS" --no-progress $EXTRA "$@" \
+            --save "$OUT/$name.ckpt" --log "$OUT/$name.jsonl" > "$OUT/$name.out" 2>&1; then
+        echo "$name: dptrain failed:" >&2; tail -5 "$OUT/$name.out" >&2
+        [ "$name" != r1 ] || nothing_measured "the reference run (--replicas 1) failed; see $OUT/r1.out"
+        status=1
+        return 0
+    fi
     local acc
     acc=$(sed -n 's/.*"event":"final".*"test_acc":\([0-9.]*\).*/\1/p' "$OUT/$name.jsonl")
     if [ "$name" = r1 ]; then

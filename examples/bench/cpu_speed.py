@@ -2,7 +2,6 @@
 """The driver of examples/bench/cpu_speed.sh (see its --help): dptrain's CPU speed against the machine's
 FLOP limit, an older dptrain built in the same run, and PyTorch 2.x, PyTorch 1.13 and JAX, every program
 interleaved with the others round by round. Standard library only."""
-import argparse
 import json
 import os
 import platform
@@ -17,6 +16,8 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PROG = "cpu_speed.sh"
+sys.path.insert(0, os.path.join(ROOT, "examples", "lib"))
+from scriptargs import Parser, choices_list, number, uint  # noqa: E402
 
 
 def die(msg, code=1):
@@ -35,41 +36,34 @@ def rel(path):
 
 
 def parse_args():
-    p = argparse.ArgumentParser(prog=PROG, add_help=False)
+    p = Parser(prog=PROG, add_help=False)
     p.add_argument("-h", "--help", action="store_true")
-    p.add_argument("-r", "--rounds", type=int, default=5)
-    p.add_argument("-e", "--epochs", type=int, default=3)
-    p.add_argument("-t", "--threads", type=int, default=2)
+    p.add_argument("-r", "--rounds", type=uint(1), default=5)
+    p.add_argument("-e", "--epochs", type=uint(2), default=3, help="epoch 1 is dropped")
+    p.add_argument("-t", "--threads", type=uint(1), default=2)
     p.add_argument("--base", default="a12b3f7")
     p.add_argument("--base-bin", default=None)
-    p.add_argument("--sections", default="lenet,resnet,threads,shapes")
-    p.add_argument("--peers", default="torch2,torch1,jax")
-    p.add_argument("--resnet-steps", type=int, default=3)
-    p.add_argument("--resnet-rounds", type=int, default=3)
-    p.add_argument("--threads-rounds", type=int, default=3)
+    p.add_argument("--sections", type=choices_list("lenet", "resnet", "threads", "shapes"),
+                   default="lenet,resnet,threads,shapes")
+    p.add_argument("--peers", type=choices_list("torch2", "torch1", "jax", "none"), default="torch2,torch1,jax")
+    p.add_argument("--resnet-steps", type=uint(1), default=3)
+    p.add_argument("--resnet-rounds", type=uint(1), default=3)
+    p.add_argument("--threads-rounds", type=uint(1), default=3)
     p.add_argument("--no-tune", action="store_true")
     p.add_argument("--install", action="store_true")
     p.add_argument("--data", default="/usr/share/datasets/fashion-mnist")
     p.add_argument("--out", default=os.path.join(ROOT, "out", "cpu-speed"))
-    p.add_argument("--wait-idle", type=float, default=0)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--wait-idle", type=number(0), default=0)
+    p.add_argument("--seed", type=uint(0), default=0)
     p.add_argument("--keep-openblas-coretype", action="store_true")
     a = p.parse_args()
     if a.help:
         print(open(os.path.join(ROOT, "examples", "bench", "cpu_speed.sh")).read().split("# ---- help\n")[1]
               .split("# ---- end of help")[0].replace("# ", "").replace("#\n", "\n"), end="")
         sys.exit(0)
-    if a.rounds < 1 or a.epochs < 2 or a.threads < 1 or a.resnet_steps < 1 or a.resnet_rounds < 1 or a.threads_rounds < 1:
-        die("--rounds, --resnet-rounds, --threads-rounds, --resnet-steps and --threads at least 1, --epochs at least 2 "
-            "(epoch 1 is dropped)", 2)
-    a.sections = [s for s in a.sections.split(",") if s]
-    a.peers = [s for s in a.peers.split(",") if s and s != "none"]
-    for s in a.sections:
-        if s not in ("lenet", "resnet", "threads", "shapes"):
-            die("--sections: lenet, resnet, threads, shapes (got %s)" % s, 2)
-    for s in a.peers:
-        if s not in ("torch2", "torch1", "jax"):
-            die("--peers: torch2, torch1, jax, or none (got %s)" % s, 2)
+    a.peers = [s for s in a.peers if s != "none"]
+    if a.base_bin is not None and not (os.path.isfile(a.base_bin) and os.access(a.base_bin, os.X_OK)):
+        p.error("argument --base-bin: '%s' is not an executable file" % a.base_bin)
     return a
 
 

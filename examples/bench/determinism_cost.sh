@@ -10,6 +10,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 DPTRAIN=${DPTRAIN:-$ROOT/build/dptrain}
 BASE=${BASE:-}
 ROUNDS=3 THREADS=2 RESNET_STEPS=3 OUT="$ROOT/out/determinism-cost"
+. "$ROOT/examples/lib/args.sh"
 
 usage() {
     echo "usage: BASE=OLD_DPTRAIN $(basename "$0") [--rounds R] [--threads T] [--resnet-steps S] [--out DIR]"
@@ -17,15 +18,19 @@ usage() {
 }
 while [ $# -gt 0 ]; do
     case "$1" in
-        --rounds) ROUNDS=$2; shift 2 ;;
-        --threads) THREADS=$2; shift 2 ;;
-        --resnet-steps) RESNET_STEPS=$2; shift 2 ;;
-        --out) OUT=$2; shift 2 ;;
+        --rounds) need_value "$@"; ROUNDS=$2; shift 2 ;;
+        --threads) need_value "$@"; THREADS=$2; shift 2 ;;
+        --resnet-steps) need_value "$@"; RESNET_STEPS=$2; shift 2 ;;
+        --out) need_value "$@"; OUT=$2; shift 2 ;;
         -h|--help) usage; exit 0 ;;
-        *) echo "$(basename "$0"): unknown argument '$1'" >&2; usage >&2; exit 2 ;;
+        *) unknown_arg "$1" ;;
     esac
 done
-[ -n "$BASE" ] && [ -x "$BASE" ] || { echo "$(basename "$0"): set BASE to the dptrain binary to compare with" >&2; exit 2; }
+need_uint --rounds "$ROUNDS" 1
+need_uint --threads "$THREADS" 1
+need_uint --resnet-steps "$RESNET_STEPS" 1
+need_nonempty --out "$OUT"
+[ -n "$BASE" ] && [ -x "$BASE" ] || die_usage "BASE: '$BASE' is not an executable; set BASE to the dptrain binary to compare with"
 [ -x "$DPTRAIN" ] || { echo "$(basename "$0"): no dptrain at $DPTRAIN: build first" >&2; exit 1; }
 mkdir -p "$OUT"
 rm -f "$OUT"/lenet-base.txt "$OUT"/lenet-this.txt "$OUT"/resnet-base.txt "$OUT"/resnet-this.txt
@@ -46,6 +51,9 @@ for r in $(seq "$ROUNDS"); do
         lenet "$bin" "$OUT/lenet-$which-$r.jsonl" >> "$OUT/lenet-$which.txt"
         resnet "$bin" "$OUT/resnet-$which-$r.jsonl" >> "$OUT/resnet-$which.txt"
     done
+done
+for f in "$OUT"/lenet-base.txt "$OUT"/lenet-this.txt "$OUT"/resnet-base.txt "$OUT"/resnet-this.txt; do
+    grep -q '[0-9]' "$f" 2>/dev/null || nothing_measured "$f holds no time (the runs logged no epoch; see $OUT/*.jsonl)"
 done
 median() { sort -g "$1" | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }
 echo "Determinism cost, $(date -u +%Y-%m-%d), $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')), $THREADS threads, $ROUNDS rounds interleaved"

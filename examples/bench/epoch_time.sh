@@ -43,19 +43,14 @@ EOF
 }
 
 die() { echo "$PROG: $*" >&2; exit 1; }
-usage_error() { echo "$PROG: $*" >&2; echo "Try '$PROG --help'." >&2; exit 2; }
-is_uint() { [[ "$1" =~ ^[0-9]{1,9}$ ]]; }
-need_uint() {  # flag value min [note]
-    if is_uint "$2" && [ "$2" -ge "$3" ]; then return 0; fi
-    usage_error "$1: expected an integer >= $3${4:+ ($4)}, got '$2'"
-}
+. "$ROOT/examples/lib/args.sh"
 
 ROUNDS=3 EPOCHS=3 THREADS=2 SEED=0 DATA="" OUT="$ROOT/out/epoch-time" ONLY="" WAIT_IDLE=0
 while [ $# -gt 0 ]; do
     case "$1" in
         -h|--help) usage; exit 0 ;;
         -r|--rounds|-e|--epochs|-t|--threads|-s|--seed|--data|--out|--only|--wait-idle)
-            [ $# -ge 2 ] || usage_error "$1: missing value"
+            need_value "$@"
             case "$1" in
                 -r|--rounds) ROUNDS=$2 ;;
                 -e|--epochs) EPOCHS=$2 ;;
@@ -67,7 +62,7 @@ while [ $# -gt 0 ]; do
                 --wait-idle) WAIT_IDLE=$2 ;;
             esac
             shift 2 ;;
-        *) usage_error "unknown argument '$1'" ;;
+        *) unknown_arg "$1" ;;
     esac
 done
 need_uint --rounds "$ROUNDS" 1
@@ -75,7 +70,7 @@ need_uint --epochs "$EPOCHS" 2 "epoch 1 is dropped"
 need_uint --threads "$THREADS" 1
 need_uint --seed "$SEED" 0
 need_uint --wait-idle "$WAIT_IDLE" 0
-case "$ONLY" in ""|dptrain|pytorch) ;; *) usage_error "--only: expected dptrain or pytorch, got '$ONLY'" ;; esac
+case "$ONLY" in ""|dptrain|pytorch) ;; *) die_usage "--only: expected dptrain or pytorch, got '$ONLY'" ;; esac
 RUN_DP=1 RUN_PT=1
 if [ "$ONLY" = pytorch ]; then RUN_DP=0; fi
 if [ "$ONLY" = dptrain ]; then RUN_PT=0; fi

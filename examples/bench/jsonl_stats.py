@@ -33,6 +33,9 @@ import os
 import statistics
 import sys
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+from scriptargs import Parser, number, uint  # noqa: E402
+
 NAMES = {"dptrain": "dptrain", "pytorch": "PyTorch"}
 QUIET = 0.1  # an epoch is "quiet" when other processes used less than this many cores meanwhile
 
@@ -429,17 +432,17 @@ def plot_accuracy(sides, means, E, path, title):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = Parser(description=__doc__.split("\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
 
     c = sub.add_parser("complete", help="is a log finished (exit 0) or not (exit 1)")
     c.add_argument("log")
-    c.add_argument("--epochs", type=int, required=True)
+    c.add_argument("--epochs", type=uint(1), required=True)
     c.add_argument("--expect", action="append", default=[], metavar="KEY=VALUE",
                    help="the config line must have this value (repeatable)")
 
     t = sub.add_parser("epoch-time", help="median seconds per epoch of dptrain and PyTorch logs")
-    t.add_argument("--drop", type=int, default=1, help="epochs dropped at the start of every log (default 1)")
+    t.add_argument("--drop", type=uint(0), default=1, help="epochs dropped at the start of every log (default 1)")
     t.add_argument("--dptrain", nargs="*", default=[])
     t.add_argument("--pytorch", nargs="*", default=[])
     t.add_argument("--meta", action="append", default=[], help="KEY=VALUE line for the notes (repeatable)")
@@ -448,8 +451,8 @@ def main(argv=None):
     t.add_argument("--md", help="also write the markdown to this file")
 
     acc = sub.add_parser("accuracy", help="test accuracy per epoch over seeds, dptrain vs PyTorch")
-    acc.add_argument("--epochs", type=int, required=True)
-    acc.add_argument("--last", type=int, default=3, help="window for the late-epoch mean (default 3)")
+    acc.add_argument("--epochs", type=uint(1), required=True)
+    acc.add_argument("--last", type=uint(1), default=3, help="window for the late-epoch mean (default 3)")
     acc.add_argument("--dptrain", nargs="*", default=[], metavar="SEED=LOG")
     acc.add_argument("--pytorch", nargs="*", default=[], metavar="SEED=LOG")
     acc.add_argument("--meta", action="append", default=[])
@@ -460,23 +463,17 @@ def main(argv=None):
 
     r = sub.add_parser("run", help="run a command and record the CPU use of the rest of the machine meanwhile")
     r.add_argument("--load-file", required=True)
-    r.add_argument("--wait-idle", type=float, default=0, metavar="S",
+    r.add_argument("--wait-idle", type=number(0), default=0, metavar="S",
                    help="first wait up to S seconds for an idle machine (default 0: do not wait)")
     r.add_argument("command", nargs=argparse.REMAINDER)
 
     a = p.parse_args(argv)
     if a.cmd == "run":
         return cmd_run(a)
-    if getattr(a, "epochs", 1) is not None and getattr(a, "epochs", 1) < 1:
-        p.error("--epochs: expected at least 1")
     if a.cmd == "complete":
         return cmd_complete(a)
     if a.cmd == "epoch-time":
-        if a.drop < 0:
-            p.error("--drop: expected at least 0")
         return cmd_epoch_time(a)
-    if a.last < 1:
-        p.error("--last: expected at least 1")
     return cmd_accuracy(a)
 
 

@@ -10,22 +10,28 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 DPTRAIN=${DPTRAIN:-$ROOT/build/dptrain}
 DATA=()
 ROUNDS=2 EPOCHS=3 THREADS=2 NS="1 2" OUT="$ROOT/out/mpi-vs-sim"
+. "$ROOT/examples/lib/args.sh"
 usage() { echo "usage: $(basename "$0") [--rounds R] [--epochs E>=2] [--threads T per machine] [--ns \"1 2\"] [--data DIR (Fashion-MNIST)] [--out DIR]"; }
 while [ $# -gt 0 ]; do
     case "$1" in
-        --rounds) ROUNDS=$2; shift 2 ;;
-        --epochs) EPOCHS=$2; shift 2 ;;
-        --threads) THREADS=$2; shift 2 ;;
-        --ns) NS=$2; shift 2 ;;
-        --out) OUT=$2; shift 2 ;;
-        --data) DATA=(--data "$2"); shift 2 ;;
+        --rounds) need_value "$@"; ROUNDS=$2; shift 2 ;;
+        --epochs) need_value "$@"; EPOCHS=$2; shift 2 ;;
+        --threads) need_value "$@"; THREADS=$2; shift 2 ;;
+        --ns) need_value "$@"; NS=$2; shift 2 ;;
+        --out) need_value "$@"; OUT=$2; shift 2 ;;
+        --data) need_value "$@"; need_dir --data "$2"; DATA=(--data "$2"); shift 2 ;;
         -h|--help) usage; exit 0 ;;
-        *) echo "$(basename "$0"): unknown argument '$1'" >&2; usage >&2; exit 2 ;;
+        *) unknown_arg "$1" ;;
     esac
 done
+need_uint --rounds "$ROUNDS" 1
+need_uint --epochs "$EPOCHS" 2 "epoch 1 is dropped"
+need_uint --threads "$THREADS" 1
+need_uints --ns "$NS" 1
+NS=${NS//,/ }
+need_nonempty --out "$OUT"
 [ -x "$DPTRAIN" ] || { echo "$(basename "$0"): no dptrain at $DPTRAIN: build first" >&2; exit 1; }
 command -v mpirun > /dev/null || { echo "$(basename "$0"): mpirun not found (apt-get install openmpi-bin)" >&2; exit 1; }
-[ "$EPOCHS" -ge 2 ] || { echo "$(basename "$0"): --epochs must be at least 2" >&2; exit 2; }
 mkdir -p "$OUT"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 common=(train --epochs "$EPOCHS" --batch-size 64 --no-progress "${DATA[@]}")
@@ -40,11 +46,12 @@ for r in $(seq "$ROUNDS"); do
         done
     done
 done
-echo "| backend | N | mode | s/epoch (median) | compute_s | comm_s | allreduce_s | broadcast_s | reduce_s | allgather_s | test acc |"
-echo "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"
 python3 - "$OUT" "$NS" <<'PY'
 import glob, json, statistics, sys
 out, ns = sys.argv[1], sys.argv[2].split()
+print("| backend | N | mode | s/epoch (median) | compute_s | comm_s | allreduce_s | broadcast_s | reduce_s | allgather_s | test acc |")
+print("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+rows = 0
 for n in ns:
     for mode in ("ddp", "dp"):
         for be in ("mpi", "sim"):
@@ -57,6 +64,9 @@ for n in ns:
             print(f"| {be} | {n} | {mode} | {med('seconds'):.2f} | {med('compute_s'):.2f} | {med('comm_s'):.3f} | "
                   f"{med('allreduce_s'):.3f} | {med('broadcast_s'):.3f} | {med('reduce_s'):.3f} | "
                   f"{med('allgather_s'):.3f} | {med('test_acc'):.4f} |")
+            rows += 1
+if not rows:
+    sys.exit("mpi_vs_sim.sh: nothing was measured: no run logged an epoch after the first (see %s)" % out)
 PY
 echo
 echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores; $(date -u +%Y-%m-%d); mpirun $(mpirun --version | head -1 | awk '{print $NF}')"

@@ -4,12 +4,14 @@ epoch_time.sh, sim_overhead.sh and mpi_vs_sim.sh leave under out/: docs/img/epoc
 
     /usr/bin/python3 examples/bench/plot_epoch_times.py [--out-dir out] [--plot docs/img/epoch_times.png]
 """
-import argparse
 import glob
 import json
 import os
 import statistics
 import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+from scriptargs import Parser, need_modules, nothing_measured  # noqa: E402
 
 
 def median_epoch(pattern):
@@ -22,10 +24,12 @@ def median_epoch(pattern):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = Parser(description=__doc__.splitlines()[0])
     ap.add_argument("--out-dir", default="out")
     ap.add_argument("--plot", default="docs/img/epoch_times.png")
     a = ap.parse_args()
+    if not os.path.isdir(a.out_dir):
+        ap.error("argument --out-dir: '%s' is not a directory (run the benchmark scripts first)" % a.out_dir)
     o = a.out_dir
     bars = [
         ("PyTorch 1.13\n2 threads", f"{o}/epoch-time/pytorch-r*.jsonl"),
@@ -38,7 +42,8 @@ def main():
     rows = [(name, median_epoch(p)) for name, p in bars]
     rows = [(n, v) for n, v in rows if v is not None]
     if not rows:
-        sys.exit("plot_epoch_times.py: no logs found under %s: run the benchmark scripts first" % o)
+        nothing_measured("plot_epoch_times.py", "no logs found under %s: run the benchmark scripts first" % o)
+    need_modules("plot_epoch_times.py", "matplotlib", hint="apt-get install python3-matplotlib")
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

@@ -6,27 +6,32 @@ judged on), each round's pair faint behind it, the diagonal and the targets' ban
     /usr/bin/python3 examples/bench/plot_predict_vs_measured.py DIR [DIR ...] [--labels K1,K2,...]
         [--plot docs/img/predict_vs_measured.png]
 """
-import argparse
 import json
 import os
 import sys
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+from scriptargs import Parser, existing_dir, need_modules, nothing_measured  # noqa: E402
+
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("dirs", nargs="+", help="output directories of predict_vs_measured.sh")
+    ap = Parser(description=__doc__.splitlines()[0])
+    ap.add_argument("dirs", nargs="+", type=existing_dir, help="output directories of predict_vs_measured.sh")
     ap.add_argument("--labels", help="a name per directory, comma-separated (default: the directory names)")
     ap.add_argument("--plot", default="docs/img/predict_vs_measured.png")
     a = ap.parse_args()
     labels = a.labels.split(",") if a.labels else [os.path.basename(d.rstrip("/")) for d in a.dirs]
     if len(labels) != len(a.dirs):
-        sys.exit("plot_predict_vs_measured.py: --labels names %d runs, %d directories given" % (len(labels), len(a.dirs)))
+        ap.error("argument --labels: names %d runs, %d directories given" % (len(labels), len(a.dirs)))
     runs = []
     for d in a.dirs:
         f = os.path.join(d, "summary.json")
         if not os.path.exists(f):
             sys.exit(f"plot_predict_vs_measured.py: no {f}: run predict_vs_measured.sh (or its --report-only) first")
         runs.append(json.load(open(f))["rows"])
+    if not any(runs):
+        nothing_measured("plot_predict_vs_measured.py", "the summaries in %s hold no row" % ", ".join(a.dirs))
+    need_modules("plot_predict_vs_measured.py", "matplotlib", hint="apt-get install python3-matplotlib")
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

@@ -13,24 +13,30 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 DPTRAIN=${DPTRAIN:-$ROOT/build/dptrain}
 ROUNDS=5 EPOCHS=3 THREADS=2 NS="1 2" OUT="$ROOT/out/predict-vs-measured" TOPO="" REPORT_ONLY=0 NS_SET=0
+. "$ROOT/examples/lib/args.sh"
 usage() { echo "usage: $(basename "$0") [--rounds R] [--epochs E>=2] [--threads T] [--ns \"1 2\"] [--topology FILE (skip calibration)] [--out DIR] [--report-only (the table of DIR's earlier run)]"; }
 while [ $# -gt 0 ]; do
     case "$1" in
-        --rounds) ROUNDS=$2; shift 2 ;;
-        --epochs) EPOCHS=$2; shift 2 ;;
-        --threads) THREADS=$2; shift 2 ;;
-        --ns) NS=$2; NS_SET=1; shift 2 ;;
-        --topology) TOPO=$2; shift 2 ;;
-        --out) OUT=$2; shift 2 ;;
+        --rounds) need_value "$@"; ROUNDS=$2; shift 2 ;;
+        --epochs) need_value "$@"; EPOCHS=$2; shift 2 ;;
+        --threads) need_value "$@"; THREADS=$2; shift 2 ;;
+        --ns) need_value "$@"; NS=$2; NS_SET=1; shift 2 ;;
+        --topology) need_value "$@"; need_file --topology "$2"; TOPO=$2; shift 2 ;;
+        --out) need_value "$@"; OUT=$2; shift 2 ;;
         --report-only) REPORT_ONLY=1; shift ;;
         -h|--help) usage; exit 0 ;;
-        *) echo "$(basename "$0"): unknown argument '$1'" >&2; usage >&2; exit 2 ;;
+        *) unknown_arg "$1" ;;
     esac
 done
+need_uint --rounds "$ROUNDS" 1
+need_uint --epochs "$EPOCHS" 2 "epoch 1 is dropped"
+need_uint --threads "$THREADS" 1
+need_uints --ns "$NS" 1
+NS=${NS//,/ }
+need_nonempty --out "$OUT"
 if [ "$REPORT_ONLY" = 0 ]; then
     [ -x "$DPTRAIN" ] || { echo "$(basename "$0"): no dptrain at $DPTRAIN: build first" >&2; exit 1; }
     command -v mpirun > /dev/null || { echo "$(basename "$0"): mpirun not found (apt-get install openmpi-bin)" >&2; exit 1; }
-    [ "$EPOCHS" -ge 2 ] || { echo "$(basename "$0"): --epochs must be at least 2 (the first is dropped)" >&2; exit 2; }
     mkdir -p "$OUT"
     export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
     MPIRUN=(mpirun --oversubscribe --bind-to none)
@@ -157,6 +163,8 @@ print(f"targets (epoch time, medians over rounds: DDP within 10%, DP within 15%)
 print(f"  within:  {', '.join(ok) or '-'}")
 print(f"  OUTSIDE: {', '.join(bad) or '-'}")
 if none: print(f"  no row:  {', '.join(none)}")
+if not summary:
+    sys.exit("predict_vs_measured.sh: nothing was measured: no row has both a measurement and a prediction (see %s)" % out)
 PY
 echo
 cat "$OUT/run.txt" 2>/dev/null || true

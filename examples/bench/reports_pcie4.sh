@@ -10,18 +10,24 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 DPTRAIN=${DPTRAIN:-$ROOT/build/dptrain}
 RATIO=20 FLOOR_US=3 OUT="$ROOT/out/reports-pcie4" PLOT="" BATCHES="64 256"
+. "$ROOT/examples/lib/args.sh"
 usage() { echo "usage: $(basename "$0") [--ratio R] [--floor-us F] [--batches \"64 256\"] [--plot FILE.svg] [--out DIR]"; }
 while [ $# -gt 0 ]; do
     case "$1" in
-        --ratio) RATIO=$2; shift 2 ;;
-        --floor-us) FLOOR_US=$2; shift 2 ;;
-        --batches) BATCHES=$2; shift 2 ;;
-        --plot) PLOT=$2; shift 2 ;;
-        --out) OUT=$2; shift 2 ;;
+        --ratio) need_value "$@"; RATIO=$2; shift 2 ;;
+        --floor-us) need_value "$@"; FLOOR_US=$2; shift 2 ;;
+        --batches) need_value "$@"; BATCHES=$2; shift 2 ;;
+        --plot) need_value "$@"; need_nonempty --plot "$2"; PLOT=$2; shift 2 ;;
+        --out) need_value "$@"; OUT=$2; shift 2 ;;
         -h|--help) usage; exit 0 ;;
-        *) echo "$(basename "$0"): unknown argument '$1'" >&2; usage >&2; exit 2 ;;
+        *) unknown_arg "$1" ;;
     esac
 done
+need_number --ratio "$RATIO" 0+
+need_number --floor-us "$FLOOR_US" 0
+need_uints --batches "$BATCHES" 1
+BATCHES=${BATCHES//,/ }
+need_nonempty --out "$OUT"
 [ -x "$DPTRAIN" ] || { echo "$(basename "$0"): no dptrain at $DPTRAIN: build first" >&2; exit 1; }
 mkdir -p "$OUT"
 for b in $BATCHES; do

@@ -9,6 +9,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 DPTRAIN=${DPTRAIN:-$ROOT/build/dptrain}
 BENCH_AR=${BENCH_AR:-$ROOT/build/bench_allreduce}
 ROUNDS=3 EPOCHS=3 THREADS=2 REPLICAS=4 OUT="$ROOT/out/sim-overhead"
+. "$ROOT/examples/lib/args.sh"
 
 usage() {
     echo "usage: $(basename "$0") [--rounds R] [--epochs E (>=2)] [--threads T] [--replicas N] [--out DIR]"
@@ -16,19 +17,20 @@ usage() {
 }
 while [ $# -gt 0 ]; do
     case "$1" in
-        --rounds) ROUNDS=$2; shift 2 ;;
-        --epochs) EPOCHS=$2; shift 2 ;;
-        --threads) THREADS=$2; shift 2 ;;
-        --replicas) REPLICAS=$2; shift 2 ;;
-        --out) OUT=$2; shift 2 ;;
+        --rounds) need_value "$@"; ROUNDS=$2; shift 2 ;;
+        --epochs) need_value "$@"; EPOCHS=$2; shift 2 ;;
+        --threads) need_value "$@"; THREADS=$2; shift 2 ;;
+        --replicas) need_value "$@"; REPLICAS=$2; shift 2 ;;
+        --out) need_value "$@"; OUT=$2; shift 2 ;;
         -h|--help) usage; exit 0 ;;
-        *) echo "$(basename "$0"): unknown argument '$1'" >&2; usage >&2; exit 2 ;;
+        *) unknown_arg "$1" ;;
     esac
 done
-for v in "$ROUNDS" "$EPOCHS" "$THREADS" "$REPLICAS"; do
-    [[ "$v" =~ ^[0-9]+$ ]] && [ "$v" -ge 1 ] || { echo "$(basename "$0"): expected positive integers" >&2; exit 2; }
-done
-[ "$EPOCHS" -ge 2 ] || { echo "$(basename "$0"): --epochs must be at least 2 (the first is dropped)" >&2; exit 2; }
+need_uint --rounds "$ROUNDS" 1
+need_uint --epochs "$EPOCHS" 2 "epoch 1 is dropped"
+need_uint --threads "$THREADS" 1
+need_uint --replicas "$REPLICAS" 1
+need_nonempty --out "$OUT"
 [ -x "$DPTRAIN" ] || { echo "$(basename "$0"): no dptrain at $DPTRAIN: build first (cmake -S . -B build && cmake --build build)" >&2; exit 1; }
 [ -x "$BENCH_AR" ] || { echo "$(basename "$0"): no bench_allreduce at $BENCH_AR: build first" >&2; exit 1; }
 mkdir -p "$OUT"
@@ -55,6 +57,8 @@ for c in configs:
         ep = [json.loads(l) for l in open(f) if '"event":"epoch"' in l]
         secs += [e["seconds"] for e in ep[1:]]
         comm += [e.get("comm_s", 0) for e in ep[1:]]
+    if not secs:
+        sys.exit(f"sim_overhead.sh: nothing was measured: --replicas {reps} --mode {mode} logged no epoch after the first")
     med[c] = statistics.median(secs)
     print(f"| {reps} | {mode} | {med[c]:.2f} | {min(secs):.2f} | {max(secs):.2f} | {statistics.median(comm):.3f} | {med[c] / med[configs[0]]:.3f} |")
 PY

@@ -8,14 +8,18 @@
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 NAME=h100 BUILD="$ROOT/build-gpu"
+. "$ROOT/examples/lib/args.sh"
 while [ $# -gt 0 ]; do
     case "$1" in
-        --device-name) NAME=$2; shift 2 ;;
-        --build) BUILD=$2; shift 2 ;;
+        --device-name) need_value "$@"; NAME=$2; shift 2 ;;
+        --build) need_value "$@"; BUILD=$2; shift 2 ;;
         -h|--help) sed -n 2,7p "$0"; exit 0 ;;
-        *) echo "$(basename "$0"): unknown argument '$1'" >&2; exit 2 ;;
+        *) unknown_arg "$1" ;;
     esac
 done
+# the name becomes a file name in sim/presets/ and what --compute NAME looks for
+[[ $NAME =~ ^[a-z0-9][a-z0-9_.-]{0,39}$ ]] || die_usage "--device-name: expected lower-case letters, digits, '.', '_' or '-' (at most 40), got '$NAME'"
+need_nonempty --build "$BUILD"
 D="$BUILD/dptrain"
 [ -x "$D" ] || { echo "$(basename "$0"): no dptrain at $D: build with -DDP_WITH_CUDA=ON first" >&2; exit 1; }
 out="$ROOT/sim/presets"

@@ -12,26 +12,36 @@ Threads: XLA's CPU backend runs on all the cores the process may use; run it und
 fewer. One JSON line per epoch: {"event":"epoch","epoch","seconds","images_per_s","cpu_s"}; "seconds" is
 the training loop (the permutation included), the first epoch includes the compilation.
 """
-import argparse
 import gzip
 import json
 import os
 import sys
 import time
 
-import numpy as np
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+from scriptargs import Parser, need_modules, uint  # noqa: E402
 
 MEAN, STD = 0.2860, 0.3530
 
 
 def parse_args():
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = Parser(description=__doc__.split("\n")[0])
     p.add_argument("--data", default="/usr/share/datasets/fashion-mnist")
-    p.add_argument("--epochs", type=int, default=3)
-    p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--epochs", type=uint(1), default=3)
+    p.add_argument("--batch-size", type=uint(1), default=64)
+    p.add_argument("--seed", type=uint(0), default=0)
     p.add_argument("--log", metavar="FILE")
-    return p.parse_args()
+    a = p.parse_args()
+    if not os.path.isdir(a.data):
+        p.error("argument --data: '%s' is not a directory" % a.data)
+    return a
+
+
+# the arguments are checked before numpy and jax are loaded: a bad one is answered at once
+if __name__ == "__main__":
+    ARGS = parse_args()
+    need_modules("lenet_reference.py", "numpy", "jax", hint="install JAX (examples/bench/cpu_speed.sh --install)")
+import numpy as np  # noqa: E402
 
 
 def read(data, name, offset):
@@ -119,4 +129,4 @@ def main(a):
 
 
 if __name__ == "__main__":
-    main(parse_args())
+    main(ARGS)

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # examples/lib/args.sh: the argument checks every example script shares (sourced, not run), so that
 # each answers as dptrain does: a bad argument is one line naming it, exit 2, before anything runs;
 # a run that measured nothing is a failure (exit 1), never an empty table. Messages start with
@@ -33,7 +34,7 @@ need_value_any() { [ $# -ge 2 ] || die_usage "$1: missing value"; }
 
 # need_uint FLAG VALUE MIN [NOTE]: VALUE is a decimal integer >= MIN (at most 9 digits)
 need_uint() {
-    [[ $2 =~ ^[0-9]{1,9}$ ]] && [ $((10#$2)) -ge "$3" ] && return 0
+    if [[ $2 =~ ^[0-9]{1,9}$ ]] && [ $((10#$2)) -ge "$3" ]; then return 0; fi
     die_usage "$1: expected an integer >= $3${4:+ ($4)}, got '$2'"
 }
 
@@ -78,7 +79,7 @@ need_nonempty() { [ -n "$2" ] || die_usage "$1: expected a value, got ''"; }
 
 # need_dir FLAG DIR, need_file FLAG FILE: an existing directory, a readable file
 need_dir() { [ -d "$2" ] || die_usage "$1: '$2' is not a directory"; }
-need_file() { [ -f "$2" ] && [ -r "$2" ] || die_usage "$1: '$2' is not a readable file"; }
+need_file() { if [ ! -f "$2" ] || [ ! -r "$2" ]; then die_usage "$1: '$2' is not a readable file"; fi; }
 
 # nothing_measured WHY: the run produced no figure: "PROG: nothing was measured: WHY", exit 1
 nothing_measured() {

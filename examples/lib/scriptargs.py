@@ -65,6 +65,13 @@ def choices_list(*allowed, empty_ok=False):
     return parse
 
 
+def dims(s):
+    """type=: a shape CxHxW of positive integers, kept as the string."""
+    if not re.fullmatch(r"[1-9][0-9]{0,4}x[1-9][0-9]{0,4}x[1-9][0-9]{0,4}", s):
+        raise argparse.ArgumentTypeError("expected CxHxW (positive integers, e.g. 3x32x32), got '%s'" % s)
+    return s
+
+
 def existing_dir(s):
     """type=: an existing directory."""
     if not os.path.isdir(s):

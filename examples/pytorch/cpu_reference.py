@@ -24,39 +24,42 @@ overhead: what one small op costs (torch.add of two 1-element tensors), one LeNe
 SGD step at batch 1 and at batch 64, and the same step's time split by the autograd profiler into
 operators: where a LeNet step's time goes apart from arithmetic.
 """
-import argparse
 import gzip
 import json
 import os
 import sys
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+from scriptargs import Parser, dims, need_modules, uint  # noqa: E402
+
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = Parser(description=__doc__.split("\n")[0])
     p.add_argument("what", choices=["lenet", "resnet18", "overhead"])
     p.add_argument("--data", default="/usr/share/datasets/fashion-mnist")
-    p.add_argument("--model", default=None, help="lenet: lenet or lenet-bn (default lenet)")
-    p.add_argument("--epochs", type=int, default=3)
-    p.add_argument("--batch-size", type=int, default=None, help="default 64 (lenet), 32 (resnet18)")
-    p.add_argument("--shape", default="3x224x224", help="resnet18 input CxHxW")
-    p.add_argument("--classes", type=int, default=1000, help="resnet18 classes")
-    p.add_argument("--steps", type=int, default=5, help="resnet18 timed steps")
-    p.add_argument("--warmup", type=int, default=2, help="resnet18 steps before timing")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--blas-threads", type=int, default=1)
+    p.add_argument("--model", default=None, choices=["lenet", "lenet-bn"], help="lenet: lenet or lenet-bn (default lenet)")
+    p.add_argument("--epochs", type=uint(1), default=3)
+    p.add_argument("--batch-size", type=uint(1), default=None, help="default 64 (lenet), 32 (resnet18)")
+    p.add_argument("--shape", type=dims, default="3x224x224", help="resnet18 input CxHxW")
+    p.add_argument("--classes", type=uint(2), default=1000, help="resnet18 classes")
+    p.add_argument("--steps", type=uint(1), default=5, help="resnet18 timed steps")
+    p.add_argument("--warmup", type=uint(0), default=2, help="resnet18 steps before timing")
+    p.add_argument("--seed", type=uint(0), default=0)
+    p.add_argument("--threads", type=uint(1), default=2)
+    p.add_argument("--blas-threads", type=uint(1), default=1)
     p.add_argument("--mkldnn", choices=["on", "off"], default="on")
     p.add_argument("--channels-last", action="store_true")
     p.add_argument("--compile", action="store_true")
     p.add_argument("--log", metavar="FILE")
     a = p.parse_args(argv)
-    if a.threads < 1 or a.blas_threads < 1 or a.epochs < 1 or a.steps < 1 or a.warmup < 0:
-        p.error("--threads, --blas-threads, --epochs and --steps must be at least 1, --warmup at least 0")
+    if a.what == "lenet" and not os.path.isdir(a.data):
+        p.error("argument --data: '%s' is not a directory" % a.data)
     return a
 
 
 ARGS = parse_args()
+need_modules("cpu_reference.py", "numpy", "torch", hint="apt-get install python3-torch python3-numpy")
 # the BLAS reads its thread count when it is loaded: before torch
 os.environ.setdefault("OMP_NUM_THREADS", str(ARGS.threads))
 os.environ["OPENBLAS_NUM_THREADS"] = str(ARGS.blas_threads)

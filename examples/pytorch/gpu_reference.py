@@ -10,7 +10,6 @@ Ways: "eager" (the whole training set on the GPU, batches sliced there, one laun
 fastest plain PyTorch). ResNet-18: fp32, TF32, and bf16 autocast with channels_last (PyTorch's best
 plain setting on a Hopper GPU), eager (a 256-image step is long enough). Each case is timed --repeats
 times after a warm-up; the line holds the median and the range ("min", "max") of those timings."""
-import argparse
 import gzip
 import json
 import os
@@ -18,9 +17,32 @@ import statistics
 import sys
 import time
 
-import numpy as np
-import torch
-import torch.nn.functional as F
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+from scriptargs import Parser, choices_list, need_modules, nothing_measured, uint  # noqa: E402
+
+
+def parse_args():
+    a = Parser(description=__doc__.split("\n")[0])
+    a.add_argument("--data", default="/usr/share/datasets/fashion-mnist")
+    a.add_argument("--cases", type=choices_list("lenet", "lenet-bn", "resnet18"), default="lenet,lenet-bn,resnet18")
+    a.add_argument("--epochs", type=uint(1), default=3, help="timed epochs (after one warm-up epoch)")
+    a.add_argument("--resnet-steps", type=uint(1), default=10, help="steps per timed repeat")
+    a.add_argument("--resnet-repeats", type=uint(1), default=5)
+    a.add_argument("--resnet-ways", type=choices_list("fp32", "tf32", "bf16"), default="fp32,tf32,bf16")
+    o = a.parse_args()
+    if "lenet" in o.cases and not os.path.isfile(os.path.join(o.data, "train-images-idx3-ubyte.gz")):
+        a.error("argument --data: no train-images-idx3-ubyte.gz in '%s' (Fashion-MNIST, for the lenet case)" % o.data)
+    return o
+
+
+# the arguments are checked before numpy and torch are loaded: a bad one is answered at once
+if __name__ == "__main__":
+    ARGS = parse_args()
+    need_modules("gpu_reference.py", "numpy", "torch", hint="apt-get install python3-torch python3-numpy")
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from interop import MEAN, STD, build  # noqa: E402
@@ -137,17 +159,12 @@ def resnet(steps, repeats, dev, way):
 
 
 def main():
-    a = argparse.ArgumentParser()
-    a.add_argument("--data", default="/usr/share/datasets/fashion-mnist")
-    a.add_argument("--cases", default="lenet,lenet-bn,resnet18")
-    a.add_argument("--epochs", type=int, default=3, help="timed epochs (after one warm-up epoch)")
-    a.add_argument("--resnet-steps", type=int, default=10, help="steps per timed repeat")
-    a.add_argument("--resnet-repeats", type=int, default=5)
-    a.add_argument("--resnet-ways", default="fp32,tf32,bf16")
-    o = a.parse_args()
+    o = ARGS
+    if not torch.cuda.is_available():
+        nothing_measured("gpu_reference.py", "PyTorch %s sees no CUDA device" % torch.__version__)
     dev = torch.device("cuda")
     torch.backends.cudnn.benchmark = True
-    cases = o.cases.split(",")
+    cases = o.cases
     if "lenet" in cases:
         X, Y = fashion(o.data)
         small("lenet", X.to(dev), Y.to(dev), o.epochs, dev)
@@ -157,7 +174,7 @@ def main():
         Y = torch.randint(0, 10, (50000,), generator=g)
         small("lenet-bn", X.to(dev), Y.to(dev), o.epochs, dev)
     if "resnet18" in cases:
-        for way in o.resnet_ways.split(","):
+        for way in o.resnet_ways:
             resnet(o.resnet_steps, o.resnet_repeats, dev, way)
 
 

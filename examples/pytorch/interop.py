@@ -15,16 +15,45 @@ examples/pytorch/lenet_reference.py names LeNet's layers features.0 / classifier
 uses dptrain's names so that load_state_dict(strict=True) takes a dptrain checkpoint as it is.
 Used by tests/test_pytorch_interop.c.
 """
-import argparse
 import copy
 import gzip
 import os
 import sys
 
-import numpy as np
-import torch
-import torch.nn as nn
-import torch.nn.functional as F
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+from scriptargs import Parser, dims, need_modules, number, uint  # noqa: E402
+
+
+def parse_args():
+    p = Parser(description=__doc__.splitlines()[0])
+    p.add_argument("cmd", choices=["eval", "logits", "init", "train", "train-dp"])
+    p.add_argument("--replicas", type=uint(1), default=2)
+    p.add_argument("--model", default="lenet")
+    p.add_argument("--ckpt")
+    p.add_argument("--data", default="/usr/share/datasets/fashion-mnist")
+    p.add_argument("--shape", type=dims, default="1x28x28")
+    p.add_argument("--classes", type=uint(2), default=10)
+    p.add_argument("--input")
+    p.add_argument("--batch", type=uint(1), default=4)
+    p.add_argument("--out")
+    p.add_argument("--seed", type=uint(0), default=0)
+    p.add_argument("--init")
+    p.add_argument("--steps", type=uint(1), default=5)
+    p.add_argument("--batch-size", type=uint(1), default=64)
+    p.add_argument("--lr", type=number(0, above=True), default=0.01)
+    p.add_argument("--momentum", type=number(0, below=1), default=0.9)
+    return p.parse_args()
+
+
+# run as a script: the arguments are checked before numpy and torch are loaded
+if __name__ == "__main__":
+    ARGS = parse_args()
+    need_modules("interop.py", "numpy", "torch", hint="apt-get install python3-torch python3-numpy")
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+import torch.nn as nn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from safetensors_io import load_file, save_file, torch_state_dict  # noqa: E402
@@ -128,24 +157,7 @@ def load_model(a, c=1, hw=28, k=10):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("cmd", choices=["eval", "logits", "init", "train", "train-dp"])
-    p.add_argument("--replicas", type=int, default=2)
-    p.add_argument("--model", default="lenet")
-    p.add_argument("--ckpt")
-    p.add_argument("--data", default="/usr/share/datasets/fashion-mnist")
-    p.add_argument("--shape", default="1x28x28")
-    p.add_argument("--classes", type=int, default=10)
-    p.add_argument("--input")
-    p.add_argument("--batch", type=int, default=4)
-    p.add_argument("--out")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--init")
-    p.add_argument("--steps", type=int, default=5)
-    p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--lr", type=float, default=0.01)
-    p.add_argument("--momentum", type=float, default=0.9)
-    a = p.parse_args()
+    a = ARGS
     torch.set_num_threads(1)
     c, h, w = (int(v) for v in a.shape.split("x"))
     if a.cmd == "eval":

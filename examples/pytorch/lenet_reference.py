@@ -28,12 +28,14 @@ Needs Debian's python3-torch (PyTorch 1.13) and python3-numpy; torchvision is no
 train_loss is the mean per-sample loss over the epoch (each batch's mean loss weighted by its size),
 train_acc the fraction of training samples classified correctly by the model as it was at their step.
 """
-import argparse
 import gzip
 import json
 import os
 import sys
 import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+from scriptargs import Parser, number, uint  # noqa: E402
 
 MEAN, STD = 0.2860, 0.3530
 DEFAULT_DATA = "/usr/share/datasets/fashion-mnist"
@@ -46,40 +48,25 @@ FILES = {
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(
+    p = Parser(
         description="PyTorch reference for dptrain: LeNet on Fashion-MNIST (same data, model, "
         "optimizer, shuffling and log fields as `dptrain train --model lenet --dataset fashion-mnist`).")
     p.add_argument("--data", default=DEFAULT_DATA, help="directory of the IDX files (default %(default)s)")
-    p.add_argument("--epochs", type=int, default=10, help="default %(default)s")
-    p.add_argument("--batch-size", type=int, default=64, help="default %(default)s")
-    p.add_argument("--lr", type=float, default=0.01, help="default %(default)s")
-    p.add_argument("--momentum", type=float, default=0.9, help="default %(default)s")
-    p.add_argument("--seed", type=int, default=0, help="default %(default)s")
-    p.add_argument("--threads", type=int, default=2,
+    p.add_argument("--epochs", type=uint(1), default=10, help="default %(default)s")
+    p.add_argument("--batch-size", type=uint(1), default=64, help="default %(default)s")
+    p.add_argument("--lr", type=number(0, above=True), default=0.01, help="default %(default)s")
+    p.add_argument("--momentum", type=number(0, below=1), default=0.9, help="default %(default)s")
+    p.add_argument("--seed", type=uint(0), default=0, help="default %(default)s")
+    p.add_argument("--threads", type=uint(1), default=2,
                    help="torch.set_num_threads (OpenMP threads of torch and oneDNN; OMP_NUM_THREADS too "
                    "unless set) (default %(default)s)")
-    p.add_argument("--blas-threads", type=int, default=None, metavar="N",
+    p.add_argument("--blas-threads", type=uint(1), default=None, metavar="N",
                    help="OPENBLAS_NUM_THREADS for the separate OpenBLAS pool (default: the environment's "
                    "OPENBLAS_NUM_THREADS if set, else 1: OpenBLAS's pool is separate from torch's, see the "
                    "comment in the script)")
     p.add_argument("--log", metavar="FILE", help="write JSON lines (config, epoch, final) to FILE")
     p.add_argument("--log-steps", action="store_true", help="also log one 'step' line per optimizer step")
-    a = p.parse_args(argv)
-    if a.epochs < 1:
-        p.error("--epochs: expected at least 1, got %d" % a.epochs)
-    if a.batch_size < 1:
-        p.error("--batch-size: expected at least 1, got %d" % a.batch_size)
-    if not a.lr > 0:
-        p.error("--lr: expected a value above 0, got %g" % a.lr)
-    if not 0 <= a.momentum < 1:
-        p.error("--momentum: expected 0 <= m < 1, got %g" % a.momentum)
-    if a.threads < 1:
-        p.error("--threads: expected at least 1, got %d" % a.threads)
-    if a.blas_threads is not None and a.blas_threads < 1:
-        p.error("--blas-threads: expected at least 1, got %d" % a.blas_threads)
-    if a.seed < 0:
-        p.error("--seed: expected at least 0, got %d" % a.seed)
-    return a
+    return p.parse_args(argv)
 
 
 # Thread pools, set before torch (and through it OpenMP and OpenBLAS) is loaded. Debian's torch is built

@@ -5,15 +5,24 @@ that lenet_reference.py's epoch time is PyTorch's own and not the script's. Prin
     OPENBLAS_NUM_THREADS=1 /usr/bin/python3 examples/pytorch/plain_loop.py [threads] [epochs] [data dir]
 """
 import gzip
+import os
 import sys
 import time
 
-import numpy as np
-import torch
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+from scriptargs import Parser, need_modules, uint  # noqa: E402
 
-threads = int(sys.argv[1]) if len(sys.argv) > 1 else 2
-epochs = int(sys.argv[2]) if len(sys.argv) > 2 else 3
-data = sys.argv[3] if len(sys.argv) > 3 else "/usr/share/datasets/fashion-mnist"
+p = Parser(description=__doc__.splitlines()[0])
+p.add_argument("threads", nargs="?", type=uint(1), default=2)
+p.add_argument("epochs", nargs="?", type=uint(1), default=3)
+p.add_argument("data", nargs="?", default="/usr/share/datasets/fashion-mnist")
+a = p.parse_args()
+if not os.path.isdir(a.data):
+    p.error("argument data: '%s' is not a directory" % a.data)
+threads, epochs, data = a.threads, a.epochs, a.data
+need_modules("plain_loop.py", "numpy", "torch", hint="apt-get install python3-torch python3-numpy")
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
 torch.set_num_threads(threads)
 
 

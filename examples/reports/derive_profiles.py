@@ -36,6 +36,8 @@ import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PRESETS = os.path.join(ROOT, "sim", "presets")
+sys.path.insert(0, os.path.join(ROOT, "examples", "lib"))
+from scriptargs import Parser, existing_file, uint  # noqa: E402
 BATCHES = [1, 2, 4, 8, 16, 32, 64, 128, 256]
 
 
@@ -513,7 +515,7 @@ def cmd_checks(args):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
     d = sub.add_parser("derive", help="one derived profile")
     d.add_argument("--source", required=True, help="measured profile(s), comma-separated; the first matches nodes")
@@ -524,7 +526,7 @@ def main():
     d.add_argument("--out", required=True)
     c = sub.add_parser("check", help="the transfer's error between two measured devices")
     c.add_argument("--source", required=True, help="the source device's measured profile")
-    c.add_argument("--measured", required=True, help="the target's measured profile (its model and shape are derived)")
+    c.add_argument("--measured", required=True, type=existing_file, help="the target's measured profile (its model and shape are derived)")
     c.add_argument("--from", dest="src", default="cpu-here")
     c.add_argument("--to", default="h100")
     c.add_argument("--markdown")
@@ -533,7 +535,7 @@ def main():
     s.add_argument("--out", default=PRESETS)
     k = sub.add_parser("checks", help="the transfer's error: CPU -> H100, and 28x28 -> 32x32 on this CPU, repeated")
     k.add_argument("--dptrain", default=os.path.join(ROOT, "build", "dptrain"))
-    k.add_argument("--rounds", type=int, default=3)
+    k.add_argument("--rounds", type=uint(1), default=3)
     k.add_argument("--markdown")
     a = ap.parse_args()
     {"derive": cmd_derive, "check": cmd_check, "shipped": cmd_shipped, "checks": cmd_checks}[a.cmd](a)

@@ -4,6 +4,7 @@
 
 REPORTS_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPORTS_ROOT=$(cd "$REPORTS_DIR/../.." && pwd)
+. "$REPORTS_ROOT/examples/lib/args.sh"
 
 report_usage() {
     cat <<EOF
@@ -29,22 +30,16 @@ report_main() {
         case "$1" in
             --quick) size=quick; shift ;;
             --smoke) size=smoke; shift ;;
-            --out) [ $# -ge 2 ] || { echo "$(basename "$0"): --out needs a directory" >&2; report_usage "$title" "$id" >&2; exit 2; }
-                   out=$2; shift 2 ;;
-            --data) [ $# -ge 2 ] || { echo "$(basename "$0"): --data needs a directory" >&2; report_usage "$title" "$id" >&2; exit 2; }
-                    data=$2; shift 2 ;;
+            --out) need_value "$@"; need_nonempty --out "$2"; out=$2; shift 2 ;;
+            --data) need_value "$@"; need_dir --data "$2"; data=$2; shift 2 ;;
             -h|--help) report_usage "$title" "$id"; exit 0 ;;
-            *) echo "$(basename "$0"): unknown argument '$1'" >&2; report_usage "$title" "$id" >&2; exit 2 ;;
+            *) unknown_arg "$1" ;;
         esac
     done
     local dptrain=${DPTRAIN:-$REPORTS_ROOT/build/dptrain}
     if [ ! -x "$dptrain" ]; then
         echo "$(basename "$0"): no dptrain at $dptrain: build it first (cmake -S . -B build && cmake --build build -j2) or set DPTRAIN" >&2
         exit 1
-    fi
-    if [ -n "$data" ] && [ ! -d "$data" ]; then
-        echo "$(basename "$0"): --data $data: not a directory" >&2
-        exit 2
     fi
     local py=${PYTHON:-}
     if [ -z "$py" ]; then

@@ -9,7 +9,6 @@ report's hardware (a topology preset and a GPU compute profile from sim/presets)
 DIR/table.md (printed too), DIR/plot.png, DIR/results.json and every run's log and command under
 DIR/logs/. Standard library + matplotlib.
 """
-import argparse
 import datetime
 import json
 import math
@@ -23,6 +22,8 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PRESETS = os.path.join(ROOT, "sim", "presets")
+sys.path.insert(0, os.path.join(ROOT, "examples", "lib"))
+from scriptargs import Parser  # noqa: E402
 FASHION = "/usr/share/datasets/fashion-mnist"
 
 
@@ -606,7 +607,7 @@ def plot(ctx, res, path):
 
 
 def main():
-    ap = argparse.ArgumentParser()
+    ap = Parser(description="the report scripts' runs, table and plot (examples/reports/NNN_*.sh call it)")
     ap.add_argument("--report", required=True, choices=sorted(REPORTS))
     ap.add_argument("--size", default="full", choices=("full", "quick", "smoke"))
     ap.add_argument("--out", required=True)

@@ -1,0 +1,181 @@
+#!/usr/bin/env bash
+# ctest scripts_args: the example scripts (examples/**/*.sh, *.py, tests/reports_smoke.sh) held to
+# dptrain's standard. A bad argument (a missing value, an unknown flag, a bad number or choice) is
+# one line on stderr naming it, exit 2, before anything runs: no "unbound variable", no bash
+# division by zero, no Python traceback. And on a machine with no GPU, examples/gpu/check.sh and
+# examples/bench/gpu_vs_pytorch.sh exit non-zero saying nothing was measured (check.sh's CUDA
+# suites skipping is "skipped", not "pass"). Quick (seconds): nothing is built or trained.
+# Environment: DPTRAIN (a dptrain of any build; a stand-in that fails like a CPU build without it).
+set -uo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+TMP=${DP_TEST_TMP:-/tmp}/scripts_args.$$
+trap 'rm -rf "$TMP"' EXIT
+mkdir -p "$TMP"
+PY=${PYTHON:-python3}
+FAILS=0
+fail() { echo "scripts_args: FAIL: $*" >&2; FAILS=$((FAILS + 1)); }
+
+# usage WORD CMD...: CMD exits 2 with one stderr line that holds WORD, and nothing that says it broke
+usage() {
+    local word=$1 rc=0
+    shift
+    # nothing may run: the argument is refused before any prerequisite is looked at
+    env DPTRAIN=/nonexistent/dptrain BASE=/nonexistent/dptrain timeout 20 "$@" > "$TMP/out" 2> "$TMP/err" < /dev/null || rc=$?
+    local what="${*#"$ROOT/"}"
+    if [ $rc != 2 ]; then
+        fail "$what: exit $rc, not 2: $(head -c 300 "$TMP/err")"
+    elif [ "$(wc -l < "$TMP/err")" != 1 ]; then
+        fail "$what: $(wc -l < "$TMP/err") lines on stderr, not 1: $(head -c 300 "$TMP/err")"
+    elif ! grep -qF -e "$word" "$TMP/err"; then
+        fail "$what: the message does not name '$word': $(cat "$TMP/err")"
+    fi
+    if grep -qiE 'unbound variable|Traceback|division|integer expression|command not found' "$TMP/out" "$TMP/err"; then
+        fail "$what: $(grep -hiE 'unbound variable|Traceback|division|integer expression|command not found' "$TMP/out" "$TMP/err" | head -1)"
+    fi
+}
+E=$ROOT/examples
+
+# ---- every shell script: a missing value (last on the line), an unknown flag, a bad number
+usage --rounds "$E/bench/ab_builds.sh" --rounds
+usage --bogus "$E/bench/ab_builds.sh" --bogus
+usage --rounds "$E/bench/ab_builds.sh" --rounds 0
+usage --epochs "$E/bench/ab_builds.sh" --epochs x
+usage --epochs "$E/bench/accuracy_vs_pytorch.sh" --epochs
+usage --bogus "$E/bench/accuracy_vs_pytorch.sh" --bogus
+usage --seeds "$E/bench/accuracy_vs_pytorch.sh" --seeds "1 x"
+usage --epochs "$E/bench/bitwise_replicas.sh" --epochs
+usage --bogus "$E/bench/bitwise_replicas.sh" --bogus
+usage --threads "$E/bench/bitwise_replicas.sh" --threads 0
+usage --rounds "$E/bench/cpu_speed.sh" --rounds
+usage --bogus "$E/bench/cpu_speed.sh" --bogus
+usage --rounds "$E/bench/cpu_speed.sh" --rounds 0
+usage --sections "$E/bench/cpu_speed.sh" --sections foo
+usage --rounds "$E/bench/determinism_cost.sh" --rounds
+usage --bogus "$E/bench/determinism_cost.sh" --bogus
+usage --rounds "$E/bench/determinism_cost.sh" --rounds x
+usage --rounds "$E/bench/epoch_time.sh" --rounds
+usage --bogus "$E/bench/epoch_time.sh" --bogus
+usage --epochs "$E/bench/epoch_time.sh" --epochs 1
+usage --rounds "$E/bench/gpu_vs_pytorch.sh" --rounds
+usage --bogus "$E/bench/gpu_vs_pytorch.sh" --bogus
+usage --rounds "$E/bench/gpu_vs_pytorch.sh" --rounds 0
+usage bogus "$E/bench/gpu_vs_pytorch.sh" --cases lenet,bogus
+usage --cases "$E/bench/gpu_vs_pytorch.sh" --cases --out "$TMP/x"
+usage --ns "$E/bench/mpi_vs_sim.sh" --ns
+usage --bogus "$E/bench/mpi_vs_sim.sh" --bogus
+usage --ns "$E/bench/mpi_vs_sim.sh" --ns "1 0"
+usage --epochs "$E/bench/mpi_vs_sim.sh" --epochs x
+usage --ns "$E/bench/predict_vs_measured.sh" --ns
+usage --bogus "$E/bench/predict_vs_measured.sh" --bogus
+usage --ns "$E/bench/predict_vs_measured.sh" --ns 0
+usage --topology "$E/bench/predict_vs_measured.sh" --topology "$TMP/none"
+usage --ratio "$E/bench/reports_pcie4.sh" --ratio
+usage --bogus "$E/bench/reports_pcie4.sh" --bogus
+usage --ratio "$E/bench/reports_pcie4.sh" --ratio 0
+usage --batches "$E/bench/reports_pcie4.sh" --batches x
+usage --replicas "$E/bench/sim_overhead.sh" --replicas
+usage --bogus "$E/bench/sim_overhead.sh" --bogus
+usage --replicas "$E/bench/sim_overhead.sh" --replicas 0
+usage --rounds "$E/gpu/check.sh" --rounds
+usage --bogus "$E/gpu/check.sh" --bogus
+usage --rounds "$E/gpu/check.sh" --rounds 0
+usage bogus "$E/gpu/check.sh" --phases env,bogus
+usage --build "$E/gpu/record_profiles.sh" --build
+usage --bogus "$E/gpu/record_profiles.sh" --bogus
+usage --device-name "$E/gpu/record_profiles.sh" --device-name ../x
+for r in "$E"/reports/0*.sh; do
+    usage --out "$r" --out
+    usage --bogus "$r" --bogus
+    usage --data "$r" --data "$TMP/none"
+done
+usage --bogus "$ROOT/tests/reports_smoke.sh" --bogus
+
+# ---- every Python program: argparse's types and checks, one line, before torch or numpy is loaded
+usage --epochs "$PY" "$E/bench/jsonl_stats.py" complete "$TMP/log" --epochs
+usage --bogus "$PY" "$E/bench/jsonl_stats.py" complete "$TMP/log" --epochs 1 --bogus
+usage --epochs "$PY" "$E/bench/jsonl_stats.py" complete "$TMP/log" --epochs 0
+usage --plot "$PY" "$E/bench/plot_epoch_times.py" --plot
+usage --bogus "$PY" "$E/bench/plot_epoch_times.py" --bogus
+usage --out-dir "$PY" "$E/bench/plot_epoch_times.py" --out-dir "$TMP/none"
+usage --plot "$PY" "$E/bench/plot_predict_vs_measured.py" "$TMP" --plot
+usage --bogus "$PY" "$E/bench/plot_predict_vs_measured.py" "$TMP" --bogus
+usage "$TMP/none" "$PY" "$E/bench/plot_predict_vs_measured.py" "$TMP/none"
+usage --machine "$PY" "$E/gpu/gpu_tables.py" bench "$ROOT/tests/CMakeLists.txt" --machine
+usage --bogus "$PY" "$E/gpu/gpu_tables.py" bench "$ROOT/tests/CMakeLists.txt" --bogus
+usage "$TMP/none" "$PY" "$E/gpu/gpu_tables.py" bench "$TMP/none"
+usage --epochs "$PY" "$E/jax/lenet_reference.py" --epochs
+usage --bogus "$PY" "$E/jax/lenet_reference.py" --bogus
+usage --epochs "$PY" "$E/jax/lenet_reference.py" --epochs 0
+usage --epochs "$PY" "$E/pytorch/cpu_reference.py" lenet --epochs
+usage --bogus "$PY" "$E/pytorch/cpu_reference.py" lenet --bogus
+usage --shape "$PY" "$E/pytorch/cpu_reference.py" resnet18 --shape 3x0x1
+usage --epochs "$PY" "$E/pytorch/gpu_reference.py" --epochs
+usage --bogus "$PY" "$E/pytorch/gpu_reference.py" --bogus
+usage --cases "$PY" "$E/pytorch/gpu_reference.py" --cases bogus
+usage --batch "$PY" "$E/pytorch/interop.py" eval --batch
+usage --bogus "$PY" "$E/pytorch/interop.py" eval --bogus
+usage --lr "$PY" "$E/pytorch/interop.py" eval --lr 0
+usage --epochs "$PY" "$E/pytorch/lenet_reference.py" --epochs
+usage --bogus "$PY" "$E/pytorch/lenet_reference.py" --bogus
+usage --momentum "$PY" "$E/pytorch/lenet_reference.py" --momentum 1
+usage threads "$PY" "$E/pytorch/plain_loop.py" x
+usage --bogus "$PY" "$E/pytorch/plain_loop.py" --bogus
+usage "$TMP/none" "$PY" "$E/pytorch/plain_loop.py" 2 3 "$TMP/none"
+usage --rounds "$PY" "$E/reports/derive_profiles.py" checks --rounds
+usage --bogus "$PY" "$E/reports/derive_profiles.py" checks --bogus
+usage --rounds "$PY" "$E/reports/derive_profiles.py" checks --rounds 0
+usage --report "$PY" "$E/reports/reports.py" --out "$TMP/r" --report
+usage --bogus "$PY" "$E/reports/reports.py" --report 000 --out "$TMP/r" --bogus
+usage --report "$PY" "$E/reports/reports.py" --report 999 --out "$TMP/r"
+
+# ---- no GPU: nothing was measured, exit non-zero
+# measured NAME CMD...: CMD exits non-zero, its stderr saying nothing was measured
+measured() {
+    local name=$1 rc=0
+    shift
+    timeout 60 "$@" > "$TMP/$name.out" 2> "$TMP/$name.err" < /dev/null || rc=$?
+    if [ $rc = 0 ]; then
+        fail "$name: exit 0 on a machine with no GPU"
+    elif ! grep -q 'nothing was measured' "$TMP/$name.err"; then
+        fail "$name: exit $rc without saying nothing was measured: $(tail -3 "$TMP/$name.err")"
+    fi
+    if grep -qiE 'unbound variable|Traceback|division' "$TMP/$name.out" "$TMP/$name.err"; then
+        fail "$name: $(grep -hiE 'unbound variable|Traceback|division' "$TMP/$name.out" "$TMP/$name.err" | head -1)"
+    fi
+}
+# stand-ins: an nvidia-smi that finds no driver, one that lists a GPU, and a build whose CUDA
+# suite skips (no device) and whose dptrain cannot reach one
+mkdir -p "$TMP/nogpu" "$TMP/gpu" "$TMP/build"
+printf '#!/bin/sh\necho "NVIDIA-SMI has failed because it could not communicate with the NVIDIA driver."\nexit 9\n' > "$TMP/nogpu/nvidia-smi"
+printf '#!/bin/sh\ncase "$1" in -L) echo "GPU 0: Stand-in GPU (UUID: GPU-0)" ;; *) echo "Stand-in GPU, 0" ;; esac\n' > "$TMP/gpu/nvidia-smi"
+printf '#!/bin/sh\n[ "$1" = --version ] && { echo "dptrain stand-in"; exit 0; }\necho "dptrain: --device cuda: no CUDA device is visible" >&2\nexit 1\n' > "$TMP/build/dptrain"
+chmod +x "$TMP/nogpu/nvidia-smi" "$TMP/gpu/nvidia-smi" "$TMP/build/dptrain"
+cat > "$TMP/build/CTestTestfile.cmake" <<'EOF'
+add_test(test_cuda_standin "sh" "-c" "echo no CUDA device; exit 77")
+set_tests_properties(test_cuda_standin PROPERTIES LABELS "cuda" SKIP_RETURN_CODE 77)
+EOF
+D=${DPTRAIN:-$TMP/build/dptrain}
+export CUDA_VISIBLE_DEVICES=   # a real dptrain or PyTorch on a GPU machine sees none either
+
+# check.sh where nvidia-smi finds no GPU: stops before building anything
+PATH="$TMP/nogpu:$PATH" measured check-nogpu "$E/gpu/check.sh" --out "$TMP/check1" --build "$TMP/build"
+# check.sh where a GPU is listed but the suites skip and every bench case fails: skipped, not pass
+PATH="$TMP/gpu:$PATH" measured check-skipped "$E/gpu/check.sh" --quick --phases tests,bench --out "$TMP/check2" \
+    --build "$TMP/build"
+if ! grep -q '"check":"ctest-cuda","status":"skipped"' "$TMP/check2/results.jsonl" 2>/dev/null; then
+    fail "check.sh: the CUDA suite, all skipped, is not reported 'skipped': $(grep ctest-cuda "$TMP/check2/results.jsonl" 2>&1)"
+fi
+if ! grep -q '"check":"bench","status":"FAIL' "$TMP/check2/results.jsonl" 2>/dev/null; then
+    fail "check.sh: a bench whose every case failed is not a FAIL: $(grep '"bench"' "$TMP/check2/results.jsonl" 2>&1)"
+fi
+# gpu_vs_pytorch.sh with the test's dptrain and no GPU, with and without the PyTorch peer
+DPTRAIN=$D measured gpu-vs-pytorch "$E/bench/gpu_vs_pytorch.sh" --rounds 1 --cases lenet-bn --out "$TMP/gvp1"
+DPTRAIN=$D measured gpu-vs-pytorch-nopeer "$E/bench/gpu_vs_pytorch.sh" --rounds 1 --cases lenet --skip-pytorch \
+    --out "$TMP/gvp2"
+[ ! -s "$TMP/gvp2/gpu_vs_pytorch.md" ] || fail "gpu_vs_pytorch.sh left a table of nothing: $TMP/gvp2/gpu_vs_pytorch.md"
+
+if [ $FAILS != 0 ]; then
+    echo "scripts_args: $FAILS failure(s)" >&2
+    exit 1
+fi
+echo "scripts_args: all ok"
