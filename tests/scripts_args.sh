@@ -11,26 +11,34 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 TMP=${DP_TEST_TMP:-/tmp}/scripts_args.$$
 trap 'rm -rf "$TMP"' EXIT
 mkdir -p "$TMP"
-PY=${PYTHON:-python3}
-FAILS=0
-fail() { echo "scripts_args: FAIL: $*" >&2; FAILS=$((FAILS + 1)); }
+# the interpreter itself, not a version manager's shim in front of it (each start counts here)
+PY=$("${PYTHON:-python3}" -c 'import sys; print(sys.executable)') || { echo "scripts_args: no python3" >&2; exit 1; }
+fail() { printf 'scripts_args: FAIL: %s\n' "$(tr '\n' ' ' <<<"$*")" | tee -a "$TMP/fails" >&2; }
 
-# usage WORD CMD...: CMD exits 2 with one stderr line that holds WORD, and nothing that says it broke
+# usage WORD CMD...: CMD exits 2 with one stderr line that holds WORD, and nothing that says it broke.
+# Runs in the background, four at a time (the cases are independent; each is mostly a start-up).
+N=0
 usage() {
-    local word=$1 rc=0
-    shift
+    N=$((N + 1))
+    while [ "$(jobs -rp | wc -l)" -ge 4 ]; do wait -n; done
+    usage_one "$N" "$@" &
+}
+usage_one() {
+    local n=$1 word=$2 rc=0
+    shift 2
+    local out=$TMP/usage$n.out err=$TMP/usage$n.err
     # nothing may run: the argument is refused before any prerequisite is looked at
-    env DPTRAIN=/nonexistent/dptrain BASE=/nonexistent/dptrain timeout 20 "$@" > "$TMP/out" 2> "$TMP/err" < /dev/null || rc=$?
+    env DPTRAIN=/nonexistent/dptrain BASE=/nonexistent/dptrain timeout 30 "$@" > "$out" 2> "$err" < /dev/null || rc=$?
     local what="${*#"$ROOT/"}"
     if [ $rc != 2 ]; then
-        fail "$what: exit $rc, not 2: $(head -c 300 "$TMP/err")"
-    elif [ "$(wc -l < "$TMP/err")" != 1 ]; then
-        fail "$what: $(wc -l < "$TMP/err") lines on stderr, not 1: $(head -c 300 "$TMP/err")"
-    elif ! grep -qF -e "$word" "$TMP/err"; then
-        fail "$what: the message does not name '$word': $(cat "$TMP/err")"
+        fail "$what: exit $rc, not 2: $(head -c 300 "$err")"
+    elif [ "$(wc -l < "$err")" != 1 ]; then
+        fail "$what: $(wc -l < "$err") lines on stderr, not 1: $(head -c 300 "$err")"
+    elif ! grep -qF -e "$word" "$err"; then
+        fail "$what: the message does not name '$word': $(cat "$err")"
     fi
-    if grep -qiE 'unbound variable|Traceback|division|integer expression|command not found' "$TMP/out" "$TMP/err"; then
-        fail "$what: $(grep -hiE 'unbound variable|Traceback|division|integer expression|command not found' "$TMP/out" "$TMP/err" | head -1)"
+    if grep -qiE 'unbound variable|Traceback|division|integer expression|command not found' "$out" "$err"; then
+        fail "$what: $(grep -hiE 'unbound variable|Traceback|division|integer expression|command not found' "$out" "$err" | head -1)"
     fi
 }
 E=$ROOT/examples
@@ -127,6 +135,7 @@ usage --rounds "$PY" "$E/reports/derive_profiles.py" checks --rounds 0
 usage --report "$PY" "$E/reports/reports.py" --out "$TMP/r" --report
 usage --bogus "$PY" "$E/reports/reports.py" --report 000 --out "$TMP/r" --bogus
 usage --report "$PY" "$E/reports/reports.py" --report 999 --out "$TMP/r"
+wait
 
 # ---- no GPU: nothing was measured, exit non-zero
 # measured NAME CMD...: CMD exits non-zero, its stderr saying nothing was measured
@@ -174,8 +183,9 @@ DPTRAIN=$D measured gpu-vs-pytorch-nopeer "$E/bench/gpu_vs_pytorch.sh" --rounds 
     --out "$TMP/gvp2"
 [ ! -s "$TMP/gvp2/gpu_vs_pytorch.md" ] || fail "gpu_vs_pytorch.sh left a table of nothing: $TMP/gvp2/gpu_vs_pytorch.md"
 
-if [ $FAILS != 0 ]; then
-    echo "scripts_args: $FAILS failure(s)" >&2
+wait
+if [ -s "$TMP/fails" ]; then
+    echo "scripts_args: $(wc -l < "$TMP/fails") failure(s) (of $N argument cases and the no-GPU runs)" >&2
     exit 1
 fi
 echo "scripts_args: all ok"
