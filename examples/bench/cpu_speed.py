@@ -405,6 +405,10 @@ def profile_torch(a, out, overheads):
     return md
 
 
+# sections in which dptrain itself measured nothing: the run fails (exit 1) after writing what it has
+UNMEASURED = []
+
+
 def section_lenet(a, md, dptrain, base, base_desc, peers, sgemm):
     out = os.path.join(a.out, "lenet")
     os.makedirs(out, exist_ok=True)
@@ -482,6 +486,8 @@ def section_lenet(a, md, dptrain, base, base_desc, peers, sgemm):
             if others is not None:
                 p.others.append(others)
 
+    if not any(p.times for p in progs if p.key == "dptrain"):
+        UNMEASURED.append("lenet")
     md.append("## LeNet / Fashion-MNIST, batch 64, %d thread%s\n" % (T, "s" if T > 1 else ""))
     if flops and limits:
         lim_t = [flops / (l * 1e9) for l in limits]
@@ -588,6 +594,8 @@ def section_resnet(a, md, dptrain, base, peers):
             p.times += got
             if others is not None:
                 p.others.append(others)
+    if not any(p.times for p in progs if p.key == "dptrain"):
+        UNMEASURED.append("resnet")
     md.append("## ResNet-18, batch 32, 3x224x224 (synthetic), %d thread%s\n" % (T, "s" if T > 1 else ""))
     md.append("| | s/step, median (min-max) | / PyTorch 2.x | / PyTorch 1.13 | other processes (cores) |")
     md.append("|---|---|---:|---:|---:|")
@@ -642,6 +650,8 @@ def section_threads(a, md, dptrain):
                     res[(i, t)] += got
                 else:
                     note("threads: %s --threads %d failed: %s" % (name, t, tail(log[:-6] + ".txt", 3)))
+    if not any(res.values()):
+        UNMEASURED.append("threads")
     md.append("## More threads never slower (dptrain, this build)\n")
     md.append("| model | --threads 1, s/epoch | --threads %d, s/epoch | %d / 1 |" % (T, T))
     md.append("|---|---|---|---:|")
@@ -690,6 +700,8 @@ def section_shapes(a, md, dptrain):
                 note("shapes: %d processes failed: %s" % (p, tail(log[:-6] + ".txt", 3)))
     med = {p: statistics.median(v) for p, v in res.items() if v}
     best = min(med.values()) if med else None
+    if not med:
+        UNMEASURED.append("shapes")
     md.append("## Processes x threads on %d cores (LeNet / Fashion-MNIST, global batch 64, dptrain)\n" % T)
     md.append("| processes x threads | s/epoch, median (min-max) | / the best shape |")
     md.append("|---|---|---:|")
@@ -793,6 +805,9 @@ def main():
         f.write(text)
     print(text, end="")
     note("markdown written to %s" % rel(os.path.join(a.out, "cpu_speed.md")))
+    if UNMEASURED:
+        die("nothing was measured in section(s) %s: every dptrain run failed (logs in %s)" % (
+            ",".join(UNMEASURED), rel(a.out)))
 
 
 if __name__ == "__main__":
