@@ -182,6 +182,9 @@ DPTRAIN=$D measured gpu-vs-pytorch "$E/bench/gpu_vs_pytorch.sh" --rounds 1 --cas
 DPTRAIN=$D measured gpu-vs-pytorch-nopeer "$E/bench/gpu_vs_pytorch.sh" --rounds 1 --cases lenet --skip-pytorch \
     --out "$TMP/gvp2"
 [ ! -s "$TMP/gvp2/gpu_vs_pytorch.md" ] || fail "gpu_vs_pytorch.sh left a table of nothing: $TMP/gvp2/gpu_vs_pytorch.md"
+# cpu_speed.sh where every dptrain run fails: nothing was measured, exit 1 (the markdown still written)
+DPTRAIN=/bin/false measured cpu-speed-failing "$E/bench/cpu_speed.sh" --sections threads --threads-rounds 1 \
+    --peers none --wait-idle 0 --out "$TMP/cs"
 
 wait
 if [ -s "$TMP/fails" ]; then
