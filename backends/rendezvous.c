@@ -1,7 +1,7 @@
 /* rendezvous.c: the exchange of rank 0's blob (rendezvous.h), over rank 0's own TCP server or
  * through torchrun's agent store.
- * Own server: a rank connects and sends {magic, rank, world}; rank 0 answers {status} and, when the
- * status is 0, the blob.
+ * Own server: a rank connects and sends {magic, rank, world, job token}; rank 0 answers {status} and,
+ * when the status is 0, the blob (ST_TOKEN: rank 0's token, for the refused rank's message).
  * Agent store (keys under dptrain/<TORCHELASTIC_RUN_ID>/attempt_<TORCHELASTIC_RESTART_COUNT>/, so that
  * a restarted group never reads the previous attempt's id): rank 0 sets "id" = {magic, world, blob}; every other rank r
  * sets "world/<r>" to its WORLD_SIZE, adds 1 to "rank/<r>" (a 2 is a second process with that RANK),
