@@ -98,6 +98,9 @@ struct dp_backend {
     dp_coll_trace *trace; /* NULL: not recording (the default; one branch per call) */
     int failed;   /* set by the trainer when this process fails: a multi-process backend then
                      aborts the job on destroy rather than leave the other ranks waiting */
+    int ends_job; /* set by the backend: destroying it after a failure ends the process (MPI_Abort)
+                     before its caller can print why, so the caller prints it first; else the
+                     caller prints it once, after (main) */
     /* set by the backend's constructor, so that nobody above asks for it by name */
     const char *algorithm; /* how its all-reduce sums: "ordered", "ring", "tree" (sim), else its name */
     int ordered;           /* its sums follow the canonical order (data/chunks.h): bitwise across N */

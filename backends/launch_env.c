@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/printable.h"
 #include "dp_config.h"
 
 #if DP_HAVE_MPI
@@ -24,8 +25,10 @@ static dp_status env_int(const char *name, int lo, int hi, int *out, int *presen
     char *end;
     errno = 0;
     long x = strtol(v, &end, 10);
+    char shown[64];
     if (!*v || *end || errno || x < lo || x > hi)
-        return dp_fail(DP_ERR_USAGE, "launch: %s='%s' is not an integer from %d to %d", name, v, lo, hi);
+        return dp_fail(DP_ERR_USAGE, "launch: %s='%s' is not an integer from %d to %d", name,
+                       dp_printable(v, shown, sizeof shown), lo, hi);
     *out = (int)x;
     return DP_OK;
 }
@@ -35,7 +38,8 @@ static void saw(dp_launch *l, const char *name) {
     const char *v = getenv(name);
     if (!v) return;
     size_t used = strlen(l->seen);
-    snprintf(l->seen + used, sizeof l->seen - used, "%s%s=%s", used ? " " : "", name, v);
+    char shown[64]; /* the messages quote these */
+    snprintf(l->seen + used, sizeof l->seen - used, "%s%s=%s", used ? " " : "", name, dp_printable(v, shown, sizeof shown));
 }
 
 static void describe(dp_launch *l, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -85,9 +89,11 @@ static dp_status from_torchrun(dp_launch *l) {
                        "LOCAL_RANK, MASTER_ADDR and MASTER_PORT", missing, have_rank ? "RANK" : "WORLD_SIZE");
     DP_TRY(rank_below(l, "RANK", "WORLD_SIZE"));
     DP_TRY(local_world_from(l, "LOCAL_WORLD_SIZE"));
-    if (strlen(addr) >= sizeof l->addr)
+    /* an IPv6 address may come in brackets, as in a URL ("[::1]"): getaddrinfo takes it without */
+    const size_t len = strlen(addr), bracketed = addr[0] == '[' && len > 2 && addr[len - 1] == ']';
+    if (len - 2 * bracketed >= sizeof l->addr)
         return dp_fail(DP_ERR_USAGE, "launch: MASTER_ADDR is longer than %zu characters", sizeof l->addr - 1);
-    snprintf(l->addr, sizeof l->addr, "%s", addr);
+    snprintf(l->addr, sizeof l->addr, "%.*s", (int)(len - 2 * bracketed), addr + bracketed);
     /* torch writes str(True): anything else means its workers host their own store */
     const char *agent = getenv("TORCHELASTIC_USE_AGENT_STORE");
     l->agent_store = agent && strcmp(agent, "True") == 0;
@@ -277,10 +283,11 @@ dp_status dp_launch_check(const dp_launch *l, const char *backend, dp_mpi_family
 
 dp_status dp_launch_pick_gpu(const dp_launch *l, int n, const char *cuda_visible, int *gpu) {
     if (l->kind == DP_LAUNCH_SINGLE || l->world == 1) {
+        char shown[96];
         if (*gpu >= n)
             return dp_fail(DP_ERR_USAGE, "--gpu %d: there is no GPU %d, this machine has %d%s%s%s", *gpu, *gpu, n,
-                           cuda_visible ? " visible (CUDA_VISIBLE_DEVICES=" : "", cuda_visible ? cuda_visible : "",
-                           cuda_visible ? ")" : "");
+                           cuda_visible ? " visible (CUDA_VISIBLE_DEVICES=" : "",
+                           cuda_visible ? dp_printable(cuda_visible, shown, sizeof shown) : "", cuda_visible ? ")" : "");
         if (*gpu < 0) *gpu = 0;
         return DP_OK;
     }

@@ -336,6 +336,7 @@ dp_status dp_mpi_backend_create(const dp_backend_config *cfg, dp_backend_t *out)
     b->iface = &mpi_iface;
     b->impl = m;
     b->algorithm = "mpi", b->ordered = 1, b->host_buffers = 1;
+    b->ends_job = m->size > 1; /* mpi_destroy's MPI_Abort */
     snprintf(b->relaunch, sizeof b->relaunch, "mpirun -np %d ", m->size);
     *out = b;
     return DP_OK;

@@ -299,6 +299,7 @@ dp_status dp_nccl_backend_create(const dp_backend_config *cfg, dp_backend_t *out
     }
     if (s == DP_OK) s = share_id(m, &blob, cfg);
     m->first = m->l.rank * m->n_local, m->world = m->l.world * m->n_local; /* MPI may have said the size */
+    b->ends_job = m->we_initialised_mpi && m->l.world > 1; /* nccl_destroy's MPI_Abort */
     if (s == DP_OK && m->l.world > 1)
         dp_sidechan_connect(&m->sc, &blob.hub, m->l.rank, m->l.world, m->n_local, m->timeout_s);
     if (s == DP_OK && blob.n_local != m->n_local) {

@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/printable.h"
+
 int dp_nccl_env_defaults(void) {
     const char *v = getenv("NCCL_NVLS_ENABLE");
     if (!v) {
@@ -20,9 +22,10 @@ dp_status dp_nccl_allowance(int world, int nvls, const char *override_mib, unsig
         char *end = NULL;
         errno = 0;
         const unsigned long long mib = strtoull(override_mib, &end, 10);
+        char shown[64];
         if (errno || *end || override_mib[0] == '-' || mib > (1ull << 30))
             return dp_fail(DP_ERR_USAGE, "DPTRAIN_NCCL_RESERVE_MIB='%s' is not a whole number of MiB (NCCL's device "
-                           "memory besides the run's, e.g. 1024)", override_mib);
+                           "memory besides the run's, e.g. 1024)", dp_printable(override_mib, shown, sizeof shown));
         *bytes = mib << 20;
         return DP_OK;
     }

@@ -13,6 +13,7 @@
 
 #include "backends/launch_env.h"
 #include "backends/nccl.h"
+#include "core/printable.h"
 
 /* The test double (tests/nccl_double/) says it moves host memory; real NCCL has no such symbol. */
 int dp_nccl_moves_host_memory(void) {
@@ -33,10 +34,11 @@ dp_status dp_nccl_precheck(int *gpu) {
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
     const char *visible = getenv("CUDA_VISIBLE_DEVICES");
+    char shown[96];
     if (e != cudaSuccess || n < 1)
         return dp_fail(DP_ERR_BACKEND, "--backend nccl: rank %d: no usable CUDA device (%s; CUDA_VISIBLE_DEVICES %s%s)",
                        l.rank, e != cudaSuccess ? cudaGetErrorString(e) : "0 devices", visible ? "=" : "unset",
-                       visible ? visible : "");
+                       visible ? dp_printable(visible, shown, sizeof shown) : "");
     return dp_launch_pick_gpu(&l, n, visible, gpu);
 }
 
@@ -58,7 +60,8 @@ dp_status dp_nccl_precheck_gpus(const int *gpus, int n) {
     }
     int have = 0;
     const char *visible = getenv("CUDA_VISIBLE_DEVICES");
-    char where[160];
+    char where[160], shown[96];
+    if (visible) visible = dp_printable(visible, shown, sizeof shown); /* the messages quote it */
     if (dp_nccl_moves_host_memory()) {
         have = dp_nccl_double_gpus();
         snprintf(where, sizeof where, "the NCCL test double says this machine has %d GPU%s (DP_NCCL_DOUBLE_GPUS)", have,

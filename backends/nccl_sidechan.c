@@ -3,10 +3,8 @@
  * has a deadline (netio.h), so the channel itself can never hang a rank. */
 #include "backends/nccl_sidechan.h"
 
-#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -17,6 +15,7 @@
 #include <unistd.h>
 
 #include "backends/netio.h"
+#include "core/printable.h"
 #include "core/timer.h"
 
 #define SC_MAGIC 0x44505343u /* "DPSC" */
@@ -72,16 +71,14 @@ static sc_msg message(int type, int rank, const char *text) {
 void dp_sidechan_listen(dp_sidechan_addr *addr, dp_sidechan **out) {
     memset(addr, 0, sizeof *addr);
     *out = NULL;
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_ANY), .sin_port = 0};
-    socklen_t len = sizeof a;
-    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) != 0 || listen(fd, 256) != 0 ||
-        getsockname(fd, (struct sockaddr *)&a, &len) != 0 || gethostname(addr->host, sizeof addr->host - 1) != 0) {
+    int port = 0;
+    const int fd = dp_net_listen(0, 256, &port); /* IPv6 and IPv4, as rank 0's rendezvous */
+    if (fd < 0 || gethostname(addr->host, sizeof addr->host - 1) != 0) {
         if (fd >= 0) close(fd);
         memset(addr, 0, sizeof *addr);
         return;
     }
-    addr->port = ntohs(a.sin_port);
+    addr->port = port;
     dp_sidechan *s = make(0, 1);
     if (!s) {
         close(fd);
@@ -190,8 +187,9 @@ static int read_one(dp_sidechan *s, int q, char *why, size_t cap) {
             else close(s->fd[0]), s->fd[0] = -1; /* rank 0 finished: no relay from here on */
             return 0;
         }
-        if (m->type == SC_FAIL) {
-            snprintf(why, cap, "%s", m->text);
+        if (m->type == SC_FAIL) { /* from the network: bounded, and made printable */
+            const size_t len = strnlen(m->text, sizeof m->text);
+            dp_printable_message(m->text, len, why, cap);
             return 1;
         }
     }

@@ -15,5 +15,13 @@ int dp_net_recv(int fd, void *buf, size_t n, double deadline);
  * the deadline passes: the socket (non-blocking, close-on-exec), or -1 with *resolved saying whether
  * the name resolved at all. */
 int dp_net_connect(const char *host, int port, double deadline, int *resolved);
+/* A non-blocking, close-on-exec TCP socket listening on port (0: one the kernel picks) of every
+ * address of this machine, IPv6 and IPv4 alike: one dual-stack socket on :: (IPV6_V6ONLY off,
+ * whatever the system's default), or IPv4 alone where IPv6 is off. *bound: the port. -1 with errno
+ * set when neither can listen. */
+int dp_net_listen(int port, int backlog, int *bound);
+/* "host:port", or "[host]:port" for an IPv6 address, the host made printable (core/printable.h):
+ * for messages. Returns buf. */
+const char *dp_net_where(const char *host, int port, char *buf, size_t cap);
 
 #endif

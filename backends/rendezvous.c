@@ -1,7 +1,7 @@
 /* rendezvous.c: the exchange of rank 0's blob (rendezvous.h), over rank 0's own TCP server or
  * through torchrun's agent store.
- * Own server: a rank connects and sends {magic, rank, world}; rank 0 answers {status} and, when the
- * status is 0, the blob.
+ * Own server: a rank connects and sends {magic, rank, world, job token}; rank 0 answers {status} and,
+ * when the status is 0, the blob (ST_TOKEN: rank 0's token, for the refused rank's message).
  * Agent store (keys under dptrain/<TORCHELASTIC_RUN_ID>/attempt_<TORCHELASTIC_RESTART_COUNT>/, so that
  * a restarted group never reads the previous attempt's id): rank 0 sets "id" = {magic, world, blob}; every other rank r
  * sets "world/<r>" to its WORLD_SIZE, adds 1 to "rank/<r>" (a 2 is a second process with that RANK),
@@ -26,9 +26,10 @@
 
 #include "backends/netio.h"
 #include "backends/tcpstore.h"
+#include "core/printable.h"
 #include "core/timer.h"
 
-#define MAGIC 0x44505232u /* "DPR2": the hello with a job token */
+#define MAGIC 0x44505233u /* "DPR3": the hello with a whole job token (an older dptrain's "DPR2" is not ours) */
 #define HELLO_S 5.0       /* seconds an accepted connection has to send its whole hello */
 #define MAX_PENDING 64    /* connections read at once; more wait in the listen backlog */
 
@@ -36,20 +37,50 @@ enum { ST_OK = 0, ST_WORLD = 1, ST_DUPLICATE = 2, ST_RANGE = 3, ST_TOKEN = 4 };
 
 typedef struct {
     uint32_t magic, rank, world;
-    char token[DP_RDV_TOKEN_MAX]; /* the job token, NUL-padded ("" when none) */
+    char token[DP_RDV_TOKEN_MAX]; /* the job token, NUL-padded ("" when none), compared whole */
 } hello_t;
 
 /* The job token (rendezvous.h): the first of DPTRAIN_JOB_TOKEN, torchrun's run id and restart
  * count, Slurm's job id, with the variable it came from, so that a refusal says where to look. */
-void dp_rendezvous_token(const dp_launch *l, char *tok, size_t cap) {
+dp_status dp_rendezvous_token(const dp_launch *l, char tok[DP_RDV_TOKEN_MAX]) {
     const char *e = getenv("DPTRAIN_JOB_TOKEN"), *slurm = getenv("SLURM_JOB_ID");
-    if (e && *e) snprintf(tok, cap, "DPTRAIN_JOB_TOKEN=%s", e);
-    else if (l->run_id[0]) snprintf(tok, cap, "TORCHELASTIC_RUN_ID=%s/restart %d", l->run_id, l->restart);
-    else if (slurm && *slurm) snprintf(tok, cap, "SLURM_JOB_ID=%s", slurm);
-    else if (cap) tok[0] = '\0';
+    const char *var = NULL, *val = NULL; /* the variable, when the token is one variable's value */
+    if (e && *e) var = "DPTRAIN_JOB_TOKEN", val = e;
+    else if (!l->run_id[0] && slurm && *slurm) var = "SLURM_JOB_ID", val = slurm;
+    memset(tok, 0, DP_RDV_TOKEN_MAX);
+    if (var && strlen(val) > DP_JOB_TOKEN_VALUE_MAX) /* cut, two jobs that differ further on would join as one */
+        return dp_fail(DP_ERR_USAGE, "rank %d: %s is %zu characters long; a job token may have at most %d: give every "
+                       "rank of the job a shorter unique value (a hash of this one)", l->rank, var, strlen(val),
+                       DP_JOB_TOKEN_VALUE_MAX);
+    if (var) snprintf(tok, DP_RDV_TOKEN_MAX, "%s=%s", var, val);
+    else if (l->run_id[0]) snprintf(tok, DP_RDV_TOKEN_MAX, "TORCHELASTIC_RUN_ID=%s/restart %d", l->run_id, l->restart);
+    return DP_OK;
 }
 
-static const char *shown(const char *tok) { return tok[0] ? tok : "none"; }
+/* The characters of a token shown in a message: enough to recognise it, escaped (it may come from
+ * the network, or from another program's variables) */
+#define SHOWN 100
+
+/* A token as a message shows it, into buf (SHOWN bytes); *cut says whether it was shortened. */
+static const char *shown(const char *tok, char *buf, int *cut) {
+    char whole[4 * DP_RDV_TOKEN_MAX + 1];
+    *cut = 0;
+    if (!tok[0]) return strcpy(buf, "none");
+    dp_printable(tok, buf, SHOWN);
+    *cut = strcmp(buf, dp_printable(tok, whole, sizeof whole)) != 0;
+    return buf;
+}
+
+/* Two tokens as a message shows them (a, b: SHOWN bytes each), and where they differ when either was
+ * cut (the difference may be past what is shown): note gets "; the two differ from character N". */
+static void show_two(const char *ta, const char *tb, char *a, char *b, char *note, size_t cap) {
+    int cut_a, cut_b;
+    shown(ta, a, &cut_a), shown(tb, b, &cut_b);
+    size_t i = 0;
+    while (ta[i] && ta[i] == tb[i]) i++;
+    note[0] = '\0';
+    if (cut_a || cut_b) snprintf(note, cap, "; the two differ from character %zu", i + 1);
+}
 
 typedef struct {
     int fd;
@@ -60,26 +91,25 @@ typedef struct {
 
 /* Answers one complete hello: the status, then the blob (ST_OK) or rank 0's token (ST_TOKEN). The
  * answers are a few hundred bytes into a fresh socket's buffer, so the sends do not wait. */
-static dp_status answer(const dp_launch *l, const char *token, const void *blob, size_t n, const hello_t *h, int c,
+static dp_status answer(const dp_launch *l, const char *token, const void *blob, size_t n, hello_t *h, int c,
                         char *seen, int *joined, char *foreign, size_t foreign_cap, int *n_foreign) {
     const int r = (int)h->rank, world = (int)h->world;
     const double by = dp_now() + HELLO_S;
-    uint32_t status = strncmp(h->token, token, DP_RDV_TOKEN_MAX) != 0 ? ST_TOKEN
+    /* every byte: both sides NUL-pad their token */
+    uint32_t status = memcmp(h->token, token, DP_RDV_TOKEN_MAX) != 0 ? ST_TOKEN
                       : world != l->world                          ? ST_WORLD
                       : r < 1 || r >= l->world                     ? ST_RANGE
                       : seen[r]                                    ? ST_DUPLICATE
                                                                    : ST_OK;
     const int told = dp_net_send(c, &status, sizeof status, by) == 0; /* else that rank reports it */
     if (told && status == ST_OK && dp_net_send(c, blob, n, by) == 0) seen[r] = 1, (*joined)++;
-    if (told && status == ST_TOKEN) {
-        char mine[DP_RDV_TOKEN_MAX];
-        memset(mine, 0, sizeof mine);
-        snprintf(mine, sizeof mine, "%s", token);
-        dp_net_send(c, mine, sizeof mine, by);
-    }
+    if (told && status == ST_TOKEN) dp_net_send(c, token, DP_RDV_TOKEN_MAX, by);
     if (status == ST_TOKEN) { /* another job's rank: refused, and this job goes on waiting for its own */
+        char theirs[SHOWN], mine[SHOWN], note[64];
+        h->token[DP_RDV_TOKEN_MAX - 1] = '\0'; /* compared; now only shown */
+        show_two(h->token, token, theirs, mine, note, sizeof note);
         (*n_foreign)++;
-        snprintf(foreign, foreign_cap, "rank %d with job token '%.*s'", r, DP_RDV_TOKEN_MAX - 1, shown(h->token));
+        snprintf(foreign, foreign_cap, "rank %d with job token '%s'; this job's token: '%s'%s", r, theirs, mine, note);
         return DP_OK;
     }
     if (status == ST_WORLD)
@@ -97,7 +127,10 @@ static dp_status serve_on(int fd, const dp_launch *l, const void *blob, size_t n
         return dp_fail(DP_ERR_BACKEND, "rank 0: cannot listen on port %d (MASTER_PORT): %s", l->port, strerror(errno));
     }
     char token[DP_RDV_TOKEN_MAX];
-    dp_rendezvous_token(l, token, sizeof token);
+    if (dp_rendezvous_token(l, token) != DP_OK) {
+        close(fd);
+        return DP_ERR_USAGE;
+    }
     char *seen = calloc((size_t)l->world, 1);
     pending_t *pend = calloc(MAX_PENDING, sizeof *pend);
     if (!seen || !pend) {
@@ -105,18 +138,18 @@ static dp_status serve_on(int fd, const dp_launch *l, const void *blob, size_t n
         return dp_fail(DP_ERR_NOMEM, "rank 0: out of memory for %d ranks", l->world);
     }
     int n_pend = 0, n_foreign = 0;
-    char foreign[DP_RDV_TOKEN_MAX + 64] = "";
+    char foreign[2 * SHOWN + 128] = "";
     dp_status st = DP_OK;
     for (int joined = 1; joined < l->world && st == DP_OK;) {
         const double now = dp_now();
         if (now >= deadline) {
-            char list[256] = "", other[DP_RDV_TOKEN_MAX * 2 + 160] = "";
+            char list[256] = "", other[sizeof foreign + 96] = "";
             size_t used = 0;
             for (int r = 1; r < l->world && used + 16 < sizeof list; r++)
                 if (!seen[r]) used += (size_t)snprintf(list + used, sizeof list - used, "%s%d", used ? ", " : "", r);
             if (n_foreign)
-                snprintf(other, sizeof other, "; %d connection%s of another job refused (the last: %s; this job's "
-                         "token: '%s')", n_foreign, n_foreign == 1 ? "" : "s", foreign, shown(token));
+                snprintf(other, sizeof other, "; %d connection%s of another job refused (the last: %s)", n_foreign,
+                         n_foreign == 1 ? "" : "s", foreign);
             st = dp_fail(DP_ERR_BACKEND, "rank 0: ranks %s did not connect to port %d within %.0f s (started with "
                          "another MASTER_ADDR or MASTER_PORT, or not started?)%s", list, l->port, timeout_s, other);
             break;
@@ -154,7 +187,6 @@ static dp_status serve_on(int fd, const dp_launch *l, const void *blob, size_t n
             const int ours = q->got < sizeof(uint32_t) || q->h.magic == MAGIC;
             if (got > 0 && ours && q->got < sizeof q->h) continue; /* the rest of the hello is on its way */
             if (got > 0 && ours) {
-                q->h.token[DP_RDV_TOKEN_MAX - 1] = '\0';
                 st = answer(l, token, blob, n, &q->h, q->fd, seen, &joined, foreign, sizeof foreign, &n_foreign);
             } /* else closed, or not one of ours (a port scanner, another program): dropped */
             close(q->fd);
@@ -177,21 +209,8 @@ static dp_status serve_on(int fd, const dp_launch *l, const void *blob, size_t n
 }
 
 static dp_status serve(const dp_launch *l, const void *blob, size_t n, double deadline, double timeout_s) {
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE};
-    char port[16];
-    snprintf(port, sizeof port, "%d", l->port);
-    struct addrinfo *ai = NULL;
-    if (getaddrinfo(NULL, port, &hints, &ai) != 0 || !ai)
-        return dp_fail(DP_ERR_BACKEND, "rank 0: cannot listen on port %d (MASTER_PORT)", l->port);
-    int fd = -1;
-    for (struct addrinfo *a = ai; a && fd < 0; a = a->ai_next) {
-        fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-        if (fd < 0) continue;
-        int one = 1;
-        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-        if (bind(fd, a->ai_addr, a->ai_addrlen) != 0 || listen(fd, 128) != 0) close(fd), fd = -1;
-    }
-    freeaddrinfo(ai);
+    int bound = 0;
+    const int fd = dp_net_listen(l->port, 128, &bound); /* IPv6 and IPv4: MASTER_ADDR may be either */
     if (fd < 0)
         return dp_fail(DP_ERR_BACKEND, "rank 0: cannot listen on port %d (MASTER_PORT): %s (another job there? under a real "
                        "torchrun its agent's store is, and TORCHELASTIC_USE_AGENT_STORE=True says so)",
@@ -213,7 +232,9 @@ static dp_status join(const dp_launch *l, void *blob, size_t n, double deadline,
     hello_t hello;
     memset(&hello, 0, sizeof hello);
     hello.magic = MAGIC, hello.rank = (uint32_t)l->rank, hello.world = (uint32_t)l->world;
-    dp_rendezvous_token(l, hello.token, sizeof hello.token);
+    DP_TRY(dp_rendezvous_token(l, hello.token));
+    char where[320];
+    dp_net_where(l->addr, l->port, where, sizeof where);
     while (dp_now() < deadline) {
         double attempt = dp_now() + 5;
         int res = 0, fd = dp_net_connect(l->addr, l->port, attempt < deadline ? attempt : deadline, &res);
@@ -229,25 +250,31 @@ static dp_status join(const dp_launch *l, void *blob, size_t n, double deadline,
         if (ok && status == ST_TOKEN) ok = dp_net_recv(fd, theirs, sizeof theirs, deadline) == 0;
         close(fd);
         if (!ok)
-            return dp_fail(DP_ERR_BACKEND, "rank %d: the connection to rank 0 at %s:%d broke%s", l->rank, l->addr, l->port,
+            return dp_fail(DP_ERR_BACKEND, "rank %d: the connection to rank 0 at %s broke%s", l->rank, where,
                            l->kind == DP_LAUNCH_TORCHRUN ? " (a real torchrun's agent store there? it sets "
                            "TORCHELASTIC_USE_AGENT_STORE=True; or another program, or an older dptrain)" : "");
         theirs[sizeof theirs - 1] = '\0';
-        if (status == ST_TOKEN)
-            return dp_fail(DP_ERR_USAGE, "rank %d: rank 0 at %s:%d belongs to another job: its job token is '%s', this "
-                           "rank's '%s' (two jobs on one MASTER_PORT? give every rank of a job the same "
-                           "DPTRAIN_JOB_TOKEN)", l->rank, l->addr, l->port, shown(theirs), shown(hello.token));
+        if (status == ST_TOKEN) {
+            char a[SHOWN], b[SHOWN], note[64];
+            show_two(theirs, hello.token, a, b, note, sizeof note);
+            return dp_fail(DP_ERR_USAGE, "rank %d: rank 0 at %s belongs to another job: its job token is '%s', this "
+                           "rank's '%s'%s (two jobs on one MASTER_PORT? give every rank of a job the same "
+                           "DPTRAIN_JOB_TOKEN)", l->rank, where, a, b, note);
+        }
         if (status == ST_WORLD)
-            return dp_fail(DP_ERR_USAGE, "rank %d: rank 0 at %s:%d was started with another WORLD_SIZE than %d",
-                           l->rank, l->addr, l->port, l->world);
+            return dp_fail(DP_ERR_USAGE, "rank %d: rank 0 at %s was started with another WORLD_SIZE than %d",
+                           l->rank, where, l->world);
         if (status == ST_DUPLICATE)
             return dp_fail(DP_ERR_USAGE, "rank %d: another process was started with RANK=%d", l->rank, l->rank);
         if (status != ST_OK) return dp_fail(DP_ERR_USAGE, "rank %d: rank 0 refused RANK=%d", l->rank, l->rank);
         return DP_OK;
     }
-    if (!resolved) return dp_fail(DP_ERR_USAGE, "rank %d: MASTER_ADDR '%s' does not resolve", l->rank, l->addr);
-    return dp_fail(DP_ERR_BACKEND, "rank %d: rank 0 did not answer at %s:%d within %.0f s (MASTER_ADDR and "
-                   "MASTER_PORT must name rank 0's machine and a free port)", l->rank, l->addr, l->port, timeout_s);
+    char host[300];
+    if (!resolved)
+        return dp_fail(DP_ERR_USAGE, "rank %d: MASTER_ADDR '%s' does not resolve", l->rank,
+                       dp_printable(l->addr, host, sizeof host));
+    return dp_fail(DP_ERR_BACKEND, "rank %d: rank 0 did not answer at %s within %.0f s (MASTER_ADDR and "
+                   "MASTER_PORT must name rank 0's machine and a free port)", l->rank, where, timeout_s);
 }
 
 /* ---- through torchrun's agent store ---- */
@@ -292,8 +319,10 @@ static dp_status store_serve(dp_store *st, const dp_launch *l, const void *blob,
         store_key(key, sizeof key, l, "world", r);
         DP_TRY(dp_store_get(st, key, w, sizeof w - 1, &wn, deadline));
         w[wn] = '\0';
-        if (atoi(w) != l->world)
-            return dp_fail(DP_ERR_USAGE, "rank 0: rank %d was started with WORLD_SIZE=%s, rank 0 with %d", r, w, l->world);
+        char shown_w[sizeof w * 4];
+        if (atoi(w) != l->world) /* what the store holds: from whatever wrote it */
+            return dp_fail(DP_ERR_USAGE, "rank 0: rank %d was started with WORLD_SIZE=%s, rank 0 with %d", r,
+                           dp_printable(w, shown_w, sizeof shown_w), l->world);
     }
     return DP_OK;
 }
@@ -319,8 +348,11 @@ static dp_status store_join(dp_store *st, const dp_launch *l, void *blob, size_t
         if (dp_now() >= deadline) /* else the store's own message stands */
             s = dp_fail(DP_ERR_BACKEND, "rank %d: rank 0 did not publish its id in torchrun's agent store at %s within "
                         "%.0f s", l->rank, st->where, timeout_s);
-    } else if (got != sizeof h + n || h.magic != MAGIC)
-        s = dp_fail(DP_ERR_BACKEND, "rank %d: the agent store's key '%s' is not dptrain's (%zu bytes)", l->rank, key, got);
+    } else if (got != sizeof h + n || h.magic != MAGIC) {
+        char shown_key[sizeof key];
+        s = dp_fail(DP_ERR_BACKEND, "rank %d: the agent store's key '%s' is not dptrain's (%zu bytes)", l->rank,
+                    dp_printable(key, shown_key, sizeof shown_key), got);
+    }
     else if ((int)h.world != l->world)
         s = dp_fail(DP_ERR_USAGE, "rank %d: rank 0 was started with WORLD_SIZE=%u, this rank with %d", l->rank, h.world,
                     l->world);

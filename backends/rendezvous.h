@@ -23,7 +23,9 @@
  * SYNs ends at the deadline, not after the kernel's two minutes); rank 0 reads every accepted
  * connection at once, each with 5 s for its hello, so a silent one (a health check, a port
  * scanner) delays no rank and is dropped; a rank whose job token differs from rank 0's is refused,
- * both sides naming both tokens, and rank 0 goes on waiting for its own ranks. */
+ * both sides naming both tokens, and rank 0 goes on waiting for its own ranks. Rank 0 listens on
+ * IPv6 and IPv4 alike (netio.h: dp_net_listen), so MASTER_ADDR may be an address of either family;
+ * what a peer sends is escaped before a message shows it (core/printable.h). */
 dp_status dp_rendezvous_share(const dp_launch *l, void *blob, size_t n, double timeout_s);
 
 /* The job token every rank of one job shares, so that two jobs given one MASTER_ADDR:MASTER_PORT
@@ -32,9 +34,12 @@ dp_status dp_rendezvous_share(const dp_launch *l, void *blob, size_t n, double t
  * else "TORCHELASTIC_RUN_ID=<id>/restart <n>" under torchrun, else "SLURM_JOB_ID=<id>" under Slurm,
  * else "" (none: every rank has the same, and only WORLD_SIZE and the ranks tell jobs apart). A
  * token is generated nowhere: the other ranks could learn it only through the connection it
- * guards. Longer values are cut to DP_RDV_TOKEN_MAX - 1 characters. */
-#define DP_RDV_TOKEN_MAX 128
-void dp_rendezvous_token(const dp_launch *l, char *tok, size_t cap);
+ * guards. Tokens are compared whole, every byte: a value longer than DP_JOB_TOKEN_VALUE_MAX
+ * characters is refused (DP_ERR_USAGE naming the variable), never cut. tok: DP_RDV_TOKEN_MAX
+ * bytes, filled with NULs after the token. */
+#define DP_JOB_TOKEN_VALUE_MAX 1000
+#define DP_RDV_TOKEN_MAX 1024 /* the token with its variable's name, and the NUL */
+dp_status dp_rendezvous_token(const dp_launch *l, char tok[DP_RDV_TOKEN_MAX]);
 
 /* Rank 0's side over fd, a TCP socket already bound (tests bind port 0 and read the port, with no
  * race for a free port); it is listened on here (again, if the caller did) and closed. */

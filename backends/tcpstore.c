@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "backends/netio.h"
+#include "core/printable.h"
 #include "core/timer.h"
 
 /* torch 1.x's numbering; torch 2.x's is one more (VALIDATE = 0 comes first) */
@@ -79,7 +80,7 @@ static int probe(dp_store *s, double deadline) {
 dp_status dp_store_connect(dp_store *s, const char *host, int port, double deadline, const char *who) {
     memset(s, 0, sizeof *s);
     s->fd = -1;
-    snprintf(s->where, sizeof s->where, "%s:%d", host, port);
+    dp_net_where(host, port, s->where, sizeof s->where); /* printable: for messages */
     int resolved = 0;
     /* 2.x first (current torchrun); a 1.x server drops the 2.x probe (see probe), and a 2.x server
        ignores the 1.x one, so each gets a few seconds to answer */
@@ -95,8 +96,9 @@ dp_status dp_store_connect(dp_store *s, const char *host, int port, double deadl
         if (probe(s, answer_by < deadline ? answer_by : deadline)) return DP_OK;
         close(s->fd), s->fd = -1;
     }
+    char shown[300];
     if (!resolved)
-        return dp_fail(DP_ERR_USAGE, "%s: MASTER_ADDR '%s' does not resolve", who, host);
+        return dp_fail(DP_ERR_USAGE, "%s: MASTER_ADDR '%s' does not resolve", who, dp_printable(host, shown, sizeof shown));
     return dp_fail(DP_ERR_BACKEND, "%s: nothing answered as torchrun's agent store (a c10d TCPStore) at %s before the "
                    "deadline (TORCHELASTIC_USE_AGENT_STORE=True: MASTER_ADDR and MASTER_PORT must name the agent's store)",
                    who, s->where);
@@ -109,8 +111,10 @@ dp_status dp_store_set(dp_store *s, const char *key, const void *val, size_t n, 
 dp_status dp_store_get(dp_store *s, const char *key, void *val, size_t cap, size_t *n, double deadline) {
     DP_TRY(request(s, Q_WAIT, key, NULL, 0, NULL, deadline, "wait"));
     unsigned char w;
+    char shown[200]; /* a key holds TORCHELASTIC_RUN_ID */
     if (dp_net_recv(s->fd, &w, 1, deadline) != 0)
-        return dp_fail(DP_ERR_BACKEND, "the TCPStore at %s: key '%s' did not appear before the deadline", s->where, key);
+        return dp_fail(DP_ERR_BACKEND, "the TCPStore at %s: key '%s' did not appear before the deadline", s->where,
+                       dp_printable(key, shown, sizeof shown));
     if (w != WAIT_STOP_WAITING)
         return dp_fail(DP_ERR_BACKEND, "the TCPStore at %s: unexpected answer %u to a wait", s->where, w);
     DP_TRY(request(s, Q_GET, key, NULL, 0, NULL, deadline, "get"));
@@ -119,7 +123,7 @@ dp_status dp_store_get(dp_store *s, const char *key, void *val, size_t cap, size
     uint64_t got = get_u64(len);
     if (got > cap)
         return dp_fail(DP_ERR_BACKEND, "the TCPStore at %s: key '%s' holds %llu bytes, more than the %zu expected",
-                       s->where, key, (unsigned long long)got, cap);
+                       s->where, dp_printable(key, shown, sizeof shown), (unsigned long long)got, cap);
     if (dp_net_recv(s->fd, val, (size_t)got, deadline) != 0) return fail_io(s, "get");
     *n = (size_t)got;
     return DP_OK;

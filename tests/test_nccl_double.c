@@ -188,6 +188,32 @@ static void test_mpirun_init_failure_is_named(void **state) {
     free(out);
 }
 
+/* How many lines of text start with prefix. */
+static int lines_starting(const char *text, const char *prefix) {
+    int n = 0;
+    for (const char *p = text; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL)
+        n += strncmp(p, prefix, strlen(prefix)) == 0;
+    return n;
+}
+
+/* A failure once the backend is up (here rank 0's --save check, after the communicator came up)
+ * is printed once by each rank: under torchrun no MPI_Abort cuts main short, so the trainer does
+ * not print it ahead of main (backend.h: ends_job). */
+static void test_failure_after_start_is_printed_once(void **state) {
+    (void)state;
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s", tu_path("printed-once"));
+    int codes[2];
+    run_ranks(dir, 2, NULL, codes, "%s --epochs 1 --timeout 60 --save /nonexistent/dir/x.ckpt", DATA);
+    for (int r = 0; r < 2; r++) {
+        char *log = rank_log(dir, r);
+        const int lines = lines_starting(log, "dptrain: ");
+        if (codes[r] == 0 || lines != 1 || !tu_contains(log, "--save /nonexistent/dir/x.ckpt: directory"))
+            fail_msg("rank %d exited %d, %d lines of failure:\n%s", r, codes[r], lines, log ? log : "");
+        free(log);
+    }
+}
+
 /* An unmodified torchrun (torch 2: $DP_TORCH_PYTHON, tests/torch2_env.sh) starts 3 nccl ranks; they
  * find each other through its agent's store (backends/tcpstore.c) and end equal to the sim. Skipped
  * where no such Python is set (CI: Debian's torch 1.13 torchrun does not start workers). */
@@ -434,6 +460,7 @@ int main(void) {
         cmocka_unit_test(test_error_inside_a_group_ends_every_rank),
         cmocka_unit_test(test_ranks_share_the_cores),
         cmocka_unit_test(test_watchdog_ends_a_rank_whose_abort_hangs),
+        cmocka_unit_test(test_failure_after_start_is_printed_once),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

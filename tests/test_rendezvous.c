@@ -98,10 +98,11 @@ static void fill_blob(unsigned char *blob) {
 }
 
 /* Starts rank r in a child process, after `delay` seconds, with DPTRAIN_JOB_TOKEN=token (NULL: as
- * the parent has it): exits 0 if it received the expected blob, 3 if the rendezvous failed (its
- * message on stderr) with a message holding `expect` (when given), 4 if it failed otherwise. */
-static pid_t start_rank_as(int r, int world, int port, double timeout, const char *token, const char *expect,
-                           double delay) {
+ * the parent has it), joining rank 0 at addr (NULL: 127.0.0.1): exits 0 if it received the expected
+ * blob, 3 if the rendezvous failed (its message on stderr) with a message holding `expect` (when
+ * given), 4 if it failed otherwise. */
+static pid_t start_rank_at(const char *addr, int r, int world, int port, double timeout, const char *token,
+                           const char *expect, double delay) {
     pid_t pid = fork();
     assert_true(pid >= 0);
     if (pid == 0) {
@@ -111,6 +112,7 @@ static pid_t start_rank_as(int r, int world, int port, double timeout, const cha
             nanosleep(&nap, NULL);
         }
         dp_launch l = launch(r, world, port);
+        if (addr) snprintf(l.addr, sizeof l.addr, "%s", addr);
         unsigned char blob[128] = {0}, want[128];
         fill_blob(want);
         if (dp_rendezvous_share(&l, blob, sizeof blob, timeout) != DP_OK) {
@@ -120,6 +122,11 @@ static pid_t start_rank_as(int r, int world, int port, double timeout, const cha
         _exit(memcmp(blob, want, sizeof blob) == 0 ? 0 : 1);
     }
     return pid;
+}
+
+static pid_t start_rank_as(int r, int world, int port, double timeout, const char *token, const char *expect,
+                           double delay) {
+    return start_rank_at(NULL, r, world, port, timeout, token, expect, delay);
 }
 
 static pid_t start_rank(int r, int world, int port, double timeout) {
@@ -340,6 +347,136 @@ static void test_agent_store_that_does_not_answer(void **state) {
     close(fd);
 }
 
+/* Whether this machine has an IPv6 loopback (::1 can be bound). */
+static int have_ipv6_loopback(void) {
+    int fd = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in6 a = {.sin6_family = AF_INET6, .sin6_addr = in6addr_loopback, .sin6_port = 0};
+    const int ok = fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0;
+    if (fd >= 0) close(fd);
+    return ok;
+}
+
+/* MASTER_ADDR=::1 (or [::1], as some launchers write it): rank 0 listens on IPv6 and IPv4 alike,
+ * so a rank given ::1 and a rank given 127.0.0.1 both join, at once; messages show [::1]:port. */
+static void test_ipv6_master_addr_joins(void **state) {
+    (void)state;
+    if (!have_ipv6_loopback()) skip(); /* no IPv6 here: nothing to test */
+    dp_launch l;
+    torchrun_env("1", "3", "1", "[::1]", "29500");
+    assert_int_equal(dp_launch_from_env(&l), DP_OK);
+    assert_string_equal(l.addr, "::1");
+    clear_env();
+    const int port = tu_free_port();
+    pid_t six = start_rank_at("::1", 1, 3, port, 5, NULL, NULL, 0), four = start_rank_at("127.0.0.1", 2, 3, port, 5, NULL, NULL, 0);
+    unsigned char blob[128];
+    fill_blob(blob);
+    l = launch(0, 3, port);
+    snprintf(l.addr, sizeof l.addr, "::1");
+    const double t0 = dp_now();
+    if (dp_rendezvous_share(&l, blob, sizeof blob, 5) != DP_OK) fail_msg("rank 0: %s", dp_last_error());
+    const double took = dp_now() - t0;
+    assert_int_equal(exit_of(six), 0);
+    assert_int_equal(exit_of(four), 0);
+    if (took > 4.0) fail_msg("the ranks joined after %.1f s", took);
+    int held_port;
+    const int held = bound_socket(&held_port); /* nothing listens: rank 0 never answers */
+    l = launch(1, 2, held_port);
+    snprintf(l.addr, sizeof l.addr, "::1");
+    assert_int_equal(dp_rendezvous_share(&l, blob, sizeof blob, 0.3), DP_ERR_BACKEND);
+    char want[64];
+    snprintf(want, sizeof want, "rank 0 did not answer at [::1]:%d", held_port);
+    if (!tu_contains(dp_last_error(), want)) fail_msg("%s", dp_last_error());
+    close(held);
+}
+
+/* Job tokens are compared whole: two that differ only after character 109 of the value (where an
+ * earlier version cut them) or after 200 are two jobs, refused with where they differ (the shown
+ * part is cut); a token longer than the maximum (1000 characters) is refused, not cut. */
+static void test_whole_job_token_is_compared(void **state) {
+    (void)state;
+    char mine[251], theirs[251], want[64];
+    memset(mine, 'j', 250), mine[250] = '\0';
+    const int differs_at[] = {109, 200};
+    unsigned char blob[128];
+    fill_blob(blob);
+    for (int i = 0; i < 2; i++) {
+        memcpy(theirs, mine, sizeof mine);
+        theirs[differs_at[i]] = 'k';
+        /* 18 characters of "DPTRAIN_JOB_TOKEN=", then the value: counted from 1 */
+        snprintf(want, sizeof want, "; the two differ from character %d", 18 + differs_at[i] + 1);
+        int port;
+        const int fd = bound_socket(&port);
+        setenv("DPTRAIN_JOB_TOKEN", mine, 1);
+        pid_t other = start_rank_as(1, 2, port, 5, theirs, want, 0);
+        dp_launch l = launch(0, 2, port);
+        assert_int_equal(dp_rendezvous_serve_fd(fd, &l, blob, sizeof blob, 1.5), DP_ERR_BACKEND);
+        if (!tu_contains(dp_last_error(), "1 connection of another job refused") || !tu_contains(dp_last_error(), want))
+            fail_msg("tokens differing at %d: %s", differs_at[i], dp_last_error());
+        assert_int_equal(exit_of(other), 3); /* refused, naming where */
+    }
+    char *big = malloc(1002);
+    assert_non_null(big);
+    memset(big, 'j', 1001), big[1001] = '\0';
+    setenv("DPTRAIN_JOB_TOKEN", big, 1);
+    free(big);
+    dp_launch l = launch(1, 2, 1);
+    assert_int_equal(dp_rendezvous_share(&l, blob, sizeof blob, 5), DP_ERR_USAGE);
+    if (!tu_contains(dp_last_error(), "rank 1: DPTRAIN_JOB_TOKEN is 1001 characters long; a job token may have at most 1000"))
+        fail_msg("%s", dp_last_error());
+    int port;
+    l = launch(0, 2, 0);
+    assert_int_equal(dp_rendezvous_serve_fd(bound_socket(&port), &l, blob, sizeof blob, 5), DP_ERR_USAGE);
+    assert_true(tu_contains(dp_last_error(), "rank 0: DPTRAIN_JOB_TOKEN is 1001 characters long"));
+    unsetenv("DPTRAIN_JOB_TOKEN");
+}
+
+/* Fails unless every byte of m is printable ASCII. */
+static void expect_plain(const char *m) {
+    for (const unsigned char *p = (const unsigned char *)m; *p; p++)
+        if (*p < 0x20 || *p >= 0x7f) fail_msg("byte 0x%02x at %d of '%s'", *p, (int)(p - (const unsigned char *)m), m);
+}
+
+/* Whatever answers on MASTER_PORT (here a program posing as rank 0 that refuses the job with a
+ * "token" of terminal escape sequences) reaches the message escaped, never raw: so do a launcher's
+ * variables, and anything else a message quotes (core/status.c escapes every message recorded). */
+static void test_escape_sequences_are_not_printed(void **state) {
+    (void)state;
+    int port;
+    const int lis = bound_socket(&port);
+    assert_int_equal(listen(lis, 4), 0);
+    pid_t fake = fork();
+    assert_true(fake >= 0);
+    if (fake == 0) {
+        int c = accept(lis, NULL, NULL);
+        char junk[4096];
+        struct pollfd p = {.fd = c, .events = POLLIN};
+        while (poll(&p, 1, 300) == 1 && recv(c, junk, sizeof junk, 0) > 0) {} /* the whole hello */
+        const uint32_t refused = 4;  /* another job's token follows */
+        char token[1024] = "DPTRAIN_JOB_TOKEN=\x1b]0;owned\x07\x1b[2J\x9b" "31m";
+        send(c, &refused, sizeof refused, MSG_NOSIGNAL);
+        send(c, token, sizeof token, MSG_NOSIGNAL);
+        while (poll(&p, 1, 5000) == 1 && recv(c, junk, sizeof junk, 0) > 0) {} /* until the rank hangs up */
+        _exit(0);
+    }
+    close(lis);
+    dp_launch l = launch(1, 2, port);
+    unsigned char blob[128];
+    assert_int_equal(dp_rendezvous_share(&l, blob, sizeof blob, 5), DP_ERR_USAGE);
+    expect_plain(dp_last_error());
+    if (!tu_contains(dp_last_error(), "its job token is 'DPTRAIN_JOB_TOKEN=\\x1b]0;owned\\x07\\x1b[2J\\x9b31m', "
+                                      "this rank's 'none'"))
+        fail_msg("%s", dp_last_error());
+    assert_int_equal(exit_of(fake), 0);
+    torchrun_env("\x1b[31m1", "2", "0", "node7", "29500");
+    expect_refused("RANK='\\x1b[31m1'");
+    expect_plain(dp_last_error());
+    clear_env();
+    /* a message quoting a file name nobody escaped: controls and bytes that are not UTF-8 escaped,
+       UTF-8 (here an e acute) and backslashes kept */
+    dp_fail(DP_ERR_IO, "%s: cannot open", "runs/\x1b[2J\\a\xff\xc3\xa9\xc2\x9b.bin");
+    assert_string_equal(dp_last_error(), "runs/\\x1b[2J\\a\\xff\xc3\xa9\\xc2\\x9b.bin: cannot open");
+}
+
 /* The CLI: --backend nccl on a machine without a GPU fails in one line (exit 1), and a torchrun
  * launch with a variable missing is refused (exit 2) naming it. */
 static void test_nccl_cli_without_gpu(void **state) {
@@ -379,6 +516,9 @@ int main(void) {
         cmocka_unit_test(test_dropped_syns_end_by_the_deadline),
         cmocka_unit_test(test_agent_store_that_does_not_answer),
         cmocka_unit_test(test_nccl_cli_without_gpu),
+        cmocka_unit_test(test_ipv6_master_addr_joins),
+        cmocka_unit_test(test_whole_job_token_is_compared),
+        cmocka_unit_test(test_escape_sequences_are_not_printed),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

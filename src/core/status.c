@@ -4,11 +4,13 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "core/printable.h"
+
 static _Thread_local char last_error[DP_ERROR_MAX];
 
 /* Stores msg (len bytes); one too long keeps its start and its end, where the reason is ("PATH:
  * reason", "...; the previous file is kept"), and drops the middle of a long path instead. */
-static void store(const char *msg, size_t len) {
+static void store_raw(const char *msg, size_t len) {
     if (len < sizeof last_error) {
         memcpy(last_error, msg, len + 1);
         return;
@@ -19,6 +21,17 @@ static void store(const char *msg, size_t len) {
     memcpy(last_error + head, gap, sizeof gap - 1);
     memcpy(last_error + head + sizeof gap - 1, msg + len - tail, tail);
     last_error[sizeof last_error - 1] = '\0';
+}
+
+/* Every message is printed sooner or later, and many quote text from outside (a file name, a
+ * launcher's variable, what a peer sent): whatever nobody escaped is escaped here, once
+ * (core/printable.h), so that no control byte of it reaches a terminal. */
+static void store(const char *msg, size_t len) {
+    store_raw(msg, len);
+    const size_t n = strlen(last_error);
+    if (dp_printable_is_clean(last_error, n)) return;
+    char safe[4 * DP_ERROR_MAX]; /* room for every byte escaped */
+    store_raw(safe, dp_printable_message(last_error, n, safe, sizeof safe));
 }
 
 dp_status dp_fail(dp_status s, const char *fmt, ...) {

@@ -294,10 +294,11 @@ dp_status dp_trainer_create(const dp_config *cfg, dp_trainer **out) {
         char msg[DP_ERROR_MAX];
         snprintf(msg, sizeof msg, "%s", dp_last_error());
         if (t->backend && dp_backend_n_local(t->backend) < dp_backend_world(t->backend)) {
-            /* say why before a multi-process backend aborts the job (main would say it too late) */
-            fprintf(stderr, "dptrain: rank %d: %s\n", dp_backend_rank(t->backend, 0), msg);
-            fflush(stderr);
-            t->backend->failed = 1;
+            if (t->backend->ends_job) { /* say why before it aborts the job: main would say it too late */
+                fprintf(stderr, "dptrain: rank %d: %s\n", dp_backend_rank(t->backend, 0), msg);
+                fflush(stderr);
+            } /* else main says it, once */
+            t->backend->failed = 1; /* the other ranks are told, not waited for */
         }
         dp_trainer_destroy(t);
         dp_set_error(msg);
