@@ -219,6 +219,11 @@ static void test_st_header_bounded(void **state) {
     for (int i = 0; i < 40; i++) k += snprintf(big + k, sizeof big - (size_t)k, "%s0", i ? "," : "");
     snprintf(big + k, sizeof big - (size_t)k, "]}}");
     expect_refused(big, four, 4, "a tensor's entry has at most 4096 bytes and 32 values");
+    /* __metadata__ spelled with an escape is the metadata to cJSON too: its 40 keys are not a tensor's values */
+    k = snprintf(big, sizeof big, "{\"\\u005f_metadata__\":{");
+    for (int i = 0; i < 40; i++) k += snprintf(big + k, sizeof big - (size_t)k, "%s\"k%d\":\"v\"", i ? "," : "", i);
+    snprintf(big + k, sizeof big - (size_t)k, "},\"a\":" T4 "}");
+    if (read_crafted(big, four, 4) != DP_OK) fail_msg("%s: %s", big, dp_last_error());
     unlink(p);
     free(params), free(mom);
     dp_model_free(&m);
