@@ -199,7 +199,7 @@ static void test_st_header_bounded(void **state) {
         fail_msg("%s", e);
     print_message("%s\n", e);
     dp_train_pos pos;
-    assert_int_equal(dp_checkpoint_load_resume(p, &m, params, buffers, mom, &pos, NULL, 0), DP_ERR_FORMAT);
+    assert_int_equal(dp_checkpoint_load_resume(p, &m, params, buffers, mom, &pos, NULL, 0, NULL, 0), DP_ERR_FORMAT);
     assert_true(tu_contains(dp_last_error(), "a header of 100.0 MiB"));
     assert_true(dp_now() - t0 < 1);
     /* the plain reader: refused by its entry count before cJSON sees it */
@@ -376,7 +376,7 @@ static void ckpt_write(const char *path, const ckpt *c, const dp_st_tensor *extr
 
 static dp_status resume(const ckpt *c, const char *path, dp_train_pos *pos) {
     memset(pos, 0, sizeof *pos);
-    return dp_checkpoint_load_resume(path, &c->m, c->params, c->buffers, NULL, pos, NULL, 0);
+    return dp_checkpoint_load_resume(path, &c->m, c->params, c->buffers, NULL, pos, NULL, 0, NULL, 0);
 }
 
 /* An extra zero-size *.num_batches_tracked under an ignored prefix: the count comes from the model's

@@ -94,7 +94,7 @@ static void test_old_format_read(void **state) {
     assert_int_equal(dp_checkpoint_load_weights("--load", p, &m, params, buffers, NULL), DP_OK);
     assert_float_equal(params[m.params.n - 1], 0.25f, 0);
     dp_train_pos pos;
-    assert_int_equal(dp_checkpoint_load_resume(p, &m, params, buffers, NULL, &pos, NULL, 0), DP_ERR_USAGE);
+    assert_int_equal(dp_checkpoint_load_resume(p, &m, params, buffers, NULL, &pos, NULL, 0, NULL, 0), DP_ERR_USAGE);
     assert_true(tu_contains(dp_last_error(), "--init-from"));
     free(params);
     dp_model_free(&m);

@@ -265,7 +265,8 @@ static dp_status meta_long(const char *path, const dp_st_file *f, const char *ke
 }
 
 dp_status dp_checkpoint_load_resume(const char *path, const dp_model *m, float *params, float *buffers,
-                                    float *momentum, dp_train_pos *pos, const dp_st_meta *expect, int n_expect) {
+                                    float *momentum, dp_train_pos *pos, const dp_st_meta *expect, int n_expect,
+                                    dp_ckpt_recorded *rec, int n_rec) {
     if (is_v1(path))
         return dp_fail(DP_ERR_USAGE, "%s: an old DPCKPT01 file holds no training position; continue from its weights "
                        "with --init-from %s (epochs and momentum start afresh)", path, path);
@@ -296,6 +297,10 @@ dp_status dp_checkpoint_load_resume(const char *path, const dp_model *m, float *
     if (s == DP_OK) s = take_model(path, &f, m, params, buffers, momentum, &nbt);
     if (s == DP_OK && pos)
         pos->epoch = (int)v[0], pos->next_batch = (int)v[1], pos->step = v[2], pos->skipped = v[3], pos->bn_batches = nbt;
+    for (int i = 0; i < n_rec && s == DP_OK; i++) {
+        const char *have = dp_st_meta_get(&f, rec[i].key);
+        snprintf(rec[i].value, sizeof rec[i].value, "%s", have ? have : "");
+    }
     dp_st_free(&f);
     return s;
 }

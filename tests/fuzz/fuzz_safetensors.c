@@ -40,7 +40,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         dp_st_free(&st);
     }
     dp_train_pos pos;
-    dp_checkpoint_load_resume(path, &model, params, buffers, momentum, &pos, NULL, 0);
+    dp_checkpoint_load_resume(path, &model, params, buffers, momentum, &pos, NULL, 0, NULL, 0);
     unlink(path);
     return 0;
 }
