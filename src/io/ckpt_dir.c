@@ -127,10 +127,8 @@ static dp_status plain_file(const char *flag, const char *dir, const char *path,
 
 /* The lock file cannot be opened for writing: another user's, left by a finished run (their umask made it
  * 0644). Stale unless someone holds a lock on it: a read lock, which a read-only descriptor can take, tells
- * (and keeps anyone from write-locking it meanwhile); a stale one is replaced by a file of our own. *replaced:
- * 1 when it was, so that the caller opens the new one. */
-static dp_status replace_foreign(const char *flag, const char *dir, const char *path, int *replaced) {
-    *replaced = 0;
+ * (and keeps anyone from write-locking it meanwhile); a stale one is removed, for the caller to create its own. */
+static dp_status replace_foreign(const char *flag, const char *dir, const char *path) {
     int rfd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
     if (rfd < 0) return dp_fail(DP_ERR_IO, "%s %s: cannot open the lock file %s: %s", flag, dir, path, strerror(errno));
     struct stat st;
@@ -150,7 +148,6 @@ static dp_status replace_foreign(const char *flag, const char *dir, const char *
                     "be replaced (%s); ask them to remove it, or give another directory", flag, dir, path, owner,
                     strerror(errno));
     }
-    if (s == DP_OK) *replaced = 1;
     close(rfd); /* whoever locks the old file now finds another file (or none) at the name and starts again */
     return s;
 }
@@ -173,17 +170,18 @@ dp_status dp_ckpt_dir_lock(const char *flag, const char *dir, int *fd_out) {
            file is opened without O_CREAT: in a sticky world-writable directory (fs.protected_regular) O_CREAT
            refuses another user's file even when its mode lets us write it */
         fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
-        if (fd < 0 && errno == ENOENT) {
+        int creating = fd < 0 && errno == ENOENT;
+        if (creating) {
             fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, mode);
             if (fd < 0 && errno == EEXIST) continue; /* made meanwhile by another run: open that one */
         }
-        if (fd < 0 && errno == EACCES) {
-            int replaced;
-            DP_TRY(replace_foreign(flag, dir, path, &replaced));
+        if (fd < 0 && errno == EACCES && !creating) { /* a file there that we may not write */
+            DP_TRY(replace_foreign(flag, dir, path));
             continue;
         }
         if (fd < 0)
-            return dp_fail(DP_ERR_IO, "%s %s: cannot open the lock file %s: %s", flag, dir, path, strerror(errno));
+            return dp_fail(DP_ERR_IO, "%s %s: cannot %s the lock file %s: %s", flag, dir, creating ? "create" : "open",
+                           path, strerror(errno));
         dp_status s = plain_file(flag, dir, path, fd, &st);
         if (s != DP_OK) {
             close(fd);
