@@ -130,8 +130,12 @@ static dp_status plain_file(const char *flag, const char *dir, const char *path,
  * (and keeps anyone from write-locking it meanwhile); a stale one is removed, for the caller to create its own. */
 static dp_status replace_foreign(const char *flag, const char *dir, const char *path) {
     int rfd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
-    if (rfd < 0) return dp_fail(DP_ERR_IO, "%s %s: cannot open the lock file %s: %s", flag, dir, path, strerror(errno));
     struct stat st;
+    if (rfd < 0 && errno == EACCES && lstat(path, &st) == 0) /* an older dptrain's file under umask 077 */
+        return dp_fail(DP_ERR_IO, "%s %s: the lock file %s belongs to another user (uid %ld) and this user can neither "
+                       "write nor read it, so cannot tell whether a run holds it; ask them to remove it, or give "
+                       "another directory", flag, dir, path, (long)st.st_uid);
+    if (rfd < 0) return dp_fail(DP_ERR_IO, "%s %s: cannot open the lock file %s: %s", flag, dir, path, strerror(errno));
     dp_status s = plain_file(flag, dir, path, rfd, &st);
     struct flock lk = {.l_type = F_RDLCK, .l_whence = SEEK_SET};
     if (s == DP_OK && fcntl(rfd, F_SETLK, &lk) != 0) {
@@ -141,13 +145,10 @@ static dp_status replace_foreign(const char *flag, const char *dir, const char *
     }
     /* nobody can take it while we hold the read lock: remove it; a run that opened it before finds, once it
        holds its lock, that the name is no longer its file, and starts again (dp_ckpt_dir_lock) */
-    if (s == DP_OK && unlink(path) != 0) {
-        char owner[32];
-        snprintf(owner, sizeof owner, "%ld", (long)st.st_uid);
-        s = dp_fail(DP_ERR_IO, "%s %s: the lock file %s of a finished run belongs to another user (uid %s) and cannot "
-                    "be replaced (%s); ask them to remove it, or give another directory", flag, dir, path, owner,
-                    strerror(errno));
-    }
+    if (s == DP_OK && unlink(path) != 0)
+        s = dp_fail(DP_ERR_IO, "%s %s: the lock file %s of a finished run belongs to another user (uid %ld) and cannot "
+                    "be replaced (%s); ask them to remove it, or give another directory", flag, dir, path,
+                    (long)st.st_uid, strerror(errno));
     close(rfd); /* whoever locks the old file now finds another file (or none) at the name and starts again */
     return s;
 }
