@@ -192,15 +192,17 @@ dp_status dp_ckpt_dir_lock(const char *flag, const char *dir, int *fd_out) {
         struct flock lk = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
         if (fcntl(fd, F_SETLK, &lk) != 0) {
             int e = errno;
-            if (e == ENOLCK || e == EOPNOTSUPP || e == ENOSYS) { /* no record locks there: run, saying what is unguarded */
+            /* no record locks there: run, saying what is unguarded */
+            if (e == ENOLCK || e == EOPNOTSUPP || e == ENOSYS) {
                 fprintf(stderr, "dptrain: warning: %s %s: the file system does not support locks (%s); a second run on "
                         "this directory would not be refused\n", flag, dir, strerror(e));
                 close(fd);
                 *fd_out = -1;
                 return DP_OK;
             }
-            s = e == EACCES || e == EAGAIN ? held_by_other(flag, dir, fd)
-                                           : dp_fail(DP_ERR_IO, "%s %s: cannot lock %s: %s", flag, dir, path, strerror(e));
+            s = e == EACCES || e == EAGAIN
+                    ? held_by_other(flag, dir, fd)
+                    : dp_fail(DP_ERR_IO, "%s %s: cannot lock %s: %s", flag, dir, path, strerror(e));
             close(fd);
             return s;
         }

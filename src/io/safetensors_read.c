@@ -263,7 +263,8 @@ static dp_status read_file(const char *path, int fd, off_t fsize, const dp_st_li
     snprintf(what, sizeof what, "%s: its header of %llu bytes", path, (unsigned long long)hl);
     DP_TRY(memory_for(8 + hl, what, "read before it is judged"));
     unsigned char *head = malloc((size_t)(8 + hl)); /* the length bytes and the header, as the CRC covers them */
-    if (!head) return dp_fail(DP_ERR_NOMEM, "%s: out of memory reading a header of %llu bytes", path, (unsigned long long)hl);
+    if (!head)
+        return dp_fail(DP_ERR_NOMEM, "%s: out of memory reading a header of %llu bytes", path, (unsigned long long)hl);
     memcpy(head, len8, 8);
     const char *hdr = (const char *)head + 8;
     span *spans = NULL;

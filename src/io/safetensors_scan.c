@@ -25,7 +25,9 @@ unsigned long long dp_st_max_header(const dp_st_limits *lim) {
 }
 
 static int hexval(char c) {
-    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    return c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
 }
 
 /* Whether the raw JSON string s (n bytes between the quotes) decodes to want: a key spelled with
@@ -116,18 +118,19 @@ dp_status dp_st_scan_header(const char *path, const char *h, size_t n, const dp_
                 if (is_meta) {
                     out->meta_keys += inner;
                     if (out->meta_keys > DP_ST_MAX_META_KEYS || bytes > DP_ST_MAX_META_BYTES)
-                        return dp_fail(DP_ERR_FORMAT, "%s: refused: __metadata__ at byte %zu holds more than %d keys or "
-                                       "%u bytes (the most this reader takes)", path, 8 + member_start,
+                        return dp_fail(DP_ERR_FORMAT, "%s: refused: __metadata__ at byte %zu holds more than %d keys "
+                                       "or %u bytes (the most this reader takes)", path, 8 + member_start,
                                        DP_ST_MAX_META_KEYS, DP_ST_MAX_META_BYTES);
                 } else {
                     if (bytes > DP_ST_MAX_ENTRY_BYTES || inner + 1 > DP_ST_MAX_ENTRY_VALUES)
-                        return dp_fail(DP_ERR_FORMAT, "%s: refused: the header's entry at byte %zu has %zu bytes and up "
-                                       "to %ld JSON values; a tensor's entry has at most %d bytes and %d values", path,
-                                       8 + member_start, bytes, inner + 1, DP_ST_MAX_ENTRY_BYTES,
+                        return dp_fail(DP_ERR_FORMAT, "%s: refused: the header's entry at byte %zu has %zu bytes and "
+                                       "up to %ld JSON values; a tensor's entry has at most %d bytes and %d values",
+                                       path, 8 + member_start, bytes, inner + 1, DP_ST_MAX_ENTRY_BYTES,
                                        DP_ST_MAX_ENTRY_VALUES);
                     if (++out->tensors > max_t)
                         return dp_fail(DP_ERR_FORMAT, "%s: refused: the header lists more than %ld tensors (%s)%s",
-                                       path, max_t, whose(lim), lim && lim->why ? "; is it a file for another model?" : "");
+                                       path, max_t, whose(lim),
+                                       lim && lim->why ? "; is it a file for another model?" : "");
                 }
             }
             if (c == ',') commas++, member_values++;

@@ -202,7 +202,8 @@ static void note_inexact(const dp_trainer *t, const char *path, const dp_ckpt_re
     else if (*chunks && *reps) {
         long was_n = atol(reps);
         /* older checkpoints: canonical when the replica count divided --chunks with the ordered sum */
-        int was = *canon ? strcmp(canon, "1") == 0 : was_n > 0 && c->chunks % was_n == 0 && strcmp(algo, "ordered") == 0;
+        int was = *canon ? strcmp(canon, "1") == 0
+                         : was_n > 0 && c->chunks % was_n == 0 && strcmp(algo, "ordered") == 0;
         int now = canonical(t), same_sum = was_n == t->world && strcmp(algo, c->allreduce_algo) == 0 &&
                                           strcmp(backend, c->backend) == 0;
         if (!(was && now) && !same_sum) {
@@ -226,14 +227,15 @@ static void note_inexact(const dp_trainer *t, const char *path, const dp_ckpt_re
     }
     const char *dev = c->device ? c->device : "cpu";
     if (*device && strcmp(device, dev) != 0)
-        WHY("%sthe checkpoint was computed on %s, this run on %s", k ? "; " : "", dp_printable(device, shown[0], 200), dev);
+        WHY("%sthe checkpoint was computed on %s, this run on %s", k ? "; " : "", dp_printable(device, shown[0], 200),
+            dev);
     else if (*kernels && strcmp(dev, "cpu") == 0 && strcmp(kernels, dp_cpu_kernel_variant()) != 0)
         WHY("%sthe CPU kernels were %s in the checkpoint, %s here", k ? "; " : "", dp_printable(kernels, shown[0], 200),
             dp_cpu_kernel_variant());
 #undef WHY
     if (k && !c->quiet)
-        fprintf(stderr, "dptrain: note: --resume %s: the result will not be bitwise the uninterrupted run's (only equal "
-                "within float rounding): %s\n", path, why);
+        fprintf(stderr, "dptrain: note: --resume %s: the result will not be bitwise the uninterrupted run's (only "
+                "equal within float rounding): %s\n", path, why);
 }
 
 /* Rank 0: the checkpoint to continue from, loaded into replica r0. */
