@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "io/safetensors.h"
 #include "testutil.h"
 
 /* long enough that a signal sent after the first step lands before the end */
@@ -22,7 +23,8 @@
 #define STOP_EPOCHS "30"
 #endif
 
-#define DATA "--dataset synthetic --samples 512 --shape 1x28x28 --batch-size 32 --no-progress --quiet"
+#define DATA_LOUD "--dataset synthetic --samples 512 --shape 1x28x28 --batch-size 32 --no-progress"
+#define DATA DATA_LOUD " --quiet"
 
 static const char *bin(void) {
     const char *b = getenv("DPTRAIN");
@@ -406,13 +408,78 @@ static void test_resume_other_replica_count(void **state) {
     free(o);
     assert_int_equal(tu_run_dptrain(&o, "%s --replicas 4 --threads 2 --max-steps 9 --checkpoint %s", args, b), 0);
     free(o);
-    int rc = tu_run_dptrain(&o, "%s --replicas 2 --threads 1 --resume %s", args, b);
-    if (rc) fail_msg("rc %d:\n%s", rc, o);
+    /* without --quiet: an exact resume says nothing about its bits */
+    int rc = tu_run_dptrain(&o, "train " DATA_LOUD " --epochs 2 --save-every 1 --replicas 2 --threads 1 --resume %s", b);
+    if (rc || tu_contains(o, "dptrain: note: --resume")) fail_msg("rc %d:\n%s", rc, o);
     free(o);
     char x[1024];
     snprintf(x, sizeof x, "%s", newest(a, NULL));
     const char *diff = tu_ckpt_diff(x, newest(b, NULL));
     if (diff) fail_msg("%s", diff);
+}
+
+/* Changes the first byte of metadata key's value in the checkpoint at path to c, and the header's
+ * CRC to match: a checkpoint as another machine would have written it. */
+static void patch_meta(const char *path, const char *key, char c) {
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    static char buf[1 << 20];
+    size_t n = fread(buf, 1, sizeof buf, f);
+    fclose(f);
+    assert_true(n > 8 && n < sizeof buf);
+    uint64_t hl = 0;
+    for (int i = 0; i < 8; i++) hl |= (uint64_t)(unsigned char)buf[i] << (8 * i);
+    char pat[128];
+    snprintf(pat, sizeof pat, "\"%s\":\"", key);
+    char *at = NULL;
+    for (size_t i = 8; i + strlen(pat) < 8 + hl && !at; i++)
+        if (memcmp(buf + i, pat, strlen(pat)) == 0) at = buf + i;
+    assert_non_null(at);
+    at[strlen(pat)] = c;
+    char *slot = dp_st_header_crc_slot(buf + 8, (size_t)hl);
+    assert_non_null(slot);
+    char hex[9];
+    snprintf(hex, sizeof hex, "%08x", dp_st_header_crc((const unsigned char *)buf, 8 + (size_t)hl));
+    memcpy(slot, hex, 8);
+    tu_write_file(path, buf, n);
+}
+
+/* --help promised "bitwise as the run never stopped" whatever the resumed run's --chunks, replica
+ * count or CPU kernels: a resume that cannot be bitwise now says so on one line, and why. */
+static void test_resume_note_inexact(void **state) {
+    (void)state;
+    const char *d = fresh_dir("inexact");
+    const char *args = "train " DATA_LOUD " --epochs 2 --threads 1";
+    char *o;
+    assert_int_equal(tu_run_dptrain(&o, "%s --replicas 4 --max-steps 5 --save-every 1 --checkpoint %s", args, d), 0);
+    free(o);
+    char keep[1024];
+    snprintf(keep, sizeof keep, "%s", tu_path("inexact.safetensors"));
+    tu_sh(NULL, "cp '%s' '%s'", newest(d, NULL), keep);
+    /* another --chunks */
+    int rc = tu_run_dptrain(&o, "%s --replicas 4 --chunks 4 --max-steps 6 --resume %s", args, keep);
+    if (rc || !tu_contains(o, "dptrain: note: --resume ") ||
+        !tu_contains(o, "the result will not be bitwise the uninterrupted run's") ||
+        !tu_contains(o, "--chunks is 8 in the checkpoint but 4 here"))
+        fail_msg("rc %d:\n%s", rc, o);
+    free(o);
+    /* a replica count that does not divide --chunks */
+    rc = tu_run_dptrain(&o, "%s --replicas 3 --max-steps 6 --resume %s", args, keep);
+    if (rc || !tu_contains(o, "the checkpoint's run had 4 replicas, this one 3, which does not divide --chunks 8"))
+        fail_msg("rc %d:\n%s", rc, o);
+    print_message("%s", strstr(o, "dptrain: note"));
+    free(o);
+    /* another CPU kernel variant (the checkpoint as another machine wrote it) */
+    patch_meta(keep, "dptrain.cpu_kernels", 'Z');
+    rc = tu_run_dptrain(&o, "%s --replicas 4 --max-steps 6 --resume %s", args, keep);
+    if (rc || !tu_contains(o, "the CPU kernels were Z") || !tu_contains(o, " in the checkpoint, "))
+        fail_msg("rc %d:\n%s", rc, o);
+    free(o);
+    /* the same settings, or another replica count that divides --chunks: no note */
+    tu_sh(NULL, "cp '%s' '%s'", newest(d, NULL), keep);
+    rc = tu_run_dptrain(&o, "%s --replicas 2 --max-steps 6 --resume %s", args, keep);
+    if (rc || tu_contains(o, "dptrain: note")) fail_msg("rc %d:\n%s", rc, o);
+    free(o);
 }
 
 /* --save-every Ne: one checkpoint per N epochs (plus the last state), --keep K of them. */
@@ -448,7 +515,7 @@ int main(void) {
         cmocka_unit_test(test_refusals),       cmocka_unit_test(test_outputs_checked),
         cmocka_unit_test(test_disk_full),      cmocka_unit_test(test_nan),
         cmocka_unit_test(test_save_every_epochs), cmocka_unit_test(test_resume_other_replica_count),
-        cmocka_unit_test(test_resume_log_partial_line),
+        cmocka_unit_test(test_resume_log_partial_line), cmocka_unit_test(test_resume_note_inexact),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -6,7 +6,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -99,6 +101,157 @@ static void test_st_many_entries(void **state) {
     print_message("60000 header entries read in %.2f s\n", secs);
     assert_true(secs < 8); /* was 16 s in the O(n^2) sort */
     free(h), free(data);
+}
+
+/* A string holding \u0000 is refused: cJSON ends it there, so a name, dtype or metadata string was
+ * read as its shorter prefix ("a\u0000b" as "a"); the reference's readers refuse such a file. An
+ * escaped backslash followed by "u0000" is an ordinary name. */
+static void test_st_nul_in_strings(void **state) {
+    (void)state;
+    const float four[1] = {1};
+    expect_refused("{\"a\\u0000b\":" T4 "}", four, 4, "\\u0000, a NUL character, in a string at byte 11");
+    expect_refused("{\"a\":{\"dtype\":\"F32\\u0000x\",\"shape\":[1],\"data_offsets\":[0,4]}}", four, 4, "NUL character");
+    expect_refused("{\"__metadata__\":{\"k\\u0000\":\"v\"},\"a\":" T4 "}", four, 4, "NUL character");
+    expect_refused("{\"__metadata__\":{\"k\":\"v\\u0000w\"},\"a\":" T4 "}", four, 4, "NUL character");
+    assert_true(tu_contains(dp_last_error(), "crafted.safetensors"));
+    assert_int_equal(read_crafted("{\"a\\\\u0000b\":" T4 "}", four, 4), DP_OK);
+}
+
+/* Writes a header of `entries` entries of the form "<name>":<value> (names numbered, about
+ * `name_len` bytes), padded to `pad` bytes when pad > 0, and `data` zero bytes, streaming: nothing
+ * of it stays in this process's memory (a child forked later would count it). */
+static void craft_entries(const char *path, long entries, int name_len, const char *value, size_t pad, size_t data) {
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    size_t hl = 2 + (size_t)entries * ((size_t)name_len + 3 + strlen(value)) + (entries ? (size_t)entries - 1 : 0);
+    if (pad > hl) hl = pad;
+    for (int i = 0; i < 8; i++) fputc((int)((uint64_t)hl >> (8 * i)) & 0xff, f);
+    size_t k = (size_t)fprintf(f, "{");
+    for (long i = 0; i < entries; i++)
+        k += (size_t)fprintf(f, "%s\"%0*ld\":%s", i ? "," : "", name_len, i, value);
+    k += (size_t)fprintf(f, "}");
+    for (; k < hl; k++) fputc(' ', f);
+    for (size_t i = 0; i < data; i++) fputc(0, f);
+    assert_int_equal(fclose(f), 0);
+    assert_int_equal(k, hl);
+}
+
+/* In a child: reads path with dp_st_read and reports the status, its message and its peak memory. */
+static dp_status read_in_child(const char *path, char *msg, size_t cap, long *maxrss_kib, long data_limit_mib) {
+    int fds[2];
+    assert_int_equal(pipe(fds), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        close(fds[0]);
+        if (data_limit_mib) { /* ulimit -d: what is in use now plus data_limit_mib */
+            FILE *st = fopen("/proc/self/status", "r");
+            char line[256];
+            unsigned long long kb = 0;
+            while (st && fgets(line, sizeof line, st))
+                if (sscanf(line, "VmData: %llu kB", &kb) == 1) break;
+            if (st) fclose(st);
+            struct rlimit rl = {.rlim_cur = kb * 1024 + ((rlim_t)data_limit_mib << 20),
+                                .rlim_max = kb * 1024 + ((rlim_t)data_limit_mib << 20)};
+            if (setrlimit(RLIMIT_DATA, &rl) != 0) _exit(99);
+        }
+        dp_st_file f;
+        dp_status s = dp_st_read(path, &f);
+        if (s == DP_OK) dp_st_free(&f);
+        char out[DP_ERROR_MAX + 8];
+        int n = snprintf(out, sizeof out, "%d %s", (int)s, s == DP_OK ? "" : dp_last_error());
+        if (write(fds[1], out, (size_t)n) != n) _exit(98);
+        _exit(0);
+    }
+    close(fds[1]);
+    char buf[DP_ERROR_MAX + 8];
+    size_t got = 0;
+    for (ssize_t r; (r = read(fds[0], buf + got, sizeof buf - 1 - got)) > 0;) got += (size_t)r;
+    buf[got] = '\0';
+    close(fds[0]);
+    int st;
+    struct rusage ru;
+    assert_int_equal(wait4(pid, &st, 0, &ru), pid);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) fail_msg("the child ended with status 0x%x: %s", st, buf);
+    *maxrss_kib = ru.ru_maxrss;
+    int code = atoi(buf);
+    const char *sp = strchr(buf, ' ');
+    snprintf(msg, cap, "%s", sp ? sp + 1 : "");
+    return (dp_status)code;
+}
+
+/* The reported file: 105 MB, a 100 MiB header of 1.36 M empty entries. It passed the size limits
+ * and parsing it took 1.8 GB (eval --load and --resume were OOM-killed in a 1 GiB job). A reader
+ * that knows the model refuses it from its length; the plain reader after counting its entries,
+ * before parsing, holding little more than the header. */
+static void test_st_header_bounded(void **state) {
+    (void)state;
+    const char *p = tu_path("entries.safetensors");
+    craft_entries(p, 1360000, 71, "{}", 100u << 20, 5u << 20);
+    dp_model m;
+    assert_int_equal(dp_model_build("lenet", (dp_shape){1, 28, 28}, 10, &m), DP_OK);
+    float *params = calloc(m.params.n, sizeof *params), *mom = calloc(m.params.n, sizeof *mom), buffers[1];
+    double t0 = dp_now();
+    assert_int_equal(dp_checkpoint_load_weights("--load", p, &m, params, buffers, NULL), DP_ERR_FORMAT);
+    const char *e = dp_last_error();
+    if (!tu_contains(e, "--load ") || !tu_contains(e, p) || !tu_contains(e, "a header of 100.0 MiB") ||
+        !tu_contains(e, "model lenet"))
+        fail_msg("%s", e);
+    print_message("%s\n", e);
+    dp_train_pos pos;
+    assert_int_equal(dp_checkpoint_load_resume(p, &m, params, buffers, mom, &pos, NULL, 0, NULL, 0), DP_ERR_FORMAT);
+    assert_true(tu_contains(dp_last_error(), "a header of 100.0 MiB"));
+    assert_true(dp_now() - t0 < 1);
+    /* the plain reader: refused by its entry count before cJSON sees it */
+    char msg[DP_ERROR_MAX];
+    long rss;
+    t0 = dp_now();
+    dp_status s = read_in_child(p, msg, sizeof msg, &rss, 0);
+    print_message("%s (peak %ld MiB, %.2f s)\n", msg, rss >> 10, dp_now() - t0);
+    if (s != DP_ERR_FORMAT || !tu_contains(msg, "more than 131072 tensors") || !tu_contains(msg, p))
+        fail_msg("status %d: %s", s, msg);
+    if (rss > 600 << 10) fail_msg("reading it took %ld MiB", rss >> 10);
+    /* deeper than a header nests, and an entry of too many values or bytes, likewise */
+    const float four[1] = {1};
+    expect_refused("{\"a\":{\"dtype\":\"F32\",\"shape\":[[1]],\"data_offsets\":[0,4]}}", four, 4, "nested 4 deep");
+    char big[6000];
+    int k = snprintf(big, sizeof big, "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4],\"x\":[");
+    for (int i = 0; i < 40; i++) k += snprintf(big + k, sizeof big - (size_t)k, "%s0", i ? "," : "");
+    snprintf(big + k, sizeof big - (size_t)k, "]}}");
+    expect_refused(big, four, 4, "a tensor's entry has at most 4096 bytes and 32 values");
+    /* __metadata__ spelled with an escape is the metadata to cJSON too: its 40 keys are not a tensor's values */
+    k = snprintf(big, sizeof big, "{\"\\u005f_metadata__\":{");
+    for (int i = 0; i < 40; i++) k += snprintf(big + k, sizeof big - (size_t)k, "%s\"k%d\":\"v\"", i ? "," : "", i);
+    snprintf(big + k, sizeof big - (size_t)k, "},\"a\":" T4 "}");
+    if (read_crafted(big, four, 4) != DP_OK) fail_msg("%s: %s", big, dp_last_error());
+    unlink(p);
+    free(params), free(mom);
+    dp_model_free(&m);
+}
+
+/* What parsing a header allocates is counted before the parse: under a data limit (ulimit -d) that
+ * the header fits in but its parse does not, the read is refused naming the cost, instead of cJSON
+ * failing mid-parse as "invalid JSON" (or, under a cgroup limit, the OOM killer ending the process). */
+static void test_st_parse_cost_counted(void **state) {
+    (void)state;
+#ifdef DP_TEST_SANITIZED
+    print_message("the sanitizers' mappings make ulimit -d meaningless: skipped\n");
+    skip();
+#endif
+    const char *p = tu_path("costly.safetensors");
+    /* 120,000 empty tensors, each a valid entry: a 7 MiB header whose parse takes over 100 MiB */
+    craft_entries(p, 120000, 8, "{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[0,0]}", 0, 0);
+    char msg[DP_ERROR_MAX];
+    long rss;
+    dp_status s = read_in_child(p, msg, sizeof msg, &rss, 0);
+    if (s != DP_OK) fail_msg("without a limit: %s", msg);
+    print_message("without a limit: read, peak %ld MiB in all\n", rss >> 10);
+    s = read_in_child(p, msg, sizeof msg, &rss, 48);
+    print_message("%s\n", msg);
+    if (s != DP_ERR_NOMEM || !tu_contains(msg, "parsing its header (120000 tensors") ||
+        !tu_contains(msg, "ulimit -d") || !tu_contains(msg, p))
+        fail_msg("status %d: %s", s, msg);
+    unlink(p);
 }
 
 /* A 4 TiB sparse file (256 GiB where the file system allows no more): the header is read and judged
@@ -223,7 +376,7 @@ static void ckpt_write(const char *path, const ckpt *c, const dp_st_tensor *extr
 
 static dp_status resume(const ckpt *c, const char *path, dp_train_pos *pos) {
     memset(pos, 0, sizeof *pos);
-    return dp_checkpoint_load_resume(path, &c->m, c->params, c->buffers, NULL, pos, NULL, 0);
+    return dp_checkpoint_load_resume(path, &c->m, c->params, c->buffers, NULL, pos, NULL, 0, NULL, 0);
 }
 
 /* An extra zero-size *.num_batches_tracked under an ignored prefix: the count comes from the model's
@@ -402,7 +555,8 @@ int main(void) {
         cmocka_unit_test(test_resume_extra_counter),
         cmocka_unit_test(test_resume_position_ranges), cmocka_unit_test(test_init_from_keeps_count),
         cmocka_unit_test(test_damaged_header_skipped), cmocka_unit_test(test_long_message_keeps_reason),
-        cmocka_unit_test(test_load_messages_prefixed),
+        cmocka_unit_test(test_load_messages_prefixed), cmocka_unit_test(test_st_nul_in_strings),
+        cmocka_unit_test(test_st_header_bounded),     cmocka_unit_test(test_st_parse_cost_counted),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -2,11 +2,14 @@
  * command line starts or continues a run), and a SIGINT/SIGTERM during the final evaluation is
  * honoured (128 + signal, the state saved) instead of exiting 0; a checkpoint directory is held
  * by one run at a time. */
+#include <fcntl.h>
+#include <grp.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "io/ckpt_dir.h"
@@ -153,12 +156,160 @@ static void test_checkpoint_dir_locked(void **state) {
     free(o);
 }
 
+/* --- a shared directory: another user's lock file --------------------------------------------- */
+
+enum { OTHER_UID = 65534, ME_UID = 65533 };
+
+/* In a child running as uid: dp_ckpt_dir_lock(dir), released at once; its status, message into msg. */
+static dp_status lock_as(uid_t uid, const char *dir, char *msg, size_t cap) {
+    int fds[2];
+    assert_int_equal(pipe(fds), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        close(fds[0]);
+        if (setgroups(0, NULL) != 0 || setgid(uid) != 0 || setuid(uid) != 0) _exit(99);
+        umask(022); /* a user's usual umask: the lock's mode must not depend on it */
+        int fd;
+        dp_status s = dp_ckpt_dir_lock("--checkpoint", dir, &fd);
+        char out[DP_ERROR_MAX + 8];
+        int n = snprintf(out, sizeof out, "%d %s", (int)s, s == DP_OK ? "" : dp_last_error());
+        _exit(write(fds[1], out, (size_t)n) == n ? 0 : 98);
+    }
+    close(fds[1]);
+    char buf[DP_ERROR_MAX + 8];
+    size_t got = 0;
+    for (ssize_t r; (r = read(fds[0], buf + got, sizeof buf - 1 - got)) > 0;) got += (size_t)r;
+    buf[got] = '\0';
+    close(fds[0]);
+    int st;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) fail_msg("the child ended with status 0x%x", st);
+    const char *sp = strchr(buf, ' ');
+    snprintf(msg, cap, "%s", sp ? sp + 1 : "");
+    return (dp_status)atoi(buf);
+}
+
+/* A lock file as an older dptrain or a finished run under umask 022 left it: 0644, another user's. */
+static void foreign_lock(const char *path, const char *line) {
+    unlink(path);
+    tu_write_file(path, line, strlen(line));
+    assert_int_equal(chmod(path, 0644), 0);
+    assert_int_equal(chown(path, OTHER_UID, OTHER_UID), 0);
+}
+
+/* A finished run's lock file (0644, another user's) blocked --resume in a shared directory with
+ * "Permission denied", though a stale lock must never block a run: it is replaced, the new one
+ * writable by whoever may write the directory; a held one still refuses the run. Needs root (to
+ * act as two users); as another user it is skipped. */
+static void test_lock_of_another_user(void **state) {
+    (void)state;
+    if (geteuid() != 0) {
+        print_message("not root: cannot act as two users: skipped\n");
+        skip();
+    }
+    const char *d = fresh_dir("shared-lock");
+    assert_int_equal(mkdir(d, 0777), 0);
+    assert_int_equal(chmod(d, 0777), 0);
+    pid_t probe = fork();
+    assert_true(probe >= 0);
+    if (probe == 0) /* the scratch directory may lie under one only its owner can enter */
+        _exit(setgid(ME_UID) == 0 && setuid(ME_UID) == 0 && access(d, W_OK | X_OK) == 0 ? 0 : 1);
+    int pst;
+    assert_int_equal(waitpid(probe, &pst, 0), probe);
+    if (!WIFEXITED(pst) || WEXITSTATUS(pst) != 0) {
+        print_message("another user cannot reach %s: skipped\n", d);
+        tu_sh(NULL, "rm -rf '%s'", d);
+        skip();
+    }
+    char lock[1024], msg[DP_ERROR_MAX];
+    snprintf(lock, sizeof lock, "%s/.dptrain.lock", d);
+    /* stale: replaced by one of ours, writable by the others who write the directory */
+    foreign_lock(lock, "pid 1 on host gone since 2026-01-01 00:00:00 UTC\n");
+    dp_status s = lock_as(ME_UID, d, msg, sizeof msg);
+    if (s != DP_OK) fail_msg("a stale lock of another user: %s", msg);
+    struct stat st;
+    assert_int_equal(stat(lock, &st), 0);
+    assert_int_equal((int)st.st_uid, ME_UID);
+    assert_int_equal((int)(st.st_mode & 0777), 0666);
+    /* the next user opens that one as it is */
+    s = lock_as(OTHER_UID, d, msg, sizeof msg);
+    if (s != DP_OK) fail_msg("the lock file left by a run of another user: %s", msg);
+    /* held (by a process of the other user that can write it, as an older dptrain would): refused, naming it */
+    foreign_lock(lock, "pid 4242 on host there since 2026-01-01 00:00:00 UTC\n");
+    int ready[2], release[2];
+    assert_int_equal(pipe(ready), 0);
+    assert_int_equal(pipe(release), 0);
+    pid_t holder = fork();
+    assert_true(holder >= 0);
+    if (holder == 0) {
+        close(ready[0]), close(release[1]);
+        if (setgroups(0, NULL) != 0 || setgid(OTHER_UID) != 0 || setuid(OTHER_UID) != 0) _exit(99);
+        int fd = open(lock, O_RDWR);
+        struct flock lk = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
+        if (fd < 0 || fcntl(fd, F_SETLK, &lk) != 0) _exit(98);
+        if (write(ready[1], "1", 1) != 1) _exit(97);
+        char c;
+        while (read(release[0], &c, 1) > 0) {
+        }
+        _exit(0);
+    }
+    close(ready[1]), close(release[0]);
+    char c;
+    assert_int_equal(read(ready[0], &c, 1), 1);
+    s = lock_as(ME_UID, d, msg, sizeof msg);
+    close(release[1]);
+    int hst;
+    assert_int_equal(waitpid(holder, &hst, 0), holder);
+    close(ready[0]);
+    if (s != DP_ERR_USAGE || !tu_contains(msg, "another run is using this directory (pid 4242 on host there"))
+        fail_msg("a held lock of another user: status %d: %s", s, msg);
+    assert_int_equal(stat(lock, &st), 0);
+    assert_int_equal((int)st.st_uid, OTHER_UID); /* left as it was */
+    /* a sticky directory (/tmp-like): another user's file cannot be removed; it is named, with what to do */
+    assert_int_equal(chmod(d, 01777), 0);
+    s = lock_as(ME_UID, d, msg, sizeof msg);
+    if (s == DP_OK || !tu_contains(msg, "belongs to another user (uid 65534) and cannot be replaced"))
+        fail_msg("sticky: status %d: %s", s, msg);
+    print_message("%s\n", msg);
+    /* unreadable too (an older dptrain under umask 077): nobody can tell whether it is held; named */
+    foreign_lock(lock, "pid 1 on host gone since 2026-01-01 00:00:00 UTC\n");
+    assert_int_equal(chmod(lock, 0600), 0);
+    s = lock_as(ME_UID, d, msg, sizeof msg);
+    if (s == DP_OK || !tu_contains(msg, "belongs to another user (uid 65534) and this user can neither write nor read"))
+        fail_msg("0600: status %d: %s", s, msg);
+    /* ...which no run of this version leaves: its files there are writable by all */
+    unlink(lock);
+    assert_int_equal(lock_as(OTHER_UID, d, msg, sizeof msg), DP_OK);
+    s = lock_as(ME_UID, d, msg, sizeof msg);
+    if (s != DP_OK) fail_msg("sticky, a lock file of this version: %s", msg);
+    /* the binary: a run of one user, then another user's --resume of it (util-linux's setpriv runs it as them) */
+    if (tu_sh(NULL, "command -v setpriv") != 0) {
+        print_message("no setpriv: the run as two users skipped\n");
+        tu_sh(NULL, "rm -rf '%s'", d);
+        return;
+    }
+    assert_int_equal(chmod(d, 0777), 0);
+    tu_sh(NULL, "rm -rf '%s'/* '%s'/.dptrain.lock", d, d);
+    char *o;
+    int rc = tu_sh(&o, "cd '%s' && setpriv --reuid=%d --regid=%d --clear-groups sh -c 'umask 022 && exec \"%s\" train "
+                   DATA " --epochs 1 --checkpoint .' 2>&1", d, OTHER_UID, OTHER_UID, getenv("DPTRAIN"));
+    if (rc) fail_msg("rc %d:\n%s", rc, o);
+    free(o);
+    rc = tu_sh(&o, "cd '%s' && setpriv --reuid=%d --regid=%d --clear-groups sh -c 'umask 022 && exec \"%s\" train "
+               DATA " --epochs 2 --resume .' 2>&1", d, ME_UID, ME_UID, getenv("DPTRAIN"));
+    if (rc || !tu_contains(o, "resuming from")) fail_msg("rc %d:\n%s", rc, o);
+    free(o);
+    tu_sh(NULL, "rm -rf '%s'", d);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_resume_starts_fresh),
         cmocka_unit_test(test_sigint_in_final_eval),
         cmocka_unit_test(test_sigterm_in_final_eval),
         cmocka_unit_test(test_checkpoint_dir_locked),
+        cmocka_unit_test(test_lock_of_another_user),
         cmocka_unit_test(test_resumed_epoch_marked),
         cmocka_unit_test(test_console_fits_80_columns),
     };

@@ -64,32 +64,60 @@ static void test_roundtrip_and_damage(void **state) {
     free(copy);
 }
 
+/* A DPCKPT01 file of model lenet whose header says n_params, its data 0.25 and a good CRC. */
+static void write_v1(const char *p, int64_t n_params) {
+    dp_ckpt_v1_header h;
+    memset(&h, 0, sizeof h);
+    snprintf(h.model, sizeof h.model, "lenet");
+    h.c = 1, h.h = 28, h.w = 28, h.n_classes = 10, h.n_params = n_params, h.n_buffers = 0;
+    size_t n = 8 + sizeof h + (size_t)n_params * 4 + 4;
+    unsigned char *b = calloc(1, n);
+    assert_non_null(b);
+    memcpy(b, "DPCKPT01", 8);
+    memcpy(b + 8, &h, sizeof h);
+    float *pv = (float *)(b + 8 + sizeof h);
+    for (int64_t i = 0; i < n_params; i++) pv[i] = 0.25f;
+    uint32_t crc = (uint32_t)crc32(0L, b, (uInt)(n - 4));
+    memcpy(b + n - 4, &crc, 4);
+    tu_write_file(p, b, n);
+    free(b);
+}
+
 /* A DPCKPT01 file (dptrain 0.1's --save) still initialises a model. */
 static void test_old_format_read(void **state) {
     (void)state;
     dp_model m;
     assert_int_equal(dp_model_build("lenet", (dp_shape){1, 28, 28}, 10, &m), DP_OK);
-    dp_ckpt_v1_header h;
-    memset(&h, 0, sizeof h);
-    snprintf(h.model, sizeof h.model, "lenet");
-    h.c = 1, h.h = 28, h.w = 28, h.n_classes = 10, h.n_params = (int64_t)m.params.n, h.n_buffers = 0;
-    size_t n = 8 + sizeof h + m.params.n * 4 + 4;
-    unsigned char *b = calloc(1, n);
-    memcpy(b, "DPCKPT01", 8);
-    memcpy(b + 8, &h, sizeof h);
-    float *pv = (float *)(b + 8 + sizeof h);
-    for (size_t i = 0; i < m.params.n; i++) pv[i] = 0.25f;
-    uint32_t crc = (uint32_t)crc32(0L, b, (uInt)(n - 4));
-    memcpy(b + n - 4, &crc, 4);
     const char *p = tu_path("old.ckpt");
-    tu_write_file(p, b, n);
+    write_v1(p, (int64_t)m.params.n);
     float *params = calloc(m.params.n, sizeof *params), buffers[1];
     assert_int_equal(dp_checkpoint_load_weights("--load", p, &m, params, buffers, NULL), DP_OK);
     assert_float_equal(params[m.params.n - 1], 0.25f, 0);
     dp_train_pos pos;
-    assert_int_equal(dp_checkpoint_load_resume(p, &m, params, buffers, NULL, &pos, NULL, 0), DP_ERR_USAGE);
+    assert_int_equal(dp_checkpoint_load_resume(p, &m, params, buffers, NULL, &pos, NULL, 0, NULL, 0), DP_ERR_USAGE);
     assert_true(tu_contains(dp_last_error(), "--init-from"));
-    free(params), free(b);
+    free(params);
+    dp_model_free(&m);
+}
+
+/* Same model, shape and classes but another parameter count: the message's two halves differ,
+ * naming the file's count and the model's (they were the same text). */
+static void test_old_format_wrong_count(void **state) {
+    (void)state;
+    dp_model m;
+    assert_int_equal(dp_model_build("lenet", (dp_shape){1, 28, 28}, 10, &m), DP_OK);
+    const char *p = tu_path("old-count.ckpt");
+    write_v1(p, (int64_t)m.params.n + 4);
+    float *params = calloc(m.params.n, sizeof *params), buffers[1];
+    assert_int_equal(dp_checkpoint_load_weights("--load", p, &m, params, buffers, NULL), DP_ERR_USAGE);
+    const char *e = dp_last_error();
+    char file_has[128], model_has[128];
+    snprintf(file_has, sizeof file_has, "with 10 classes, %zu parameter floats", m.params.n + 4);
+    snprintf(model_has, sizeof model_has, "this run has model lenet on 1x28x28 with 10 classes, %zu parameter floats",
+             m.params.n);
+    if (!tu_contains(e, file_has) || !tu_contains(e, model_has)) fail_msg("%s", e);
+    print_message("%s\n", e);
+    free(params);
     dp_model_free(&m);
 }
 
@@ -185,6 +213,7 @@ static void test_not_a_regular_file(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_roundtrip_and_damage), cmocka_unit_test(test_old_format_read),
+        cmocka_unit_test(test_old_format_wrong_count),
         cmocka_unit_test(test_sgd_refuses_nonfinite), cmocka_unit_test(test_check_cost),
         cmocka_unit_test(test_same_file), cmocka_unit_test(test_not_a_regular_file),
     };

@@ -157,7 +157,9 @@ static const opt_spec opts[] = {
     {"keep", "K", K_INT, .ilo = 1, .ihi = 1000000, .off = OFF(keep), .def = "3", .help = "checkpoints kept in DIR"},
     {"resume", "DIR|FILE", K_STRING, .off = OFF(resume_path),
      .help = "continue from the newest good checkpoint in DIR (damaged ones skipped with a warning) or from FILE, "
-             "bitwise as the run never stopped; implies --checkpoint DIR; a new or empty DIR starts the run there "
+             "bitwise as if the run never stopped when --chunks, the device and CPU kernels are the same and the "
+             "replica count is the same or divides --chunks (else a note says which differs); implies --checkpoint "
+             "DIR; a new or empty DIR starts the run there "
              "(one command line starts or continues it)"},
     {"init-from", "FILE", K_STRING, .off = OFF(init_path),
      .help = "initial weights and BN statistics from a safetensors state_dict (PyTorch's names: a dptrain "

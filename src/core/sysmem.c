@@ -1,5 +1,5 @@
-/* sysmem.c: available memory (/proc/meminfo, the process's cgroup limits: core/cgroup.c) and the
- * regular-file open used by every reader. */
+/* sysmem.c: available memory (/proc/meminfo, ulimit -v and -d, the process's cgroup limits:
+ * core/cgroup.c) and the regular-file open used by every reader. */
 #include "core/sysmem.h"
 
 #include <errno.h>
@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "core/cgroup.h"
@@ -16,6 +17,19 @@ static void consider(dp_mem_avail *out, unsigned long long bytes, const char *so
         out->bytes = bytes;
         snprintf(out->source, sizeof out->source, "%s", source);
     }
+}
+
+/* A "Field:   N kB" line of /proc/self/status; 0 when absent. */
+static unsigned long long status_kb(const char *field) {
+    FILE *f = fopen("/proc/self/status", "r");
+    unsigned long long kb = 0;
+    if (!f) return 0;
+    char line[256];
+    size_t n = strlen(field);
+    while (fgets(line, sizeof line, f))
+        if (strncmp(line, field, n) == 0 && sscanf(line + n, "%llu", &kb) == 1) break;
+    fclose(f);
+    return kb;
 }
 
 void dp_memory_available(dp_mem_avail *out) {
@@ -32,6 +46,18 @@ void dp_memory_available(dp_mem_avail *out) {
     if (!out->bytes) {
         long pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGESIZE);
         if (pages > 0 && page > 0) consider(out, (unsigned long long)pages * (unsigned long long)page, "free memory");
+    }
+    /* ulimit -v / -d: past them malloc fails (and a parser reports the failure as bad input) */
+    static const struct {
+        int res;
+        const char *field, *source;
+    } lim[] = {{RLIMIT_AS, "VmSize:", "the address-space limit (ulimit -v) less what is mapped"},
+               {RLIMIT_DATA, "VmData:", "the data-segment limit (ulimit -d) less what is in use"}};
+    for (size_t i = 0; i < sizeof lim / sizeof lim[0]; i++) {
+        struct rlimit rl;
+        if (getrlimit(lim[i].res, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) continue;
+        unsigned long long used = status_kb(lim[i].field) * 1024;
+        consider(out, rl.rlim_cur > used ? rl.rlim_cur - used : 1, lim[i].source);
     }
     /* the process's own groups (a job's limit), each level up to the top, v2 and v1 */
     char where[sizeof out->source - 40];

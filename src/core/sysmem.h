@@ -16,7 +16,8 @@ typedef struct {
 } dp_mem_avail;
 
 /* MemAvailable from /proc/meminfo (else sysconf's free pages), bounded by the headroom of the
- * process's own cgroups, v2 or v1, at every level up to the top (core/cgroup.h). */
+ * process's own cgroups, v2 or v1, at every level up to the top (core/cgroup.h), and by the
+ * room left under RLIMIT_AS and RLIMIT_DATA (ulimit -v, -d). */
 void dp_memory_available(dp_mem_avail *out);
 /* Fails with DP_ERR_NOMEM when `bytes` for `what` cannot fit, naming both figures: checked
  * before a large allocation, because Linux overcommits and the OOM killer would end the

@@ -106,6 +106,23 @@ static int is_v1(const char *path) {
     return v1;
 }
 
+/* Tensors a checkpoint of a model may hold besides the model's own and their momentum (keys that
+ * loaders ignore, such as another optimizer's state). */
+#define OTHER_TENSORS 1024
+
+/* path read with its header bounded by model m (safetensors.h): a header far bigger than any file
+ * of m is refused before it is read, one of too many entries before it is parsed. */
+static dp_status read_for_model(const char *path, const dp_model *m, dp_st_file *f) {
+    dp_sd_entry *e;
+    int n;
+    DP_TRY(dp_state_dict(m, &e, &n));
+    free(e);
+    char why[200];
+    snprintf(why, sizeof why, "model %s: its %d tensors, their momentum and %d others", m->name, n, OTHER_TENSORS);
+    const dp_st_limits lim = {.max_tensors = 2L * n + OTHER_TENSORS, .why = why};
+    return dp_st_read_limited(path, &lim, f);
+}
+
 static int ignored_key(const char *name) {
     return strncmp(name, "optimizer.", 10) == 0 || strncmp(name, "dptrain.", 8) == 0;
 }
@@ -220,7 +237,7 @@ dp_status dp_checkpoint_load_weights(const char *flag, const char *path, const d
     if (is_v1(path)) s = dp_checkpoint_v1_load(path, m, params, buffers, NULL, NULL);
     else {
         dp_st_file f;
-        s = dp_st_read(path, &f);
+        s = read_for_model(path, m, &f);
         if (s == DP_OK) {
             s = take_model(path, &f, m, params, buffers, NULL, bn_batches);
             dp_st_free(&f);
@@ -248,12 +265,13 @@ static dp_status meta_long(const char *path, const dp_st_file *f, const char *ke
 }
 
 dp_status dp_checkpoint_load_resume(const char *path, const dp_model *m, float *params, float *buffers,
-                                    float *momentum, dp_train_pos *pos, const dp_st_meta *expect, int n_expect) {
+                                    float *momentum, dp_train_pos *pos, const dp_st_meta *expect, int n_expect,
+                                    dp_ckpt_recorded *rec, int n_rec) {
     if (is_v1(path))
         return dp_fail(DP_ERR_USAGE, "%s: an old DPCKPT01 file holds no training position; continue from its weights "
                        "with --init-from %s (epochs and momentum start afresh)", path, path);
     dp_st_file f;
-    DP_TRY(dp_st_read(path, &f));
+    DP_TRY(read_for_model(path, m, &f));
     dp_status s = DP_OK;
     long v[4] = {0};
     /* each field in the range a run can reach: a crafted value must not wrap an int (or resume at epoch 0) */
@@ -279,6 +297,10 @@ dp_status dp_checkpoint_load_resume(const char *path, const dp_model *m, float *
     if (s == DP_OK) s = take_model(path, &f, m, params, buffers, momentum, &nbt);
     if (s == DP_OK && pos)
         pos->epoch = (int)v[0], pos->next_batch = (int)v[1], pos->step = v[2], pos->skipped = v[3], pos->bn_batches = nbt;
+    for (int i = 0; i < n_rec && s == DP_OK; i++) {
+        const char *have = dp_st_meta_get(&f, rec[i].key);
+        snprintf(rec[i].value, sizeof rec[i].value, "%s", have ? have : "");
+    }
     dp_st_free(&f);
     return s;
 }

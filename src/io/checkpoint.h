@@ -47,11 +47,20 @@ dp_status dp_checkpoint_check_path(const char *flag, const char *path);
 dp_status dp_checkpoint_load_weights(const char *flag, const char *path, const dp_model *m, float *params,
                                      float *buffers, long *bn_batches);
 
+/* A setting the checkpoint recorded without it being checked (how the run was spread: replicas,
+ * --chunks, kernels), copied out for the caller: value "" when the file has none. */
+typedef struct {
+    const char *key;
+    char value[128];
+} dp_ckpt_recorded;
+
 /* Everything needed to continue: weights, buffers, momentum and position. Fails with DP_ERR_USAGE
  * naming the file and the setting when an entry of `expect` differs from what the file was written
- * with, with DP_ERR_FORMAT or DP_ERR_IO when the file is damaged. */
+ * with, with DP_ERR_FORMAT or DP_ERR_IO when the file is damaged. The n_rec entries of rec (may be
+ * NULL) get the file's values of their keys. */
 dp_status dp_checkpoint_load_resume(const char *path, const dp_model *m, float *params, float *buffers,
-                                    float *momentum, dp_train_pos *pos, const dp_st_meta *expect, int n_expect);
+                                    float *momentum, dp_train_pos *pos, const dp_st_meta *expect, int n_expect,
+                                    dp_ckpt_recorded *rec, int n_rec);
 
 /* The old format (read only). */
 typedef struct {

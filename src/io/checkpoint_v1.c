@@ -56,12 +56,16 @@ dp_status dp_checkpoint_v1_load(const char *path, const dp_model *m, float *para
     }
     if (strcmp(h.model, m->name) != 0 || h.c != m->input.c || h.h != m->input.h || h.w != m->input.w ||
         h.n_classes != m->n_classes || (size_t)h.n_params != m->params.n || (size_t)h.n_buffers != m->buffers.n) {
+        /* both halves name the counts too: a file of the same model, shape and classes may still hold
+           another number of parameters (another version of the model, or a crafted header) */
         char shown[160];
         s = dp_fail(DP_ERR_USAGE,
-                    "%s: checkpoint is for model %s on %dx%dx%d inputs with %d classes; this run has model %s on "
-                    "%dx%dx%d with %d classes",
-                    path, dp_printable(h.model, shown, sizeof shown), h.c, h.h, h.w, h.n_classes, m->name, m->input.c,
-                    m->input.h, m->input.w, m->n_classes);
+                    "%s: checkpoint is for model %s on %dx%dx%d inputs with %d classes, %lld parameter floats and "
+                    "%lld buffer floats; this run has model %s on %dx%dx%d with %d classes, %zu parameter floats and "
+                    "%zu buffer floats",
+                    path, dp_printable(h.model, shown, sizeof shown), h.c, h.h, h.w, h.n_classes,
+                    (long long)h.n_params, (long long)h.n_buffers, m->name, m->input.c, m->input.h, m->input.w,
+                    m->n_classes, m->params.n, m->buffers.n);
         goto out;
     }
     buf = malloc((size_t)size);

@@ -19,7 +19,10 @@ dp_status dp_ckpt_dir_prune(const char *dir, int keep);
 /* Locks dir for this process (a POSIX record lock on DIR/.dptrain.lock, which the kernel drops when
  * the process ends, also on NFS) and writes "pid P on host H since T" into it. Another run holding
  * it is refused naming that line: two runs on one directory would interleave checkpoints and
- * delete each other's temporary files. *fd stays open for the lock's lifetime. */
+ * delete each other's temporary files. *fd stays open for the lock's lifetime. The file is made
+ * writable by whoever may write the directory (its mode follows the directory's group/other write
+ * bits, whatever the umask), and a stale one we cannot write (another user's, from a finished run
+ * or an older dptrain) is replaced: a stale lock never blocks a run. */
 dp_status dp_ckpt_dir_lock(const char *flag, const char *dir, int *fd);
 void dp_ckpt_dir_unlock(int fd);
 

@@ -53,12 +53,32 @@ typedef struct {
     int *by_name;           /* tensor indices sorted by name, for dp_st_find */
 } dp_st_file;
 
+/* What a header may hold, judged on its raw bytes before it is parsed (io/safetensors_scan.h): the
+ * parse allocates per JSON value, so a header's cost is bounded by its entries, its nesting and
+ * its bytes per tensor. A valid tensor entry has 14 values and under 1 KiB; dptrain writes about
+ * 50 metadata keys. */
+#define DP_ST_MAX_DEPTH 3              /* the root, a tensor's object, its shape or offsets */
+#define DP_ST_MAX_ENTRY_BYTES 4096     /* one tensor's "name":{...} */
+#define DP_ST_MAX_ENTRY_VALUES 32      /* JSON values in one tensor's entry */
+#define DP_ST_MAX_META_KEYS 4096
+#define DP_ST_MAX_META_BYTES (1u << 20)
+#define DP_ST_MAX_TENSORS (1L << 17)   /* without a model to size it by */
+
+typedef struct {
+    long max_tensors;   /* 0: DP_ST_MAX_TENSORS */
+    const char *why;    /* for messages: whose limit it is ("model lenet: its 10 tensors, ..."); NULL: this reader's */
+} dp_st_limits;
+
 /* Reads and checks path as strictly as the reference reader: header length, then the header alone
  * (JSON with nothing after it but padding spaces, one __metadata__ of strings, unique names, F32 or
  * I64, whole-number shapes and offsets, the tensors tiling the data exactly), and only then, when
  * the memory is there, the data and its CRC when the file carries one. A crafted or huge file is
- * refused before its data is read. Every failure names the file. */
+ * refused before its data is read, and a header beyond the limits below before it is parsed (the
+ * parse's cost counted in the memory check). No string may hold \u0000. Every failure names the file. */
 dp_status dp_st_read(const char *path, dp_st_file *out);
+/* The same with the header's limits given: a reader that knows the model sizes them by it, so
+ * that a header far bigger than the model's is refused from its length alone. */
+dp_status dp_st_read_limited(const char *path, const dp_st_limits *lim, dp_st_file *out);
 void dp_st_free(dp_st_file *f);
 /* The tensor called name, or NULL (a binary search). */
 const dp_st_tensor *dp_st_find(const dp_st_file *f, const char *name);

@@ -11,6 +11,7 @@
 
 #include "core/printable.h"
 #include "core/sysmem.h"
+#include "io/safetensors_scan.h"
 
 #define MAX_HEADER (100u << 20) /* the reference reader's limit */
 
@@ -147,11 +148,7 @@ static dp_status parse_entry(const char *path, const cJSON *e, uint64_t data_len
  * is read, in *spans). */
 static dp_status parse_header(const char *path, const char *hdr, size_t hl, uint64_t data_len, dp_st_file *f,
                               span **spans) {
-    /* raw control bytes are invalid JSON (cJSON would take them inside strings) */
-    for (size_t i = 0; i < hl; i++)
-        if ((unsigned char)hdr[i] < 0x20 && hdr[i] != ' ' && hdr[i] != '\t' && hdr[i] != '\n' && hdr[i] != '\r')
-            return dp_fail(DP_ERR_FORMAT, "%s: corrupt safetensors header (control byte 0x%02x at byte %zu)", path,
-                           (unsigned char)hdr[i], 8 + i);
+    /* control bytes, \u0000 and the header's size were judged by dp_st_scan_header */
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(hdr, hl, &end, 0);
     if (!root || !cJSON_IsObject(root)) {
@@ -218,28 +215,30 @@ static dp_status parse_header(const char *path, const char *hdr, size_t hl, uint
     return s;
 }
 
-/* The header's own CRC when the file carries one (safetensors.h). */
-static dp_status check_header_crc(const char *path, const unsigned char *len8, const char *hdr, size_t hl,
-                                  const dp_st_file *f) {
+/* The header's own CRC when the file carries one (safetensors.h); head: the 8 length bytes, then the header. */
+static dp_status check_header_crc(const char *path, const unsigned char *head, size_t hl, const dp_st_file *f) {
     const char *want = dp_st_meta_get(f, DP_ST_HEADER_CRC_KEY);
     if (!want) return DP_OK;
-    unsigned char *head = malloc(8 + hl);
-    if (!head) return dp_fail(DP_ERR_NOMEM, "%s: out of memory reading the header", path);
-    memcpy(head, len8, 8);
-    memcpy(head + 8, hdr, hl);
-    dp_status s = DP_OK;
     char have[16], shown[40];
-    if (!dp_st_header_crc_slot(hdr, hl))
-        s = dp_fail(DP_ERR_FORMAT, "%s: corrupt: the header's CRC-32 (%s) is not where it was written", path,
-                    dp_printable(want, shown, sizeof shown));
-    else if (snprintf(have, sizeof have, "%08x", dp_st_header_crc(head, 8 + hl)), strcmp(have, want) != 0)
-        s = dp_fail(DP_ERR_FORMAT, "%s: corrupt: the header's CRC-32 is %s, the header says %s", path, have,
-                    dp_printable(want, shown, sizeof shown));
-    free(head);
-    return s;
+    if (!dp_st_header_crc_slot((const char *)head + 8, hl))
+        return dp_fail(DP_ERR_FORMAT, "%s: corrupt: the header's CRC-32 (%s) is not where it was written", path,
+                       dp_printable(want, shown, sizeof shown));
+    snprintf(have, sizeof have, "%08x", dp_st_header_crc(head, 8 + hl));
+    if (strcmp(have, want) != 0)
+        return dp_fail(DP_ERR_FORMAT, "%s: corrupt: the header's CRC-32 is %s, the header says %s", path, have,
+                       dp_printable(want, shown, sizeof shown));
+    return DP_OK;
 }
 
-static dp_status read_file(const char *path, int fd, off_t fsize, dp_st_file *f) {
+/* dp_memory_check with " (why)" appended to its message. */
+static dp_status memory_for(unsigned long long bytes, const char *what, const char *why) {
+    if (dp_memory_check(bytes, what) == DP_OK) return DP_OK;
+    char msg[DP_ERROR_MAX];
+    snprintf(msg, sizeof msg, "%s", dp_last_error());
+    return dp_fail(DP_ERR_NOMEM, "%s (%s)", msg, why);
+}
+
+static dp_status read_file(const char *path, int fd, off_t fsize, const dp_st_limits *lim, dp_st_file *f) {
     if (fsize < 8)
         return dp_fail(DP_ERR_FORMAT, "%s: not a safetensors file (%lld bytes, too short)", path, (long long)fsize);
     const uint64_t size = (uint64_t)fsize;
@@ -250,27 +249,46 @@ static dp_status read_file(const char *path, int fd, off_t fsize, dp_st_file *f)
     if (hl > size - 8 || hl > MAX_HEADER)
         return dp_fail(DP_ERR_FORMAT, "%s: truncated or not a safetensors file (header of %llu bytes, file %llu)", path,
                        (unsigned long long)hl, (unsigned long long)size);
-    char *hdr = malloc(hl ? (size_t)hl : 1);
-    if (!hdr) return dp_fail(DP_ERR_NOMEM, "%s: out of memory reading a header of %llu bytes", path, (unsigned long long)hl);
-    span *spans = NULL;
-    dp_status s = read_at(path, fd, hdr, (size_t)hl, 8);
-    if (s == DP_OK) s = parse_header(path, hdr, (size_t)hl, size - 8 - hl, f, &spans);
-    if (s == DP_OK) s = check_header_crc(path, len8, hdr, (size_t)hl, f);
-    /* only a file whose header describes all of it is read whole: never more than the memory there is */
-    if (s == DP_OK && dp_memory_check(size, path) != DP_OK) {
-        char msg[DP_ERROR_MAX];
-        snprintf(msg, sizeof msg, "%s", dp_last_error());
-        s = dp_fail(DP_ERR_NOMEM, "%s (the whole file is read)", msg);
+    /* a header longer than its tensors and metadata can be is refused unread */
+    const unsigned long long max_hl = dp_st_max_header(lim);
+    if (hl > max_hl) {
+        char a[32], b[32];
+        return dp_fail(DP_ERR_FORMAT, "%s: refused: a header of %s, more than the %s of %ld tensors (%s) at %d bytes "
+                       "each and %u bytes of metadata; is it a file for another model?", path,
+                       dp_format_bytes(hl, a, sizeof a), dp_format_bytes(max_hl, b, sizeof b),
+                       lim && lim->max_tensors > 0 ? lim->max_tensors : DP_ST_MAX_TENSORS,
+                       lim && lim->why ? lim->why : "this reader's limit", DP_ST_MAX_ENTRY_BYTES, DP_ST_MAX_META_BYTES);
     }
+    char what[4200];
+    snprintf(what, sizeof what, "%s: its header of %llu bytes", path, (unsigned long long)hl);
+    DP_TRY(memory_for(8 + hl, what, "read before it is judged"));
+    unsigned char *head = malloc((size_t)(8 + hl)); /* the length bytes and the header, as the CRC covers them */
+    if (!head)
+        return dp_fail(DP_ERR_NOMEM, "%s: out of memory reading a header of %llu bytes", path, (unsigned long long)hl);
+    memcpy(head, len8, 8);
+    const char *hdr = (const char *)head + 8;
+    span *spans = NULL;
+    dp_st_scan sc;
+    dp_status s = read_at(path, fd, head + 8, (size_t)hl, 8);
+    if (s == DP_OK) s = dp_st_scan_header(path, hdr, (size_t)hl, lim, &sc);
+    if (s == DP_OK) {
+        snprintf(what, sizeof what, "%s: parsing its header (%ld tensors, up to %ld JSON values)", path, sc.tensors,
+                 sc.values);
+        s = memory_for(sc.cost, what, "cJSON's nodes and strings and the tables, counted before the parse");
+    }
+    if (s == DP_OK) s = parse_header(path, hdr, (size_t)hl, size - 8 - hl, f, &spans);
+    if (s == DP_OK) s = check_header_crc(path, head, (size_t)hl, f);
+    /* only a file whose header describes all of it is read whole: never more than the memory there is */
+    if (s == DP_OK) s = memory_for(size, path, "the whole file is read");
     if (s == DP_OK && !(f->buf = malloc((size_t)size)))
         s = dp_fail(DP_ERR_NOMEM, "%s: out of memory reading %llu bytes", path, (unsigned long long)size);
     if (s == DP_OK) {
         f->size = (size_t)size;
-        memcpy(f->buf, len8, 8);
-        memcpy(f->buf + 8, hdr, (size_t)hl);
+        memcpy(f->buf, head, (size_t)(8 + hl));
+        free(head), head = NULL;
         s = read_at(path, fd, f->buf + 8 + hl, (size_t)(size - 8 - hl), (off_t)(8 + hl));
     }
-    free(hdr);
+    free(head);
     if (s == DP_OK) {
         const unsigned char *data = f->buf + 8 + hl;
         for (int i = 0; i < f->n; i++) f->tensors[i].data = data + spans[i].begin;
@@ -285,12 +303,14 @@ static dp_status read_file(const char *path, int fd, off_t fsize, dp_st_file *f)
     return s;
 }
 
-dp_status dp_st_read(const char *path, dp_st_file *out) {
+dp_status dp_st_read(const char *path, dp_st_file *out) { return dp_st_read_limited(path, NULL, out); }
+
+dp_status dp_st_read_limited(const char *path, const dp_st_limits *lim, dp_st_file *out) {
     memset(out, 0, sizeof *out);
     struct stat st;
     int fd;
     DP_TRY(dp_open_regular(path, NULL, &fd, &st)); /* a directory or FIFO is named, never waited on */
-    dp_status s = read_file(path, fd, st.st_size, out);
+    dp_status s = read_file(path, fd, st.st_size, lim, out);
     close(fd);
     if (s != DP_OK) dp_st_free(out);
     return s;

@@ -8,10 +8,12 @@
 #include <sys/stat.h>
 #include <zlib.h>
 
+#include "core/printable.h"
 #include "dp_config.h"
 #include "io/atomic.h"
 #include "io/checkpoint.h"
 #include "io/ckpt_dir.h"
+#include "kernels/cpu/dispatch.h"
 #include "optim/sgd.h"
 #include "train/signals.h"
 #include "train/strategy.h"
@@ -78,7 +80,11 @@ dp_status dp_persist_setup(dp_trainer *t) {
     return DP_OK;
 }
 
-enum { N_CHECKED = 23, N_INFO = 11, N_META = N_CHECKED + N_INFO };
+enum { N_CHECKED = 23, N_INFO = 14, N_META = N_CHECKED + N_INFO };
+
+/* Whether this run sums in the canonical order (data/chunks.h): bitwise equal to every replica
+ * count that divides --chunks. */
+static int canonical(const dp_trainer *t) { return t->sampler.plan.canonical && t->backend->ordered; }
 
 /* The settings a checkpoint records: the first N_CHECKED must be equal to resume (they change the
  * math or the data), the rest may differ (how the same math is spread over replicas and threads). */
@@ -124,6 +130,10 @@ static int settings(const dp_trainer *t, dp_st_meta *m, char (*v)[128]) {
     SET("allreduce", "%s", c->allreduce_algo);
     SET("on-nan", "%s", c->on_nan_skip ? "skip" : "stop");
     snprintf(v[k], 128, "%s", DP_VERSION), m[k].key = "dptrain.version", m[k].value = v[k], k++;
+    /* what decides, with the above, whether a resumed run is bitwise the uninterrupted one (note_inexact) */
+    snprintf(v[k], 128, "%s", c->device ? c->device : "cpu"), m[k].key = "dptrain.device", m[k].value = v[k], k++;
+    snprintf(v[k], 128, "%s", dp_cpu_kernel_variant()), m[k].key = "dptrain.cpu_kernels", m[k].value = v[k], k++;
+    snprintf(v[k], 128, "%d", canonical(t)), m[k].key = "dptrain.canonical_order", m[k].value = v[k], k++;
 #undef SET
     return k;
 }
@@ -167,6 +177,67 @@ dp_status dp_persist_save(dp_trainer *t, const char *flag, const char *path) {
     return DP_OK;
 }
 
+/* The recorded settings note_inexact compares, in this order. */
+static const char *const exact_keys[] = {"dptrain.arg.chunks", "dptrain.arg.replicas", "dptrain.arg.allreduce",
+                                         "dptrain.arg.backend", "dptrain.canonical_order", "dptrain.device",
+                                         "dptrain.cpu_kernels"};
+enum { N_EXACT = sizeof exact_keys / sizeof exact_keys[0] };
+
+/* --resume promises the uninterrupted run's bits when the sums run in the same order on the same
+ * kernels: the same --chunks, and either the canonical order on both sides (any replica count that
+ * divides --chunks, --allreduce ordered) or the same replicas and all-reduce; the same device and
+ * CPU kernel variant. One note line saying which setting breaks it (a checkpoint older than a
+ * record is not judged on it). */
+static void note_inexact(const dp_trainer *t, const char *path, const dp_ckpt_recorded *r) {
+    const dp_config *c = &t->cfg;
+    const char *chunks = r[0].value, *reps = r[1].value, *algo = r[2].value, *backend = r[3].value;
+    const char *canon = r[4].value, *device = r[5].value, *kernels = r[6].value;
+    char why[1024] = "", shown[2][200], here[32];
+    size_t k = 0;
+#define WHY(...) (k += (size_t)snprintf(why + k, k < sizeof why ? sizeof why - k : 0, __VA_ARGS__))
+    snprintf(here, sizeof here, "%d", c->chunks);
+    if (*chunks && strcmp(chunks, here) != 0)
+        WHY("%s--chunks is %s in the checkpoint but %d here", k ? "; " : "", dp_printable(chunks, shown[0], 200),
+            c->chunks);
+    else if (*chunks && *reps) {
+        long was_n = atol(reps);
+        /* older checkpoints: canonical when the replica count divided --chunks with the ordered sum */
+        int was = *canon ? strcmp(canon, "1") == 0
+                         : was_n > 0 && c->chunks % was_n == 0 && strcmp(algo, "ordered") == 0;
+        int now = canonical(t), same_sum = was_n == t->world && strcmp(algo, c->allreduce_algo) == 0 &&
+                                          strcmp(backend, c->backend) == 0;
+        if (!(was && now) && !same_sum) {
+            const char *sep = k ? "; " : "";
+            dp_printable(reps, shown[0], 200);
+            if (was_n == t->world)
+                WHY("%sthe checkpoint's run summed with --backend %s --allreduce %s, this one with --backend %s "
+                    "--allreduce %s, not both in the canonical order", sep, dp_printable(backend, shown[1], 200),
+                    dp_printable(algo, shown[0], 200), c->backend, c->allreduce_algo);
+            else if (!now && !t->backend->ordered)
+                WHY("%sthe checkpoint's run had %s replicas, this one %d with --allreduce %s, which sums in its own "
+                    "order", sep, shown[0], t->world, c->allreduce_algo);
+            else if (!now)
+                WHY("%sthe checkpoint's run had %s replicas, this one %d, which does not divide --chunks %d", sep,
+                    shown[0], t->world, c->chunks);
+            else
+                WHY("%sthe checkpoint's run had %s replicas, this one %d, and it did not sum in the canonical order "
+                    "(its replica count does not divide --chunks %d, or its --allreduce is not ordered)", sep,
+                    shown[0], t->world, c->chunks);
+        }
+    }
+    const char *dev = c->device ? c->device : "cpu";
+    if (*device && strcmp(device, dev) != 0)
+        WHY("%sthe checkpoint was computed on %s, this run on %s", k ? "; " : "", dp_printable(device, shown[0], 200),
+            dev);
+    else if (*kernels && strcmp(dev, "cpu") == 0 && strcmp(kernels, dp_cpu_kernel_variant()) != 0)
+        WHY("%sthe CPU kernels were %s in the checkpoint, %s here", k ? "; " : "", dp_printable(kernels, shown[0], 200),
+            dp_cpu_kernel_variant());
+#undef WHY
+    if (k && !c->quiet)
+        fprintf(stderr, "dptrain: note: --resume %s: the result will not be bitwise the uninterrupted run's (only "
+                "equal within float rounding): %s\n", path, why);
+}
+
 /* Rank 0: the checkpoint to continue from, loaded into replica r0. */
 static dp_status load_newest(dp_trainer *t, dp_replica *r0, dp_train_pos *pos) {
     const char *src = t->cfg.resume_path;
@@ -174,11 +245,15 @@ static dp_status load_newest(dp_trainer *t, dp_replica *r0, dp_train_pos *pos) {
     char vals[N_META][128];
     settings(t, meta, vals);
     float *mom = t->cfg.momentum > 0 ? r0->h_momentum : NULL;
+    dp_ckpt_recorded rec[N_EXACT];
+    for (int i = 0; i < N_EXACT; i++) rec[i].key = exact_keys[i];
     struct stat st;
     if (stat(src, &st) != 0) return dp_fail(DP_ERR_USAGE, "--resume %s: no such file or directory", src);
     if (!S_ISDIR(st.st_mode)) {
-        DP_TRY(dp_checkpoint_load_resume(src, &t->model, r0->h_params, r0->h_buffers, mom, pos, meta, N_CHECKED));
+        DP_TRY(dp_checkpoint_load_resume(src, &t->model, r0->h_params, r0->h_buffers, mom, pos, meta, N_CHECKED, rec,
+                                         N_EXACT));
         snprintf(t->last_ckpt, sizeof t->last_ckpt, "%s", src);
+        note_inexact(t, src, rec);
         return DP_OK;
     }
     char **paths;
@@ -187,9 +262,11 @@ static dp_status load_newest(dp_trainer *t, dp_replica *r0, dp_train_pos *pos) {
     dp_status s = DP_ERR_USAGE;
     int damaged = 0;
     for (int i = 0; i < n; i++) {
-        s = dp_checkpoint_load_resume(paths[i], &t->model, r0->h_params, r0->h_buffers, mom, pos, meta, N_CHECKED);
+        s = dp_checkpoint_load_resume(paths[i], &t->model, r0->h_params, r0->h_buffers, mom, pos, meta, N_CHECKED,
+                                      rec, N_EXACT);
         if (s == DP_OK) {
             snprintf(t->last_ckpt, sizeof t->last_ckpt, "%s", paths[i]);
+            note_inexact(t, paths[i], rec);
             break;
         }
         if (s == DP_ERR_USAGE) break; /* a different run: refuse rather than fall back to an older file */

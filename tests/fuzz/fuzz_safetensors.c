@@ -40,7 +40,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         dp_st_free(&st);
     }
     dp_train_pos pos;
-    dp_checkpoint_load_resume(path, &model, params, buffers, momentum, &pos, NULL, 0);
+    dp_checkpoint_load_resume(path, &model, params, buffers, momentum, &pos, NULL, 0, NULL, 0);
     unlink(path);
     return 0;
 }
@@ -63,4 +63,8 @@ void dp_fuzz_seeds(void (*add)(const uint8_t *data, size_t size)) {
     static const char small[] = "\x38\0\0\0\0\0\0\0{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}  "
                                 "\0\0\x80\x3f";
     add((const uint8_t *)small, sizeof small - 1);
+    /* escapes in keys and values, an escaped __metadata__, nesting at the header's limit */
+    static const char esc[] = "\x70\0\0\0\0\0\0\0{\"\\u005f_metadata__\":{\"k\\\"\":\"v\\u0041\"},\"a\\\\u0000\":{\"dtype\":"
+                              "\"F32\",\"shape\":[1],\"data_offsets\":[0,4],\"x\":[]}}      \0\0\x80\x3f";
+    add((const uint8_t *)esc, sizeof esc - 1);
 }
