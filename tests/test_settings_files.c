@@ -1,5 +1,6 @@
 /* test_settings_files.c: topology and compute-profile files as an attacker or a typo makes them:
- * numbers out of range (an int overflow, inf, 1e300), control bytes, a FIFO or a symlink given
+ * numbers out of range (an int overflow, inf, 1e300) or not decimal, a setting given twice, an empty
+ * item in a --predict / --topology list, control bytes, a FIFO or a symlink given
  * where a file is read or written, and flags naming such files checked before training starts;
  * calibrate's memory refused before it is allocated. */
 #include <stdio.h>
