@@ -110,3 +110,35 @@ double dp_profile_compute(const dp_profile *p, int batch, int concurrent) {
     }
     return s;
 }
+
+/* A mismatch: the file, the field, both values, and how to get a profile of this run. */
+#define MISMATCH(flag, p, field, fmt, a, b)                                                                     \
+    dp_fail(DP_ERR_USAGE, "%s %s: %s " fmt ", but this run's is " fmt "; the times are of another computation: " \
+            "record a profile of this run on the device it stands for (the same command with --save-profile "     \
+            "FILE in place of %s)", flag, p->path[0] ? p->path : "(profile)", field, a, b, flag)
+
+dp_status dp_profile_match(const char *flag, dp_profile *p, const dp_profile *run) {
+    if (strcmp(p->model, run->model) != 0) return MISMATCH(flag, p, "model", "%s", p->model, run->model);
+    char a[64], b[64];
+    snprintf(a, sizeof a, "%dx%dx%d", p->input_chw[0], p->input_chw[1], p->input_chw[2]);
+    snprintf(b, sizeof b, "%dx%dx%d", run->input_chw[0], run->input_chw[1], run->input_chw[2]);
+    if (strcmp(a, b) != 0) return MISMATCH(flag, p, "input", "%s", a, b);
+    if (p->n_classes != run->n_classes) return MISMATCH(flag, p, "classes", "%d", p->n_classes, run->n_classes);
+    if (p->param_floats != run->param_floats) return MISMATCH(flag, p, "params", "%zu", p->param_floats, run->param_floats);
+    if (p->buffer_floats != run->buffer_floats)
+        return MISMATCH(flag, p, "buffers", "%zu", p->buffer_floats, run->buffer_floats);
+    if (p->n_nodes != run->n_nodes) return MISMATCH(flag, p, "nodes", "%d", p->n_nodes, run->n_nodes);
+    for (int i = 0; i < p->n_nodes; i++) {
+        snprintf(a, sizeof a, "%s %d %d", p->node_names[i], p->kernels_fwd[i], p->kernels_bwd[i]);
+        snprintf(b, sizeof b, "%s %d %d", run->node_names[i], run->kernels_fwd[i], run->kernels_bwd[i]);
+        if (strcmp(a, b) != 0) {
+            char field[32];
+            snprintf(field, sizeof field, "node %d", i);
+            return MISMATCH(flag, p, field, "'%s'", a, b);
+        }
+    }
+    p->n_buckets = run->n_buckets;
+    memcpy(p->bucket_floats, run->bucket_floats, sizeof p->bucket_floats);
+    memcpy(p->bucket_node, run->bucket_node, sizeof p->bucket_node);
+    return DP_OK;
+}

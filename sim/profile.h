@@ -28,6 +28,8 @@ typedef struct {
 typedef struct {
     char model[32];
     char device[64];  /* "cpu", "h100", ...: where the times were measured */
+    char path[512];   /* the file it was read from ("" when measured here) */
+    int input_chw[3]; /* the sample shape the times are of (C, H, W) */
     int n_nodes;
     char node_names[DP_PROFILE_MAX_NODES][32];
     int kernels_fwd[DP_PROFILE_MAX_NODES], kernels_bwd[DP_PROFILE_MAX_NODES]; /* launches on a GPU */
@@ -69,11 +71,21 @@ int dp_profile_has_overhead(const dp_profile *p, int lanes, int workers);
 /* Sum over nodes of forward + backward (+ loss) at batch: one worker's compute per step. */
 double dp_profile_compute(const dp_profile *p, int batch, int concurrent);
 
+/* Refuses a profile read from a file (flag: the option that named it) that is not of this run's
+ * model as `run` describes it (dp_profile_describe): the model, the input shape, the classes, the
+ * parameters, the buffers and the nodes (names and kernel launches) must all be the same, or the
+ * times are another computation's. Names the file, the field, both values and how to record a
+ * profile of this run. The bucket plan is this run's (--bucket-mb), not the recorded device's:
+ * it is taken from `run`. */
+dp_status dp_profile_match(const char *flag, dp_profile *p, const dp_profile *run);
+
 /* Writes p atomically (io/atomic.h: a regular file only); `flag` names the option in messages. */
 dp_status dp_profile_save(const char *flag, const char *path, const dp_profile *p);
 /* Reads a profile: a path, or a device name looked up with the presets: for model M (may be NULL),
  * h100 -> presets/h100-M.profile if there is one, else presets/h100.profile. Every number is
- * checked against its range; a FIFO or device is refused by name. */
+ * checked against its range, every setting and index given once (sim/settings_file.h), the lines
+ * against each other (input_floats = C x H x W, the buckets hold the parameters, a time for every
+ * node in every row); a FIFO or device is refused by name. p->path is the file read. */
 dp_status dp_profile_load(const char *name_or_path, const char *model, dp_profile *p);
 dp_status dp_profile_parse(const char *text, const char *origin, dp_profile *p);
 

@@ -1,5 +1,6 @@
 /* profile_file.c: the compute profile's text format: writing it atomically, reading it strictly
- * (every number in its range, so a crafted file cannot overflow an int or index past a table). */
+ * (every number in its range, so a crafted file cannot overflow an int or index past a table; every
+ * setting and index once; the lines agreeing with each other) with the one settings-file reader. */
 #include "sim/profile.h"
 
 #include <errno.h>
@@ -9,13 +10,14 @@
 #include <sys/stat.h>
 
 #include "io/atomic.h"
+#include "sim/settings_file.h"
 #include "sim/topology.h"
 
 static dp_status write_profile(FILE *f, void *ctx) {
     const dp_profile *p = ctx;
     fprintf(f, "# dptrain compute profile: seconds of one worker per node and step (docs/overhead-model.md)\n");
-    fprintf(f, "model %s\ndevice %s\ninput_floats %zu\nclasses %d\nparams %zu\nbuffers %zu\nnodes %d\n", p->model,
-            p->device[0] ? p->device : "unknown", p->input_floats, p->n_classes, p->param_floats, p->buffer_floats, p->n_nodes);
+    fprintf(f, "model %s\ndevice %s\ninput %dx%dx%d\ninput_floats %zu\nclasses %d\nparams %zu\nbuffers %zu\nnodes %d\n", p->model,
+            p->device[0] ? p->device : "unknown", p->input_chw[0], p->input_chw[1], p->input_chw[2], p->input_floats, p->n_classes, p->param_floats, p->buffer_floats, p->n_nodes);
     fprintf(f, "# overhead LANES THREADS SECONDS: the CPU trainer's cost per step beyond the nodes\n");
     for (int i = 0; i < p->n_overheads; i++)
         fprintf(f, "overhead %d %d %.6e\n", p->overheads[i].lanes, p->overheads[i].workers, p->overheads[i].seconds);
@@ -40,112 +42,183 @@ dp_status dp_profile_save(const char *flag, const char *path, const dp_profile *
 }
 
 
-/* A whole number in [lo, hi], the whole token. */
-static int as_long(const char *tok, long lo, long hi, long *out) {
-    char *end;
-    if (!tok) return 0;
-    errno = 0;
-    long v = strtol(tok, &end, 10);
-    if (end == tok || *end || errno || v < lo || v > hi) return 0;
-    *out = v;
+#define BIG 1000000            /* batches, concurrency, lanes, threads, kernels, classes, C, H, W */
+#define MAX_FLOATS 1000000000000LL /* 4 TB of floats */
+#define MAX_SECS 3600.0        /* a node, the loss or the step of at most an hour */
+
+/* "CxHxW", each in 1..BIG. */
+static int parse_chw(const char *s, int chw[3]) {
+    for (int k = 0; k < 3; k++) {
+        long v = 0;
+        int digits = 0;
+        for (; *s >= '0' && *s <= '9' && digits < 8; s++, digits++) v = 10 * v + (*s - '0');
+        if (!digits || v < 1 || v > BIG || *s != (k < 2 ? 'x' : '\0')) return 0;
+        chw[k] = (int)v;
+        s++;
+    }
     return 1;
 }
 
-static int as_int(const char *tok, int lo, int hi, int *out) {
-    long v;
-    if (!as_long(tok, lo, hi, &v)) return 0;
-    *out = (int)v;
-    return 1;
+/* What each line of the body has been given (every index exactly once: checked at the end). */
+typedef struct {
+    int have_input, have_floats, have_classes, have_params, have_buffers, have_nodes, have_buckets;
+    int node_lines, bucket_lines, time_lines[DP_PROFILE_MAX_ROWS];
+} seen_t;
+
+/* One line (its identity not given before); row is the current row. */
+static dp_status profile_line(dp_sf_reader *r, dp_profile *p, dp_profile_row **row, seen_t *h) {
+    const char *key = r->w[0];
+    char id[64];
+    long long z;
+    int i, a, b;
+    double x, y, sum = 0;
+    if (!strcmp(key, "model")) {
+        DP_TRY(dp_sf_words(r, 2, 2, "model NAME"));
+        DP_TRY(dp_sf_once(r, key));
+        return dp_sf_name(r, 1, p->model, sizeof p->model);
+    }
+    if (!strcmp(key, "device")) {
+        DP_TRY(dp_sf_words(r, 2, 2, "device NAME"));
+        DP_TRY(dp_sf_once(r, key));
+        return dp_sf_name(r, 1, p->device, sizeof p->device);
+    }
+    if (!strcmp(key, "input")) {
+        DP_TRY(dp_sf_words(r, 2, 2, "input CxHxW"));
+        DP_TRY(dp_sf_once(r, key));
+        if (!parse_chw(r->w[1], p->input_chw))
+            return dp_fail(DP_ERR_FORMAT, "%s:%d: input: expected CxHxW (each 1..%d), got '%s'", r->origin, r->line, BIG,
+                           r->w[1]);
+        return h->have_input = 1, DP_OK;
+    }
+    size_t *floats = !strcmp(key, "input_floats") ? &p->input_floats
+                     : !strcmp(key, "params")     ? &p->param_floats
+                     : !strcmp(key, "buffers")    ? &p->buffer_floats
+                                                  : NULL;
+    if (floats) {
+        DP_TRY(dp_sf_words(r, 2, 2, "KEY FLOATS"));
+        DP_TRY(dp_sf_once(r, key));
+        DP_TRY(dp_sf_whole(r, 1, floats == &p->buffer_floats ? 0 : 1, MAX_FLOATS, &z));
+        *floats = (size_t)z;
+        int *have = floats == &p->input_floats ? &h->have_floats : floats == &p->param_floats ? &h->have_params
+                                                                                              : &h->have_buffers;
+        return *have = 1, DP_OK;
+    }
+    if (!strcmp(key, "classes")) {
+        DP_TRY(dp_sf_words(r, 2, 2, "classes K"));
+        DP_TRY(dp_sf_once(r, key));
+        return h->have_classes = 1, dp_sf_int(r, 1, 1, BIG, &p->n_classes);
+    }
+    if (!strcmp(key, "nodes") || !strcmp(key, "buckets")) {
+        const int is_nodes = key[0] == 'n';
+        DP_TRY(dp_sf_words(r, 2, 2, is_nodes ? "nodes N" : "buckets N"));
+        DP_TRY(dp_sf_once(r, key));
+        if (is_nodes) return h->have_nodes = 1, dp_sf_int(r, 1, 1, DP_PROFILE_MAX_NODES, &p->n_nodes);
+        return h->have_buckets = 1, dp_sf_int(r, 1, 1, DP_PROFILE_MAX_BUCKETS, &p->n_buckets);
+    }
+    if (!strcmp(key, "overhead")) {
+        DP_TRY(dp_sf_words(r, 4, 4, "overhead LANES THREADS SECONDS"));
+        DP_TRY(dp_sf_int(r, 1, 1, BIG, &a));
+        DP_TRY(dp_sf_int(r, 2, 1, BIG, &b));
+        DP_TRY(dp_sf_real(r, 3, 0, MAX_SECS, &x));
+        snprintf(id, sizeof id, "overhead %d %d", a, b);
+        DP_TRY(dp_sf_once(r, id));
+        return dp_profile_set_overhead(p, a, b, x);
+    }
+    /* the lines of an index need its count first: the index is checked against it */
+    if (!strcmp(key, "node")) {
+        DP_TRY(dp_sf_words(r, 5, 5, "node INDEX NAME KERNELS_FWD KERNELS_BWD"));
+        if (!h->have_nodes) return dp_fail(DP_ERR_FORMAT, "%s:%d: a node line before 'nodes N'", r->origin, r->line);
+        DP_TRY(dp_sf_int(r, 1, 0, p->n_nodes - 1, &i));
+        snprintf(id, sizeof id, "node %d", i);
+        DP_TRY(dp_sf_once(r, id));
+        DP_TRY(dp_sf_int(r, 3, 0, BIG, &p->kernels_fwd[i]));
+        DP_TRY(dp_sf_int(r, 4, 0, BIG, &p->kernels_bwd[i]));
+        return h->node_lines++, dp_sf_name(r, 2, p->node_names[i], sizeof p->node_names[i]);
+    }
+    if (!strcmp(key, "bucket")) {
+        DP_TRY(dp_sf_words(r, 4, 4, "bucket INDEX FLOATS READY_AFTER_NODE"));
+        if (!h->have_buckets || !h->have_nodes)
+            return dp_fail(DP_ERR_FORMAT, "%s:%d: a bucket line before 'nodes N' and 'buckets N'", r->origin, r->line);
+        DP_TRY(dp_sf_int(r, 1, 0, p->n_buckets - 1, &i));
+        snprintf(id, sizeof id, "bucket %d", i);
+        DP_TRY(dp_sf_once(r, id));
+        DP_TRY(dp_sf_whole(r, 2, 1, MAX_FLOATS, &z));
+        p->bucket_floats[i] = (size_t)z;
+        return h->bucket_lines++, dp_sf_int(r, 3, 0, p->n_nodes - 1, &p->bucket_node[i]);
+    }
+    if (!strcmp(key, "row")) { /* the lane sum is optional: profiles without lanes */
+        DP_TRY(dp_sf_words(r, 6, 7, "row BATCH CONCURRENT STEPS LOSS_S OPT_S [LANE_SUM_S]"));
+        DP_TRY(dp_sf_int(r, 1, 1, BIG, &a));
+        DP_TRY(dp_sf_int(r, 2, 1, BIG, &b));
+        snprintf(id, sizeof id, "row %d %d", a, b);
+        DP_TRY(dp_sf_once(r, id));
+        DP_TRY(dp_sf_whole(r, 3, 0, MAX_FLOATS, &z));
+        DP_TRY(dp_sf_real(r, 4, 0, MAX_SECS, &x));
+        DP_TRY(dp_sf_real(r, 5, 0, MAX_SECS, &y));
+        if (r->n == 7) DP_TRY(dp_sf_real(r, 6, 0, MAX_SECS, &sum));
+        if (!(*row = dp_profile_row_for(p, a, b)))
+            return dp_fail(DP_ERR_FORMAT, "%s:%d: more than %d rows", r->origin, r->line, DP_PROFILE_MAX_ROWS);
+        (*row)->steps = (long)z, (*row)->loss_s = x, (*row)->opt_s = y, (*row)->sum_s = sum;
+        return DP_OK;
+    }
+    if (!strcmp(key, "time")) {
+        DP_TRY(dp_sf_words(r, 4, 4, "time NODE FWD_S BWD_S"));
+        if (!*row || !h->have_nodes)
+            return dp_fail(DP_ERR_FORMAT, "%s:%d: a time line before 'nodes N' and its 'row'", r->origin, r->line);
+        DP_TRY(dp_sf_int(r, 1, 0, p->n_nodes - 1, &i));
+        snprintf(id, sizeof id, "time %d of row %d %d", i, (*row)->batch, (*row)->concurrent);
+        DP_TRY(dp_sf_once(r, id));
+        DP_TRY(dp_sf_real(r, 2, 0, MAX_SECS, &(*row)->fwd_s[i]));
+        DP_TRY(dp_sf_real(r, 3, 0, MAX_SECS, &(*row)->bwd_s[i]));
+        return h->time_lines[*row - p->rows]++, DP_OK;
+    }
+    return dp_fail(DP_ERR_FORMAT, "%s:%d: unknown key '%s' in a compute profile", r->origin, r->line, key);
 }
 
-static int as_size(const char *tok, size_t *out) {
-    long v;
-    if (!as_long(tok, 0, 1000000000000L, &v)) return 0; /* 4 TB of floats */
-    *out = (size_t)v;
-    return 1;
+/* What the lines say together: everything a prediction reads is there, once, and agrees. */
+static dp_status profile_whole(const char *origin, const dp_profile *p, const seen_t *h) {
+    static const char *const need[] = {"model", "input_floats", "classes", "params", "buffers", "nodes", "buckets"};
+    const int have[] = {p->model[0] != 0, h->have_floats, h->have_classes, h->have_params, h->have_buffers,
+                        h->have_nodes, h->have_buckets};
+    for (int k = 0; k < 7; k++)
+        if (!have[k])
+            return dp_fail(DP_ERR_FORMAT, "%s: not a compute profile: no '%s' line (record one with --save-profile)",
+                           origin, need[k]);
+    if (!h->have_input)
+        return dp_fail(DP_ERR_FORMAT, "%s: no 'input CxHxW' line (the sample shape it was measured at): a profile from "
+                       "an older dptrain; add the line with the shape it was recorded on, or record it again with "
+                       "--save-profile", origin);
+    const long long chw = (long long)p->input_chw[0] * p->input_chw[1] * p->input_chw[2];
+    if ((size_t)chw != p->input_floats)
+        return dp_fail(DP_ERR_FORMAT, "%s: input %dx%dx%d is %lld floats, but input_floats says %zu", origin,
+                       p->input_chw[0], p->input_chw[1], p->input_chw[2], chw, p->input_floats);
+    if (h->node_lines != p->n_nodes || h->bucket_lines != p->n_buckets)
+        return dp_fail(DP_ERR_FORMAT, "%s: %d of %d node lines and %d of %d bucket lines (one for each index)", origin,
+                       h->node_lines, p->n_nodes, h->bucket_lines, p->n_buckets);
+    if (!p->n_rows) return dp_fail(DP_ERR_FORMAT, "%s: no 'row' line (a profile holds at least one)", origin);
+    for (int k = 0; k < p->n_rows; k++)
+        if (h->time_lines[k] != p->n_nodes)
+            return dp_fail(DP_ERR_FORMAT, "%s: row %d %d has %d time lines, for %d nodes (one for each)", origin,
+                           p->rows[k].batch, p->rows[k].concurrent, h->time_lines[k], p->n_nodes);
+    size_t in_buckets = 0;
+    for (int k = 0; k < p->n_buckets; k++) in_buckets += p->bucket_floats[k];
+    if (in_buckets != p->param_floats)
+        return dp_fail(DP_ERR_FORMAT, "%s: params %zu, but the buckets hold %zu floats (every parameter is in one "
+                       "bucket)", origin, p->param_floats, in_buckets);
+    return DP_OK;
 }
-
-/* Seconds: finite, 0 .. an hour. */
-static int as_secs(const char *tok, double *out) {
-    char *end;
-    if (!tok) return 0;
-    errno = 0;
-    double v = strtod(tok, &end);
-    if (end == tok || *end || errno || !(v >= 0 && v <= 3600)) return 0;
-    *out = v;
-    return 1;
-}
-
-static int as_name(const char *tok, char *dst, size_t n) {
-    if (!tok || strlen(tok) >= n) return 0;
-    snprintf(dst, n, "%s", tok);
-    return 1;
-}
-
-#define BAD(...) dp_fail(DP_ERR_FORMAT, __VA_ARGS__)
-#define BIG 1000000 /* batches, concurrency, lanes, threads, kernels, classes */
 
 dp_status dp_profile_parse(const char *text, const char *origin, dp_profile *p) {
     memset(p, 0, sizeof *p);
     dp_profile_row *row = NULL;
-    int line = 0;
-    for (const char *s = text; *s;) {
-        const char *eol = strchr(s, '\n');
-        size_t len = eol ? (size_t)(eol - s) : strlen(s);
-        char buf[512];
-        line++;
-        if (len >= sizeof buf) return BAD("%s:%d: line too long", origin, line);
-        memcpy(buf, s, len);
-        buf[len] = '\0';
-        s += len + (eol ? 1 : 0);
-        char *hash = strchr(buf, '#');
-        if (hash) *hash = '\0';
-        char *tok[9] = {0}, *save = NULL;
-        int nt = 0;
-        for (char *w = strtok_r(buf, " \t\r", &save); w; w = strtok_r(NULL, " \t\r", &save))
-            if (nt < 9) tok[nt++] = w;
-            else return BAD("%s:%d: too many fields", origin, line);
-        if (!nt) continue;
-        const char *key = tok[0];
-        int i, a, b, ok;
-        long steps;
-        size_t z;
-        double x, y, sum = 0;
-        if (!strcmp(key, "model")) ok = nt == 2 && as_name(tok[1], p->model, sizeof p->model);
-        else if (!strcmp(key, "device")) ok = nt == 2 && as_name(tok[1], p->device, sizeof p->device);
-        else if (!strcmp(key, "input_floats")) ok = nt == 2 && as_size(tok[1], &p->input_floats) && p->input_floats > 0;
-        else if (!strcmp(key, "classes")) ok = nt == 2 && as_int(tok[1], 1, BIG, &p->n_classes);
-        else if (!strcmp(key, "params")) ok = nt == 2 && as_size(tok[1], &p->param_floats);
-        else if (!strcmp(key, "buffers")) ok = nt == 2 && as_size(tok[1], &p->buffer_floats);
-        else if (!strcmp(key, "overhead")) {
-            ok = nt == 4 && as_int(tok[1], 1, BIG, &a) && as_int(tok[2], 1, BIG, &b) && as_secs(tok[3], &x);
-            if (ok) DP_TRY(dp_profile_set_overhead(p, a, b, x));
-        } else if (!strcmp(key, "nodes")) ok = nt == 2 && as_int(tok[1], 1, DP_PROFILE_MAX_NODES, &p->n_nodes);
-        else if (!strcmp(key, "buckets")) ok = nt == 2 && as_int(tok[1], 0, DP_PROFILE_MAX_BUCKETS, &p->n_buckets);
-        else if (!strcmp(key, "node")) {
-            ok = nt == 5 && as_int(tok[1], 0, p->n_nodes - 1, &i) && as_int(tok[3], 0, BIG, &a) &&
-                 as_int(tok[4], 0, BIG, &b) && as_name(tok[2], p->node_names[i], sizeof p->node_names[i]);
-            if (ok) p->kernels_fwd[i] = a, p->kernels_bwd[i] = b;
-        } else if (!strcmp(key, "bucket")) {
-            ok = nt == 4 && as_int(tok[1], 0, p->n_buckets - 1, &i) && as_size(tok[2], &z) &&
-                 as_int(tok[3], 0, p->n_nodes - 1, &a);
-            if (ok) p->bucket_floats[i] = z, p->bucket_node[i] = a;
-        } else if (!strcmp(key, "row")) { /* the lane sum is optional: profiles without lanes */
-            ok = (nt == 6 || nt == 7) && as_int(tok[1], 1, BIG, &a) && as_int(tok[2], 1, BIG, &b) &&
-                 as_long(tok[3], 0, 1000000000000L, &steps) && as_secs(tok[4], &x) && as_secs(tok[5], &y) &&
-                 (nt == 6 || as_secs(tok[6], &sum));
-            if (ok && !(row = dp_profile_row_for(p, a, b))) return DP_ERR_FORMAT;
-            if (ok) row->steps = steps, row->loss_s = x, row->opt_s = y, row->sum_s = sum;
-        } else if (!strcmp(key, "time")) {
-            ok = row && nt == 4 && as_int(tok[1], 0, p->n_nodes - 1, &i) && as_secs(tok[2], &x) && as_secs(tok[3], &y);
-            if (ok) row->fwd_s[i] = x, row->bwd_s[i] = y;
-        } else
-            return BAD("%s:%d: unknown key '%s' in a compute profile", origin, line, key);
-        if (!ok) return BAD("%s:%d: malformed or out-of-range '%s' line", origin, line, key);
-    }
-    if (!p->n_nodes || !p->n_rows || !p->param_floats)
-        return BAD("%s: not a compute profile (needs nodes, params and at least one row)", origin);
-    return DP_OK;
+    seen_t h = {0};
+    dp_sf_reader r;
+    dp_sf_init(&r, text, origin);
+    dp_status s;
+    while ((s = dp_sf_next(&r)) == DP_OK && (s = profile_line(&r, p, &row, &h)) == DP_OK) {}
+    dp_sf_free(&r);
+    if (s != DP_DONE) return s;
+    return profile_whole(origin, p, &h);
 }
 
 dp_status dp_profile_load(const char *name_or_path, const char *model, dp_profile *p) {
@@ -172,5 +245,6 @@ dp_status dp_profile_load(const char *name_or_path, const char *model, dp_profil
     DP_TRY(dp_read_text_file(path, &text));
     dp_status s = dp_profile_parse(text, path, p);
     free(text);
+    if (s == DP_OK) snprintf(p->path, sizeof p->path, "%s", path);
     return s;
 }

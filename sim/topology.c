@@ -3,6 +3,7 @@
 #include "sim/topology.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +13,7 @@
 #include "backends/backend.h"
 #include "core/sysmem.h"
 #include "io/atomic.h"
+#include "sim/settings_file.h"
 #include "dp_config.h"
 
 static const char *const kind_keys[DP_TOPO_KINDS] = {"broadcast", "reduce", "gather", "scatter"};
@@ -125,19 +127,6 @@ static dp_status read_text(const char *path, char **out) {
 
 dp_status dp_read_text_file(const char *path, char **out) { return read_text(path, out); }
 
-/* A finite number in [lo, hi] ("inf", "nan" and 1e300 are refused: they would reach the model's
- * arithmetic and the report as nonsense). */
-static dp_status number(const char *origin, int line, const char *key, const char *v, double lo, double hi,
-                        double *out) {
-    char *end;
-    errno = 0;
-    double d = strtod(v, &end);
-    if (end == v || *end || errno || !(d >= lo && d <= hi))
-        return dp_fail(DP_ERR_FORMAT, "%s:%d: %s: expected a number in [%g, %g], got '%s'", origin, line, key, lo, hi, v);
-    *out = d;
-    return DP_OK;
-}
-
 /* Bounds: a device count a machine can have; times of at most an hour (in us); bandwidths up to
  * 1 PB/s (in GB/s); per-MB costs up to a second. */
 #define MAX_DEVICES 1000000
@@ -145,92 +134,120 @@ static dp_status number(const char *origin, int line, const char *key, const cha
 #define MAX_GBPS 1e6
 #define MAX_US_PER_MB 1e6
 
+/* The numeric keys: where each goes, its range and its unit's factor to seconds or bytes/s. */
+typedef struct {
+    const char *key;
+    size_t off;
+    double lo, hi, scale;
+} num_key;
+
+#define F(m) offsetof(dp_topology, m)
+static const num_key num_keys[] = {
+    {"bus_bandwidth_GBps", F(bus_bw), 1e-6, MAX_GBPS, 1e9},
+    {"latency_us", F(latency_s), 0, MAX_US, 1e-6},
+    {"host_call_us", F(host_call_s), 0, MAX_US, 1e-6},
+    {"launch_us", F(launch_s), 0, MAX_US, 1e-6},
+    {"host_bandwidth_GBps", F(host_bw), 1e-6, MAX_GBPS, 1e9},
+    {"host_latency_us", F(host_latency_s), 0, MAX_US, 1e-6},
+    {"sync_jitter_us", F(sync_jitter_s), 0, MAX_US, 1e-6},
+    {"touch_allreduce_us_per_MB", F(touch_allreduce_s_per_byte), 0, MAX_US_PER_MB, 1e-12},
+    {"touch_broadcast_us_per_MB", F(touch_broadcast_s_per_byte), 0, MAX_US_PER_MB, 1e-12},
+};
+#undef F
+
+/* One line of a topology file (its key not seen before). */
+static dp_status topology_line(const dp_sf_reader *r, dp_topology *t) {
+    const char *key = r->w[0], *val = r->w[1];
+    double d = 0;
+    int ki, is_bw = 0;
+    for (size_t i = 0; i < sizeof num_keys / sizeof *num_keys; i++)
+        if (strcmp(key, num_keys[i].key) == 0) {
+            DP_TRY(dp_sf_real(r, 1, num_keys[i].lo, num_keys[i].hi, &d));
+            *(double *)((char *)t + num_keys[i].off) = d * num_keys[i].scale;
+            return DP_OK;
+        }
+    if (strcmp(key, "name") == 0) return dp_sf_name(r, 1, t->name, sizeof t->name);
+    if (strcmp(key, "device") == 0) return dp_sf_name(r, 1, t->device, sizeof t->device);
+    if (strcmp(key, "algorithm") == 0) {
+        if (strcmp(val, "ring") == 0) t->algorithm = DP_ALGO_RING;
+        else if (strcmp(val, "tree") == 0) t->algorithm = DP_ALGO_TREE;
+        else return dp_fail(DP_ERR_FORMAT, "%s:%d: algorithm: expected ring or tree, got '%s'", r->origin, r->line, val);
+        return DP_OK;
+    }
+    if (strcmp(key, "devices") == 0) return dp_sf_int(r, 1, 1, MAX_DEVICES, &t->devices);
+    if (strcmp(key, "p2p") == 0) return dp_sf_int(r, 1, 0, 1, &t->p2p);
+    if (strcmp(key, "shared_memory_bus") == 0) return dp_sf_int(r, 1, 0, 1, &t->shared_memory_bus);
+    if ((ki = kind_key(key, &is_bw)) >= 0) {
+        DP_TRY(dp_sf_real(r, 1, is_bw ? 1e-6 : 0, is_bw ? MAX_GBPS : MAX_US, &d));
+        if (is_bw) t->kind_bw[ki] = d * 1e9;
+        else t->kind_latency_s[ki] = d * 1e-6;
+        return DP_OK;
+    }
+    return dp_fail(DP_ERR_FORMAT,
+                   "%s:%d: unknown key '%s' (expected name, device, devices, algorithm, bus_bandwidth_GBps, "
+                   "latency_us, host_call_us, launch_us, host_bandwidth_GBps, host_latency_us, p2p, "
+                   "shared_memory_bus, sync_jitter_us, touch_allreduce_us_per_MB, touch_broadcast_us_per_MB, "
+                   "{broadcast,reduce,gather,scatter}_latency_us, {broadcast,reduce,gather,scatter}_bandwidth_GBps)",
+                   r->origin, r->line, key);
+}
+
 dp_status dp_topology_parse(const char *text, const char *origin, dp_topology *t) {
     memset(t, 0, sizeof *t);
     snprintf(t->device, sizeof t->device, "device");
     t->devices = 8;
-    int have_bw = 0, line = 0;
-    for (const char *p = text; *p;) {
-        const char *eol = strchr(p, '\n');
-        size_t len = eol ? (size_t)(eol - p) : strlen(p);
-        char buf[512];
-        line++;
-        if (len >= sizeof buf) return dp_fail(DP_ERR_FORMAT, "%s:%d: line too long", origin, line);
-        memcpy(buf, p, len);
-        buf[len] = '\0';
-        p += len + (eol ? 1 : 0);
-        char *hash = strchr(buf, '#'); /* the rest of the line is the number's source */
-        if (hash) *hash = '\0';
-        char key[64], val[64], extra[8];
-        int k = sscanf(buf, "%63s %63s %7s", key, val, extra);
-        if (k <= 0) continue;
-        if (k != 2) return dp_fail(DP_ERR_FORMAT, "%s:%d: expected 'key value  # source'", origin, line);
-        double d = 0;
-        int ki, is_bw = 0;
-        if (strcmp(key, "name") == 0) snprintf(t->name, sizeof t->name, "%s", val);
-        else if (strcmp(key, "device") == 0) snprintf(t->device, sizeof t->device, "%s", val);
-        else if (strcmp(key, "algorithm") == 0) {
-            if (strcmp(val, "ring") == 0) t->algorithm = DP_ALGO_RING;
-            else if (strcmp(val, "tree") == 0) t->algorithm = DP_ALGO_TREE;
-            else return dp_fail(DP_ERR_FORMAT, "%s:%d: algorithm: expected ring or tree, got '%s'", origin, line, val);
-        } else if (strcmp(key, "devices") == 0) {
-            DP_TRY(number(origin, line, key, val, 1, MAX_DEVICES, &d));
-            if (d != (double)(int)d)
-                return dp_fail(DP_ERR_FORMAT, "%s:%d: devices: expected a whole number, got '%s'", origin, line, val);
-            t->devices = (int)d;
-        } else if (strcmp(key, "bus_bandwidth_GBps") == 0) {
-            DP_TRY(number(origin, line, key, val, 1e-6, MAX_GBPS, &d));
-            t->bus_bw = d * 1e9, have_bw = 1;
-        } else if (strcmp(key, "latency_us") == 0) {
-            DP_TRY(number(origin, line, key, val, 0, MAX_US, &d));
-            t->latency_s = d * 1e-6;
-        } else if (strcmp(key, "host_call_us") == 0) {
-            DP_TRY(number(origin, line, key, val, 0, MAX_US, &d));
-            t->host_call_s = d * 1e-6;
-        } else if (strcmp(key, "launch_us") == 0) {
-            DP_TRY(number(origin, line, key, val, 0, MAX_US, &d));
-            t->launch_s = d * 1e-6;
-        } else if (strcmp(key, "host_bandwidth_GBps") == 0) {
-            DP_TRY(number(origin, line, key, val, 1e-6, MAX_GBPS, &d));
-            t->host_bw = d * 1e9;
-        } else if (strcmp(key, "host_latency_us") == 0) {
-            DP_TRY(number(origin, line, key, val, 0, MAX_US, &d));
-            t->host_latency_s = d * 1e-6;
-        } else if (strcmp(key, "p2p") == 0) {
-            DP_TRY(number(origin, line, key, val, 0, 1, &d));
-            t->p2p = d != 0;
-        } else if (strcmp(key, "shared_memory_bus") == 0) {
-            DP_TRY(number(origin, line, key, val, 0, 1, &d));
-            t->shared_memory_bus = d != 0;
-        } else if (strcmp(key, "sync_jitter_us") == 0) {
-            DP_TRY(number(origin, line, key, val, 0, MAX_US, &d));
-            t->sync_jitter_s = d * 1e-6;
-        } else if (strcmp(key, "touch_allreduce_us_per_MB") == 0) {
-            DP_TRY(number(origin, line, key, val, 0, MAX_US_PER_MB, &d));
-            t->touch_allreduce_s_per_byte = d * 1e-12;
-        } else if (strcmp(key, "touch_broadcast_us_per_MB") == 0) {
-            DP_TRY(number(origin, line, key, val, 0, MAX_US_PER_MB, &d));
-            t->touch_broadcast_s_per_byte = d * 1e-12;
-        } else if ((ki = kind_key(key, &is_bw)) >= 0) {
-            DP_TRY(number(origin, line, key, val, is_bw ? 1e-6 : 0, is_bw ? MAX_GBPS : MAX_US, &d));
-            if (is_bw) t->kind_bw[ki] = d * 1e9;
-            else t->kind_latency_s[ki] = d * 1e-6;
-        } else {
-            return dp_fail(DP_ERR_FORMAT,
-                           "%s:%d: unknown key '%s' (expected name, device, devices, algorithm, bus_bandwidth_GBps, "
-                           "latency_us, host_call_us, launch_us, host_bandwidth_GBps, host_latency_us, p2p, "
-                           "shared_memory_bus, sync_jitter_us, touch_allreduce_us_per_MB, touch_broadcast_us_per_MB, {broadcast,reduce,gather,scatter}_latency_us, "
-                           "{broadcast,reduce,gather,scatter}_bandwidth_GBps)", origin, line, key);
+    dp_sf_reader r;
+    dp_sf_init(&r, text, origin);
+    dp_status s;
+    while ((s = dp_sf_next(&r)) == DP_OK) {
+        if (r.n != 2) {
+            s = dp_fail(DP_ERR_FORMAT, "%s:%d: expected 'key value  # source'", origin, r.line);
+            break;
         }
+        if ((s = topology_line(&r, t)) != DP_OK) break;
+        /* after the key is known (an unknown one is named as such), before a second one counts */
+        if ((s = dp_sf_once(&r, r.w[0])) != DP_OK) break;
     }
+    dp_sf_free(&r);
+    if (s != DP_DONE) return s;
     for (int i = 0; i < DP_TOPO_KINDS; i++)
         if (t->kind_latency_s[i] > 0 && !t->kind_bw[i])
             return dp_fail(DP_ERR_FORMAT, "%s: %s_latency_us without %s_bandwidth_GBps (give both, or neither to use the "
                            "all-reduce's)", origin, kind_keys[i], kind_keys[i]);
-    if (!have_bw) return dp_fail(DP_ERR_FORMAT, "%s: bus_bandwidth_GBps is missing (the one number a topology needs)", origin);
+    if (!t->bus_bw) return dp_fail(DP_ERR_FORMAT, "%s: bus_bandwidth_GBps is missing (the one number a topology needs)", origin);
     if (!t->host_bw) t->host_bw = t->bus_bw; /* no separate host link: the same link */
     if (!t->name[0]) snprintf(t->name, sizeof t->name, "%s", origin);
     return DP_OK;
+}
+
+dp_status dp_topology_split(const char *flag, const char *list, char (*items)[DP_TOPO_ITEM], int max, int *n) {
+    *n = 0;
+    if (!*list) return dp_fail(DP_ERR_USAGE, "%s: no topology named; give one or more, comma-separated (pcie4,nvlink4)", flag);
+    for (const char *p = list;; p++) {
+        const char *comma = strchr(p, ',');
+        size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        if (!len)
+            return dp_fail(DP_ERR_USAGE, "%s: '%s' has an empty item; name topologies separated by single commas "
+                           "(pcie4,nvlink4)", flag, list);
+        if (*n == max) return dp_fail(DP_ERR_USAGE, "%s: at most %d topologies", flag, max);
+        if (len >= DP_TOPO_ITEM)
+            return dp_fail(DP_ERR_USAGE, "%s: a topology name or path of more than %d characters", flag, DP_TOPO_ITEM - 1);
+        memcpy(items[*n], p, len);
+        items[(*n)++][len] = '\0';
+        if (!comma) return DP_OK;
+        p = comma;
+    }
+}
+
+dp_status dp_topology_load_list(const char *flag, const char *list, dp_topology *topos, int max, int *n) {
+    char (*items)[DP_TOPO_ITEM] = calloc((size_t)(max > 0 ? max : 1), sizeof *items);
+    if (!items) return dp_fail(DP_ERR_NOMEM, "%s: out of memory", flag);
+    int k = 0;
+    dp_status s = dp_topology_split(flag, list, items, max, &k);
+    *n = 0;
+    for (int i = 0; i < k && s == DP_OK; i++)
+        if ((s = dp_topology_load(items[i], &topos[i])) == DP_OK) *n = i + 1;
+    free(items);
+    return s;
 }
 
 dp_status dp_topology_load(const char *name_or_path, dp_topology *t) {

@@ -1,7 +1,8 @@
 /* topology.h: what the overhead model knows about a machine it predicts for: per-link bandwidth
  * and latency (alpha, beta), the collective algorithm, host costs per collective call and per
  * kernel launch, the device count, and the host link that DataParallel's scatter and gather
- * cross. Read from small text files (sim/presets/, or any path): "key value  # source" per line. */
+ * cross. Read from small text files (sim/presets/, or any path): "key value  # source" per line,
+ * each key at most once (sim/settings_file.h). */
 #ifndef DP_SIM_TOPOLOGY_H
 #define DP_SIM_TOPOLOGY_H
 
@@ -47,7 +48,13 @@ int dp_topology_kind_index(int kind);
 /* Reads `name_or_path`: a path (contains '/' or names an existing file) or a preset name looked
  * up in the preset directories (dp_topology_dirs). Fails naming the file and line. */
 dp_status dp_topology_load(const char *name_or_path, dp_topology *t);
-/* Parses the text of a topology file; `origin` names it in messages. */
+/* A --predict / --topology list: names or paths separated by single commas; an empty item
+ * ("pcie4,", "a,,b", ""), more than `max` items or one of DP_TOPO_ITEM characters or more is
+ * refused naming `flag`. dp_topology_load_list then loads each (*n: those loaded). */
+#define DP_TOPO_ITEM 512
+dp_status dp_topology_split(const char *flag, const char *list, char (*items)[DP_TOPO_ITEM], int max, int *n);
+dp_status dp_topology_load_list(const char *flag, const char *list, dp_topology *topos, int max, int *n);
+/* Parses the text of a topology file (each key at most once); `origin` names it in messages. */
 dp_status dp_topology_parse(const char *text, const char *origin, dp_topology *t);
 /* Writes t in the file format, with `comment` lines first, atomically (io/atomic.h: a regular file
  * only, never through a symlink or into a device); `flag` names the option in messages. */

@@ -81,6 +81,7 @@ static dp_profile *synthetic_profile(void) {
     assert_non_null(p);
     snprintf(p->model, sizeof p->model, "toy");
     p->n_nodes = 2;
+    p->input_chw[0] = 1, p->input_chw[1] = 10, p->input_chw[2] = 10;
     p->input_floats = 100, p->n_classes = 10, p->param_floats = 1000000, p->buffer_floats = 0;
     p->n_buckets = 2;
     p->bucket_floats[0] = 250000, p->bucket_node[0] = 1; /* ready after node 1's backward (first) */
@@ -488,6 +489,90 @@ static void test_profile_on_a_device(void **state) {
     dp_model_free(&m);
 }
 
+/* This run's description (dp_profile_describe) of a model built for this shape and class count. */
+static dp_status describe_run(const char *model, dp_shape in, int classes, dp_profile *run) {
+    dp_model m;
+    memset(run, 0, sizeof *run);
+    DP_TRY(dp_model_build(model, in, classes, &m));
+    dp_status s = dp_profile_describe(&m, NULL, run);
+    dp_model_free(&m);
+    return s;
+}
+
+/* A --compute profile is of this run's model, input shape, classes and parameters, or refused
+ * naming the file, the field and both values (it was matched by the model's name only: a 1x28x28
+ * profile priced a 3x32x32 run, and 'params 1' changed DP's prediction). Every shipped profile
+ * matches the model its own lines describe, so their 'input' lines are exact. */
+static void test_profile_matches_run(void **state) {
+    (void)state;
+    dp_profile *p = calloc(1, sizeof *p), *run = calloc(1, sizeof *run);
+    assert_non_null(p);
+    assert_non_null(run);
+    static const char *const presets[] = {"h100-lenet", "h100-lenet-bn", "h100-resnet18", "rtx3090-lenet",
+                                          "rtx4090-lenet-bn", "rtx4090-resnet18", "t4-lenet"};
+    for (size_t i = 0; i < sizeof presets / sizeof *presets; i++) {
+        char path[600];
+        snprintf(path, sizeof path, "%s/%s.profile", DP_SOURCE_PRESETS, presets[i]);
+        if (dp_profile_load(path, NULL, p) != DP_OK) fail_msg("%s: %s", path, dp_last_error());
+        assert_string_equal(p->path, path);
+        dp_shape in = {p->input_chw[0], p->input_chw[1], p->input_chw[2]};
+        assert_int_equal(describe_run(p->model, in, p->n_classes, run), DP_OK);
+        if (dp_profile_match("--compute", p, run) != DP_OK) fail_msg("%s: %s", path, dp_last_error());
+    }
+    /* h100 for lenet: sim/presets/h100-lenet.profile, 1x28x28, 10 classes */
+    assert_int_equal(dp_profile_load("h100", "lenet", p), DP_OK);
+    assert_int_equal(describe_run("lenet", (dp_shape){3, 32, 32}, 10, run), DP_OK);
+    assert_int_equal(dp_profile_match("--compute", p, run), DP_ERR_USAGE);
+    assert_true(tu_contains(dp_last_error(), "--compute " DP_SOURCE_PRESETS "/h100-lenet.profile: input 1x28x28, but "
+                                             "this run's is 3x32x32; "));
+    assert_true(tu_contains(dp_last_error(), "the same command with --save-profile FILE in place of --compute"));
+    assert_int_equal(describe_run("lenet", (dp_shape){1, 28, 28}, 5, run), DP_OK);
+    assert_int_equal(dp_profile_match("--compute", p, run), DP_ERR_USAGE);
+    assert_true(tu_contains(dp_last_error(), "h100-lenet.profile: classes 10, but this run's is 5; "));
+    /* this run's bucket plan (--bucket-mb) replaces the recorded one */
+    assert_int_equal(describe_run("lenet", (dp_shape){1, 28, 28}, 10, run), DP_OK);
+    run->n_buckets = 2, run->bucket_floats[0] = 850, run->bucket_floats[1] = 44480 - 850, run->bucket_node[0] = 11;
+    assert_int_equal(dp_profile_match("--compute", p, run), DP_OK);
+    assert_int_equal(p->n_buckets, 2);
+    assert_int_equal(p->bucket_node[0], 11);
+    /* a forged parameter count: against its own buckets, and (buckets forged too) against the run */
+    char *text = NULL;
+    assert_int_equal(dp_read_text_file(DP_SOURCE_PRESETS "/h100-lenet.profile", &text), DP_OK);
+    char *forged = malloc(strlen(text) + 16);
+    assert_non_null(forged);
+    char *at = strstr(text, "params 44480\n");
+    assert_non_null(at);
+    snprintf(forged, strlen(text) + 16, "%.*sparams 1\n%s", (int)(at - text), text, at + strlen("params 44480\n"));
+    assert_int_equal(dp_profile_parse(forged, "forged", p), DP_ERR_FORMAT);
+    assert_true(tu_contains(dp_last_error(), "forged: params 1, but the buckets hold 44480 floats"));
+    at = strstr(forged, "bucket 0 44480 0\n");
+    assert_non_null(at);
+    memcpy(at, "bucket 0 1     0\n", strlen("bucket 0 44480 0\n"));
+    assert_int_equal(dp_profile_parse(forged, "forged", p), DP_OK);
+    assert_int_equal(dp_profile_match("--compute", p, run), DP_ERR_USAGE);
+    assert_true(tu_contains(dp_last_error(), "(profile): params 1, but this run's is 44480"));
+    /* a profile of an older dptrain (no 'input' line): refused, saying what to add */
+    at = strstr(text, "input 1x28x28\n");
+    assert_non_null(at);
+    memset(at, ' ', strlen("input 1x28x28"));
+    assert_int_equal(dp_profile_parse(text, "old", p), DP_ERR_FORMAT);
+    assert_true(tu_contains(dp_last_error(), "old: no 'input CxHxW' line"));
+    free(forged), free(text), free(p), free(run);
+    /* and from the command line, before any prediction */
+    char *out = NULL;
+    static const char *const runs[][2] = {
+        {"--shape 3x32x32", "h100-lenet.profile: input 1x28x28, but this run's is 3x32x32"},
+        {"--shape 1x28x28 --classes 5", "h100-lenet.profile: classes 10, but this run's is 5"},
+    };
+    for (int i = 0; i < 2; i++) {
+        int rc = tu_run_dptrain(&out, "predict --dataset synthetic %s --samples 640 --batch-size 64 --topology "
+                                      "nvlink4 --compute h100", runs[i][0]);
+        if (rc != 2 || !tu_contains(out, runs[i][1]) || tu_contains(out, "predicted on"))
+            fail_msg("%s: rc %d:\n%s", runs[i][0], rc, out ? out : "");
+        free(out);
+    }
+}
+
 static void test_predict_command(void **state) {
     (void)state;
     const char *log = tu_path("predict.jsonl"), *svg = tu_path("predict.svg"), *prof = tu_path("lenet.profile");
@@ -620,6 +705,7 @@ int main(void) {
         cmocka_unit_test(test_kind_fits_and_touch),
         cmocka_unit_test(test_gather_scatter),
         cmocka_unit_test(test_profile_on_a_device),
+        cmocka_unit_test(test_profile_matches_run),
         cmocka_unit_test(test_predict_command),
         cmocka_unit_test(test_run_records),
         cmocka_unit_test(test_bucket_ready_node),

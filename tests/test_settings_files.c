@@ -1,5 +1,6 @@
 /* test_settings_files.c: topology and compute-profile files as an attacker or a typo makes them:
- * numbers out of range (an int overflow, inf, 1e300), control bytes, a FIFO or a symlink given
+ * numbers out of range (an int overflow, inf, 1e300) or not decimal, a setting given twice, an empty
+ * item in a --predict / --topology list, control bytes, a FIFO or a symlink given
  * where a file is read or written, and flags naming such files checked before training starts;
  * calibrate's memory refused before it is allocated. */
 #include <stdio.h>
@@ -49,7 +50,11 @@ static void test_topology_ranges(void **state) {
     assert_int_equal(dp_topology_load(p, &t), DP_OK);
 }
 
-#define PROFILE "model lenet\nnodes 1\nparams 10\nrow 8 1 5 0.001 0.002\ntime 0 0.001 0.001\n"
+/* The smallest whole profile: every line a prediction reads, once. */
+#define PROFILE_OF(model)                                                                                       \
+    "model " model "\ndevice cpu\ninput 1x28x28\ninput_floats 784\nclasses 10\nparams 10\nbuffers 0\nnodes 1\n" \
+    "node 0 fc 1 2\nbuckets 1\nbucket 0 10 0\nrow 8 1 5 0.001 0.002\ntime 0 0.001 0.001\n"
+#define PROFILE PROFILE_OF("lenet")
 
 static void test_profile_ranges(void **state) {
     (void)state;
@@ -132,7 +137,7 @@ static void test_outputs_checked_at_start(void **state) {
     }
     /* a profile of another model is refused at start too */
     const char *prof = tu_path("resnet.profile");
-    const char *text = "model resnet18\nnodes 1\nparams 10\nrow 8 1 5 0.001 0.002\ntime 0 0.001 0.001\n";
+    const char *text = PROFILE_OF("resnet18");
     tu_write_file(prof, text, strlen(text));
     char *out;
     int rc = tu_run_dptrain(&out, "train " DATA " --predict host --compute %s", prof);
@@ -171,7 +176,7 @@ static void test_outputs_distinct(void **state) {
         free(out);
     }
     const char *prof = tu_path("in.profile");
-    const char *text = "model lenet\nnodes 1\nparams 10\nrow 8 1 5 0.001 0.002\ntime 0 0.001 0.001\n";
+    const char *text = PROFILE;
     tu_write_file(prof, text, strlen(text));
     char *out;
     int rc = tu_run_dptrain(&out, "train " DATA " --predict host --compute %s --save-profile %s", prof, prof);
@@ -197,6 +202,73 @@ static void test_predict_says_cpu_profile(void **state) {
     free(out);
 }
 
+/* A setting given twice is refused with both lines, in a topology file and in a profile (it took
+ * the later value); numbers are the whole word, decimal (0x10 and +8 were taken by strtod). */
+static void test_settings_given_twice(void **state) {
+    (void)state;
+    dp_topology t;
+    assert_int_equal(dp_topology_parse("bus_bandwidth_GBps 10\nlatency_us 1\n\n# x\nlatency_us 2\n", "t", &t),
+                     DP_ERR_FORMAT);
+    assert_true(tu_contains(dp_last_error(), "t:5: 'latency_us' is given twice (first at line 2); keep one"));
+    assert_int_equal(dp_topology_parse("name a\nbus_bandwidth_GBps 10\nname b\n", "t", &t), DP_ERR_FORMAT);
+    static const char *const bad_numbers[] = {"devices +8\n", "bus_bandwidth_GBps 0x10\n", "p2p 0.5\n",
+                                              "latency_us 1e-400\n", "latency_us .\n", "devices 1e3\n"};
+    for (size_t i = 0; i < sizeof bad_numbers / sizeof *bad_numbers; i++) {
+        char text[128];
+        snprintf(text, sizeof text, "bus_bandwidth_GBps 10\n%s", bad_numbers[i]);
+        if (dp_topology_parse(text, "t", &t) != DP_ERR_FORMAT) fail_msg("'%s' was accepted", bad_numbers[i]);
+    }
+    assert_int_equal(dp_topology_parse("bus_bandwidth_GBps 10.\nlatency_us 2.5e+01\n", "t", &t), DP_OK);
+    assert_float_equal(t.latency_s, 25e-6, 1e-12);
+    dp_profile *p = calloc(1, sizeof *p);
+    assert_non_null(p);
+    static const char *const twice[][2] = {
+        {"params 10\n", "'params' is given twice"},
+        {"node 0 fc 1 2\n", "'node 0' is given twice (first at line 9)"},
+        {"bucket 0 10 0\n", "'bucket 0' is given twice"},
+        {"time 0 0.002 0.002\n", "'time 0 of row 8 1' is given twice (first at line 13)"},
+        {"row 8 1 5 0.001 0.002\ntime 0 0.001 0.001\n", "'row 8 1' is given twice"},
+        {"overhead 1 1 0.1\noverhead 1 1 0.2\n", "'overhead 1 1' is given twice"},
+    };
+    for (size_t i = 0; i < sizeof twice / sizeof *twice; i++) {
+        char text[1024];
+        snprintf(text, sizeof text, PROFILE "%s", twice[i][0]);
+        dp_status s = dp_profile_parse(text, "p", p);
+        if (s != DP_ERR_FORMAT || !tu_contains(dp_last_error(), twice[i][1]))
+            fail_msg("'%s': %d: %s", twice[i][0], s, dp_last_error());
+    }
+    /* a time for another row's node is fine */
+    assert_int_equal(dp_profile_parse(PROFILE "row 16 1 5 0.001 0.002\ntime 0 0.002 0.002\n", "p", p), DP_OK);
+    assert_int_equal(p->n_rows, 2);
+    free(p);
+}
+
+/* --predict and --topology lists: an empty item is refused (pcie4, was taken as pcie4). */
+static void test_topology_list(void **state) {
+    (void)state;
+    char items[8][DP_TOPO_ITEM];
+    int n = 0;
+    static const char *const bad[] = {"pcie4,", ",pcie4", "pcie4,,nvlink4", "", ","};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
+        if (dp_topology_split("--topology", bad[i], items, 8, &n) != DP_ERR_USAGE) fail_msg("'%s' was accepted", bad[i]);
+    assert_int_equal(dp_topology_split("--topology", "pcie4,", items, 8, &n), DP_ERR_USAGE);
+    assert_string_equal(dp_last_error(), "--topology: 'pcie4,' has an empty item; name topologies separated by single "
+                                         "commas (pcie4,nvlink4)");
+    assert_int_equal(dp_topology_split("--predict", "a,b,c", items, 2, &n), DP_ERR_USAGE);
+    assert_true(tu_contains(dp_last_error(), "--predict: at most 2 topologies"));
+    assert_int_equal(dp_topology_split("--predict", "pcie4,./my.topo", items, 8, &n), DP_OK);
+    assert_int_equal(n, 2);
+    assert_string_equal(items[1], "./my.topo");
+    char *out;
+    int rc = tu_run_dptrain(&out, "predict --dataset synthetic --samples 64 --topology pcie4,");
+    if (rc != 2 || !tu_contains(out, "dptrain: --topology: 'pcie4,' has an empty item")) fail_msg("rc %d:\n%s", rc, out);
+    free(out);
+    rc = tu_run_dptrain(&out, "train " DATA " --predict ,host");
+    if (rc != 2 || !tu_contains(out, "dptrain: --predict: ',host' has an empty item") || tu_contains(out, "epoch 1/1"))
+        fail_msg("rc %d:\n%s", rc, out);
+    free(out);
+}
+
 /* calibrate's buffers grow with replicas squared: refused before they are allocated. */
 static void test_calibrate_memory(void **state) {
     (void)state;
@@ -212,7 +284,8 @@ int main(void) {
         cmocka_unit_test(test_topology_ranges), cmocka_unit_test(test_profile_ranges),
         cmocka_unit_test(test_fifo_refused),    cmocka_unit_test(test_outputs_checked_at_start),
         cmocka_unit_test(test_calibrate_memory), cmocka_unit_test(test_outputs_distinct),
-        cmocka_unit_test(test_predict_says_cpu_profile),
+        cmocka_unit_test(test_predict_says_cpu_profile), cmocka_unit_test(test_settings_given_twice),
+        cmocka_unit_test(test_topology_list),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -54,7 +54,7 @@ def load_profile(path):
                 p["comments"].append(line.rstrip("\n"))
             continue
         k = body[0]
-        if k in ("model", "device"):
+        if k in ("model", "device", "input"):
             p[k] = body[1]
         elif k in ("input_floats", "classes", "params", "buffers"):
             p[k] = int(body[1])
@@ -83,7 +83,9 @@ def load_profile(path):
 def save_profile(p, path, header):
     out = [f"# {h}" for h in header]
     out += ["# dptrain compute profile: seconds of one worker per node and step (docs/overhead-model.md)",
-            f"model {p['model']}", f"device {p['device']}", f"input_floats {p['input_floats']}",
+            f"model {p['model']}", f"device {p['device']}",
+            f"input {p.get('input') or 'x'.join(map(str, input_shape(p['model'], p['input_floats'])))}",
+            f"input_floats {p['input_floats']}",
             f"classes {p['classes']}", f"params {p['params']}", f"buffers {p['buffers']}",
             f"nodes {len(p['nodes'])}", "# node INDEX NAME KERNELS_FWD KERNELS_BWD"]
     out += [f"node {i} {n['name']} {n['kf']} {n['kb']}" for i, n in enumerate(p["nodes"])]

@@ -2,6 +2,7 @@
 # recorded by examples/gpu/record_profiles.sh on NVIDIA H100 80GB HBM3, 580.159.04, 2026-11-24 08:21 UTC
 model lenet
 device NVIDIA-H100-80GB-HBM3
+input 1x28x28
 input_floats 784
 classes 10
 params 44480

@@ -4,6 +4,7 @@
 # dptrain compute profile: seconds of one worker per node and step (docs/overhead-model.md)
 model lenet
 device RTX-3090
+input 1x28x28
 input_floats 784
 classes 10
 params 44480

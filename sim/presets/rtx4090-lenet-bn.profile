@@ -4,6 +4,7 @@
 # dptrain compute profile: seconds of one worker per node and step (docs/overhead-model.md)
 model lenet-bn
 device RTX-4090
+input 3x32x32
 input_floats 3072
 classes 10
 params 62576

@@ -4,6 +4,7 @@
 # dptrain compute profile: seconds of one worker per node and step (docs/overhead-model.md)
 model resnet18
 device RTX-4090
+input 3x224x224
 input_floats 150528
 classes 10
 params 11181648

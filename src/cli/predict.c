@@ -35,16 +35,9 @@ static int workers_for(const dp_trainer *t, const dp_topology *topo, int n) {
 
 static int min_int(int a, int b) { return a < b ? a : b; }
 
-static dp_status split_topologies(const char *list, dp_topology *topos, int *n) {
-    char buf[1024];
-    snprintf(buf, sizeof buf, "%s", list);
-    *n = 0;
-    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-        if (*n == MAX_TOPOS) return dp_fail(DP_ERR_USAGE, "--predict: at most %d topologies", MAX_TOPOS);
-        DP_TRY(dp_topology_load(tok, &topos[(*n)++]));
-    }
-    if (!*n) return dp_fail(DP_ERR_USAGE, "--predict: no topology named in '%s'", list);
-    return DP_OK;
+/* The --predict (or predict's --topology) list, each item loaded: sim/topology.h's rules. */
+static dp_status split_topologies(const dp_config *c, dp_topology *topos, int *n) {
+    return dp_topology_load_list(c->predict_only ? "--topology" : "--predict", c->predict_topos, topos, MAX_TOPOS, n);
 }
 
 dp_status dp_predict_precheck(const dp_config *c) {
@@ -56,7 +49,7 @@ dp_status dp_predict_precheck(const dp_config *c) {
         s = dp_fail(DP_ERR_NOMEM, "out of memory checking --predict and --compute");
     int n = 0;
     const char *flag = c->predict_only ? "--topology" : "--predict";
-    if (s == DP_OK && topos) s = split_topologies(c->predict_topos, topos, &n);
+    if (s == DP_OK && topos) s = split_topologies(c, topos, &n);
     if (s == DP_OK && p) s = dp_profile_load(c->compute_profile, c->model, p), flag = "--compute";
     if (s != DP_OK && strncmp(dp_last_error(), "--", 2) != 0) { /* name the flag the file came from */
         char msg[DP_ERROR_MAX];
@@ -279,7 +272,7 @@ dp_status dp_trainer_predict(dp_trainer *t) {
     DP_TRY(log_collectives(t));
     dp_topology topos[MAX_TOPOS];
     int n_topos = 0;
-    if (c->predict_topos) DP_TRY(split_topologies(c->predict_topos, topos, &n_topos));
+    if (c->predict_topos) DP_TRY(split_topologies(c, topos, &n_topos));
     for (int k = 0; k < n_topos && !dp_exec_clock_times_work(&t->ex) && !c->compute_profile; k++)
         if (topos[k].shared_memory_bus)
             return dp_fail(DP_ERR_USAGE, "--predict %s: a topology of CPU processes sharing the host's memory, "
@@ -301,10 +294,13 @@ dp_status dp_trainer_predict(dp_trainer *t) {
         return dp_fail(DP_ERR_NOMEM, "out of memory for the overhead model");
     }
     if (c->compute_profile) {
-        s = dp_profile_load(c->compute_profile, t->model.name, p);
-        if (s == DP_OK && strcmp(p->model, t->model.name) != 0)
-            s = dp_fail(DP_ERR_USAGE, "--compute %s: a profile of model %s, but this run is %s", c->compute_profile,
-                        p->model, t->model.name);
+        /* the times are this run's only if the profile describes this run's model exactly */
+        dp_profile *run = calloc(1, sizeof *run);
+        s = run ? dp_profile_load(c->compute_profile, t->model.name, p)
+                : dp_fail(DP_ERR_NOMEM, "out of memory for the overhead model");
+        if (s == DP_OK) s = dp_profile_describe(&t->model, t->ex.bucket_node, run);
+        if (s == DP_OK) s = dp_profile_match("--compute", p, run);
+        free(run);
     } else {
         s = dp_profile_describe(&t->model, t->ex.bucket_node, p);
         if (!dp_exec_clock_times_work(&t->ex)) device_token(t->dev, p->device, sizeof p->device);

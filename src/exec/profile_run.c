@@ -15,6 +15,7 @@ dp_status dp_profile_describe(const dp_model *m, const int *bucket_node, dp_prof
         return dp_fail(DP_ERR_UNSUPPORTED, "compute profile: model %s has %d nodes and %d buckets (at most %d and %d)",
                        m->name, m->n_nodes, m->params.n_buckets, DP_PROFILE_MAX_NODES, DP_PROFILE_MAX_BUCKETS);
     snprintf(p->model, sizeof p->model, "%s", m->name);
+    p->input_chw[0] = m->input.c, p->input_chw[1] = m->input.h, p->input_chw[2] = m->input.w;
     if (!p->device[0]) snprintf(p->device, sizeof p->device, "cpu");
     p->n_nodes = m->n_nodes;
     for (int i = 0; i < m->n_nodes; i++) {

@@ -1,5 +1,5 @@
 /* driver.c: a fuzz target's smoke run without libFuzzer (CI builds with gcc): the seeds, then
- * random mutations of them (byte flips, inserts, deletes, tokens that break parsers) for
+ * random mutations of them (byte flips, inserts, deletes, copies, tokens that break parsers) for
  * DP_FUZZ_SECONDS (default 3) seconds, each input fed to LLVMFuzzerTestOneInput. A crash or a
  * sanitizer report fails the test; the seed of the run is printed (DP_FUZZ_SEED replays it). */
 #include <stdio.h>
@@ -40,7 +40,7 @@ static size_t mutate(uint8_t *b, size_t n) {
                                          "num_batches_tracked", "dptrain.epoch", "I64", "max", "#", "\n"};
     for (int k = 1 + (int)(next() % 4); k > 0; k--) {
         size_t at = where(n);
-        switch (next() % 5) {
+        switch (next() % 6) {
         case 0: /* flip bits */
             if (n) b[at] ^= (uint8_t)(1u << (next() % 8));
             break;
@@ -53,6 +53,16 @@ static size_t mutate(uint8_t *b, size_t n) {
                 if (len > n - at) len = n - at;
                 memmove(b + at, b + at + len, n - at - len);
                 n -= len;
+            }
+            break;
+        case 3: /* a copy of a run of the input elsewhere (a line given twice) */
+            if (n) {
+                size_t from = where(n), len = 1 + next() % 64;
+                if (len > n - from) len = n - from;
+                if (n + len > MAX_INPUT) break;
+                memmove(b + at + len, b + at, n - at);
+                memmove(b + at, b + (from < at ? from : from + len), len);
+                n += len;
             }
             break;
         default: { /* insert a token */
