@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/parse_num.h"
+
 int dp_nccl_env_defaults(void) {
     const char *v = getenv("NCCL_NVLS_ENABLE");
     if (!v) {
@@ -17,13 +19,11 @@ int dp_nccl_env_defaults(void) {
 dp_status dp_nccl_allowance(int world, int nvls, const char *override_mib, unsigned long long *bytes) {
     *bytes = 0;
     if (override_mib && *override_mib) {
-        char *end = NULL;
-        errno = 0;
-        const unsigned long long mib = strtoull(override_mib, &end, 10);
-        if (errno || *end || override_mib[0] == '-' || mib > (1ull << 30))
+        long long mib = 0;
+        if (dp_parse_ll(override_mib, &mib) != 0 || mib < 0 || mib > (1ll << 30))
             return dp_fail(DP_ERR_USAGE, "DPTRAIN_NCCL_RESERVE_MIB='%s' is not a whole number of MiB (NCCL's device "
                            "memory besides the run's, e.g. 1024)", override_mib);
-        *bytes = mib << 20;
+        *bytes = (unsigned long long)mib << 20;
         return DP_OK;
     }
     if (world <= 1) return DP_OK;
