@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "core/printable.h"
+#include "core/parse_num.h"
 #include "dp_config.h"
 
 #if DP_HAVE_MPI
@@ -22,11 +23,9 @@ static dp_status env_int(const char *name, int lo, int hi, int *out, int *presen
     const char *v = getenv(name);
     *present = v != NULL;
     if (!v) return DP_OK;
-    char *end;
-    errno = 0;
-    long x = strtol(v, &end, 10);
+    long long x = 0;
     char shown[64];
-    if (!*v || *end || errno || x < lo || x > hi)
+    if (dp_parse_ll(v, &x) != 0 || x < lo || x > hi) /* the flags' parser: ' 5' refused as '5 ' is */
         return dp_fail(DP_ERR_USAGE, "launch: %s='%s' is not an integer from %d to %d", name,
                        dp_printable(v, shown, sizeof shown), lo, hi);
     *out = (int)x;
@@ -130,7 +129,7 @@ static dp_status from_mpi_vars(dp_launch *l, dp_launch_kind kind, const char *ra
         return dp_fail(DP_ERR_USAGE, "launch: %s is set but %s is not (set by hand? %s launch sets both)",
                        have_rank ? rank_var : size_var, have_rank ? size_var : rank_var, dp_launch_name(kind));
     if (!have_size || !have_local) {
-        int w, loc;
+        int w = 0, loc = 0;
         DP_TRY(slurm_step_size(&w, &loc));
         if (!have_size) l->world = w;
         if (!have_local) l->local_rank = loc;

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "core/printable.h"
+#include "core/parse_num.h"
 
 int dp_nccl_env_defaults(void) {
     const char *v = getenv("NCCL_NVLS_ENABLE");
@@ -19,14 +20,12 @@ int dp_nccl_env_defaults(void) {
 dp_status dp_nccl_allowance(int world, int nvls, const char *override_mib, unsigned long long *bytes) {
     *bytes = 0;
     if (override_mib && *override_mib) {
-        char *end = NULL;
-        errno = 0;
-        const unsigned long long mib = strtoull(override_mib, &end, 10);
+        long long mib = 0;
         char shown[64];
-        if (errno || *end || override_mib[0] == '-' || mib > (1ull << 30))
+        if (dp_parse_ll(override_mib, &mib) != 0 || mib < 0 || mib > (1ll << 30))
             return dp_fail(DP_ERR_USAGE, "DPTRAIN_NCCL_RESERVE_MIB='%s' is not a whole number of MiB (NCCL's device "
                            "memory besides the run's, e.g. 1024)", dp_printable(override_mib, shown, sizeof shown));
-        *bytes = mib << 20;
+        *bytes = (unsigned long long)mib << 20;
         return DP_OK;
     }
     if (world <= 1) return DP_OK;

@@ -36,8 +36,8 @@ dp_status dp_nccl_precheck(int *gpu) {
     const char *visible = getenv("CUDA_VISIBLE_DEVICES");
     char shown[96];
     if (e != cudaSuccess || n < 1)
-        return dp_fail(DP_ERR_BACKEND, "--backend nccl: rank %d: no usable CUDA device (%s; CUDA_VISIBLE_DEVICES %s%s)",
-                       l.rank, e != cudaSuccess ? cudaGetErrorString(e) : "0 devices", visible ? "=" : "unset",
+        return dp_fail(DP_ERR_BACKEND, "--backend nccl: rank %d: no usable CUDA device (%s; CUDA_VISIBLE_DEVICES%s%s)",
+                       l.rank, e != cudaSuccess ? cudaGetErrorString(e) : "0 devices", visible ? "=" : " unset",
                        visible ? dp_printable(visible, shown, sizeof shown) : "");
     return dp_launch_pick_gpu(&l, n, visible, gpu);
 }
@@ -69,8 +69,8 @@ dp_status dp_nccl_precheck_gpus(const int *gpus, int n) {
     } else {
         cudaError_t e = cudaGetDeviceCount(&have);
         if (e != cudaSuccess || have < 1)
-            return dp_fail(DP_ERR_BACKEND, "--gpus %s: no usable CUDA device (%s; CUDA_VISIBLE_DEVICES %s%s)", list,
-                           e != cudaSuccess ? cudaGetErrorString(e) : "0 devices", visible ? "=" : "unset",
+            return dp_fail(DP_ERR_BACKEND, "--gpus %s: no usable CUDA device (%s; CUDA_VISIBLE_DEVICES%s%s)", list,
+                           e != cudaSuccess ? cudaGetErrorString(e) : "0 devices", visible ? "=" : " unset",
                            visible ? visible : "");
         /* processes on one node would each drive the listed GPUs: NCCL refuses a GPU twice, late */
         if (l.local_world > 1)

@@ -167,6 +167,49 @@ static void test_bad_data_leaves_no_log(void **state) {
     assert_false(exists(log));
 }
 
+/* Refused before anything is read or made: an output that names the checkpoint directory leaves
+ * no directory behind (nor does any later start check), a --predict typo is named before the data
+ * set is read, a flag the subcommand would ignore writes nothing. */
+static void test_refused_before_anything(void **state) {
+    (void)state;
+    char args[2048], ck[600], ck2[600], f[600];
+    snprintf(ck, sizeof ck, "%s", tu_path("cli-ck"));
+    snprintf(ck2, sizeof ck2, "%s", tu_path("cli-ck2"));
+    rmdir(ck), rmdir(ck2);
+    snprintf(args, sizeof args, "--dataset synthetic --samples 64 --epochs 1 --quiet --checkpoint %s --log %s", ck, ck);
+    expect(2, args, "--log and --checkpoint name the same path");
+    if (exists(ck)) fail_msg("%s: left behind by a refused run", ck);
+    snprintf(args, sizeof args, "--dataset synthetic --samples 64 --epochs 1 --quiet --checkpoint %s --log-file "
+             "/nonexistent/dptrain/run.jsonl", ck2);
+    expect(1, args, "/nonexistent/dptrain");
+    if (exists(ck2)) fail_msg("%s: left behind by a refused run", ck2);
+
+    /* the typo comes first, not the data set's absence */
+    char *out;
+    int rc = tu_run_dptrain(&out, "--dataset mnist --data /nonexistent/dptrain-data --predict nvlinkk");
+    if (rc != 2 || !tu_contains(out, "--predict: topology 'nvlinkk'") || tu_contains(out, "dptrain-data"))
+        fail_msg("exit %d:\n%s", rc, out);
+    free(out);
+
+    expect(2, "calibrate --device cuda", "calibrate: --device is for train, eval and predict, not calibrate");
+    expect(2, "calibrate --epochs 3", "calibrate: --epochs is for train, not calibrate");
+    snprintf(f, sizeof f, "%s", tu_path("cli-predict.safetensors"));
+    remove(f);
+    snprintf(args, sizeof args, "predict --dataset synthetic --topology host --save %s", f);
+    expect(2, args, "predict: --save is for train, not predict");
+    assert_false(exists(f));
+    expect(2, "--dataset synthetic --gpu 3", "--gpu 3: this run computes on the CPU");
+    expect(2, "--epochs ' 5'", "--epochs: expected an integer in 1..100000, got ' 5'");
+    expect(2, "--epochs '5 '", "--epochs: expected an integer in 1..100000, got '5 '");
+
+    /* what a torchrun user writes: the program's flags after "--" */
+    snprintf(f, sizeof f, "%s", tu_path("cli-dashdash.jsonl"));
+    remove(f);
+    snprintf(args, sizeof args, "-- train -- --dataset synthetic --samples 64 --epochs 1 --quiet --log-file %s", f);
+    expect(0, args, NULL);
+    assert_true(exists(f));
+}
+
 static void test_images_too_small_for_model(void **state) {
     (void)state;
     expect(1, "--dataset synthetic --shape 1x8x8 --samples 64 --epochs 1", "too small");
@@ -250,6 +293,7 @@ int main(void) {
         cmocka_unit_test(test_bad_flags),
         cmocka_unit_test(test_batch_smaller_than_replicas),
         cmocka_unit_test(test_bad_data_leaves_no_log),
+        cmocka_unit_test(test_refused_before_anything),
         cmocka_unit_test(test_images_too_small_for_model),
         cmocka_unit_test(test_train_save_eval),
         cmocka_unit_test(test_nan_stops_with_step),

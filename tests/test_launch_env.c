@@ -132,6 +132,13 @@ static void test_malformed_values_are_named(void **state) {
     ENV("SLURM_PROCID=1"), expect_refused("neither SLURM_STEP_NUM_TASKS nor SLURM_NTASKS");
     ENV("SLURM_PROCID=0", "SLURM_STEP_NUM_TASKS=2", "SLURM_LOCALID=2"), expect_refused("local rank 2");
     ENV("SLURM_PROCID=1", "SLURM_NTASKS=99999999999"), expect_refused("SLURM_NTASKS='99999999999'");
+    /* the flags' number parser (core/parse_num.h): a space before is refused as a space after is */
+    ENV("RANK= 1", "WORLD_SIZE=4", "LOCAL_RANK=1", "MASTER_ADDR=n0", "MASTER_PORT=1"), expect_refused("RANK=' 1'");
+    ENV("RANK=1 ", "WORLD_SIZE=4", "LOCAL_RANK=1", "MASTER_ADDR=n0", "MASTER_PORT=1"), expect_refused("RANK='1 '");
+    ENV("RANK=1", "WORLD_SIZE=+4", "LOCAL_RANK=1", "MASTER_ADDR=n0", "MASTER_PORT=1"), expect_refused("WORLD_SIZE='+4'");
+    ENV("RANK=1", "WORLD_SIZE=4", "LOCAL_RANK=1", "MASTER_ADDR=n0", "MASTER_PORT=\t29500"),
+        expect_refused("MASTER_PORT="); /* a tab: how it is shown is the sanitiser's business */
+    ENV("OMPI_COMM_WORLD_RANK=0", "OMPI_COMM_WORLD_SIZE= 2"), expect_refused("OMPI_COMM_WORLD_SIZE=' 2'");
     clear_env();
 }
 

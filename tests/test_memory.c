@@ -44,8 +44,8 @@ static void test_nccl_allowance(void **state) {
     assert_true(a == 300ull << 20);
     assert_int_equal(dp_nccl_allowance(1, 0, "0", &a), DP_OK);
     assert_true(a == 0);
-    const char *bad[] = {"12x", "-3", "1.5", " "};
-    for (int i = 0; i < 4; i++) {
+    const char *bad[] = {"12x", "-3", "1.5", " ", " 300", "300 ", "+300", "0x100"};
+    for (int i = 0; i < 8; i++) {
         assert_int_equal(dp_nccl_allowance(2, 0, bad[i], &a), DP_ERR_USAGE);
         if (!strstr(dp_last_error(), "DPTRAIN_NCCL_RESERVE_MIB")) fail_msg("message: %s", dp_last_error());
     }

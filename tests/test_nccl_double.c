@@ -131,12 +131,15 @@ static void test_sync_bn_and_accumulate_equal_the_sim(void **state) {
 
 /* Three nccl ranks started by a launcher (`launch`: its command up to the program) in DIR=tag,
  * the double preloaded into each, against the sim's three replicas. */
-static void launched_equals_sim(const char *tag, const char *launch) {
+/* args: how the log is asked for after the program name, as README writes it for that launcher
+ * ("train ... --log-file F", or "-- train ... --log F" under torchrun); the log must be written. */
+static void launched_equals_sim(const char *tag, const char *launch, const char *args) {
     char dir[512], *out = NULL;
     snprintf(dir, sizeof dir, "%s", tu_path(tag));
-    int rc = tu_sh(&out, "mkdir -p %s && cd %s && LD_PRELOAD=%s timeout -s KILL 240 %s %s train --backend nccl "
-                         "--device cpu --no-progress %s --epochs 1 --save nccl.ckpt",
-                   dir, dir, lib(), launch, getenv("DPTRAIN"), DATA);
+    int rc = tu_sh(&out, "mkdir -p %s && cd %s && rm -f run.jsonl && LD_PRELOAD=%s timeout -s KILL 240 %s %s %s "
+                         "--backend nccl --device cpu --no-progress %s --epochs 1 --save nccl.ckpt && grep -q "
+                         "'\"event\":\"final\"' run.jsonl",
+                   dir, dir, lib(), launch, getenv("DPTRAIN"), args, DATA);
     if (rc != 0) fprintf(stderr, "%s\n", out ? out : "");
     assert_int_equal(rc, 0);
     free(out);
@@ -154,7 +157,7 @@ static void test_mpirun_launch_equals_the_sim(void **state) {
     free(out);
     if (!have) skip();
     launched_equals_sim("mpirun", "env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe "
-                                  "--bind-to none -np 3 -x LD_PRELOAD");
+                                  "--bind-to none -np 3 -x LD_PRELOAD", "train --log-file run.jsonl");
 }
 
 /* Under mpirun a rank whose communicator does not come up ends the job through MPI_Abort (the others
@@ -226,7 +229,10 @@ static void test_real_torchrun_equals_the_sim(void **state) {
     if (!have) skip();
     char launch[600];
     snprintf(launch, sizeof launch, "%s -m torch.distributed.run --nproc-per-node 3 --no-python", py);
-    launched_equals_sim("torchrun", launch);
+    /* torch 2's parser refuses `--log` after the program (ambiguous with its --log-dir, --logs-specs):
+       the flag no launcher takes, and the "--" that ends torchrun's reading */
+    launched_equals_sim("torchrun", launch, "train --log-file run.jsonl");
+    launched_equals_sim("torchrun-dashdash", launch, "-- train --log run.jsonl");
 }
 
 /* Two ranks for the first epoch, four for the second, from the first's checkpoint: the same

@@ -4,19 +4,22 @@
 #include "testutil.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli/options.h"
+#include "core/parse_num.h"
 
-/* Parses "dptrain --dataset synthetic <flag> <value>"; returns the exit code main would use. */
+/* Parses "dptrain --dataset synthetic --device cuda <flag> <value>" (--gpu needs a GPU run); returns
+ * the exit code main would use. */
 static int parse_code(const char *flag, const char *value) {
-    char *argv[] = {"dptrain", "--dataset", "synthetic", (char *)flag, (char *)value, NULL};
+    char *argv[] = {"dptrain", "--dataset", "synthetic", "--device", "cuda", (char *)flag, (char *)value, NULL};
     dp_config c;
     dp_config_defaults(&c);
     dp_action a;
-    dp_status s = dp_parse_args(5, argv, &c, &a);
+    dp_status s = dp_parse_args(7, argv, &c, &a);
     if (s != DP_OK && !tu_contains(dp_last_error(), flag))
         fail_msg("%s %s: the message does not name the flag: %s", flag, value, dp_last_error());
     return dp_exit_code(s);
@@ -107,6 +110,233 @@ static void test_help_ranges_match_parser(void **state) {
     expect_code("--lr-steps", "1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17", 2);
 }
 
+/* Parses argv (NULL-terminated, argv[0] included); returns the status, the message in dp_last_error. */
+static dp_status parse_v(const char *const *args) {
+    char *argv[16];
+    int argc = 0;
+    while (args[argc]) argv[argc] = (char *)args[argc], argc++;
+    argv[argc] = NULL;
+    dp_config c;
+    dp_config_defaults(&c);
+    dp_action a;
+    return dp_parse_args(argc, argv, &c, &a);
+}
+
+/* One number parser for every flag: a value that is refused with a space after it is refused with
+ * one before it too ('5 ' and ' 5' alike), and so are '+', hex, empty strings, NaN, Inf and
+ * overflow; for every numeric flag --help lists, and the list-valued ones. */
+static void test_numbers_strict(void **state) {
+    (void)state;
+    long long v;
+    double d;
+    static const char *const bad_int[] = {"", " 5", "5 ", "\t5", "5\n", "+5", "0x10", "010x", "5.0", "1e3", "-",
+                                          "9223372036854775808", "-9223372036854775809", "99999999999999999999999"};
+    for (size_t i = 0; i < sizeof bad_int / sizeof *bad_int; i++)
+        if (dp_parse_ll(bad_int[i], &v) == 0) fail_msg("dp_parse_ll accepted '%s'", bad_int[i]);
+    static const char *const bad_real[] = {"", " 0.5", "0.5 ", "+0.5", "0x1p-3", "nan", "NaN", "inf", "-inf",
+                                           "infinity", "1e999", "-1e999", "1e-999", ".", "-.", "1e", "1e+", "0.5.5",
+                                           "1,5"};
+    for (size_t i = 0; i < sizeof bad_real / sizeof *bad_real; i++)
+        if (dp_parse_double(bad_real[i], &d) == 0) fail_msg("dp_parse_double accepted '%s'", bad_real[i]);
+    assert_int_equal(dp_parse_ll("-9223372036854775808", &v), 0);
+    assert_true(v == INT64_MIN);
+    assert_int_equal(dp_parse_ll("007", &v), 0);
+    assert_int_equal(v, 7);
+    static const struct { const char *s; double v; } good_real[] = {
+        {"0.5", 0.5}, {".5", 0.5}, {"2.", 2}, {"-1", -1}, {"1e-3", 1e-3}, {"1E+03", 1e3}, {"100", 100}};
+    for (size_t i = 0; i < sizeof good_real / sizeof *good_real; i++) {
+        if (dp_parse_double(good_real[i].s, &d) != 0) fail_msg("dp_parse_double refused '%s'", good_real[i].s);
+        assert_true(d == good_real[i].v);
+    }
+
+    /* every numeric flag of --help, at its lower end, with the bad decorations */
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    assert_non_null(f);
+    dp_print_usage(f);
+    fclose(f);
+    int flags = 0;
+    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+        const char *r = strstr(line, "range ");
+        char flag[64];
+        if (strncmp(line, "  --", 4) != 0 || !r || sscanf(line + 2, "%63s", flag) != 1) continue;
+        char lo[64];
+        double rlo, rhi;
+        long long ilo;
+        if (r[6] == '(' || r[6] == '[') { /* a real range: its middle */
+            if (sscanf(r + 7, "%lf, %lf", &rlo, &rhi) != 2) fail_msg("cannot read the range in '%s'", line);
+            snprintf(lo, sizeof lo, "%g", (rlo + rhi) / 2);
+        } else {
+            if (sscanf(r + 6, "%lld", &ilo) != 1) fail_msg("cannot read the range in '%s'", line);
+            snprintf(lo, sizeof lo, "%lld", ilo);
+        }
+        expect_code(flag, lo, 0);
+        static const char *const deco[] = {" %s", "%s ", "+%s", "%s\t", "\n%s", "%sx", "0x%s"};
+        for (size_t k = 0; k < sizeof deco / sizeof *deco; k++) {
+            char val[80];
+            snprintf(val, sizeof val, deco[k], lo);
+            expect_code(flag, val, 2);
+        }
+        expect_code(flag, "", 2);
+        expect_code(flag, "nan", 2);
+        expect_code(flag, "inf", 2);
+        expect_code(flag, "99999999999999999999999999", 2);
+        flags++;
+    }
+    free(text);
+    assert_true(flags >= 18);
+    /* the list-valued flags: each item the same number syntax */
+    static const struct { const char *flag, *good, *bad[8]; } lists[] = {
+        {"--shape", "1x8x8", {" 1x8x8", "1x8x8 ", "1x 8x8", "1 x8x8", "+1x8x8", "1x8x+8", "1x8x0x8", "1x8x"}},
+        {"--lr-steps", "5,10", {" 5", "5 ", "5, 10", "5 ,10", "+5", "5,,10", ",5", "0x5"}},
+        {"--save-every", "5e", {" 5", "5 ", "+5", " 5e", "5 e", "e", "5ee", "0x5"}},
+    };
+    for (size_t i = 0; i < sizeof lists / sizeof *lists; i++) {
+        expect_code(lists[i].flag, lists[i].good, 0);
+        for (int k = 0; k < 8 && lists[i].bad[k]; k++) expect_code(lists[i].flag, lists[i].bad[k], 2);
+    }
+    static const char *const gpus_bad[] = {" 0", "0 ", "0, 1", "+1", "0,", ",0", "0x1", ""};
+    for (size_t k = 0; k < sizeof gpus_bad / sizeof *gpus_bad; k++) {
+        const char *args[] = {"dptrain", "--backend", "nccl", "--gpus", gpus_bad[k], NULL};
+        if (parse_v(args) != DP_ERR_USAGE || !tu_contains(dp_last_error(), "--gpus: expected GPU ordinals"))
+            fail_msg("--gpus '%s': %s", gpus_bad[k], dp_last_error());
+    }
+    const char *gpus_ok[] = {"dptrain", "--backend", "nccl", "--gpus", "0,3,1", NULL};
+    assert_int_equal(parse_v(gpus_ok), DP_OK);
+}
+
+/* What each subcommand's code reads, written from that code (not from the parser's table): a
+ * flag is accepted by exactly these and refused by the others, naming the subcommand, the flag and
+ * where it belongs. Every flag --help lists must have a row, so a new flag gets a decision. */
+static const struct { const char *flag, *value, *cmds; } used_by[] = {
+    {"--model", "lenet", "TEP"}, {"--dataset", "synthetic", "TEP"}, {"--data", "d", "TEP"},
+    {"--shape", "1x8x8", "TEP"}, {"--classes", "5", "TEP"}, {"--samples", "64", "TEP"},
+    {"--augment", NULL, "TP"},     /* the training loader: predict's step-overhead runs load real batches */
+    {"--no-shuffle", NULL, "T"},  {"--drop-last", NULL, "TP"}, /* predict: steps per epoch */
+    {"--workers", "1", "TP"},     /* the training loader; eval reads the test set without it */
+    {"--epochs", "2", "T"}, {"--max-steps", "5", "T"}, {"--batch-size", "8", "TEP"}, {"--lr", "0.1", "T"},
+    {"--momentum", "0.5", "TP"}, {"--weight-decay", "0.1", "TP"}, {"--nesterov", NULL, "TP"}, /* the timed step */
+    {"--lr-steps", "5", "T"}, {"--lr-gamma", "0.5", "T"}, {"--lr-scale", "linear", "T"}, {"--lr-ref-batch", "8", "T"},
+    {"--warmup-epochs", "1", "T"}, {"--seed", "3", "T"},
+    {"--backend", "sim", "TEPC"}, {"--replicas", "2", "TEPC"}, {"--device", "cpu", "TEP"}, {"--gpu", "0", "TEP"},
+    {"--gpus", "0", "TE"}, {"--tf32", NULL, "TEP"}, {"--no-graph", NULL, "TEP"}, {"--mode", "dp", "TP"},
+    {"--bucket-mb", "1", "TP"}, /* predict: DDP's buckets */
+    {"--no-overlap", NULL, "T"}, {"--accumulate", "2", "T"}, {"--sync-bn", NULL, "T"}, {"--allreduce", "ring", "TEC"},
+    {"--chunks", "4", "TP"}, {"--threads", "1", "TEPC"}, {"--timeout", "5", "TEC"},
+    {"--log-file", "l", "TEP"}, {"--log", "l", "TEP"}, {"--save", "s", "T"}, {"--load", "x", "TE"},
+    {"--progress", NULL, "TE"}, {"--no-progress", NULL, "TE"}, {"--quiet", NULL, "TEP"},
+    {"--checkpoint", "c", "T"}, {"--save-every", "2", "T"}, {"--keep", "2", "T"}, {"--resume", "r", "T"},
+    {"--init-from", "i", "T"}, {"--on-nan", "skip", "T"}, {"--predict", "host", "TP"}, {"--topology", "host", "TP"},
+    {"--save-profile", "p", "TP"}, {"--compute", "c", "TP"}, {"--plot", "p.svg", "TP"}, {"--out", "o", "C"},
+    {"--help", NULL, "TEPC"}, {"--version", NULL, "TEPC"},
+};
+
+static void test_subcommand_flags(void **state) {
+    (void)state;
+    static const char *const cmds[] = {"train", "eval", "predict", "calibrate"};
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    assert_non_null(f);
+    dp_print_usage(f);
+    fclose(f);
+    int listed = 0;
+    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+        char flag[64];
+        if (strncmp(line, "  --", 4) != 0 || sscanf(line + 2, "%63s", flag) != 1) continue;
+        listed++;
+        size_t row = 0;
+        while (row < sizeof used_by / sizeof *used_by && strcmp(used_by[row].flag, flag) != 0) row++;
+        if (row == sizeof used_by / sizeof *used_by) fail_msg("%s: no row in used_by: which subcommands read it?", flag);
+    }
+    free(text);
+    assert_int_equal(listed, (int)(sizeof used_by / sizeof *used_by));
+    for (size_t i = 0; i < sizeof used_by / sizeof *used_by; i++)
+        for (int k = 0; k < 4; k++) {
+            const char *args[] = {"dptrain", cmds[k], used_by[i].flag, used_by[i].value, NULL};
+            char needle[96];
+            snprintf(needle, sizeof needle, "%s: %s is for ", cmds[k], used_by[i].flag);
+            dp_status s = parse_v(args);
+            const int used = strchr(used_by[i].cmds, "TEPC"[k]) != NULL;
+            const int refused = s == DP_ERR_USAGE && tu_contains(dp_last_error(), needle);
+            if (used && refused) fail_msg("%s %s: refused, but %s reads it: %s", cmds[k], used_by[i].flag, cmds[k],
+                                          dp_last_error());
+            if (!used && !refused) fail_msg("%s %s: not refused (%s)", cmds[k], used_by[i].flag,
+                                            s == DP_OK ? "accepted" : dp_last_error());
+            if (!used && !tu_contains(dp_last_error(), "leave it out")) fail_msg("%s", dp_last_error());
+        }
+    /* the cases, and the message whole */
+    const char *cal[] = {"dptrain", "calibrate", "--device", "cuda", NULL};
+    assert_int_equal(parse_v(cal), DP_ERR_USAGE);
+    assert_string_equal(dp_last_error(), "calibrate: --device is for train, eval and predict, not calibrate (it would "
+                                         "do nothing here); leave it out");
+    const char *pred[] = {"dptrain", "predict", "--topology", "host", "--save", "m.safetensors", NULL};
+    assert_int_equal(parse_v(pred), DP_ERR_USAGE);
+    assert_string_equal(dp_last_error(), "predict: --save is for train, not predict (it would do nothing here); "
+                                         "leave it out");
+    /* the subcommand with no name is train: its flags are train's */
+    const char *dflt[] = {"dptrain", "--out", "o", NULL};
+    assert_int_equal(parse_v(dflt), DP_ERR_USAGE);
+    assert_true(tu_contains(dp_last_error(), "train: --out is for calibrate, not train"));
+}
+
+/* --gpu names a GPU to compute on: refused where the run computes on the CPU, with the fix. */
+static void test_gpu_needs_a_gpu_run(void **state) {
+    (void)state;
+    const char *cpu[] = {"dptrain", "--gpu", "3", NULL};
+    assert_int_equal(parse_v(cpu), DP_ERR_USAGE);
+    assert_string_equal(dp_last_error(), "--gpu 3: this run computes on the CPU (--device cpu), so no GPU is used; "
+                                         "add --device cuda to compute on GPU 3, or leave --gpu out");
+    const char *cpu2[] = {"dptrain", "eval", "--device", "cpu", "--gpu", "1", "--load", "x", NULL};
+    assert_int_equal(parse_v(cpu2), DP_ERR_USAGE);
+    assert_true(tu_contains(dp_last_error(), "--gpu 1: this run computes on the CPU (--device cpu)"));
+    const char *mpi[] = {"dptrain", "--backend", "mpi", "--gpu", "1", NULL};
+    assert_int_equal(parse_v(mpi), DP_ERR_USAGE);
+    assert_true(tu_contains(dp_last_error(), "--gpu 1: --backend mpi computes on the CPU"));
+    const char *cuda[] = {"dptrain", "--device", "cuda", "--gpu", "1", NULL};
+    assert_int_equal(parse_v(cuda), DP_OK);
+    const char *nccl[] = {"dptrain", "--backend", "nccl", "--gpu", "1", NULL};
+    assert_int_equal(parse_v(nccl), DP_OK);
+    const char *gpus[] = {"dptrain", "--gpus", "0,1", NULL};
+    assert_int_equal(parse_v(gpus), DP_ERR_USAGE);
+    assert_true(tu_contains(dp_last_error(), "--gpus is for --backend nccl"));
+}
+
+/* --log-file is the log's name (--log its alias), and a leading "--" (what a torchrun user writes
+ * between the program and its flags) is skipped before and after the subcommand. */
+static void test_log_file_and_dashdash(void **state) {
+    (void)state;
+    static const char *const forms[][8] = {
+        {"dptrain", "--log-file", "run.jsonl", NULL},
+        {"dptrain", "--log", "run.jsonl", NULL},
+        {"dptrain", "--log-file=run.jsonl", NULL},
+        {"dptrain", "--", "train", "--log-file", "run.jsonl", NULL},
+        {"dptrain", "train", "--", "--log-file", "run.jsonl", NULL},
+        {"dptrain", "--", "train", "--", "--log-file", "run.jsonl", NULL},
+        {"dptrain", "--", "--log-file", "run.jsonl", NULL},
+    };
+    for (size_t i = 0; i < sizeof forms / sizeof *forms; i++) {
+        char *argv[8];
+        int argc = 0;
+        while (forms[i][argc]) argv[argc] = (char *)forms[i][argc], argc++;
+        argv[argc] = NULL;
+        dp_config c;
+        dp_config_defaults(&c);
+        dp_action a;
+        if (dp_parse_args(argc, argv, &c, &a) != DP_OK) fail_msg("form %zu: %s", i, dp_last_error());
+        assert_non_null(c.log_path);
+        assert_string_equal(c.log_path, "run.jsonl");
+        assert_int_equal(c.eval_only, 0);
+    }
+    const char *ev[] = {"dptrain", "--", "eval", "--", "--load", "m.safetensors", NULL};
+    assert_int_equal(parse_v(ev), DP_OK);
+    /* a third "--" is getopt's end of options: what follows is an argument, refused */
+    const char *three[] = {"dptrain", "--", "train", "--", "--", "--epochs", "2", NULL};
+    assert_int_equal(parse_v(three), DP_ERR_USAGE);
+    assert_true(tu_contains(dp_last_error(), "unexpected argument '--epochs'"));
+}
+
 /* Through the binary once: a value just past a stated end exits 2 naming the flag and range. */
 static void test_cli_exit_code(void **state) {
     (void)state;
@@ -124,6 +354,10 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_help_ranges_match_parser),
         cmocka_unit_test(test_cli_exit_code),
+        cmocka_unit_test(test_numbers_strict),
+        cmocka_unit_test(test_subcommand_flags),
+        cmocka_unit_test(test_gpu_needs_a_gpu_run),
+        cmocka_unit_test(test_log_file_and_dashdash),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -493,6 +493,13 @@ static void test_nccl_cli_without_gpu(void **state) {
         fail_msg("--backend nccl on a GPU machine: rc %d:\n%s", rc, out);
     }
     free(out);
+    /* no GPU visible: the variable is quoted as set ("CUDA_VISIBLE_DEVICES=-1", not " =-1") */
+    setenv("CUDA_VISIBLE_DEVICES", "-1", 1);
+    rc = tu_run_dptrain(&out, "train --backend nccl --dataset synthetic --samples 64 --epochs 1 --quiet");
+    unsetenv("CUDA_VISIBLE_DEVICES");
+    if (DP_HAVE_NCCL && tu_contains(out, "no usable CUDA device") && !tu_contains(out, "; CUDA_VISIBLE_DEVICES=-1)"))
+        fail_msg("rc %d: %s", rc, out);
+    free(out);
     setenv("RANK", "1", 1), setenv("WORLD_SIZE", "2", 1), setenv("LOCAL_RANK", "1", 1);
     setenv("MASTER_PORT", "29500", 1);
     rc = tu_run_dptrain(&out, "train --backend nccl --dataset synthetic --samples 64 --epochs 1 --quiet");

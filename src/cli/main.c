@@ -78,14 +78,19 @@ int main(int argc, char **argv) {
     cfg.argc = &argc;
     cfg.argv = &argv;
     if (cfg.calibrate) return calibrate(&cfg);
+    /* --predict / --save-profile / --compute: the overhead model after the run, or instead of one;
+       its files are checked before any data is read (a typo must not cost the loading, let alone
+       the training run), on the rank that will run it */
+    if (launch.rank == 0) s = dp_predict_precheck(&cfg);
+    if (s != DP_OK) {
+        fprintf(stderr, "dptrain: %s\n", dp_last_error());
+        return dp_exit_code(s);
+    }
     dp_trainer *t = NULL;
     s = dp_trainer_create(&cfg, &t);
     if (s == DP_OK) {
-        /* --predict / --save-profile: the overhead model after the run, or instead of one; its
-           files are checked first (a typo must not cost the whole training run) */
         const int model = dp_trainer_holds_rank0(t);
-        if (model) s = dp_predict_precheck(&cfg);
-        if (s == DP_OK) s = dp_trainer_train(t);
+        s = dp_trainer_train(t);
         if (s == DP_OK && model && !t->stop_signal) s = dp_trainer_predict(t);
         s = dp_trainer_close(t, s);
     }

@@ -7,6 +7,8 @@
 #include <sys/ioctl.h>
 #include <unistd.h>
 
+#include "core/parse_num.h"
+
 static void fmt_eta(char *out, size_t cap, double s) {
     if (!(s >= 0) || s > 359999) { /* unknown (no batch done) or absurd: no figure rather than a wrong one */
         snprintf(out, cap, "ETA --:--");
@@ -69,11 +71,8 @@ int dp_terminal_width(int fd) {
     struct winsize ws;
     if (ioctl(fd, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0) return ws.ws_col;
     const char *c = getenv("COLUMNS");
-    if (c && *c) {
-        char *end;
-        long v = strtol(c, &end, 10);
-        if (!*end && v > 0 && v < 10000) return (int)v;
-    }
+    long long v = 0;
+    if (c && dp_parse_ll(c, &v) == 0 && v > 0 && v < 10000) return (int)v;
     return 80;
 }
 

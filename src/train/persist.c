@@ -1,6 +1,7 @@
 /* persist.c: a run's checkpoints: what they record (position, settings, a CRC-32 of the training
  * data), writing them from rank 0, choosing the newest good one on --resume and restoring it on
  * every replica, and the collective stop decision of SIGINT/SIGTERM. */
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,6 +9,7 @@
 #include <sys/stat.h>
 #include <zlib.h>
 
+#include "core/parse_num.h"
 #include "core/printable.h"
 #include "dp_config.h"
 #include "io/atomic.h"
@@ -39,10 +41,18 @@ dp_status dp_persist_setup(dp_trainer *t) {
     t->next_epoch = t->start_epoch = 1;
     atomic_init(&t->nonfinite, 0);
     t->sgd.nonfinite = &t->nonfinite;
-    const char *inj = getenv("DPTRAIN_INJECT_NAN_STEP");
-    t->inject_nan_step = inj ? atol(inj) : 0;
-    const char *sig = getenv("DPTRAIN_INJECT_SIGNAL_FINAL_EVAL");
-    t->inject_eval_signal = sig ? atoi(sig) : 0;
+    /* the tests' fault injections, read as any number a user types (core/parse_num.h) */
+    const char *inj = getenv("DPTRAIN_INJECT_NAN_STEP"), *sig = getenv("DPTRAIN_INJECT_SIGNAL_FINAL_EVAL");
+    long long step = 0, signo = 0;
+    char shown[64];
+    if (inj && (dp_parse_ll(inj, &step) != 0 || step < 0 || step > LONG_MAX))
+        return dp_fail(DP_ERR_USAGE, "DPTRAIN_INJECT_NAN_STEP='%s' is not a step number",
+                       dp_printable(inj, shown, sizeof shown));
+    if (sig && (dp_parse_ll(sig, &signo) != 0 || signo < 0 || signo > 64))
+        return dp_fail(DP_ERR_USAGE, "DPTRAIN_INJECT_SIGNAL_FINAL_EVAL='%s' is not a signal number",
+                       dp_printable(sig, shown, sizeof shown));
+    t->inject_nan_step = (long)step;
+    t->inject_eval_signal = (int)signo;
     DP_ALLOC(t->stop_bufs, t->ex.n_local, "stop flags");
     for (int r = 0; r < t->ex.n_local; r++) DP_ALLOC(t->stop_bufs[r], 2, "stop flags");
     if (c->on_nan_skip && t->model.buffers.n) {

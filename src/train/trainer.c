@@ -199,12 +199,17 @@ static dp_status setup(dp_trainer *t) {
     if (!c->keep) c->keep = 3;
     if (dp_backend_rank(t->backend, 0) == 0) {
         /* before hours of training, not after: only rank 0 writes */
-        /* the directory first: --save may name a file in it */
-        if (c->checkpoint_dir) DP_TRY(dp_check_output_dir("--checkpoint", c->checkpoint_dir));
-        if (c->save_path) DP_TRY(dp_check_output_file("--save", c->save_path));
-        if (c->plot_path) DP_TRY(dp_check_output_file("--plot", c->plot_path));
+        /* the directory first: --save may name a file in it; one this check creates is removed
+           again if a later check refuses the run (a refused run leaves nothing behind) */
+        struct stat st;
+        const int made = c->checkpoint_dir && stat(c->checkpoint_dir, &st) != 0;
+        dp_status s = c->checkpoint_dir ? dp_check_output_dir("--checkpoint", c->checkpoint_dir) : DP_OK;
+        if (s == DP_OK && c->save_path) s = dp_check_output_file("--save", c->save_path);
+        if (s == DP_OK && c->plot_path) s = dp_check_output_file("--plot", c->plot_path);
         /* before any data is read: a log that cannot be created is a start-time error (rank 0 writes it) */
-        DP_TRY(dp_report_check_path(c->log_path));
+        if (s == DP_OK) s = dp_report_check_path(c->log_path);
+        if (s != DP_OK && made) rmdir(c->checkpoint_dir); /* fails, as it should, if anything is in it */
+        DP_TRY(s);
     }
     if (c->batch_size < t->world)
         return dp_fail(DP_ERR_USAGE, "--batch-size %d is smaller than the %d replicas: each replica needs a sample",
