@@ -39,6 +39,8 @@ dp_status dp_persist_setup(dp_trainer *t) {
     t->sgd.nonfinite = &t->nonfinite;
     const char *inj = getenv("DPTRAIN_INJECT_NAN_STEP");
     t->inject_nan_step = inj ? atol(inj) : 0;
+    const char *inf = getenv("DPTRAIN_INJECT_INF_GRAD_STEP");
+    t->inject_inf_grad_step = inf ? atol(inf) : 0;
     const char *sig = getenv("DPTRAIN_INJECT_SIGNAL_FINAL_EVAL");
     t->inject_eval_signal = sig ? atoi(sig) : 0;
     DP_ALLOC(t->stop_bufs, t->ex.n_local, "stop flags");
