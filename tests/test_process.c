@@ -149,12 +149,14 @@ static void test_missing_plugin_is_named(void **state) {
         fail_msg("cannot copy dptrain: %s", out);
     free(out);
     static const char *const flags[] = {"--device cuda", "--backend nccl"};
+    static const char *const instead[] = {"use --device cpu", "use --backend sim or mpi"};
     for (int i = 0; i < 2; i++) {
         int rc = tu_sh(&out, "%s/dptrain " QUICK_TRAIN " %s", dir, flags[i]);
         char want[256];
         snprintf(want, sizeof want, "dptrain: %s: cannot load the CUDA parts of this build: dptrain_cuda.so is "
                  "neither in %s nor in %s/", flags[i], dir, dir);
-        if (rc != 1 || !tu_contains(out, want)) fail_msg("no plugin, %s: exit %d:\n%s", flags[i], rc, out);
+        if (rc != 1 || !tu_contains(out, want) || !tu_contains(out, instead[i]))
+            fail_msg("no plugin, %s: exit %d:\n%s", flags[i], rc, out);
         free(out);
     }
     /* a file of that name that is no library: the dynamic loader's reason */

@@ -39,25 +39,27 @@ static dp_status check_table(const char *what, const char *path, const dp_gpu_pl
 }
 
 static dp_status load(const char *what, const dp_gpu_plugin **out) {
+    /* what runs without the plugin */
+    const char *instead = strncmp(what, "--backend", 9) == 0 ? "--backend sim or mpi" : "--device cpu";
     char dir[3072], paths[2][4096];
     exe_dir(dir, sizeof dir);
     if (!dir[0]) return dp_fail(DP_ERR_UNSUPPORTED, "%s: cannot load %s: the executable's directory is unknown "
-                                "(/proc/self/exe); use --device cpu", what, DP_GPU_PLUGIN_FILE);
+                                "(/proc/self/exe); use %s", what, DP_GPU_PLUGIN_FILE, instead);
     snprintf(paths[0], sizeof paths[0], "%s/%s", dir, DP_GPU_PLUGIN_FILE); /* the build tree */
     snprintf(paths[1], sizeof paths[1], "%s/%s/%s", dir, DP_PLUGIN_RELDIR, DP_GPU_PLUGIN_FILE); /* installed */
     const char *path = is_file(paths[0]) ? paths[0] : is_file(paths[1]) ? paths[1] : NULL;
     if (!path)
         return dp_fail(DP_ERR_UNSUPPORTED, "%s: cannot load the CUDA parts of this build: %s is neither in %s nor in "
-                       "%s/%s; install dptrain with it, or use --device cpu", what, DP_GPU_PLUGIN_FILE, dir, dir,
-                       DP_PLUGIN_RELDIR);
+                       "%s/%s; install dptrain with it, or use %s", what, DP_GPU_PLUGIN_FILE, dir, dir,
+                       DP_PLUGIN_RELDIR, instead);
     /* global: the NCCL test double and the CUDA libraries find each other's symbols as they did
        when the executable linked them */
     void *h = dlopen(path, RTLD_NOW | RTLD_GLOBAL);
     if (!h) {
         const char *why = dlerror();
-        return dp_fail(DP_ERR_UNSUPPORTED, "%s: cannot load %s: %s; install the CUDA libraries it names (or add "
-                       "their directory to LD_LIBRARY_PATH), or use --device cpu", what, path,
-                       why ? why : "unknown reason");
+        return dp_fail(DP_ERR_UNSUPPORTED, "%s: cannot load %s: %s; it needs the CUDA libraries dptrain was built "
+                       "with (LD_LIBRARY_PATH may name their directory), or use %s", what, path,
+                       why ? why : "unknown reason", instead);
     }
     const dp_gpu_plugin *p = dlsym(h, "dp_gpu_plugin_table");
     if (!p) return dp_fail(DP_ERR_UNSUPPORTED, "%s: %s is not dptrain's CUDA plugin (no dp_gpu_plugin_table)", what, path);
