@@ -4,16 +4,13 @@
 #include <string.h>
 
 #include "backends/backend.h"
-#include "backends/nccl.h"
+#include "core/gpu_plugin.h"
 #include "core/timer.h"
 #include "dp_config.h"
 
 dp_status dp_sim_backend_create(const dp_backend_config *cfg, dp_backend_t *out);
 #if DP_HAVE_MPI
 dp_status dp_mpi_backend_create(const dp_backend_config *cfg, dp_backend_t *out);
-#endif
-#if DP_HAVE_NCCL
-dp_status dp_nccl_backend_create(const dp_backend_config *cfg, dp_backend_t *out);
 #endif
 
 dp_status dp_backend_device(const char *backend, const char *device_flag, int gpu_flag, const int *gpus, int n_gpus,
@@ -27,18 +24,20 @@ dp_status dp_backend_device(const char *backend, const char *device_flag, int gp
         return dp_fail(DP_ERR_USAGE, "--gpus is for --backend nccl (one process driving several GPUs)");
     if (!nccl) return DP_OK;
 #if DP_HAVE_NCCL /* one GPU per process (the launch says which), or the listed ones */
+    const dp_gpu_plugin *p; /* the backend is in the GPU plugin: loaded now */
+    DP_TRY(dp_gpu_plugin_get("--backend nccl", &p));
     const int on_cpu = device_flag && strcmp(device_flag, "cpu") == 0;
-    if (on_cpu && !dp_nccl_moves_host_memory())
+    if (on_cpu && !p->nccl_moves_host_memory())
         return dp_fail(DP_ERR_USAGE, "--device cpu: --backend nccl moves GPU memory (drop --device, or use --backend "
                        "sim or mpi for the CPU)");
     if (n_gpus > DP_MAX_LOCAL_DEVICES) return dp_fail(DP_ERR_USAGE, "--gpus: at most %d GPUs", DP_MAX_LOCAL_DEVICES);
     if (n_gpus) {
-        DP_TRY(dp_nccl_precheck_gpus(gpus, n_gpus));
+        DP_TRY(p->nccl_precheck_gpus(gpus, n_gpus));
         for (int i = 0; i < n_gpus; i++) ordinals[i] = gpus[i];
         *n = n_gpus;
     } else {
         ordinals[0] = gpu_flag; /* -1: not given, the launch decides */
-        DP_TRY(dp_nccl_precheck(ordinals));
+        DP_TRY(p->nccl_precheck(ordinals));
     }
     if (!device_flag) *device = "cuda"; /* a test device (fakegpu) stays what was asked */
     return DP_OK;
@@ -63,7 +62,9 @@ dp_status dp_backend_create(const dp_backend_config *cfg, dp_backend_t *out) {
     }
     if (strcmp(name, "nccl") == 0) {
 #if DP_HAVE_NCCL
-        return dp_nccl_backend_create(cfg, out);
+        const dp_gpu_plugin *p;
+        DP_TRY(dp_gpu_plugin_get("--backend nccl", &p));
+        return p->nccl_create(cfg, out);
 #else
         return dp_fail(DP_ERR_UNSUPPORTED, "--backend nccl: not compiled into this build (needs the CUDA toolkit and "
                                            "NCCL at build time; set NCCL_ROOT and rebuild)");
@@ -77,8 +78,10 @@ void dp_backend_destroy(dp_backend_t b) {
 }
 
 void dp_backend_describe(char *buf, size_t n) {
+    /* from what was compiled: nothing here loads the GPU plugin */
     snprintf(buf, n, "sim (%s), mpi (%s), nccl (%s)", DP_HAVE_CUDA ? "cpu, cuda" : "cpu", DP_HAVE_MPI ? "cpu" : "not built",
-             DP_HAVE_NCCL ? "cuda, one process per GPU or several GPUs per process" : "not built");
+             DP_HAVE_NCCL ? "cuda, one process per GPU or several GPUs per process; loaded on use from "
+                            DP_GPU_PLUGIN_FILE : "not built");
 }
 
 static void record(dp_backend_t b, dp_coll_kind kind, double bytes, double t0, double t1) {

@@ -81,6 +81,10 @@ typedef struct dp_kernels {
      * in one small buffer): out[0] = the lanes' losses added with the tree of core/treesum.h
      * (loss is left holding the tree's partial sums), out[1] = their hits summed, as a float */
     void (*lane_metrics)(const dp_kctx *c, int n, float *loss, const int32_t *correct, float *out);
+    /* *flag = 1.0f when any of x[0..n) is NaN or Inf, else left as it was (the caller zeroes it):
+       the SGD step's check of the gradients where they are, so that a device's check rides in its
+       step metrics (optim/sgd.h) and costs no wait of its own */
+    void (*nonfinite)(const dp_kctx *c, size_t n, const float *x, float *flag);
     /* a batch gathered from a data set held where the kernels run: sample i of x (ch, hw) is
        lut[ch * 256 + pixels[idx[i]]], the loader's normalisation table (dataset.h), and y[i] is
        labels[idx[i]] */

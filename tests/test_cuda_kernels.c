@@ -1,6 +1,6 @@
 /* Every entry of the CUDA kernel table against its CPU twin (kernels/kernels.h) on seeded random
  * inputs, with the tolerance stated per kernel: bitwise where the arithmetic is element-wise and
- * unfused (ReLU, add, copy, SGD, the tree sum, max pooling, the average pool), 1e-5 relative
+ * unfused (ReLU, add, copy, SGD, the tree sum, the non-finite check, max pooling, the average pool), 1e-5 relative
  * where a sum runs in another order (batch norm sums, cuBLAS GEMMs, the loss), 1e-4 for the
  * convolution (im2col GEMM or cuDNN against the CPU's direct kernels).
  *
@@ -122,6 +122,28 @@ static void test_elementwise(void **state) {
     h = back(dlm, 2), expect("lane metrics", lm, h, 2, 0), free(h);
     h = back(dll, NL), expect("lane metrics' partial sums", ll, h, NL, 0), free(h);
     cudaFree(dll), cudaFree(dlm), cudaFree(dhits), free(ll);
+    /* the gradients' check: NaN, +Inf, -Inf at the first, a middle and the last element set the
+       flag; a large finite value does not; a set flag stays set */
+    const float poison[] = {NAN, INFINITY, -INFINITY, 3e38f};
+    const size_t at[] = {0, 65537, n - 1, 17};
+    float *dflag = dev(NULL, 4);
+    for (int k = 0; k < 4; k++) {
+        const float was = g[at[k]];
+        g[at[k]] = poison[k];
+        assert_int_equal(cudaMemcpy(dg + at[k], g + at[k], 4, cudaMemcpyHostToDevice), cudaSuccess);
+        float flag = 0;
+        zero(dflag, 4);
+        C->nonfinite(&cc, n, g, &flag), G->nonfinite(&gc, n, dg, dflag);
+        h = back(dflag, 1), expect("nonfinite", &flag, h, 1, 0), free(h);
+        if (flag != (k < 3 ? 1.0f : 0.0f)) fail_msg("nonfinite: case %d gives %g", k, flag);
+        g[at[k]] = was;
+        assert_int_equal(cudaMemcpy(dg + at[k], g + at[k], 4, cudaMemcpyHostToDevice), cudaSuccess);
+    }
+    const float one = 1.0f;
+    assert_int_equal(cudaMemcpy(dflag, &one, 4, cudaMemcpyHostToDevice), cudaSuccess);
+    G->nonfinite(&gc, n, dg, dflag);
+    h = back(dflag, 1), expect("nonfinite over finite values (the flag stays)", &one, h, 1, 0), free(h);
+    cudaFree(dflag);
     cudaFree(dx), cudaFree(dy), cudaFree(dg), cudaFree(dout), cudaFree(dp), cudaFree(dbuf);
     free(x), free(y), free(g), free(out), free(p), free(buf);
 }

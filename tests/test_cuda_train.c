@@ -4,7 +4,8 @@
  * parameters, momentum and losses of one replica (the lanes and the ordered all-reduce are
  * the CPU's, so the same kernels run the same shapes); a GPU run repeats its own bits; a GPU
  * checkpoint holds the trained weights, and a run resumed from one is bitwise the run that was
- * never stopped; the overhead model's timing run times a GPU's nodes with events. Synthetic data.
+ * never stopped; a NaN/Inf gradient with a finite loss is refused as on the CPU; the overhead
+ * model's timing run times a GPU's nodes with events. Synthetic data.
  * Exits 77 (skipped) without a device.
  *
  * DP_TEST_GPU=fakegpu runs the same suite on the test device that behaves like a GPU on the CPU
@@ -183,6 +184,76 @@ static void test_gpu_resume_is_exact(void **state) {
     free(o);
 }
 
+/* A run expected to stop: its status, and its message into msg. */
+static dp_status run_stopped(dp_config *c, char *msg, size_t n) {
+    char log[600];
+    snprintf(log, sizeof log, "%s", tu_path("stopped.jsonl"));
+    c->log_path = log;
+    dp_trainer *t;
+    if (dp_trainer_create(c, &t) != DP_OK) fail_msg("create: %s", dp_last_error());
+    const dp_status s = dp_trainer_run(t);
+    snprintf(msg, n, "%s", dp_last_error());
+    dp_trainer_destroy(t);
+    remove(log);
+    return s;
+}
+
+/* A gradient made +Inf at step 3 while the loss stays finite (DPTRAIN_INJECT_INF_GRAD_STEP): the
+ * device checks the gradients where they are, in the step's metrics, and the run ends as the
+ * CPU's, whose SGD step checks them: with --on-nan skip the step is skipped (on the fake GPU the
+ * parameters, momentum and losses are bitwise the CPU's), without it the run stops with the CPU's
+ * message. 2 replicas, DDP and DP (only the master steps). On the fake GPU the check waits for
+ * nothing: a run with the fault makes as many host round trips as one without. */
+static void nonfinite_gradients_like_cpu(int dp_semantics) {
+    const char *what = dp_semantics ? "DP" : "DDP";
+    unsetenv("DPTRAIN_INJECT_INF_GRAD_STEP"); /* a failed case before may have left it */
+    dp_config c;
+    unsigned long waits[2] = {0, 0};
+    for (int fault = 0; fault < 2; fault++) { /* the same run, without and with the fault */
+        if (fault) setenv("DPTRAIN_INJECT_INF_GRAD_STEP", "3", 1);
+        base_config(&c, "lenet", "cpu");
+        c.replicas = 2, c.max_steps = 6, c.on_nan_skip = 1, c.mode = dp_semantics ? DP_MODE_DP : DP_MODE_DDP;
+        tr_result cpu = tr_run(&c);
+        c.device = GPU;
+        const unsigned long before = dp_fakegpu_host_waits();
+        tr_result gpu = tr_run(&c);
+        waits[fault] = dp_fakegpu_host_waits() - before;
+        char label[96];
+        snprintf(label, sizeof label, "%s, --on-nan skip, %s", what, fault ? "+Inf gradient at step 3" : "no fault");
+        if (fake()) tr_assert_same(&gpu, &cpu, label);
+        else tr_assert_close(&gpu, &cpu, GPU_CPU_TOL, label);
+        for (size_t i = 0; i < gpu.n; i++)
+            if (!isfinite(gpu.params[i])) fail_msg("%s: parameter %zu is %g: the gradient was applied", label, i,
+                                                   gpu.params[i]);
+        assert_int_equal(gpu.n_losses, fault ? 5 : 6); /* the skipped step logs no loss */
+        tr_free(&cpu), tr_free(&gpu);
+    }
+    if (fake() && waits[1] != waits[0])
+        fail_msg("%s: %lu host waits with the fault, %lu without: the check waited", what, waits[1], waits[0]);
+    char cpu_msg[DP_ERROR_MAX], gpu_msg[DP_ERROR_MAX];
+    base_config(&c, "lenet", "cpu");
+    c.replicas = 2, c.max_steps = 6, c.mode = dp_semantics ? DP_MODE_DP : DP_MODE_DDP;
+    const dp_status cs = run_stopped(&c, cpu_msg, sizeof cpu_msg);
+    c.device = GPU;
+    const dp_status gs = run_stopped(&c, gpu_msg, sizeof gpu_msg);
+    unsetenv("DPTRAIN_INJECT_INF_GRAD_STEP");
+    if (cs != DP_ERR_NUMERIC || !strstr(cpu_msg, "step 3: the all-reduced gradients hold NaN or Inf"))
+        fail_msg("%s, the CPU: status %d: %s", what, (int)cs, cpu_msg);
+    if (gs != cs || strcmp(gpu_msg, cpu_msg) != 0)
+        fail_msg("%s, --on-nan stop: the device ends with status %d \"%s\", the CPU with %d \"%s\"", what, (int)gs,
+                 gpu_msg, (int)cs, cpu_msg);
+}
+
+static void test_nonfinite_gradients_ddp(void **state) {
+    (void)state;
+    nonfinite_gradients_like_cpu(0);
+}
+
+static void test_nonfinite_gradients_dp(void **state) {
+    (void)state;
+    nonfinite_gradients_like_cpu(1);
+}
+
 /* --backend nccl with one rank (the lent machine has one GPU) trains to the bits of the GPU sim
  * with one replica, DDP and DP: the same kernels, the same lanes, and collectives that move
  * nothing; launched plainly, with torchrun's variables, and under mpirun -np 1. */
@@ -297,6 +368,8 @@ int main(void) {
         cmocka_unit_test(test_gpu_sim_sync_bn_bitwise),
         cmocka_unit_test(test_gpu_checkpoint),
         cmocka_unit_test(test_gpu_resume_is_exact),
+        cmocka_unit_test(test_nonfinite_gradients_ddp),
+        cmocka_unit_test(test_nonfinite_gradients_dp),
         cmocka_unit_test(test_nccl_one_rank_ddp),
         cmocka_unit_test(test_nccl_one_rank_dp),
         cmocka_unit_test(test_nccl_launchers),

@@ -2,6 +2,7 @@
  * called directly with the same arguments (nthreads 1): bitwise equal, with the calls queued on
  * the device's streams behind random delays. The arguments a launch copies are changed right
  * after each call (the conv dims, tree_sum's vector array), which must not matter. */
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -89,6 +90,28 @@ static void test_elementwise_sgd_tree(void **state) {
     C->lane_metrics(&cc, NL, ll.h, ih(hits), lm.h), G->lane_metrics(&D->kc, NL, ll.d, id(hits), lm.d);
     same(D, "lane_metrics", lm), same(D, "lane_metrics' partial sums", ll);
     drop(D, ll), drop(D, hits), drop(D, lm);
+    /* the gradients' check: a NaN, +Inf or -Inf anywhere (the last element too) sets the flag, a large
+       finite value does not, and a set flag stays set */
+    const float poison[] = {NAN, INFINITY, -INFINITY, 3e38f};
+    const size_t at[] = {0, 4097, n - 1, 17};
+    for (int k = 0; k < 4; k++) {
+        pair f = mk(D, 1, 0);
+        const float was = g.h[at[k]];
+        g.h[at[k]] = poison[k];
+        FGT_OK(D->upload(D, g.d + at[k], g.h + at[k], sizeof(float)));
+        C->nonfinite(&cc, n, g.h, f.h), G->nonfinite(&D->kc, n, g.d, f.d);
+        same(D, "nonfinite", f);
+        if (f.h[0] != (k < 3 ? 1.0f : 0.0f)) fail_msg("nonfinite: case %d gives %g", k, f.h[0]);
+        g.h[at[k]] = was;
+        FGT_OK(D->upload(D, g.d + at[k], g.h + at[k], sizeof(float)));
+        drop(D, f);
+    }
+    pair set = mk(D, 1, 0);
+    set.h[0] = 1.0f;
+    FGT_OK(D->upload(D, set.d, set.h, sizeof(float)));
+    C->nonfinite(&cc, n, g.h, set.h), G->nonfinite(&D->kc, n, g.d, set.d);
+    same(D, "nonfinite over finite values (the flag stays)", set);
+    drop(D, set);
     drop(D, x), drop(D, y), drop(D, g), drop(D, out), drop(D, p), drop(D, buf);
     fgt_close(D);
 }

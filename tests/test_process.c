@@ -1,7 +1,11 @@
 /* The process as tools see it: no re-execution through /proc/self/exe, so the process is named
  * dptrain (ps, top, pgrep, core files), valgrind can run the binary, and the OpenMP spin bound
- * still reaches libgomp (OMP_DISPLAY_ENV shows it) while a user's own setting wins. */
+ * still reaches libgomp (OMP_DISPLAY_ENV shows it) while a user's own setting wins; a CPU run of
+ * the CUDA build maps no GPU library (the dynamic loader's LD_DEBUG=files), which its plugin
+ * brings only when a GPU is asked for. */
 #include "testutil.h"
+
+#include "dp_config.h"
 
 #include <signal.h>
 #include <stdio.h>
@@ -79,11 +83,106 @@ static void test_spin_bound_reaches_libgomp(void **state) {
     free(out);
 }
 
+/* The GPU libraries the CUDA build uses, loaded only with its plugin (core/gpu_plugin.h). */
+static const char *const gpu_libs[] = {"libcudart", "libcublas", "libcudnn", "libnccl", "dptrain_cuda.so"};
+
+/* The libraries the dynamic loader opened for `dptrain args` (LD_DEBUG=files): the first GPU one
+ * in its output, or NULL; *rc its exit code, *out everything it printed. */
+static const char *gpu_lib_loaded(const char *args, int *rc, char **out) {
+    *rc = tu_sh(out, "LD_DEBUG=files %s %s", bin(), args);
+    if (!tu_contains(*out, "file=libc.so")) fail_msg("LD_DEBUG=files showed no libraries (exit %d):\n%s", *rc, *out);
+    /* the loader's lines only ("file=NAME [0];  needed by ..."): --version names the plugin too */
+    for (const char *line = *out; line; line = strchr(line, '\n'), line = line ? line + 1 : NULL) {
+        const char *file = strstr(line, "file="), *end = strchr(line, '\n');
+        if (!file || (end && file > end)) continue;
+        const char *stop = strchr(file, ' ');
+        for (size_t i = 0; i < sizeof gpu_libs / sizeof *gpu_libs; i++) {
+            const char *at = strstr(file, gpu_libs[i]);
+            if (at && (!stop || at < stop)) return gpu_libs[i];
+        }
+    }
+    return NULL;
+}
+
+#define QUICK_TRAIN "train --dataset synthetic --shape 1x28x28 --samples 128 --batch-size 64 --epochs 1 --threads 1 " \
+                    "--workers 0 --no-progress"
+
+/* A CPU run maps no GPU library: --version (which still lists what was compiled in) and a short
+ * training. Linked in, the CUDA runtime, cuBLAS, cuDNN and NCCL took ~230 MiB resident at every
+ * start, and under a 96 MiB memory limit --version was killed. */
+static void test_cpu_run_loads_no_gpu_library(void **state) {
+    (void)state;
+    const char *runs[] = {"--version", QUICK_TRAIN};
+    for (int i = 0; i < 2; i++) {
+        int rc;
+        char *out;
+        const char *lib = gpu_lib_loaded(runs[i], &rc, &out);
+        if (rc != 0 || lib) fail_msg("dptrain %s: exit %d, %s loaded:\n%s", runs[i], rc, lib ? lib : "nothing", out);
+        if (i == 0 && DP_HAVE_CUDA && !tu_contains(out, "cuda (cuBLAS"))
+            fail_msg("--version does not list the CUDA device it was built with:\n%s", out);
+        free(out);
+    }
+}
+
+/* --device cuda loads the plugin, and on a machine without a GPU says so as it did when the CUDA
+ * libraries were linked in (and on one with a GPU, trains). */
+static void test_gpu_run_loads_the_plugin(void **state) {
+    (void)state;
+    if (!DP_HAVE_CUDA) skip();
+    int rc;
+    char *out;
+    const char *lib = gpu_lib_loaded(QUICK_TRAIN " --device cuda", &rc, &out);
+    if (!lib) fail_msg("--device cuda loaded no GPU library (exit %d):\n%s", rc, out);
+    if (rc != 0 && !(rc == 1 && tu_contains(out, "dptrain: --device cuda: no CUDA device found (")))
+        fail_msg("--device cuda: exit %d:\n%s", rc, out);
+    free(out);
+}
+
+/* Without its plugin, or with a broken one, a CUDA build says which file it could not load and
+ * why, for --device cuda and for --backend nccl; CPU runs go on. */
+static void test_missing_plugin_is_named(void **state) {
+    (void)state;
+    if (!DP_HAVE_CUDA) skip();
+    const char *dir = tu_path("noplugin");
+    char *out;
+    if (tu_sh(&out, "rm -rf %s && mkdir -p %s && cp %s %s/dptrain", dir, dir, bin(), dir) != 0)
+        fail_msg("cannot copy dptrain: %s", out);
+    free(out);
+    static const char *const flags[] = {"--device cuda", "--backend nccl"};
+    static const char *const instead[] = {"use --device cpu", "use --backend sim or mpi"};
+    for (int i = 0; i < 2; i++) {
+        int rc = tu_sh(&out, "%s/dptrain " QUICK_TRAIN " %s", dir, flags[i]);
+        char want[256];
+        snprintf(want, sizeof want, "dptrain: %s: cannot load the CUDA parts of this build: dptrain_cuda.so is "
+                 "neither in %s nor in %s/", flags[i], dir, dir);
+        if (rc != 1 || !tu_contains(out, want) || !tu_contains(out, instead[i]))
+            fail_msg("no plugin, %s: exit %d:\n%s", flags[i], rc, out);
+        free(out);
+    }
+    /* a file of that name that is no library: the dynamic loader's reason */
+    tu_sh(&out, "echo not-a-library > %s/dptrain_cuda.so", dir);
+    free(out);
+    int rc = tu_sh(&out, "%s/dptrain " QUICK_TRAIN " --device cuda", dir);
+    char want[256];
+    snprintf(want, sizeof want, "dptrain: --device cuda: cannot load %s/dptrain_cuda.so: ", dir);
+    if (rc != 1 || !tu_contains(out, want) || !tu_contains(out, "use --device cpu"))
+        fail_msg("a broken plugin: exit %d:\n%s", rc, out);
+    free(out);
+    rc = tu_sh(&out, "%s/dptrain " QUICK_TRAIN, dir);
+    if (rc != 0) fail_msg("a CPU run beside a broken plugin: exit %d:\n%s", rc, out);
+    free(out);
+    tu_sh(&out, "rm -rf %s", dir);
+    free(out);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_comm_is_dptrain),
         cmocka_unit_test(test_valgrind_runs_it),
         cmocka_unit_test(test_spin_bound_reaches_libgomp),
+        cmocka_unit_test(test_cpu_run_loads_no_gpu_library),
+        cmocka_unit_test(test_gpu_run_loads_the_plugin),
+        cmocka_unit_test(test_missing_plugin_is_named),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -103,6 +103,10 @@ static void lane_metrics(const dp_kctx *c, int n, float *loss, const int32_t *co
     out[0] = dp_tree_sum_scalars(loss, n, 1);
     out[1] = (float)hits;
 }
+static void nonfinite(const dp_kctx *c, size_t n, const float *x, float *flag) {
+    (void)c;
+    if (!all_finite_cpu(x, n)) *flag = 1.0f;
+}
 
 static void gather(const dp_kctx *c, int n, int ch, int hw, const uint8_t *pixels, const uint8_t *labels,
                    const int32_t *idx, const float *lut, float *x, int32_t *y) {
@@ -142,5 +146,6 @@ const dp_kernels dp_cpu_kernels = {
     .sgd = sgd,
     .tree_sum = tree,
     .lane_metrics = lane_metrics,
+    .nonfinite = nonfinite,
     .gather_batch = gather,
 };

@@ -54,6 +54,19 @@ extern "C" void dp_cuda_sgd(const dp_kctx *c, size_t n, float *p, const float *g
     DP_LAUNCHED("sgd");
 }
 
+// Any NaN or Inf among x[0..n) sets *flag (the exponent's bits all ones, as the CPU twin's integer
+// test, kernels/cpu/sgd.c); each block reports once. Nothing writes 0: the caller zeroed the flag.
+__global__ void nonfinite_k(size_t n, const float *x, float *flag) {
+    int bad = 0;
+    DP_FOR(i, n) bad |= (__float_as_uint(x[i]) & 0x7f800000u) == 0x7f800000u;
+    if (__syncthreads_or(bad) && threadIdx.x == 0) *flag = 1.0f;
+}
+extern "C" void dp_cuda_nonfinite(const dp_kctx *c, size_t n, const float *x, float *flag) {
+    if (!n) return;
+    nonfinite_k<<<dp_blocks(n), DP_CUDA_THREADS, 0, dp_stream(c)>>>(n, x, flag);
+    DP_LAUNCHED("nonfinite");
+}
+
 // One level of the tree: a += b (and b = 0 with clear), element-wise.
 __global__ void tree_level_k(size_t n, float *a, float *b, int clear) {
     DP_FOR(i, n) {

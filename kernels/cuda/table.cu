@@ -34,6 +34,7 @@ void dp_cuda_softmax_xent(const dp_kctx *, int, int, const float *, const int32_
 void dp_cuda_sgd(const dp_kctx *, size_t, float *, const float *, float *, float, float, float, int);
 void dp_cuda_tree_sum(const dp_kctx *, float *const *, int, size_t, size_t, int);
 void dp_cuda_lane_metrics(const dp_kctx *, int, float *, const int32_t *, float *);
+void dp_cuda_nonfinite(const dp_kctx *, size_t, const float *, float *);
 void dp_cuda_gather_batch(const dp_kctx *, int, int, int, const uint8_t *, const uint8_t *, const int32_t *,
                           const float *, float *, int32_t *);
 
@@ -62,6 +63,7 @@ const dp_kernels dp_cuda_kernels = {
     dp_cuda_sgd,
     dp_cuda_tree_sum,
     dp_cuda_lane_metrics,
+    dp_cuda_nonfinite,
     dp_cuda_gather_batch,
 };
 }

@@ -1,10 +1,13 @@
-/* device_registry.c: the devices --device can name. The build lists the ones it compiled
- * (generated dp_devices.h: one X(name) per device folder, whose kind is dp_<name>_device) and
- * the ones it left out, with how to get them; tests may add their own. */
+/* device_registry.c: the devices --device can name. The build lists the ones it linked in
+ * (generated dp_devices.h: one X(name) per device folder, whose kind is dp_<name>_device), the ones
+ * in the GPU plugin, loaded when first named (core/gpu_plugin.h), and the ones it left out, with
+ * how to get them; tests may add their own. */
 #include <stdio.h>
 #include <string.h>
 
 #include "core/device.h"
+#include "core/gpu_plugin.h"
+#include "dp_config.h"
 #include "dp_devices.h"
 
 #define X(n) extern const dp_dev_kind dp_##n##_device;
@@ -34,11 +37,24 @@ dp_status dp_dev_register(const dp_dev_kind *kind) {
     return DP_OK;
 }
 
+static const dp_dev_kind *find(const char *name) {
+    for (int i = 0; i < n_kinds(); i++)
+        if (strcmp(kinds[i]->name, name) == 0) return kinds[i];
+    return NULL;
+}
+
 dp_status dp_dev_open(const char *name, int ordinal, int tf32, dp_dev **out) {
     *out = NULL;
     const int n = n_kinds();
-    for (int i = 0; i < n; i++)
-        if (strcmp(kinds[i]->name, name) == 0) return kinds[i]->open(ordinal, tf32, out);
+    const dp_dev_kind *kind = find(name);
+    if (kind) return kind->open(ordinal, tf32, out);
+#if DP_HAVE_CUDA /* in the plugin, loaded at the first open */
+    if (strcmp(name, "cuda") == 0) {
+        const dp_gpu_plugin *p;
+        DP_TRY(dp_gpu_plugin_get("--device cuda", &p));
+        return p->cuda->open(ordinal, tf32, out);
+    }
+#endif
     /* a device this build left out: say how to get it */
     static const char *left_out[] = {DP_DEVICES_LEFT_OUT NULL};
     const size_t len = strlen(name);
@@ -50,6 +66,7 @@ dp_status dp_dev_open(const char *name, int ordinal, int tf32, dp_dev **out) {
         const size_t at = strlen(known);
         snprintf(known + at, sizeof known - at, "%s%s", i ? ", " : "", kinds[i]->name);
     }
+    if (DP_HAVE_CUDA && !find("cuda")) strncat(known, ", cuda", sizeof known - strlen(known) - 1);
     return dp_fail(DP_ERR_USAGE, "--device: unknown device '%s' (this build has: %s)", name, known);
 }
 

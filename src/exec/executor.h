@@ -169,8 +169,13 @@ dp_status dp_exec_fetch_lane_losses(dp_executor *ex);
  * bufs[r] holds the sums over all replicas. On host memory: the host's sums and
  * dp_exec_host_allreduce. Elsewhere: each replica's buffer is summed and completed on its
  * device, all-reduced there by the backend, and replica 0's comes down once (pinned), the
- * step's only wait; the lanes' host copies are then not updated (dp_exec_fetch_lane_losses). */
-dp_status dp_exec_step_metrics(dp_executor *ex, float *const *bufs, size_t n, int host_lanes);
+ * step's only wait; the lanes' host copies are then not updated (dp_exec_fetch_lane_losses).
+ * check (NULL: none; not on host memory, where the SGD step checks the gradients itself,
+ * optim/sgd.h): the replicas r with check[r] set have their gradient arena checked for NaN/Inf
+ * on their device (the kernel table's nonfinite) into [check_at], which the caller set to 0, so
+ * that the sum says whether any was, with no wait of its own. */
+dp_status dp_exec_step_metrics(dp_executor *ex, float *const *bufs, size_t n, int host_lanes, const int *check,
+                               size_t check_at);
 dp_status dp_exec_metrics_alloc(dp_executor *ex);
 void dp_exec_metrics_free(dp_executor *ex);
 /* The step's collectives' event times into coll_s and coll_hidden_s (waits for the collective

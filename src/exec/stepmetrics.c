@@ -4,7 +4,8 @@
  * with the host's values (uploaded from pinned memory, so nothing waits), all-reduced on the
  * devices by the backend, and replica 0's sums come down once: one host round trip a step
  * instead of a download of the lanes and another of the all-reduced array. The sums are the
- * same in both: the fixed tree over the lanes, then the backend's over the replicas. */
+ * same in both: the fixed tree over the lanes, then the backend's over the replicas. A device's
+ * check of the gradients for NaN/Inf rides in the same buffer (the CPU's SGD step makes its own). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -46,9 +47,12 @@ static void host_sums(dp_executor *ex, int r, float *out) {
     out[1] = (float)correct;
 }
 
-dp_status dp_exec_step_metrics(dp_executor *ex, float *const *bufs, size_t n, int host_lanes) {
+dp_status dp_exec_step_metrics(dp_executor *ex, float *const *bufs, size_t n, int host_lanes, const int *check,
+                               size_t check_at) {
     if (n < 2 || n > DP_EXEC_METRICS)
         return dp_fail(DP_ERR_INTERNAL, "step metrics of %zu floats (2 to %d)", n, DP_EXEC_METRICS);
+    if (check && (check_at < 2 || check_at >= n))
+        return dp_fail(DP_ERR_INTERNAL, "the gradients' check at %zu of %zu step metrics", check_at, n);
     if (host_memory(ex) || host_lanes)
         for (int r = 0; r < ex->n_local; r++) host_sums(ex, r, bufs[r]);
     /* not through the backend's statistics: bookkeeping, not gradient traffic */
@@ -60,6 +64,8 @@ dp_status dp_exec_step_metrics(dp_executor *ex, float *const *bufs, size_t n, in
         /* the last step's upload from this pinned copy is done: its all-reduce, which came down, read it */
         memcpy(ex->h_metrics_up[r], bufs[r], n * sizeof(float));
         DP_TRY(d->upload(d, ex->d_metrics[r] + skip, ex->h_metrics_up[r] + skip, (n - skip) * sizeof(float)));
+        /* after the upload, in stream order: it wrote the flag's 0 */
+        if (check && check[r]) d->k->nonfinite(&d->kc, ex->model->params.n, ex->rep[r].grads, ex->d_metrics[r] + check_at);
     }
     const struct dp_backend_i *b = ex->backend->iface;
     DP_TRY(dp_exec_colls_wait_mains(ex));

@@ -11,7 +11,8 @@ void dp_sgd_step(const dp_sgd *o, const dp_layout *L, float *params, const float
                  float lr) {
     const dp_kernels *k = o->k ? o->k : &dp_cpu_kernels;
     const dp_kctx c = {.nthreads = 1, .stream = o->stream, .device = o->device};
-    /* host memory only: a device table would need its own check kernel (none in kernels.h yet) */
+    /* host memory: checked here; a device's gradients were checked where they are, in the step's
+       metrics (train/strategy.h), and its step is not called with NaN/Inf ones */
     if (k == &dp_cpu_kernels && !dp_all_finite(grads, L->n)) {
         if (o->nonfinite) atomic_store(o->nonfinite, 1);
         return;

@@ -6,7 +6,10 @@
  * Padding between tensors has zero gradients and stays zero.
  * A gradient holding NaN or Inf is never applied: the step leaves params and momentum as they
  * were and sets *nonfinite (when given), so the trainer can stop or skip (--on-nan). The check is
- * one integer pass over the gradients before the update (measured in docs/reliability.md). */
+ * one integer pass over the gradients before the update (measured in docs/reliability.md). On a
+ * device (k not the CPU's) the same pass runs there (the kernel table's nonfinite) inside the
+ * step's metrics, which carry its answer to the host with no wait of its own, and the trainer
+ * does not call the step when it found one (train/strategy.h: dp_step_add_metrics). */
 #ifndef DP_SGD_H
 #define DP_SGD_H
 

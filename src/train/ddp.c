@@ -97,9 +97,10 @@ static dp_status ddp_micro(dp_trainer *t, void *state, const dp_batch *b, const 
     ex->lanes_clear = mi->last ? 1 : mi->micro == 0 ? 0 : ex->lanes_clear;
     for (int r = 0; r < ex->n_local; r++) s->step_count[r] += b[r].n;
     if (!mi->last) return DP_OK;
-    int count[ex->n_local];
-    for (int r = 0; r < ex->n_local; r++) count[r] = s->step_count[r], s->step_count[r] = 0;
-    DP_TRY(dp_step_add_metrics(t, count, 0, m));
+    int count[ex->n_local], check[ex->n_local];
+    for (int r = 0; r < ex->n_local; r++) count[r] = s->step_count[r], s->step_count[r] = 0, check[r] = 1;
+    DP_TRY(dp_step_add_metrics(t, count, 0, check, m));
+    if (atomic_load(&t->nonfinite)) return DP_OK; /* a device's gradients hold NaN/Inf: nothing is applied */
     return dp_exec_run_graph(ex, graph_key(t, b, mi, 1, lr), optimizer_part, &a);
 }
 

@@ -252,10 +252,12 @@ static dp_status dp_micro(dp_trainer *t, void *state, const dp_batch *b, const d
             DP_TRY(d->copy(d, sl->acts.dout[md->output], back[r] + (size_t)sl->lo * K, (size_t)sl->n * K * sizeof(float)));
         }
     DP_TRY(dp_exec_backward(ex, b, mi, NULL, NULL));
-    DP_TRY(dp_step_add_metrics(t, count, 1, m));
-    /* reduce the gradients to the master, which alone steps */
+    /* reduce the gradients to the master, which alone steps: before the metrics, which check them */
     if (t->world > 1) DP_TRY(dp_exec_reduce(ex, dp_exec_slices(ex, DP_ARENA_GRADS, 0), md->params.n, 0));
-    if (master >= 0) {
+    int check[ex->n_local];
+    for (int r = 0; r < ex->n_local; r++) check[r] = r == master;
+    DP_TRY(dp_step_add_metrics(t, count, 1, check, m));
+    if (master >= 0 && !atomic_load(&t->nonfinite)) { /* a device's NaN/Inf gradients: nothing is applied */
         dp_replica *mr = &ex->rep[master];
         dp_sgd o = t->sgd;
         o.stream = mr->dev->kc.stream, o.device = mr->dev->kc.device; /* its device's */

@@ -42,16 +42,21 @@ dp_status dp_persist_setup(dp_trainer *t) {
     atomic_init(&t->nonfinite, 0);
     t->sgd.nonfinite = &t->nonfinite;
     /* the tests' fault injections, read as any number a user types (core/parse_num.h) */
-    const char *inj = getenv("DPTRAIN_INJECT_NAN_STEP"), *sig = getenv("DPTRAIN_INJECT_SIGNAL_FINAL_EVAL");
-    long long step = 0, signo = 0;
+    const char *inj = getenv("DPTRAIN_INJECT_NAN_STEP"), *inf = getenv("DPTRAIN_INJECT_INF_GRAD_STEP");
+    const char *sig = getenv("DPTRAIN_INJECT_SIGNAL_FINAL_EVAL");
+    long long step = 0, inf_step = 0, signo = 0;
     char shown[64];
     if (inj && (dp_parse_ll(inj, &step) != 0 || step < 0 || step > LONG_MAX))
         return dp_fail(DP_ERR_USAGE, "DPTRAIN_INJECT_NAN_STEP='%s' is not a step number",
                        dp_printable(inj, shown, sizeof shown));
+    if (inf && (dp_parse_ll(inf, &inf_step) != 0 || inf_step < 0 || inf_step > LONG_MAX))
+        return dp_fail(DP_ERR_USAGE, "DPTRAIN_INJECT_INF_GRAD_STEP='%s' is not a step number",
+                       dp_printable(inf, shown, sizeof shown));
     if (sig && (dp_parse_ll(sig, &signo) != 0 || signo < 0 || signo > 64))
         return dp_fail(DP_ERR_USAGE, "DPTRAIN_INJECT_SIGNAL_FINAL_EVAL='%s' is not a signal number",
                        dp_printable(sig, shown, sizeof shown));
     t->inject_nan_step = (long)step;
+    t->inject_inf_grad_step = (long)inf_step;
     t->inject_eval_signal = (int)signo;
     DP_ALLOC(t->stop_bufs, t->ex.n_local, "stop flags");
     for (int r = 0; r < t->ex.n_local; r++) DP_ALLOC(t->stop_bufs[r], 2, "stop flags");

@@ -35,7 +35,13 @@ extern const dp_strategy dp_strategy_ddp, dp_strategy_dp;
  * lanes' losses with the fixed tree, then the replicas' with the all-reduce's) and stops on a
  * NaN/Inf loss, decided on the sum so every rank stops at the same step (metrics.c). host_lanes:
  * the strategy wrote the lanes' losses and hits into the executor's host copies (DP's master
- * loss); else they are where the lanes computed them. */
-dp_status dp_step_add_metrics(struct dp_trainer *t, const int *count, int host_lanes, struct dp_step_metrics *m);
+ * loss); else they are where the lanes computed them. check[r]: local replica r steps with its
+ * gradients, final now; on a device they are checked for NaN/Inf in the same round trip, and
+ * t->nonfinite set when any holds one: the strategy then applies no update (on the CPU the SGD
+ * step checks them itself and sets it). */
+dp_status dp_step_add_metrics(struct dp_trainer *t, const int *count, int host_lanes, const int *check,
+                              struct dp_step_metrics *m);
+/* The floats of a step's metrics: loss, hits, count, stop, SIGTERM, non-finite gradients. */
+#define DP_STEP_METRICS 6
 
 #endif

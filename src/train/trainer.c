@@ -246,7 +246,7 @@ static dp_status setup(dp_trainer *t) {
     DP_TRY(dp_exec_host_reserve(&t->ex, dp_evaluate_floats(t, &t->test))); /* not mid-run (a free waits) */
     DP_TRY(dp_check_consistency(t));
     DP_ALLOC(t->metric_bufs, n_local, "metrics");
-    for (int r = 0; r < n_local; r++) DP_ALLOC(t->metric_bufs[r], 5, "metrics");
+    for (int r = 0; r < n_local; r++) DP_ALLOC(t->metric_bufs[r], DP_STEP_METRICS, "metrics");
     DP_TRY(init_params(t));
     t->strategy = c->mode == DP_MODE_DP ? &dp_strategy_dp : &dp_strategy_ddp;
     DP_TRY(t->strategy->alloc(t, &t->strategy_state));

@@ -51,7 +51,8 @@ typedef struct dp_trainer {
     int next_epoch, next_batch;   /* where a checkpoint written now would continue */
     long skipped;             /* steps skipped for NaN/Inf (--on-nan skip) */
     long bn_batches;          /* training forward passes (PyTorch's num_batches_tracked) */
-    atomic_int nonfinite;     /* set by the SGD step when it refused a NaN/Inf gradient */
+    atomic_int nonfinite;     /* set when the step's gradients hold NaN/Inf: by the SGD step on the CPU, by
+                                 the step's metrics on a device (strategy.h); no update was applied */
     char data_crc[16];        /* CRC-32 of the training images and labels, hex */
     char last_ckpt[4096];     /* newest checkpoint written or resumed from ("" if none) */
     int stop_signal;          /* the signal that stopped the run (exit 128 + it), 0 if none */
@@ -63,6 +64,8 @@ typedef struct dp_trainer {
     dp_step_metrics eval_m;
     long *eval_correct, *eval_count; /* (n_classes) */
     long inject_nan_step;     /* DPTRAIN_INJECT_NAN_STEP=k: a NaN in step k's first input (tests only) */
+    long inject_inf_grad_step; /* DPTRAIN_INJECT_INF_GRAD_STEP=k: +Inf in step k's gradients, the loss finite
+                                  (tests only) */
     int inject_eval_signal;   /* DPTRAIN_INJECT_SIGNAL_FINAL_EVAL=s: signal s raised as the final evaluation
                                  starts (tests only: a signal there is otherwise a race to hit) */
     float **bn_snapshot;      /* (n_local) each replica's BN buffers before a step, on its device (--on-nan skip) */

@@ -12,7 +12,7 @@
 enum {
     K_CONV_FWD, K_CONV_BWD, K_LIN_FWD, K_LIN_BWD, K_RELU_FWD, K_RELU_BWD, K_ADD, K_COPY, K_MAXPOOL_FWD,
     K_MAXPOOL_BWD, K_AVGPOOL_FWD, K_AVGPOOL_BWD, K_BN_SUMS, K_BN_STATS, K_BN_APPLY, K_BN_BWD_SUMS, K_BN_BWD,
-    K_XENT, K_SGD, K_TREE, K_GATHER, K_LANE_METRICS,
+    K_XENT, K_SGD, K_TREE, K_GATHER, K_LANE_METRICS, K_NONFINITE,
 };
 
 /* A device pointer argument: the kernel touches bytes [off, off + bytes) from it. */
@@ -116,6 +116,7 @@ static void k_run(fg_dev *g, fg_op *op, uint64_t unused) {
     case K_SGD: C->sgd(&kc, z[0], r[0], r[1], r[2], f[0], f[1], f[2], i[0]); break;
     case K_GATHER: C->gather_batch(&kc, i[0], i[1], i[2], r[0], r[1], r[2], r[3], r[4], r[5]); break;
     case K_LANE_METRICS: C->lane_metrics(&kc, i[0], r[0], r[1], r[2]); break;
+    case K_NONFINITE: C->nonfinite(&kc, z[0], r[0], r[1]); break;
     default: break;
     }
 }
@@ -392,6 +393,15 @@ static void lane_metrics(const dp_kctx *c, int n, float *loss, const int32_t *co
     submit(o);
 }
 
+static void nonfinite(const dp_kctx *c, size_t n, const float *x, float *flag) {
+    k_op *o = k_new(c, K_NONFINITE, "nonfinite", 2);
+    if (!o) return;
+    o->z[0] = n;
+    arg(o, 0, "x", x, 0, F4(n));
+    arg(o, 1, "flag", flag, 0, F4(1));
+    submit(o);
+}
+
 const dp_kernels dp_fakegpu_kernels = {
     .device = "fakegpu",
     .conv2d_workspace_floats = conv_ws,
@@ -417,5 +427,6 @@ const dp_kernels dp_fakegpu_kernels = {
     .sgd = sgd,
     .tree_sum = tree,
     .lane_metrics = lane_metrics,
+    .nonfinite = nonfinite,
     .gather_batch = gather,
 };
