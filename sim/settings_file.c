@@ -1,12 +1,12 @@
 /* settings_file.c: the line reader of topology files and compute profiles (settings_file.h). */
 #include "sim/settings_file.h"
 
-#include <ctype.h>
-#include <errno.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "core/parse_num.h"
 
 struct dp_sf_seen {
     uint64_t hash; /* 0: an empty slot */
@@ -91,39 +91,10 @@ dp_status dp_sf_words(const dp_sf_reader *r, int min, int max, const char *form)
 
 /* The number syntax: the whole string, no space, no '+', decimal digits only. These two are the
  * place to call a shared strict parser (core/parse_num.h) once there is one. */
-static int strict_ll(const char *s, long long *out) {
-    const char *d = s + (*s == '-');
-    if (!*d) return 0;
-    for (const char *c = d; *c; c++)
-        if (!isdigit((unsigned char)*c)) return 0;
-    errno = 0;
-    char *end;
-    long long v = strtoll(s, &end, 10);
-    if (errno || *end) return 0;
-    *out = v;
-    return 1;
-}
+/* numbers as every flag reads them (core/parse_num.h): decimal, the whole word, finite */
+static int strict_ll(const char *s, long long *out) { return dp_parse_ll(s, out) == 0; }
 
-static int strict_double(const char *s, double *out) {
-    const char *c = s + (*s == '-');
-    int digits = 0;
-    while (isdigit((unsigned char)*c)) c++, digits++;
-    if (*c == '.')
-        for (c++; isdigit((unsigned char)*c); c++) digits++;
-    if (!digits) return 0;
-    if (*c == 'e' || *c == 'E') {
-        c += 1 + (c[1] == '-' || c[1] == '+');
-        if (!isdigit((unsigned char)*c)) return 0;
-        while (isdigit((unsigned char)*c)) c++;
-    }
-    if (*c) return 0;
-    errno = 0;
-    char *end;
-    double v = strtod(s, &end);
-    if (errno || *end || !isfinite(v)) return 0; /* beyond a double, or too small to hold */
-    *out = v;
-    return 1;
-}
+static int strict_double(const char *s, double *out) { return dp_parse_double(s, out) == 0; }
 
 dp_status dp_sf_real(const dp_sf_reader *r, int i, double lo, double hi, double *out) {
     double v = 0;

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "backends/backend.h"
+#include "core/exe_dir.h"
 #include "core/sysmem.h"
 #include "io/atomic.h"
 #include "sim/settings_file.h"
@@ -44,22 +45,12 @@ static int is_file(const char *p) {
     return stat(p, &st) == 0 && S_ISREG(st.st_mode);
 }
 
-/* The directory of the running executable ("" if unknown). */
-static void exe_dir(char *buf, size_t n) {
-    buf[0] = '\0';
-    ssize_t k = readlink("/proc/self/exe", buf, n - 1);
-    if (k <= 0) return;
-    buf[k] = '\0';
-    char *slash = strrchr(buf, '/');
-    if (slash) *slash = '\0';
-}
-
 static int candidate_dirs(char dirs[4][512]) {
     int k = 0;
     const char *env = getenv("DPTRAIN_PRESETS");
     if (env && *env) snprintf(dirs[k++], 512, "%s", env);
     char exe[400];
-    exe_dir(exe, sizeof exe);
+    dp_exe_dir(exe, sizeof exe);
     if (exe[0]) {
         snprintf(dirs[k++], 512, "%s/presets", exe);
         snprintf(dirs[k++], 512, "%s/../share/dptrain/presets", exe);

@@ -374,7 +374,9 @@ void dp_print_version(FILE *f) {
     char be[256];
     dp_backend_describe(be, sizeof be);
     fprintf(f, "dptrain %s\nbackends: %s\ndevices: cpu (OpenMP)%s\ncpu kernels: %s\n", DP_VERSION, be,
-            DP_HAVE_CUDA ? (DP_HAVE_CUDNN ? ", cuda (cuBLAS, cuDNN; --device cuda)" : ", cuda (cuBLAS; --device cuda)") : "",
+            DP_HAVE_CUDA ? (DP_HAVE_CUDNN ? ", cuda (cuBLAS, cuDNN; --device cuda; loaded on use)"
+                                          : ", cuda (cuBLAS; --device cuda; loaded on use)")
+                         : "",
             dp_cpu_kernel_variant());
 }
 

@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/exe_dir.h"
 #include "dp_config.h"
 
 /* Defined where a program links the plugin's objects (the test suites); absent from dptrain. */
@@ -15,16 +16,6 @@ extern const dp_gpu_plugin dp_gpu_plugin_table __attribute__((weak));
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static const dp_gpu_plugin *loaded;
-
-/* The directory of the running executable ("" if unknown). */
-static void exe_dir(char *buf, size_t n) {
-    buf[0] = '\0';
-    ssize_t k = readlink("/proc/self/exe", buf, n - 1);
-    if (k <= 0) return;
-    buf[k] = '\0';
-    char *slash = strrchr(buf, '/');
-    if (slash) *slash = '\0';
-}
 
 static int is_file(const char *p) {
     struct stat st;
@@ -42,7 +33,7 @@ static dp_status load(const char *what, const dp_gpu_plugin **out) {
     /* what runs without the plugin */
     const char *instead = strncmp(what, "--backend", 9) == 0 ? "--backend sim or mpi" : "--device cpu";
     char dir[3072], paths[2][4096];
-    exe_dir(dir, sizeof dir);
+    dp_exe_dir(dir, sizeof dir);
     if (!dir[0]) return dp_fail(DP_ERR_UNSUPPORTED, "%s: cannot load %s: the executable's directory is unknown "
                                 "(/proc/self/exe); use %s", what, DP_GPU_PLUGIN_FILE, instead);
     snprintf(paths[0], sizeof paths[0], "%s/%s", dir, DP_GPU_PLUGIN_FILE); /* the build tree */
