@@ -200,7 +200,15 @@ static dp_status nccl_version_check(void) {
     return DP_OK;
 }
 
-/* "rank 1 (GPU 1)", "ranks 4-7 (GPUs 0,1,2,3)", "rank 0 (host memory)". */
+/* One GPU's ordinal is CUDA's visible order (fastest first, and renumbered by
+ * CUDA_VISIBLE_DEVICES), not nvidia-smi's: its PCI bus id names the physical GPU. "" if unknown. */
+static void pci_of(int gpu, char *buf, size_t cap) {
+    char id[32];
+    buf[0] = '\0';
+    if (cudaDeviceGetPCIBusId(id, (int)sizeof id, gpu) == cudaSuccess) snprintf(buf, cap, ", PCI %s", id);
+}
+
+/* "rank 1 (GPU 1, PCI 0000:1b:00.0)", "ranks 4-7 (GPUs 0,1,2,3)", "rank 0 (host memory)". */
 static void name_ranks(nccl_impl *m) {
     const int n = m->n_local, first = m->l.rank * n;
     char gpus[96] = "";
@@ -212,7 +220,11 @@ static void name_ranks(nccl_impl *m) {
     if (n == 1) snprintf(ranks, sizeof ranks, "rank %d", first);
     else snprintf(ranks, sizeof ranks, "ranks %d-%d", first, first + n - 1);
     if (m->loc[0].gpu < 0) snprintf(m->who, sizeof m->who, "%s (host memory)", ranks);
-    else snprintf(m->who, sizeof m->who, "%s (GPU%s %s)", ranks, n > 1 ? "s" : "", gpus);
+    else {
+        char pci[48] = "";
+        if (n == 1) pci_of(m->loc[0].gpu, pci, sizeof pci);
+        snprintf(m->who, sizeof m->who, "%s (GPU%s %s%s)", ranks, n > 1 ? "s" : "", gpus, pci);
+    }
 }
 
 /* One communicator per local device, in one group when there are several (NCCL's rule for one
