@@ -74,7 +74,9 @@ dp_status dp_nccl_group_end(nccl_impl *m, const char *what);
         }                                                           \
     } while (0)
 
-/* The shard owners' receive buffers for the largest sum of the run, sized once at start. */
+/* The shard owners' receive buffers for the largest sum of the run (a bucket or the gradient,
+ * SyncBN's sums, the step metrics, the evaluation's counts), sized at set-up and never grown after:
+ * a longer sum is an internal error naming the collective. */
 dp_status dp_nccl_reserve(dp_backend_t b, size_t max_floats);
 dp_status dp_nccl_allreduce(dp_backend_t b, float *const *bufs, size_t n, dp_redop op);
 dp_status dp_nccl_reduce(dp_backend_t b, float *const *bufs, size_t n, dp_redop op, int root);

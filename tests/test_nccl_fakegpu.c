@@ -105,8 +105,57 @@ static void test_one_host_round_trip_a_step(void **state) {
     }
 }
 
+/* lenet-bn with --sync-bn and buckets of a few hundred floats at 2 fake GPUs: every kind of sum
+ * the NCCL backend runs on device buffers (buckets, BN sums, the step metrics). */
+static void sums_config(dp_config *c, int steps) {
+    tr_base_config(c, "lenet-bn");
+    c->backend = "nccl", c->device = "fakegpu", c->replicas = 1, c->n_gpus = 2, c->max_steps = steps;
+    c->gpus[0] = 0, c->gpus[1] = 1;
+    c->sync_bn = 1, c->bucket_mb = 0.001;
+}
+
+static unsigned long allocs_during(int steps) {
+    dp_config c;
+    sums_config(&c, steps);
+    const unsigned long before = dp_fakegpu_allocs();
+    tr_result r = tr_run(&c);
+    tr_free(&r);
+    return dp_fakegpu_allocs() - before;
+}
+
+/* The NCCL scratch is reserved at set-up for the run's largest sum and never grows: no device
+ * allocation after set-up (a run of 10 steps allocates as much as one of 2), and a reserve sized
+ * wrongly (the trainer's test hook) is an internal error naming the collective, not a growth. */
+static void test_scratch_reserved_at_start(void **state) {
+    (void)state;
+    hooks_or_skip();
+    unsetenv("DPTRAIN_TEST_RESERVE_FLOATS");
+    const unsigned long few = allocs_during(2), more = allocs_during(10);
+    print_message("device allocations: %lu in a run of 2 steps, %lu in one of 10\n", few, more);
+    if (more != few) fail_msg("%lu device allocations in 8 more steps (%lu over 2 steps, %lu over 10)", more - few, few, more);
+
+    setenv("DPTRAIN_TEST_RESERVE_FLOATS", "8", 1);
+    dp_config c;
+    sums_config(&c, 4);
+    c.log_path = tu_path("short_reserve.jsonl");
+    dp_trainer *t = NULL;
+    dp_status s = dp_trainer_create(&c, &t);
+    const unsigned long before = dp_fakegpu_allocs();
+    if (s == DP_OK) s = dp_trainer_run(t);
+    const unsigned long grown = dp_fakegpu_allocs() - before;
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", s == DP_OK ? "" : dp_last_error());
+    dp_trainer_destroy(t);
+    unsetenv("DPTRAIN_TEST_RESERVE_FLOATS");
+    print_message("a reserve of 8 floats: %s\n", msg);
+    if (s != DP_ERR_INTERNAL || !tu_contains(msg, "the all-reduce of") || !tu_contains(msg, "reserved at start"))
+        fail_msg("a reserve of 8 floats: status %d, %lu device allocations during the run, '%s' (expected an internal "
+                 "error naming the all-reduce)", (int)s, grown, msg);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_scratch_reserved_at_start),
         cmocka_unit_test(test_one_host_round_trip_a_step),
         cmocka_unit_test(test_ddp_on_2_and_4_fake_gpus),
         cmocka_unit_test(test_dp_on_2_and_4_fake_gpus),

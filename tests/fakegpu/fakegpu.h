@@ -35,6 +35,11 @@ size_t dp_fakegpu_live(const dp_dev *d, size_t *bytes);
  * round trips a step costs on a GPU. */
 unsigned long dp_fakegpu_host_waits(void);
 
+/* The device allocations (alloc) so far, over every fakegpu device of the process: a step that
+ * allocates would, on a GPU, wait in cudaMalloc (and its free in cudaFree) and break a capture. */
+unsigned long dp_fakegpu_allocs(void);
+
+
 /* For the NCCL test double inside a test process (tests/test_nccl_fakegpu.c): the host address
  * behind a fakegpu device pointer (any other pointer unchanged), a wait for everything queued so
  * far on the stream a kernel context names (dp_kctx.stream of a fakegpu device or its collective
