@@ -89,9 +89,38 @@ static void finish_comms(nccl_impl *m) {
     dp_nccl_watchdog_leave(m->wd);
 }
 
+/* The scratch freed, the devices no longer watched, the allowance given back. */
+static void release_devices(nccl_impl *m) {
+    for (int i = 0; i < m->n_local; i++) {
+        nccl_local *x = &m->loc[i];
+        if (x->scratch) x->dev->free(x->dev, x->scratch);
+        x->scratch = NULL, x->scratch_n = 0;
+        if (x->home && x->home->watch_ctx == m) x->home->watch = NULL, x->home->watch_ctx = NULL;
+        if (x->home && m->allowance) x->home->reserved -= m->allowance;
+        x->home = NULL;
+    }
+}
+
+/* After a failure (backend.h: abort): the communicators aborted, then the watchdog stays on, with
+ * the grace period only, over everything until destroy: this scratch's cudaFree, the trainer's
+ * frees and the devices' closing synchronise with the GPU, and a kernel that the abort did not end
+ * would hold them for ever, so the rank would hang without a word (under mpirun, before its
+ * MPI_Abort). destroy, after the devices are closed, stops it. */
+static void nccl_abort_teardown(dp_backend_t b) {
+    nccl_impl *m = dp_nccl_impl(b);
+    dp_sidechan_fail(m->sc, dp_last_error()); /* also a failure outside NCCL (a checkpoint write) */
+    if (any_comm(m)) dp_nccl_abort(m);          /* the other ranks may be gone: do not wait for them */
+    snprintf(m->abort_what, sizeof m->abort_what, "freeing the device memory and closing the GPU%s after \"%s\" "
+             "(cudaFree, cudaStreamSynchronize: a collective kernel the abort did not end)", m->n_local > 1 ? "s" : "",
+             dp_last_error());
+    dp_nccl_watchdog_enter_brief(m->wd, m->abort_what);
+    release_devices(m);
+    m->torn_down = 1;
+}
+
 static void nccl_destroy(dp_backend_t b) {
     nccl_impl *m = dp_nccl_impl(b);
-    if (b->failed) dp_sidechan_fail(m->sc, dp_last_error()); /* a failure outside NCCL (a checkpoint write) */
+    if (b->failed && !m->torn_down) dp_sidechan_fail(m->sc, dp_last_error()); /* a failure outside NCCL */
     if (any_comm(m)) {
         int quiet = !b->failed;
         for (int i = 0; i < m->n_local && quiet; i++) quiet = m->loc[i].dev->wait(m->loc[i].dev) == DP_OK;
@@ -99,12 +128,10 @@ static void nccl_destroy(dp_backend_t b) {
         else finish_comms(m);
     }
     dp_sidechan_close(m->sc, !b->failed && !any_comm(m));
-    dp_nccl_watchdog_stop(m->wd);
-    for (int i = 0; i < m->n_local; i++) {
-        nccl_local *x = &m->loc[i];
-        if (x->scratch) x->dev->free(x->dev, x->scratch);
-        if (x->home && x->home->watch_ctx == m) x->home->watch = NULL, x->home->watch_ctx = NULL;
-        if (x->home && m->allowance) x->home->reserved -= m->allowance;
+    if (!m->torn_down) { /* else abort released them, and the watchdog is on until the end */
+        dp_nccl_watchdog_stop(m->wd);
+        m->wd = NULL;
+        release_devices(m);
     }
 #if DP_HAVE_MPI
     int finalized = 0;
@@ -126,6 +153,7 @@ static void nccl_destroy(dp_backend_t b) {
         }
     }
 #endif
+    dp_nccl_watchdog_stop(m->wd);
     free(m);
     free(b);
 }
@@ -145,6 +173,7 @@ static const struct dp_backend_i nccl_iface = {
     .allreduce_start = NULL, /* queued on the stream already: the registry's blocking fallback waits for nothing */
     .wait = NULL,
     .reserve = dp_nccl_reserve,
+    .abort = nccl_abort_teardown,
     .destroy = nccl_destroy,
 };
 

@@ -38,7 +38,8 @@ typedef struct {
     int creating;           /* inside dp_nccl_backend_create: a failure there is not printed by the caller before MPI_Abort */
     int in_group;    /* between ncclGroupStart and ncclGroupEnd: a failure must not abort yet */
     dp_nccl_watchdog *wd;  /* ends the process if a call below outlives --timeout and a grace period */
-    char abort_what[1200]; /* what the watchdog says while an abort runs */
+    char abort_what[1200]; /* what the watchdog says while an abort, or the teardown after one, runs */
+    int torn_down;         /* abort (backend.h) ran: the devices are released, the watchdog on until destroy */
     dp_sidechan *sc;       /* tells the other processes at once when this one fails, and this one when they do */
     unsigned long long allowance; /* added to each home->reserved: NCCL's lazy buffers (nccl_memory.h) */
 } nccl_impl;

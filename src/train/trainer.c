@@ -595,9 +595,11 @@ dp_status dp_trainer_close(dp_trainer *t, dp_status s) {
 
 void dp_trainer_destroy(dp_trainer *t) {
     if (!t) return;
+    dp_backend_t aborted = NULL; /* destroyed after the devices close: its watchdog watches their frees and closes */
     if (t->backend && t->backend->failed) { /* abort the collectives first: freeing device memory would wait for them */
         t->backend->trace = NULL;
-        dp_backend_destroy(t->backend);
+        if (dp_backend_abort(t->backend)) aborted = t->backend;
+        else dp_backend_destroy(t->backend);
         t->backend = NULL;
     }
     dp_loader_destroy(t->loader);
@@ -624,5 +626,6 @@ void dp_trainer_destroy(dp_trainer *t) {
     if (t->backend) t->backend->trace = NULL;
     dp_backend_destroy(t->backend);
     for (int i = 0; i < t->n_devs; i++) dp_dev_close(t->devs[i]);
+    dp_backend_destroy(aborted);
     free(t);
 }

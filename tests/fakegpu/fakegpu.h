@@ -39,6 +39,11 @@ unsigned long dp_fakegpu_host_waits(void);
  * allocates would, on a GPU, wait in cudaMalloc (and its free in cudaFree) and break a capture. */
 unsigned long dp_fakegpu_allocs(void);
 
+/* Queues on d's stream (a device's main stream, or its collective view's) an operation that never
+ * ends, as a GPU kernel that spins for ever: everything queued behind it, and every wait, drain,
+ * free or close that needs it, blocks for good. For tests of what ends such a process (the NCCL
+ * backend's watchdog); the device cannot be closed afterwards. */
+void dp_fakegpu_stream_hang(const dp_dev *d);
 
 /* For the NCCL test double inside a test process (tests/test_nccl_fakegpu.c): the host address
  * behind a fakegpu device pointer (any other pointer unchanged), a wait for everything queued so
