@@ -252,7 +252,9 @@ static void name_ranks(nccl_impl *m) {
     else {
         char pci[48] = "";
         if (n == 1) pci_of(m->loc[0].gpu, pci, sizeof pci);
-        snprintf(m->who, sizeof m->who, "%s (GPU%s %s%s)", ranks, n > 1 ? "s" : "", gpus, pci);
+        /* pci is empty when gpus is long (several GPUs): the name fits; the length is checked for the compiler */
+        if (snprintf(m->who, sizeof m->who, "%s (GPU%s %s%s)", ranks, n > 1 ? "s" : "", gpus, pci) >= (int)sizeof m->who)
+            m->who[sizeof m->who - 2] = ')';
     }
 }
 
