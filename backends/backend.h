@@ -88,6 +88,12 @@ struct dp_backend_i {
        (on a GPU a free is a device-wide synchronisation, and no allocation may happen inside a
        recorded graph) */
     dp_status (*reserve)(dp_backend_t, size_t max_floats);
+    /* (optional) after a failure, before the caller frees device memory and closes its devices:
+       ends every collective at once (the other ranks may be gone) and releases the backend's own
+       device memory, but keeps its watchdog on what the caller does next (a cudaFree or a stream
+       synchronisation waits for a collective kernel, which after an abort may never end) until
+       destroy, which the caller then runs after closing the devices */
+    void (*abort)(dp_backend_t);
     void (*destroy)(dp_backend_t);
 };
 
@@ -148,6 +154,12 @@ static inline const char *dp_backend_name(dp_backend_t b) { return b->iface->nam
 static inline int dp_backend_world(dp_backend_t b) { return b->iface->world_size(b); }
 static inline dp_status dp_backend_reserve(dp_backend_t b, size_t max_floats) {
     return b->iface->reserve ? b->iface->reserve(b, max_floats) : DP_OK;
+}
+/* 1 when the backend has an abort (above): its destroy then comes after the devices close. */
+static inline int dp_backend_abort(dp_backend_t b) {
+    if (!b || !b->iface->abort) return 0;
+    b->iface->abort(b);
+    return 1;
 }
 static inline int dp_backend_n_local(dp_backend_t b) { return b->iface->n_local(b); }
 static inline int dp_backend_rank(dp_backend_t b, int local) { return b->iface->rank(b, local); }

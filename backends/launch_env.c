@@ -117,6 +117,8 @@ static dp_status slurm_step_size(int *world, int *local_rank) {
     return DP_OK;
 }
 
+static dp_status slurm_local_world(dp_launch *l);
+
 /* An MPI-style launch: rank_var names it; size_var (else the Slurm step's size) its size. */
 static dp_status from_mpi_vars(dp_launch *l, dp_launch_kind kind, const char *rank_var, const char *size_var,
                                const char *local_var, const char *local_size_var, int size_required) {
@@ -145,7 +147,61 @@ static dp_status from_mpi_vars(dp_launch *l, dp_launch_kind kind, const char *ra
     else
         describe(l, "%s launch of %d processes", dp_launch_name(kind), l->world);
     DP_TRY(rank_below(l, rank_var, size_var));
-    return local_world_from(l, local_size_var);
+    DP_TRY(local_world_from(l, local_size_var));
+    /* srun --mpi=pmix or --mpi=pmi2: the local rank is Slurm's, and so is the node's task count */
+    const int slurm_local = !have_local || strcmp(local_var, "SLURM_LOCALID") == 0;
+    if (l->local_world == 0 && slurm_local && (kind == DP_LAUNCH_PMIX || kind == DP_LAUNCH_PMI)) return slurm_local_world(l);
+    return DP_OK;
+}
+
+/* The tasks on node `node` of a Slurm task layout in its compressed form, "2(x3),1": 2 on nodes 0-2,
+ * 1 on node 3. 0 when the layout has no such node; -1 when it is malformed. */
+static long slurm_tasks_on_node(const char *layout, long node) {
+    const char *p = layout;
+    long found = 0; /* the whole layout is read: a malformed tail is refused too */
+    for (;;) {
+        char *end;
+        errno = 0;
+        const long tasks = strtol(p, &end, 10);
+        if (end == p || errno || tasks < 1 || tasks > MAX_WORLD) return -1;
+        long repeat = 1;
+        p = end;
+        if (*p == '(') {
+            if (p[1] != 'x') return -1;
+            errno = 0;
+            repeat = strtol(p + 2, &end, 10);
+            if (end == p + 2 || errno || repeat < 1 || repeat > MAX_WORLD || *end != ')') return -1;
+            p = end + 1;
+        }
+        if (node >= 0 && node < repeat) found = tasks;
+        node -= repeat;
+        if (!*p) return found;
+        if (*p++ != ',') return -1;
+    }
+}
+
+/* Slurm's tasks on this node: srun sets SLURM_NTASKS_PER_NODE only when given --ntasks-per-node,
+ * but every task gets the step's layout (SLURM_STEP_TASKS_PER_NODE, else SLURM_TASKS_PER_NODE, in
+ * the compressed form "2(x3),1") and its node's index in the step (SLURM_NODEID). */
+static dp_status slurm_local_world(dp_launch *l) {
+    DP_TRY(local_world_from(l, "SLURM_NTASKS_PER_NODE"));
+    if (l->local_world > 0) return DP_OK;
+    const char *var = getenv("SLURM_STEP_TASKS_PER_NODE") ? "SLURM_STEP_TASKS_PER_NODE" : "SLURM_TASKS_PER_NODE";
+    const char *layout = getenv(var);
+    int node = 0, have_node = 0;
+    DP_TRY(env_int("SLURM_NODEID", 0, MAX_WORLD, &node, &have_node));
+    if (!layout) return DP_OK;
+    const long here = slurm_tasks_on_node(layout, node);
+    if (here < 0)
+        return dp_fail(DP_ERR_USAGE, "launch: %s='%s' is not a Slurm task layout such as 2(x3),1", var, layout);
+    if (here == 0)
+        return dp_fail(DP_ERR_USAGE, "launch: %s='%s' has no node %d (SLURM_NODEID=%d)", var, layout, node, node);
+    l->local_world = (int)here;
+    snprintf(l->local_world_var, sizeof l->local_world_var, "%s", var);
+    if (l->local_rank >= l->local_world)
+        return dp_fail(DP_ERR_USAGE, "launch: the local rank %d is not below the %d tasks %s='%s' gives node %d",
+                       l->local_rank, l->local_world, var, layout, node);
+    return DP_OK;
 }
 
 /* srun: SLURM_STEP_NUM_TASKS is the step's size; SLURM_NTASKS counts only for a task > 0 (see .h). */
@@ -173,7 +229,7 @@ static dp_status from_slurm(dp_launch *l) {
     saw(l, size_var), saw(l, "SLURM_PROCID");
     describe(l, "a Slurm srun step of %d tasks", l->world);
     DP_TRY(rank_below(l, "SLURM_PROCID", size_var));
-    return local_world_from(l, "SLURM_NTASKS_PER_NODE");
+    return slurm_local_world(l);
 }
 
 dp_status dp_launch_from_env(dp_launch *l) {
@@ -280,6 +336,30 @@ dp_status dp_launch_check(const dp_launch *l, const char *backend, dp_mpi_family
     return DP_OK;
 }
 
+/* A rank indexes the GPUs it sees with its local rank. With CUDA_VISIBLE_DEVICES set per rank to
+ * several GPUs (srun --gpus-per-task=2) each rank indexes its own list, so local rank 1 takes its
+ * second GPU and local rank 2 finds none; with fewer GPUs listed than ranks on the node, two ranks
+ * would share one. Either way: one GPU per rank, said at once rather than by NCCL after the
+ * rendezvous. */
+static dp_status several_gpus_per_rank(const dp_launch *l, int n, const char *cuda_visible) {
+    if (!cuda_visible || n <= 1 || l->local_world <= n) return DP_OK;
+    return dp_fail(DP_ERR_USAGE, "--backend nccl: rank %d: CUDA_VISIBLE_DEVICES=%s shows this rank %d GPUs, but %d ranks "
+                   "share the node (%s=%d), and each rank drives the one GPU its local rank (%d) names in its own list; "
+                   "give each rank one GPU (srun --gpus-per-task=1, or CUDA_VISIBLE_DEVICES set to one GPU per rank), or "
+                   "list every GPU of the node to every rank with at most one rank per GPU", l->rank, cuda_visible, n,
+                   l->local_world, l->local_world_var, l->local_world, l->local_rank);
+}
+
+dp_status dp_launch_check_gpus(const dp_launch *l, const char *list, const char *cuda_visible) {
+    /* processes on one node would each drive the listed GPUs: NCCL refuses a GPU twice, late; with
+       CUDA_VISIBLE_DEVICES set (per process, as Slurm and Kubernetes do) each lists its own */
+    if (l->local_world <= 1 || cuda_visible) return DP_OK;
+    return dp_fail(DP_ERR_USAGE, "--gpus %s with %d processes on this node (%s=%d) and CUDA_VISIBLE_DEVICES unset: each "
+                   "would drive the same GPUs; start one process per node with --gpus, give each process its own GPUs "
+                   "with CUDA_VISIBLE_DEVICES, or start one process per GPU without --gpus", list, l->local_world,
+                   l->local_world_var, l->local_world);
+}
+
 dp_status dp_launch_pick_gpu(const dp_launch *l, int n, const char *cuda_visible, int *gpu) {
     if (l->kind == DP_LAUNCH_SINGLE || l->world == 1) {
         char shown[96];
@@ -295,6 +375,7 @@ dp_status dp_launch_pick_gpu(const dp_launch *l, int n, const char *cuda_visible
                        "local rank (%d here); drop --gpu, or give each process its own GPU with CUDA_VISIBLE_DEVICES",
                        *gpu, l->world, l->seen, l->local_rank);
     *gpu = 0;
+    DP_TRY(several_gpus_per_rank(l, n, cuda_visible));
     if (n == 1) {
         if (l->local_world > 1 && !cuda_visible)
             return dp_fail(DP_ERR_USAGE, "--backend nccl: rank %d: %d ranks on this node (%s=%d) but one GPU, and NCCL "

@@ -15,7 +15,9 @@
  *                srun --mpi=pmi2)
  *   PMIx         PMIX_RANK (srun --mpi=pmix, prterun); the size from PMIX_SIZE if a launcher sets it,
  *                else SLURM_STEP_NUM_TASKS, else unknown (world 0)
- *   Slurm srun   SLURM_PROCID, SLURM_LOCALID, SLURM_NTASKS_PER_NODE (when given), and the step's
+ *   Slurm srun   SLURM_PROCID, SLURM_LOCALID, the node's task count (SLURM_NTASKS_PER_NODE when
+ *                given, else the step's layout SLURM_STEP_TASKS_PER_NODE, else SLURM_TASKS_PER_NODE,
+ *                "2(x3),1", at SLURM_NODEID; also under srun --mpi=pmix and --mpi=pmi2), and the step's
  *                size: SLURM_STEP_NUM_TASKS (srun sets
  *                it in every task). Without it, SLURM_NTASKS is the allocation's (sbatch --ntasks=N
  *                runs its script once, as task 0 of 1): it counts only with SLURM_PROCID > 0, which
@@ -74,9 +76,16 @@ dp_mpi_family dp_mpi_family_built(void);
  * when each rank sees just its own (CUDA_VISIBLE_DEVICES set per rank, as Slurm and Kubernetes do). One
  * GPU, several ranks on the node and CUDA_VISIBLE_DEVICES unset is a node that has one GPU: NCCL would
  * refuse two ranks on it ("Duplicate GPU detected") only after the rendezvous, so this says it at once
- * (DP_ERR_USAGE); a local rank past the node's GPUs is DP_ERR_BACKEND; --gpu under a launch, or past
+ * (DP_ERR_USAGE); so is CUDA_VISIBLE_DEVICES showing a rank several GPUs but fewer than the ranks on
+ * its node (a list per rank, srun --gpus-per-task=2: each rank would index its own list with its
+ * local rank); a local rank past the node's GPUs is DP_ERR_BACKEND; --gpu under a launch, or past
  * the GPUs, is DP_ERR_USAGE. */
 dp_status dp_launch_pick_gpu(const dp_launch *l, int n, const char *cuda_visible, int *gpu);
+
+/* --gpus LIST under a launch: several processes on a node would each drive the listed GPUs, so it
+ * is refused (DP_ERR_USAGE) unless CUDA_VISIBLE_DEVICES is set, which gives each process its own
+ * (NCCL's duplicate-GPU check stays the backstop). */
+dp_status dp_launch_check_gpus(const dp_launch *l, const char *list, const char *cuda_visible);
 
 /* After MPI_Init: the size MPI reports against the launcher's (l->world, when known). DP_OK when
  * they agree, else DP_ERR_USAGE: MPI did not join the launch (each process would train alone). */

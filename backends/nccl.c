@@ -89,9 +89,38 @@ static void finish_comms(nccl_impl *m) {
     dp_nccl_watchdog_leave(m->wd);
 }
 
+/* The scratch freed, the devices no longer watched, the allowance given back. */
+static void release_devices(nccl_impl *m) {
+    for (int i = 0; i < m->n_local; i++) {
+        nccl_local *x = &m->loc[i];
+        if (x->scratch) x->dev->free(x->dev, x->scratch);
+        x->scratch = NULL, x->scratch_n = 0;
+        if (x->home && x->home->watch_ctx == m) x->home->watch = NULL, x->home->watch_ctx = NULL;
+        if (x->home && m->allowance) x->home->reserved -= m->allowance;
+        x->home = NULL;
+    }
+}
+
+/* After a failure (backend.h: abort): the communicators aborted, then the watchdog stays on, with
+ * the grace period only, over everything until destroy: this scratch's cudaFree, the trainer's
+ * frees and the devices' closing synchronise with the GPU, and a kernel that the abort did not end
+ * would hold them for ever, so the rank would hang without a word (under mpirun, before its
+ * MPI_Abort). destroy, after the devices are closed, stops it. */
+static void nccl_abort_teardown(dp_backend_t b) {
+    nccl_impl *m = dp_nccl_impl(b);
+    dp_sidechan_fail(m->sc, dp_last_error()); /* also a failure outside NCCL (a checkpoint write) */
+    if (any_comm(m)) dp_nccl_abort(m);          /* the other ranks may be gone: do not wait for them */
+    snprintf(m->abort_what, sizeof m->abort_what, "freeing the device memory and closing the GPU%s after \"%s\" "
+             "(cudaFree, cudaStreamSynchronize: a collective kernel the abort did not end)", m->n_local > 1 ? "s" : "",
+             dp_last_error());
+    dp_nccl_watchdog_enter_brief(m->wd, m->abort_what);
+    release_devices(m);
+    m->torn_down = 1;
+}
+
 static void nccl_destroy(dp_backend_t b) {
     nccl_impl *m = dp_nccl_impl(b);
-    if (b->failed) dp_sidechan_fail(m->sc, dp_last_error()); /* a failure outside NCCL (a checkpoint write) */
+    if (b->failed && !m->torn_down) dp_sidechan_fail(m->sc, dp_last_error()); /* a failure outside NCCL */
     if (any_comm(m)) {
         int quiet = !b->failed;
         for (int i = 0; i < m->n_local && quiet; i++) quiet = m->loc[i].dev->wait(m->loc[i].dev) == DP_OK;
@@ -99,12 +128,10 @@ static void nccl_destroy(dp_backend_t b) {
         else finish_comms(m);
     }
     dp_sidechan_close(m->sc, !b->failed && !any_comm(m));
-    dp_nccl_watchdog_stop(m->wd);
-    for (int i = 0; i < m->n_local; i++) {
-        nccl_local *x = &m->loc[i];
-        if (x->scratch) x->dev->free(x->dev, x->scratch);
-        if (x->home && x->home->watch_ctx == m) x->home->watch = NULL, x->home->watch_ctx = NULL;
-        if (x->home && m->allowance) x->home->reserved -= m->allowance;
+    if (!m->torn_down) { /* else abort released them, and the watchdog is on until the end */
+        dp_nccl_watchdog_stop(m->wd);
+        m->wd = NULL;
+        release_devices(m);
     }
 #if DP_HAVE_MPI
     int finalized = 0;
@@ -126,6 +153,7 @@ static void nccl_destroy(dp_backend_t b) {
         }
     }
 #endif
+    dp_nccl_watchdog_stop(m->wd);
     free(m);
     free(b);
 }
@@ -145,6 +173,7 @@ static const struct dp_backend_i nccl_iface = {
     .allreduce_start = NULL, /* queued on the stream already: the registry's blocking fallback waits for nothing */
     .wait = NULL,
     .reserve = dp_nccl_reserve,
+    .abort = nccl_abort_teardown,
     .destroy = nccl_destroy,
 };
 
@@ -200,7 +229,15 @@ static dp_status nccl_version_check(void) {
     return DP_OK;
 }
 
-/* "rank 1 (GPU 1)", "ranks 4-7 (GPUs 0,1,2,3)", "rank 0 (host memory)". */
+/* One GPU's ordinal is CUDA's visible order (fastest first, and renumbered by
+ * CUDA_VISIBLE_DEVICES), not nvidia-smi's: its PCI bus id names the physical GPU. "" if unknown. */
+static void pci_of(int gpu, char *buf, size_t cap) {
+    char id[32];
+    buf[0] = '\0';
+    if (cudaDeviceGetPCIBusId(id, (int)sizeof id, gpu) == cudaSuccess) snprintf(buf, cap, ", PCI %s", id);
+}
+
+/* "rank 1 (GPU 1, PCI 0000:1b:00.0)", "ranks 4-7 (GPUs 0,1,2,3)", "rank 0 (host memory)". */
 static void name_ranks(nccl_impl *m) {
     const int n = m->n_local, first = m->l.rank * n;
     char gpus[96] = "";
@@ -212,7 +249,13 @@ static void name_ranks(nccl_impl *m) {
     if (n == 1) snprintf(ranks, sizeof ranks, "rank %d", first);
     else snprintf(ranks, sizeof ranks, "ranks %d-%d", first, first + n - 1);
     if (m->loc[0].gpu < 0) snprintf(m->who, sizeof m->who, "%s (host memory)", ranks);
-    else snprintf(m->who, sizeof m->who, "%s (GPU%s %s)", ranks, n > 1 ? "s" : "", gpus);
+    else {
+        char pci[48] = "";
+        if (n == 1) pci_of(m->loc[0].gpu, pci, sizeof pci);
+        /* pci is empty when gpus is long (several GPUs): the name fits; the length is checked for the compiler */
+        if (snprintf(m->who, sizeof m->who, "%s (GPU%s %s%s)", ranks, n > 1 ? "s" : "", gpus, pci) >= (int)sizeof m->who)
+            m->who[sizeof m->who - 2] = ')';
+    }
 }
 
 /* One communicator per local device, in one group when there are several (NCCL's rule for one

@@ -126,19 +126,32 @@ static void shard(size_t n, int w, int k, size_t *lo, size_t *len) {
     *len = n * (size_t)(k + 1) / (size_t)w - *lo;
 }
 
-static dp_status ensure_scratch(nccl_local *x, size_t n) {
-    if (n <= x->scratch_n) return DP_OK;
-    x->dev->free(x->dev, x->scratch);
-    x->scratch = NULL, x->scratch_n = 0;
-    DP_TRY(x->dev->alloc(x->dev, &x->scratch, n, "the nccl all-reduce's receive buffer"));
-    x->scratch_n = n;
+/* The receive buffers grow only here, at set-up: growing one mid-run would free and reallocate
+ * device memory (cudaFree synchronises the device, outside every watch; and a recorded step may not
+ * allocate at all). */
+dp_status dp_nccl_reserve(dp_backend_t b, size_t max_floats) {
+    nccl_impl *m = dp_nccl_impl(b);
+    const size_t w = (size_t)m->world, n = (max_floats / w + 1) * w;
+    for (int i = 0; i < m->n_local && w > 1; i++) {
+        nccl_local *x = &m->loc[i];
+        if (n <= x->scratch_n) continue;
+        x->dev->free(x->dev, x->scratch);
+        x->scratch = NULL, x->scratch_n = 0;
+        DP_TRY(x->dev->alloc(x->dev, &x->scratch, n, "the nccl all-reduce's receive buffer"));
+        x->scratch_n = n;
+    }
     return DP_OK;
 }
 
-dp_status dp_nccl_reserve(dp_backend_t b, size_t max_floats) {
-    nccl_impl *m = dp_nccl_impl(b);
-    const size_t w = (size_t)m->world;
-    for (int i = 0; i < m->n_local && w > 1; i++) DP_TRY(ensure_scratch(&m->loc[i], (max_floats / w + 1) * w));
+/* Whether the receive buffers reserved at set-up hold a sum of n floats (its pieces, world of them);
+ * if not, the reserve was sized wrongly: an internal error naming the collective, never a growth. */
+static dp_status scratch_holds(const nccl_impl *m, size_t need, size_t n, const char *what) {
+    for (int i = 0; i < m->n_local; i++)
+        if (need > m->loc[i].scratch_n)
+            return dp_fail(DP_ERR_INTERNAL, "nccl: %s: the %s of %zu floats needs a receive buffer of %zu floats, but "
+                           "%zu were reserved at start (dp_backend_reserve: the run's largest sum); growing it now "
+                           "would free and reallocate device memory mid-run", m->who, what, n, need,
+                           m->loc[i].scratch_n);
     return DP_OK;
 }
 
@@ -147,7 +160,7 @@ static dp_status ordered_sum(nccl_impl *m, float *const *bufs, size_t n, int roo
     const int w = m->world;
     if (w == 1 || n == 0) return DP_OK;
     const size_t piece = n / (size_t)w + 1;
-    for (int i = 0; i < m->n_local; i++) DP_TRY(ensure_scratch(&m->loc[i], piece * (size_t)w));
+    DP_TRY(scratch_holds(m, piece * (size_t)w, n, what));
     /* reduce-scatter: my piece of shard k goes to rank k; rank q's piece of my shard lands in slot q */
     DP_TRY(dp_nccl_group_start(m, what));
     for (int i = 0; i < m->n_local; i++) {
@@ -281,7 +294,7 @@ dp_status dp_nccl_scatter(dp_backend_t b, const float *const *send, float *const
 dp_status dp_nccl_barrier(dp_backend_t b) {
     nccl_impl *m = dp_nccl_impl(b);
     if (m->world == 1) return DP_OK;
-    for (int i = 0; i < m->n_local; i++) DP_TRY(ensure_scratch(&m->loc[i], 1));
+    DP_TRY(scratch_holds(m, 1, 1, "barrier"));
     EACH_LOCAL(m, "barrier", ncclAllReduce(x->scratch, x->scratch, 1, ncclFloat, ncclSum, x->comm, stream_of(x)));
     for (int i = 0; i < m->n_local; i++) DP_TRY(m->loc[i].dev->wait(m->loc[i].dev));
     return DP_OK;

@@ -38,7 +38,8 @@ typedef struct {
     int creating;           /* inside dp_nccl_backend_create: a failure there is not printed by the caller before MPI_Abort */
     int in_group;    /* between ncclGroupStart and ncclGroupEnd: a failure must not abort yet */
     dp_nccl_watchdog *wd;  /* ends the process if a call below outlives --timeout and a grace period */
-    char abort_what[1200]; /* what the watchdog says while an abort runs */
+    char abort_what[1200]; /* what the watchdog says while an abort, or the teardown after one, runs */
+    int torn_down;         /* abort (backend.h) ran: the devices are released, the watchdog on until destroy */
     dp_sidechan *sc;       /* tells the other processes at once when this one fails, and this one when they do */
     unsigned long long allowance; /* added to each home->reserved: NCCL's lazy buffers (nccl_memory.h) */
 } nccl_impl;
@@ -74,7 +75,9 @@ dp_status dp_nccl_group_end(nccl_impl *m, const char *what);
         }                                                           \
     } while (0)
 
-/* The shard owners' receive buffers for the largest sum of the run, sized once at start. */
+/* The shard owners' receive buffers for the largest sum of the run (a bucket or the gradient,
+ * SyncBN's sums, the step metrics, the evaluation's counts), sized at set-up and never grown after:
+ * a longer sum is an internal error naming the collective. */
 dp_status dp_nccl_reserve(dp_backend_t b, size_t max_floats);
 dp_status dp_nccl_allreduce(dp_backend_t b, float *const *bufs, size_t n, dp_redop op);
 dp_status dp_nccl_reduce(dp_backend_t b, float *const *bufs, size_t n, dp_redop op, int root);

@@ -72,11 +72,7 @@ dp_status dp_nccl_precheck_gpus(const int *gpus, int n) {
             return dp_fail(DP_ERR_BACKEND, "--gpus %s: no usable CUDA device (%s; CUDA_VISIBLE_DEVICES%s%s)", list,
                            e != cudaSuccess ? cudaGetErrorString(e) : "0 devices", visible ? "=" : " unset",
                            visible ? visible : "");
-        /* processes on one node would each drive the listed GPUs: NCCL refuses a GPU twice, late */
-        if (l.local_world > 1)
-            return dp_fail(DP_ERR_USAGE, "--gpus %s with %d processes on this node (%s=%d): each would drive the same "
-                           "GPUs; start one process per node with --gpus, or one process per GPU without it", list,
-                           l.local_world, l.local_world_var, l.local_world);
+        DP_TRY(dp_launch_check_gpus(&l, list, visible));
         snprintf(where, sizeof where, "this machine has %d CUDA device%s%s%s%s", have, have == 1 ? "" : "s",
                  visible ? " (CUDA_VISIBLE_DEVICES=" : "", visible ? visible : "", visible ? ")" : "");
     }

@@ -19,7 +19,8 @@ static const char *const vars[] = {
     "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE", "MV2_COMM_WORLD_RANK",
     "MV2_COMM_WORLD_SIZE", "MV2_COMM_WORLD_LOCAL_RANK", "MV2_COMM_WORLD_LOCAL_SIZE", "PMI_RANK", "PMI_SIZE",
     "MPI_LOCALRANKID", "MPI_LOCALNRANKS", "PMIX_RANK", "PMIX_SIZE", "SLURM_PROCID", "SLURM_NTASKS",
-    "SLURM_STEP_NUM_TASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE"};
+    "SLURM_STEP_NUM_TASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE", "SLURM_STEP_TASKS_PER_NODE",
+    "SLURM_TASKS_PER_NODE", "SLURM_NODEID"};
 
 static void clear_env(void) {
     for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) unsetenv(vars[i]);
@@ -246,6 +247,123 @@ static void test_gpu_of_each_rank(void **state) {
     clear_env();
 }
 
+static void expect_local_world(int local_world, const char *var) {
+    dp_launch l = parsed();
+    if (l.local_world != local_world || (var && strcmp(l.local_world_var, var) != 0))
+        fail_msg("%s: local size %d from '%s', expected %d from %s", l.seen, l.local_world, l.local_world_var,
+                 local_world, var ? var : "-");
+}
+
+static void expect_gpu_refused(int n, const char *visible, dp_status code, const char *needle) {
+    dp_launch l = parsed();
+    int gpu = -1;
+    assert_int_equal(dp_launch_pick_gpu(&l, n, visible, &gpu), code);
+    if (!tu_contains(dp_last_error(), needle)) fail_msg("'%s' does not say '%s'", dp_last_error(), needle);
+}
+
+/* srun without --ntasks-per-node (and under --mpi=pmix or pmi2): the node's task count from the
+ * step's layout in Slurm's compressed form at SLURM_NODEID, so that two tasks on a one-GPU node
+ * are refused at once, not by NCCL's "Duplicate GPU" after the rendezvous. */
+static void test_slurm_local_size_from_the_layout(void **state) {
+    (void)state;
+    ENV("SLURM_PROCID=1", "SLURM_STEP_NUM_TASKS=7", "SLURM_LOCALID=1", "SLURM_STEP_TASKS_PER_NODE=2(x3),1",
+        "SLURM_NODEID=0");
+    expect_local_world(2, "SLURM_STEP_TASKS_PER_NODE");
+    expect_gpu_refused(1, NULL, DP_ERR_USAGE, "2 ranks on this node (SLURM_STEP_TASKS_PER_NODE=2) but one GPU");
+    ENV("SLURM_PROCID=5", "SLURM_STEP_NUM_TASKS=7", "SLURM_LOCALID=1", "SLURM_STEP_TASKS_PER_NODE=2(x3),1",
+        "SLURM_NODEID=2");
+    expect_local_world(2, "SLURM_STEP_TASKS_PER_NODE");
+    ENV("SLURM_PROCID=6", "SLURM_STEP_NUM_TASKS=7", "SLURM_LOCALID=0", "SLURM_STEP_TASKS_PER_NODE=2(x3),1",
+        "SLURM_NODEID=3");
+    expect_local_world(1, "SLURM_STEP_TASKS_PER_NODE");
+    ENV("SLURM_PROCID=4", "SLURM_STEP_NUM_TASKS=5", "SLURM_LOCALID=1", "SLURM_STEP_TASKS_PER_NODE=3,2",
+        "SLURM_NODEID=1", "SLURM_TASKS_PER_NODE=8");
+    expect_local_world(2, "SLURM_STEP_TASKS_PER_NODE"); /* the step's layout, not the job's */
+    ENV("SLURM_PROCID=1", "SLURM_STEP_NUM_TASKS=2", "SLURM_LOCALID=1", "SLURM_TASKS_PER_NODE=2");
+    expect_local_world(2, "SLURM_TASKS_PER_NODE"); /* SLURM_NODEID unset: node 0 */
+    ENV("SLURM_PROCID=1", "SLURM_STEP_NUM_TASKS=2", "SLURM_LOCALID=1", "SLURM_NTASKS_PER_NODE=2",
+        "SLURM_STEP_TASKS_PER_NODE=1(x2)");
+    expect_local_world(2, "SLURM_NTASKS_PER_NODE"); /* --ntasks-per-node, given: as before */
+    /* srun --mpi=pmix and --mpi=pmi2: the local rank is Slurm's, so is the node's size */
+    ENV("PMIX_RANK=1", "SLURM_STEP_NUM_TASKS=2", "SLURM_PROCID=1", "SLURM_LOCALID=1", "SLURM_STEP_TASKS_PER_NODE=2",
+        "SLURM_NODEID=0");
+    expect_local_world(2, "SLURM_STEP_TASKS_PER_NODE");
+    expect_gpu_refused(1, NULL, DP_ERR_USAGE, "(SLURM_STEP_TASKS_PER_NODE=2) but one GPU");
+    ENV("PMI_RANK=1", "SLURM_STEP_NUM_TASKS=2", "SLURM_PROCID=1", "SLURM_LOCALID=1", "SLURM_STEP_TASKS_PER_NODE=2");
+    expect_local_world(2, "SLURM_STEP_TASKS_PER_NODE");
+    /* a launcher that says its own node size wins; mpirun's daemons' step says nothing of its ranks */
+    ENV("PMI_RANK=1", "PMI_SIZE=4", "MPI_LOCALRANKID=1", "MPI_LOCALNRANKS=4", "SLURM_PROCID=0",
+        "SLURM_STEP_TASKS_PER_NODE=1");
+    expect_local_world(4, "MPI_LOCALNRANKS");
+    ENV("OMPI_COMM_WORLD_RANK=1", "OMPI_COMM_WORLD_SIZE=4", "OMPI_COMM_WORLD_LOCAL_RANK=1", "SLURM_PROCID=0",
+        "SLURM_STEP_TASKS_PER_NODE=1");
+    expect_local_world(0, NULL);
+    /* malformed layouts, a node the layout lacks, a local rank past the node's tasks */
+    ENV("SLURM_PROCID=1", "SLURM_STEP_NUM_TASKS=2", "SLURM_STEP_TASKS_PER_NODE=2(x3");
+    expect_refused("SLURM_STEP_TASKS_PER_NODE='2(x3' is not a Slurm task layout");
+    ENV("SLURM_PROCID=1", "SLURM_STEP_NUM_TASKS=2", "SLURM_STEP_TASKS_PER_NODE=2(y3)");
+    expect_refused("SLURM_STEP_TASKS_PER_NODE='2(y3)'");
+    ENV("SLURM_PROCID=1", "SLURM_STEP_NUM_TASKS=2", "SLURM_STEP_TASKS_PER_NODE=0");
+    expect_refused("SLURM_STEP_TASKS_PER_NODE='0'");
+    ENV("SLURM_PROCID=1", "SLURM_STEP_NUM_TASKS=2", "SLURM_STEP_TASKS_PER_NODE=1,");
+    expect_refused("SLURM_STEP_TASKS_PER_NODE='1,'");
+    ENV("SLURM_PROCID=1", "SLURM_STEP_NUM_TASKS=7", "SLURM_STEP_TASKS_PER_NODE=2(x3),1", "SLURM_NODEID=4");
+    expect_refused("has no node 4 (SLURM_NODEID=4)");
+    ENV("SLURM_PROCID=1", "SLURM_STEP_NUM_TASKS=7", "SLURM_STEP_TASKS_PER_NODE=2(x3),1", "SLURM_NODEID=x");
+    expect_refused("SLURM_NODEID='x'");
+    ENV("SLURM_PROCID=1", "SLURM_STEP_NUM_TASKS=4", "SLURM_LOCALID=2", "SLURM_STEP_TASKS_PER_NODE=2(x2)");
+    expect_refused("the local rank 2 is not below the 2 tasks SLURM_STEP_TASKS_PER_NODE='2(x2)' gives node 0");
+    clear_env();
+}
+
+/* CUDA_VISIBLE_DEVICES of several GPUs per rank, fewer than the node's ranks (srun
+ * --gpus-per-task=2): each rank would index its own list with its local rank. Refused naming the
+ * variable; a list of the node's GPUs for every rank, or one GPU per rank, still maps. */
+static void test_several_gpus_per_rank_refused(void **state) {
+    (void)state;
+    ENV("RANK=1", "WORLD_SIZE=4", "LOCAL_RANK=1", "LOCAL_WORLD_SIZE=4", "MASTER_ADDR=n0", "MASTER_PORT=1");
+    expect_gpu_refused(2, "2,3", DP_ERR_USAGE, "CUDA_VISIBLE_DEVICES=2,3 shows this rank 2 GPUs, but 4 ranks share the "
+                                               "node (LOCAL_WORLD_SIZE=4)");
+    dp_launch l = parsed();
+    int gpu = -1;
+    assert_int_equal(dp_launch_pick_gpu(&l, 4, "0,1,2,3", &gpu), DP_OK), assert_int_equal(gpu, 1);
+    gpu = -1;
+    assert_int_equal(dp_launch_pick_gpu(&l, 1, "3", &gpu), DP_OK), assert_int_equal(gpu, 0);
+    gpu = -1; /* unset: the node's GPUs; local rank 1 of 4 on 2 GPUs still maps (ranks 2 and 3 do not) */
+    assert_int_equal(dp_launch_pick_gpu(&l, 2, NULL, &gpu), DP_OK), assert_int_equal(gpu, 1);
+    /* srun --gpus-per-task=2 without --ntasks-per-node: the layout says 2 tasks here */
+    ENV("SLURM_PROCID=1", "SLURM_STEP_NUM_TASKS=2", "SLURM_LOCALID=1", "SLURM_STEP_TASKS_PER_NODE=2", "SLURM_NODEID=0");
+    expect_gpu_refused(1, NULL, DP_ERR_USAGE, "but one GPU");
+    l = parsed();
+    gpu = -1;
+    assert_int_equal(dp_launch_pick_gpu(&l, 2, "0,1", &gpu), DP_OK), assert_int_equal(gpu, 1); /* 2 GPUs, 2 ranks */
+    ENV("SLURM_PROCID=2", "SLURM_STEP_NUM_TASKS=4", "SLURM_LOCALID=2", "SLURM_STEP_TASKS_PER_NODE=4", "SLURM_NODEID=0");
+    expect_gpu_refused(2, "4,5", DP_ERR_USAGE, "CUDA_VISIBLE_DEVICES=4,5 shows this rank 2 GPUs, but 4 ranks share the "
+                                               "node (SLURM_STEP_TASKS_PER_NODE=4)");
+    clear_env();
+}
+
+/* --gpus with several processes on a node: refused when they would drive the same GPUs, allowed
+ * when CUDA_VISIBLE_DEVICES gives each its own. */
+static void test_gpus_per_process_with_own_devices(void **state) {
+    (void)state;
+    ENV("RANK=1", "WORLD_SIZE=4", "LOCAL_RANK=1", "LOCAL_WORLD_SIZE=2", "MASTER_ADDR=n0", "MASTER_PORT=1");
+    dp_launch l = parsed();
+    assert_int_equal(dp_launch_check_gpus(&l, "0,1", NULL), DP_ERR_USAGE);
+    if (!tu_contains(dp_last_error(), "--gpus 0,1 with 2 processes on this node (LOCAL_WORLD_SIZE=2) and "
+                                      "CUDA_VISIBLE_DEVICES unset"))
+        fail_msg("%s", dp_last_error());
+    assert_int_equal(dp_launch_check_gpus(&l, "0,1", "2,3"), DP_OK);
+    ENV("SLURM_PROCID=1", "SLURM_STEP_NUM_TASKS=2", "SLURM_LOCALID=1", "SLURM_STEP_TASKS_PER_NODE=2");
+    l = parsed();
+    assert_int_equal(dp_launch_check_gpus(&l, "0,1", NULL), DP_ERR_USAGE);
+    assert_int_equal(dp_launch_check_gpus(&l, "0,1", "4,5"), DP_OK);
+    ENV("RANK=1", "WORLD_SIZE=2", "LOCAL_RANK=0", "LOCAL_WORLD_SIZE=1", "MASTER_ADDR=n0", "MASTER_PORT=1");
+    l = parsed();
+    assert_int_equal(dp_launch_check_gpus(&l, "0,1", NULL), DP_OK); /* one process a node */
+    clear_env();
+}
+
 /* After MPI_Init: a world of one under a launch of two did not join it. */
 static void test_mpi_world_must_match(void **state) {
     (void)state;
@@ -317,6 +435,9 @@ int main(void) {
         cmocka_unit_test(test_malformed_values_are_named),
         cmocka_unit_test(test_which_backend_joins),
         cmocka_unit_test(test_gpu_of_each_rank),
+        cmocka_unit_test(test_slurm_local_size_from_the_layout),
+        cmocka_unit_test(test_several_gpus_per_rank_refused),
+        cmocka_unit_test(test_gpus_per_process_with_own_devices),
         cmocka_unit_test(test_mpi_world_must_match),
         cmocka_unit_test(test_cli_refuses),
     };

@@ -13,6 +13,8 @@
 #include <dlfcn.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "dp_config.h"
 #include "fakegpu_util.h"
@@ -105,8 +107,123 @@ static void test_one_host_round_trip_a_step(void **state) {
     }
 }
 
-int main(void) {
+/* lenet-bn with --sync-bn and buckets of a few hundred floats at 2 fake GPUs: every kind of sum
+ * the NCCL backend runs on device buffers (buckets, BN sums, the step metrics). */
+static void sums_config(dp_config *c, int steps) {
+    tr_base_config(c, "lenet-bn");
+    c->backend = "nccl", c->device = "fakegpu", c->replicas = 1, c->n_gpus = 2, c->max_steps = steps;
+    c->gpus[0] = 0, c->gpus[1] = 1;
+    c->sync_bn = 1, c->bucket_mb = 0.001;
+}
+
+static unsigned long allocs_during(int steps) {
+    dp_config c;
+    sums_config(&c, steps);
+    const unsigned long before = dp_fakegpu_allocs();
+    tr_result r = tr_run(&c);
+    tr_free(&r);
+    return dp_fakegpu_allocs() - before;
+}
+
+/* The NCCL scratch is reserved at set-up for the run's largest sum and never grows: no device
+ * allocation after set-up (a run of 10 steps allocates as much as one of 2), and a reserve sized
+ * wrongly (the trainer's test hook) is an internal error naming the collective, not a growth. */
+static void test_scratch_reserved_at_start(void **state) {
+    (void)state;
+    hooks_or_skip();
+    unsetenv("DPTRAIN_TEST_RESERVE_FLOATS");
+    const unsigned long few = allocs_during(2), more = allocs_during(10);
+    print_message("device allocations: %lu in a run of 2 steps, %lu in one of 10\n", few, more);
+    if (more != few) fail_msg("%lu device allocations in 8 more steps (%lu over 2 steps, %lu over 10)", more - few, few, more);
+
+    setenv("DPTRAIN_TEST_RESERVE_FLOATS", "8", 1);
+    dp_config c;
+    sums_config(&c, 4);
+    c.log_path = tu_path("short_reserve.jsonl");
+    dp_trainer *t = NULL;
+    dp_status s = dp_trainer_create(&c, &t);
+    const unsigned long before = dp_fakegpu_allocs();
+    if (s == DP_OK) s = dp_trainer_run(t);
+    const unsigned long grown = dp_fakegpu_allocs() - before;
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", s == DP_OK ? "" : dp_last_error());
+    dp_trainer_destroy(t);
+    unsetenv("DPTRAIN_TEST_RESERVE_FLOATS");
+    print_message("a reserve of 8 floats: %s\n", msg);
+    if (s != DP_ERR_INTERNAL || !tu_contains(msg, "the all-reduce of") || !tu_contains(msg, "reserved at start"))
+        fail_msg("a reserve of 8 floats: status %d, %lu device allocations during the run, '%s' (expected an internal "
+                 "error naming the all-reduce)", (int)s, grown, msg);
+}
+
+/* The child of test_teardown_hang_ends_within_the_grace (this binary, re-run): 2 fake GPUs under
+ * the double with an injected NCCL error, then, after the failure, a kernel that never returns on
+ * GPU 0 (as an aborted NCCL kernel may), then main's order: close, message, destroy. The destroy
+ * must not return: the watchdog ends the process. */
+#define TEARDOWN_TIMEOUT_S 2.0
+static int teardown_child(void) {
+    void (*set)(void *(*)(const void *), void (*)(const void *), void (*)(const void *, void *, const void *, size_t)) =
+        NULL;
+    *(void **)&set = dlsym(RTLD_DEFAULT, "dp_nccl_double_set_hooks");
+    if (!set || dp_fakegpu_register() != DP_OK) return 3;
+    set(dp_fakegpu_host_address, dp_fakegpu_stream_sync, dp_fakegpu_stream_write);
+    dp_config c;
+    tr_base_config(&c, "lenet");
+    c.backend = "nccl", c.device = "fakegpu", c.replicas = 1, c.n_gpus = 2, c.max_steps = 8;
+    c.gpus[0] = 0, c.gpus[1] = 1;
+    c.timeout_s = TEARDOWN_TIMEOUT_S;
+    c.log_path = tu_path("teardown.jsonl");
+    dp_trainer *t = NULL;
+    if (dp_trainer_create(&c, &t) != DP_OK) {
+        fprintf(stderr, "create: %s\n", dp_last_error());
+        return 3;
+    }
+    dp_status s = dp_trainer_train(t);
+    if (s == DP_OK) {
+        fprintf(stderr, "the injected NCCL error did not fail the run\n");
+        return 4;
+    }
+    dp_fakegpu_stream_hang(t->devs[0]);
+    s = dp_trainer_close(t, s);
+    fprintf(stderr, "dptrain: %s\n", dp_last_error());
+    fflush(stderr);
+    dp_trainer_destroy(t);
+    fprintf(stderr, "the teardown returned\n");
+    return 5;
+}
+
+/* A rank whose GPU still runs a kernel that never returns after its collectives were aborted:
+ * freeing device memory and closing the GPU wait for that kernel, so the watchdog must stay on
+ * through them and end the process within the grace period (5 s + 0.1 --timeout), naming what
+ * it waited for; with the watchdog stopped before the frees, the rank hung without a word. */
+static void test_teardown_hang_ends_within_the_grace(void **state) {
+    (void)state;
+    hooks_or_skip();
+    char self[4096];
+    const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    assert_true(n > 0);
+    self[n] = '\0';
+    const double grace = 5 + 0.1 * TEARDOWN_TIMEOUT_S;
+    char *out = NULL;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    const int rc = tu_sh(&out, "DP_NCCL_DOUBLE_FAULT=error@0:3 timeout -s KILL 45 '%s' teardown-child 2>&1", self);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    const double took = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    print_message("exit %d after %.1f s (grace %.1f s):\n%s", rc, took, grace, out ? out : "");
+    const int ok = rc == 1 && tu_contains(out, "injected fault") &&
+                   tu_contains(out, "freeing the device memory and closing the GPUs after") &&
+                   tu_contains(out, "has not returned after 5 s (a grace period); the watchdog ends this rank") &&
+                   !tu_contains(out, "the teardown returned") && took < 30;
+    if (!ok) fail_msg("the child exited %d after %.1f s, expected 1 from the watchdog within the grace:\n%s", rc, took,
+                      out ? out : "");
+    free(out);
+}
+
+int main(int argc, char **argv) {
+    if (argc == 2 && strcmp(argv[1], "teardown-child") == 0) return teardown_child();
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_teardown_hang_ends_within_the_grace),
+        cmocka_unit_test(test_scratch_reserved_at_start),
         cmocka_unit_test(test_one_host_round_trip_a_step),
         cmocka_unit_test(test_ddp_on_2_and_4_fake_gpus),
         cmocka_unit_test(test_dp_on_2_and_4_fake_gpus),

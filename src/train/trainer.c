@@ -173,6 +173,22 @@ int dp_trainer_holds_rank0(const dp_trainer *t) {
     return 0;
 }
 
+/* The longest sum the backend runs on device buffers, for its receive buffers (backend.h: reserve),
+ * which must not grow mid-run: DP reduces the whole gradient, DDP a bucket at a time; SyncBN its
+ * nodes' sums; every step its metrics; the evaluation eval_floats (0: not known yet). A test hook
+ * (DPTRAIN_TEST_RESERVE_FLOATS) sizes it wrongly on purpose, to show the backend's guard. */
+static size_t largest_sum(const dp_trainer *t, size_t eval_floats) {
+    const dp_layout *L = &t->model.params;
+    size_t n = DP_EXEC_METRICS > eval_floats ? DP_EXEC_METRICS : eval_floats;
+    if (t->cfg.mode != DP_MODE_DDP) n = L->n > n ? L->n : n;
+    for (int k = 0; t->cfg.mode == DP_MODE_DDP && k < L->n_buckets; k++)
+        n = L->buckets[k].count > n ? L->buckets[k].count : n;
+    for (int i = 0; t->cfg.sync_bn && i < t->model.n_nodes; i++)
+        n = t->model.nodes[i].sync_floats > n ? t->model.nodes[i].sync_floats : n;
+    const char *hook = getenv("DPTRAIN_TEST_RESERVE_FLOATS");
+    return hook ? strtoul(hook, NULL, 10) : n;
+}
+
 static dp_status setup(dp_trainer *t) {
     dp_config *c = &t->cfg;
     const int cores = default_threads();
@@ -221,14 +237,7 @@ static dp_status setup(dp_trainer *t) {
     dp_shape in = {shape_src->c, shape_src->h, shape_src->w};
     DP_TRY(dp_model_build(c->model, in, shape_src->n_classes, &t->model));
     DP_TRY(dp_layout_make_buckets(&t->model.params, (size_t)(c->bucket_mb * 1024 * 1024)));
-    /* the largest collective: DP reduces the whole gradient, DDP a bucket at a time */
-    size_t largest = 0;
-    const dp_layout *L = &t->model.params;
-    if (c->mode == DP_MODE_DDP)
-        for (int k = 0; k < L->n_buckets; k++) largest = L->buckets[k].count > largest ? L->buckets[k].count : largest;
-    else
-        largest = L->n;
-    DP_TRY(dp_backend_reserve(t->backend, largest));
+    DP_TRY(dp_backend_reserve(t->backend, largest_sum(t, 0)));
 
     /* the sampler fixes the lanes: which samples each lane sums, so which additions happen */
     lane_plan lp;
@@ -244,6 +253,7 @@ static dp_status setup(dp_trainer *t) {
                                .resident = !c->augment && !getenv("DPTRAIN_INJECT_NAN_STEP")};
     DP_TRY(dp_exec_create(&t->ex, &xc));
     DP_TRY(dp_exec_host_reserve(&t->ex, dp_evaluate_floats(t, &t->test))); /* not mid-run (a free waits) */
+    DP_TRY(dp_backend_reserve(t->backend, largest_sum(t, dp_evaluate_floats(t, &t->test))));
     DP_TRY(dp_check_consistency(t));
     DP_ALLOC(t->metric_bufs, n_local, "metrics");
     for (int r = 0; r < n_local; r++) DP_ALLOC(t->metric_bufs[r], DP_STEP_METRICS, "metrics");
@@ -591,9 +601,11 @@ dp_status dp_trainer_close(dp_trainer *t, dp_status s) {
 
 void dp_trainer_destroy(dp_trainer *t) {
     if (!t) return;
+    dp_backend_t aborted = NULL; /* destroyed after the devices close: its watchdog watches their frees and closes */
     if (t->backend && t->backend->failed) { /* abort the collectives first: freeing device memory would wait for them */
         t->backend->trace = NULL;
-        dp_backend_destroy(t->backend);
+        if (dp_backend_abort(t->backend)) aborted = t->backend;
+        else dp_backend_destroy(t->backend);
         t->backend = NULL;
     }
     dp_loader_destroy(t->loader);
@@ -620,5 +632,6 @@ void dp_trainer_destroy(dp_trainer *t) {
     if (t->backend) t->backend->trace = NULL;
     dp_backend_destroy(t->backend);
     for (int i = 0; i < t->n_devs; i++) dp_dev_close(t->devs[i]);
+    dp_backend_destroy(aborted);
     free(t);
 }

@@ -25,6 +25,9 @@ dp_status fg_forbidden(fg_dev *g, const char *call) {
 
 /* ---- memory */
 
+static _Atomic unsigned long device_allocs;
+unsigned long dp_fakegpu_allocs(void) { return device_allocs; }
+
 static dp_status fg_alloc(const dp_dev *d, float **p, size_t n, const char *what) {
     fg_dev *g = fg_of(d);
     *p = NULL;
@@ -54,6 +57,7 @@ static dp_status fg_alloc(const dp_dev *d, float **p, size_t n, const char *what
         return st;
     }
     *p = fake;
+    device_allocs++;
     return DP_OK;
 }
 

@@ -35,6 +35,16 @@ size_t dp_fakegpu_live(const dp_dev *d, size_t *bytes);
  * round trips a step costs on a GPU. */
 unsigned long dp_fakegpu_host_waits(void);
 
+/* The device allocations (alloc) so far, over every fakegpu device of the process: a step that
+ * allocates would, on a GPU, wait in cudaMalloc (and its free in cudaFree) and break a capture. */
+unsigned long dp_fakegpu_allocs(void);
+
+/* Queues on d's stream (a device's main stream, or its collective view's) an operation that never
+ * ends, as a GPU kernel that spins for ever: everything queued behind it, and every wait, drain,
+ * free or close that needs it, blocks for good. For tests of what ends such a process (the NCCL
+ * backend's watchdog); the device cannot be closed afterwards. */
+void dp_fakegpu_stream_hang(const dp_dev *d);
+
 /* For the NCCL test double inside a test process (tests/test_nccl_fakegpu.c): the host address
  * behind a fakegpu device pointer (any other pointer unchanged), a wait for everything queued so
  * far on the stream a kernel context names (dp_kctx.stream of a fakegpu device or its collective

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "fg_internal.h"
 
@@ -235,4 +236,18 @@ void fg_streams_stop(fg_dev *g) {
     pthread_mutex_destroy(&g->mem_mu);
     pthread_mutex_destroy(&g->mu);
     g->sync_ready = 0;
+}
+
+/* ---- a kernel that never returns (dp_fakegpu_stream_hang) */
+
+static void hang_run(fg_dev *g, fg_op *op, uint64_t arg) {
+    (void)g, (void)op, (void)arg;
+    for (;;) pause(); /* nothing ends it: the process must end itself */
+}
+
+void dp_fakegpu_stream_hang(const dp_dev *d) {
+    fg_op *op = malloc(sizeof *op);
+    if (!op) abort();
+    *op = (fg_op){.run = hang_run, .what = "a kernel that never returns (dp_fakegpu_stream_hang)", .waits_for = -1};
+    fg_submit(fg_of(d), fg_stream_of(d), op);
 }
