@@ -7,7 +7,10 @@
 #    `shipped` does, so a check against a real measurement (examples/gpu/transfer_check.sh) tests
 #    the shipped profiles' formula, not another.
 # 3. A CPU profile carried to a GPU is refused (exit 2, one line): no shipped profile is made so.
-# Environment: DPTRAIN (the build's dptrain: the skeletons of `shipped`).
+# 4. This machine's CPU spec is measured, not shipped: `cpu-spec` writes one naming this CPU (as
+#    /proc/cpuinfo does), keeps it while it names this CPU, and measures again when it names another.
+# Environment: DPTRAIN (the build's dptrain: the skeletons of `shipped`), BENCH_CPU_SPEC (the build's
+# bench_cpu_spec: 4 s).
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 TMP=${DP_TEST_TMP:-/tmp}/derive_profiles_check.$$
@@ -70,6 +73,26 @@ SPEC
     > "$TMP/cross.out" 2> "$TMP/cross.err" || rc=$?
 if [ $rc != 2 ] || [ "$(wc -l < "$TMP/cross.err")" != 1 ] || ! grep -q -- "--from cpu is a cpu" "$TMP/cross.err"; then
     fail "a CPU spec to a GPU's: exit $rc, not refused in one line: $(head -c 300 "$TMP/cross.err")"
+fi
+
+# 4
+B=${BENCH_CPU_SPEC:-$ROOT/build/bench_cpu_spec}
+spec=$TMP/here/cpu-here.spec
+here=$(cd "$ROOT/examples/reports" && "$PY" -c 'import derive_profiles as d; print(d.cpu_id())')
+key() { sed -n "s/^$1 \([^ ]*\).*/\1/p" "$spec"; }
+if ! "$PY" "$S" cpu-spec --bench "$B" --out "$spec" > "$TMP/spec1.log" 2>&1; then
+    fail "cpu-spec: $(tail -3 "$TMP/spec1.log")"
+else
+    [ "$(key cpu)" = "$here" ] || fail "cpu-spec: the spec names '$(key cpu)', this CPU is '$here'"
+    [ "$(key kind)" = cpu ] || fail "cpu-spec: kind '$(key kind)', not cpu"
+    "$PY" -c 'import sys; v = [float(x) for x in sys.argv[1:]]; sys.exit(0 if len(v) == 2 and all(x > 0 for x in v) else 1)' \
+        "$(key fp32_tflops)" "$(key mem_bandwidth_GBps)" || fail "cpu-spec: figures '$(key fp32_tflops)' '$(key mem_bandwidth_GBps)'"
+    before=$(stat -c %y "$spec")
+    "$PY" "$S" cpu-spec --bench "$B" --out "$spec" > /dev/null 2>&1
+    [ "$(stat -c %y "$spec")" = "$before" ] || fail "cpu-spec: measured again though the spec names this CPU"
+    sed -i 's#^cpu .*#cpu GenuineIntel/6/85/Intel(R)-Xeon(R)-CPU#' "$spec"
+    "$PY" "$S" cpu-spec --bench "$B" --out "$spec" > /dev/null 2>&1
+    [ "$(key cpu)" = "$here" ] || fail "cpu-spec: a spec of another CPU ('$(key cpu)') was kept on '$here'"
 fi
 
 [ $FAILS = 0 ] || { echo "derive_profiles_check: $FAILS failure(s)" >&2; exit 1; }
