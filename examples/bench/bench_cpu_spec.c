@@ -177,6 +177,11 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_cpu_spec: --seconds 0..600, --window 0..seconds, --mib 1..4096\n");
         return 2;
     }
+    FILE *f = out ? fopen(out, "w") : stdout; /* before the 4 s of measuring */
+    if (!f) {
+        fprintf(stderr, "bench_cpu_spec: --out %s: cannot write it; give a writable path\n", out);
+        return 2;
+    }
     openblas_set_num_threads(1);
     const cpu_id id = read_cpu();
     const figure g = sgemm_rate(seconds, window);
@@ -186,11 +191,6 @@ int main(int argc, char **argv) {
     one_word(device);
     const time_t t = time(NULL);
     strftime(when, sizeof when, "%Y-%m-%d %H:%M UTC", gmtime(&t));
-    FILE *f = out ? fopen(out, "w") : stdout;
-    if (!f) {
-        fprintf(stderr, "bench_cpu_spec: --out %s: cannot write it; give a writable path\n", out);
-        return 2;
-    }
     fprintf(f,
             "# One core of this machine, MEASURED by build/bench_cpu_spec on %s: %s (%s, family %s, model %s)%s.\n"
             "# The source of derive_profiles.py's transfer checks on a CPU (docs/overhead-model.md).\n"

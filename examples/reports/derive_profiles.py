@@ -536,19 +536,23 @@ def cmd_checks(args):
     """The shape transfer on this CPU, over `rounds` pairs of CPU profiles measured now: LeNet
     1x28x28 -> 3x32x32 (the step of the CIFAR-10 profiles t4-lenet, rtx4090-lenet-bn that is not a
     change of device), by derive() as `shipped` calls it, against the 3x32x32 profile measured in
-    the same round. The error per row: median [min, max] over the rounds."""
+    the same round (every other round measures 3x32x32 first, so that a drift of the machine's speed
+    within a round does not always favour one shape). The error per row and per node at the largest
+    batch: median [min, max] over the rounds."""
     spec_path = ensure_cpu_spec(args.cpu_spec, args.bench)
     spec = load_spec(spec_path)
     load0 = os.getloadavg()[0]
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    errs, parts, cmds = {}, [], []
+    errs, parts, cmds, node_errs = {}, [], [], {}
     with tempfile.TemporaryDirectory() as tmp:
         for k in range(args.rounds):
             mn, cf = os.path.join(tmp, f"cpu-mnist-{k}.profile"), os.path.join(tmp, f"cpu-cifar-{k}.profile")
-            c1 = run_dptrain(args.dptrain, ["--model", "lenet", "--dataset", "synthetic", "--shape", "1x28x28",
-                                            "--samples", "640", "--batch-size", "64"], mn)
-            c2 = run_dptrain(args.dptrain, ["--model", "lenet", "--dataset", "synthetic", "--shape", "3x32x32",
-                                            "--samples", "640", "--batch-size", "64"], cf)
+            pair = [(["--model", "lenet", "--dataset", "synthetic", "--shape", "1x28x28",
+                      "--samples", "640", "--batch-size", "64"], mn),
+                    (["--model", "lenet", "--dataset", "synthetic", "--shape", "3x32x32",
+                      "--samples", "640", "--batch-size", "64"], cf)]
+            ran = {out: run_dptrain(args.dptrain, a, out) for a, out in (pair if k % 2 == 0 else pair[::-1])}
+            c1, c2 = ran[mn], ran[cf]
             if k == 0:
                 cmds = [" ".join(os.path.relpath(c, ROOT) if c.startswith(ROOT) else os.path.basename(c)
                                  if c.startswith(tmp) else c for c in cmd) for cmd in (c1, c2)]
@@ -557,6 +561,8 @@ def cmd_checks(args):
             rows = check_rows(der, mp)
             for bt, m, d, _ in rows:
                 errs.setdefault(bt, []).append((m, d))
+            for name, m, d in max(rows, key=lambda r: r[0])[3]:
+                node_errs.setdefault(name, []).append(100 * (d - m) / m if m else 0.0)
             bs = [r[0] for r in rows]
             parts.append((*slope(mp, bs), *slope(der, bs)))
     fmt = lambda v: f"{statistics.median(v):+.0f} % [{min(v):+.0f}, {max(v):+.0f}]"
@@ -578,7 +584,10 @@ def cmd_checks(args):
     lines += ["", f"As a line in the batch (step = fixed + per-sample x batch, least squares over the rows; "
                   f"medians over rounds): measured {med(0) * 1e6:.0f} us + {med(1) * 1e6:.3f} us per sample, "
                   f"derived {med(2) * 1e6:.0f} us + {med(3) * 1e6:.3f} us per sample; error of the per-sample "
-                  f"part {fmt(se) if se else '-'}.", ""]
+                  f"part {fmt(se) if se else '-'}.", "",
+              f"Per node at batch {max(errs)} (forward + backward): error, median [min, max] over rounds", "",
+              "| node | error |", "|---|---:|"]
+    lines += [f"| {name} | {fmt(v)} |" for name, v in node_errs.items()]
     text = "\n".join(lines) + "\n"
     print(text)
     if args.markdown:
