@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Derive a GPU compute profile from a measured one by a roofline transfer (docs/reports.md).
+"""Derive a GPU compute profile from a measured one by a roofline transfer (docs/overhead-model.md,
+"GPU profiles derived from the H100's").
 
 The transfer, per node (forward and backward separately), the loss, the SGD step and the lane sum:
 
@@ -388,7 +389,8 @@ def cmd_derive(args):
               f"roofline transfer of examples/reports/derive_profiles.py",
               f"from {', '.join(os.path.relpath(s['path'], ROOT) for s in sources)} (spec {src_spec['name']}.spec) "
               f"to spec {tgt_spec['name']}.spec" + (f"; {', '.join(fb)} nodes from the other sources' medians" if fb else ""),
-              "per node: t = fixed + s x roofline(target); s fitted on the source's rows; docs/reports.md"]
+              "per node: t = a + s x roofline(target), a and s fitted on the source's rows against "
+              "roofline(source); docs/overhead-model.md"]
     save_profile(out, args.out, header)
     print(f"wrote {args.out}")
 
