@@ -91,6 +91,10 @@ usage bogus "$E/gpu/check.sh" --phases env,bogus
 usage --build "$E/gpu/record_profiles.sh" --build
 usage --bogus "$E/gpu/record_profiles.sh" --bogus
 usage --device-name "$E/gpu/record_profiles.sh" --device-name ../x
+usage --out "$E/gpu/record_profiles.sh" --out
+usage --build "$E/gpu/transfer_check.sh" --build
+usage --bogus "$E/gpu/transfer_check.sh" --bogus
+usage --out "$E/gpu/transfer_check.sh" --out ""
 for r in "$E"/reports/0*.sh; do
     usage --out "$r" --out
     usage --bogus "$r" --bogus
@@ -132,6 +136,10 @@ usage "$TMP/none" "$PY" "$E/pytorch/plain_loop.py" 2 3 "$TMP/none"
 usage --rounds "$PY" "$E/reports/derive_profiles.py" checks --rounds
 usage --bogus "$PY" "$E/reports/derive_profiles.py" checks --bogus
 usage --rounds "$PY" "$E/reports/derive_profiles.py" checks --rounds 0
+usage --bogus "$PY" "$E/reports/derive_profiles.py" cpu-spec --bogus
+usage --measured "$PY" "$E/reports/derive_profiles.py" check --source x --from h100 --to h200 --measured "$TMP/none"
+usage "spec nonesuch" "$PY" "$E/reports/derive_profiles.py" check --source "$ROOT/sim/presets/h100-lenet.profile" \
+    --from nonesuch --to h200 --measured "$ROOT/sim/presets/h100-lenet.profile"
 usage --report "$PY" "$E/reports/reports.py" --out "$TMP/r" --report
 usage --bogus "$PY" "$E/reports/reports.py" --report 000 --out "$TMP/r" --bogus
 usage --report "$PY" "$E/reports/reports.py" --report 999 --out "$TMP/r"
@@ -177,6 +185,9 @@ fi
 if ! grep -q '"check":"bench","status":"FAIL' "$TMP/check2/results.jsonl" 2>/dev/null; then
     fail "check.sh: a bench whose every case failed is not a FAIL: $(grep '"bench"' "$TMP/check2/results.jsonl" 2>&1)"
 fi
+# transfer_check.sh where nvidia-smi finds no GPU, and where it names one without a spec
+PATH="$TMP/nogpu:$PATH" measured transfer-nogpu "$E/gpu/transfer_check.sh" --out "$TMP/tr1" --build "$TMP/build"
+PATH="$TMP/gpu:$PATH" measured transfer-nospec "$E/gpu/transfer_check.sh" --out "$TMP/tr2" --build "$TMP/build"
 # gpu_vs_pytorch.sh with the test's dptrain and no GPU, with and without the PyTorch peer
 DPTRAIN=$D measured gpu-vs-pytorch "$E/bench/gpu_vs_pytorch.sh" --rounds 1 --cases lenet-bn --out "$TMP/gvp1"
 DPTRAIN=$D measured gpu-vs-pytorch-nopeer "$E/bench/gpu_vs_pytorch.sh" --rounds 1 --cases lenet --skip-pytorch \

@@ -2,11 +2,13 @@
 # check.sh: everything a lent GPU machine must check, in one command, from a fresh copy of the tree.
 # Carries its own libraries and data (.carry/, see device_env.sh), builds with all cores, runs the
 # CUDA and NCCL suites, the CUDA suites under compute-sanitizer, the benchmarks against PyTorch in
-# the same run, the accuracy over 3 seeds, the overhead model's GPU compute profiles, and the
-# many-core CPU checks (the whole CPU suite, MPI N x T shapes). Each check appends one line to a
+# the same run, the accuracy over 3 seeds, the overhead model's GPU compute profiles, the roofline
+# transfer from the H100's profiles to this GPU's (transfer_check.sh: on an H200, H100 -> H200), and
+# the many-core CPU checks (the whole CPU suite, MPI N x T shapes). Each check appends one line to a
 # results file; `examples/gpu/gpu_tables.py doc FILE` makes docs/gpu.md's tables from it.
 #
-#   examples/gpu/check.sh [--quick] [--rounds R] [--phases env,build,tests,sanitize,bench,accuracy,profiles,cpu]
+#   examples/gpu/check.sh [--quick] [--rounds R]
+#                         [--phases env,build,tests,sanitize,bench,accuracy,profiles,transfer,cpu]
 #                         [--out DIR] [--build DIR]
 #
 # --quick: one bench round (--rounds: another count) and only the kernel suite under the sanitizers
@@ -23,7 +25,7 @@ CALLER=$PWD
 cd "$ROOT" || exit 1
 me=$(basename "$0") PROG=$(basename "$0")
 . "$ROOT/examples/lib/args.sh"
-QUICK=0 ROUNDS= PHASES=env,build,tests,sanitize,bench,accuracy,profiles,cpu OUTDIR=$ROOT/out/gpu-check
+QUICK=0 ROUNDS= PHASES=env,build,tests,sanitize,bench,accuracy,profiles,transfer,cpu OUTDIR=$ROOT/out/gpu-check
 BUILD=$ROOT/build-gpu
 JOBS=$(nproc)
 ARGS="$*"
@@ -34,13 +36,13 @@ while [ $# -gt 0 ]; do
         --phases) need_value "$@"; PHASES=$2; shift ;;
         --out) need_value "$@"; OUTDIR=$2; shift ;;
         --build) need_value "$@"; BUILD=$2; shift ;;
-        -h|--help) sed -n 2,19p "$0"; exit 0 ;;
+        -h|--help) sed -n 2,21p "$0"; exit 0 ;;
         *) unknown_arg "$1" ;;
     esac
     shift
 done
 [ -z "$ROUNDS" ] || need_uint --rounds "$ROUNDS" 1
-need_choices --phases "$PHASES" env build tests sanitize bench accuracy profiles cpu
+need_choices --phases "$PHASES" env build tests sanitize bench accuracy profiles transfer cpu
 need_nonempty --out "$OUTDIR"
 need_nonempty --build "$BUILD"
 # relative paths are the caller's
@@ -50,7 +52,7 @@ has() { [[ ",$PHASES," == *",$1,"* ]]; }
 # the phases that measure on a GPU: without one visible, nothing they would report means anything,
 # so stop before the build (a CUDA build needs no GPU, and its tests all skip without one)
 GPU_PHASES=
-for p in tests sanitize bench accuracy profiles; do
+for p in tests sanitize bench accuracy profiles transfer; do
     if has $p && { [ $p != accuracy ] || [ $QUICK = 0 ]; }; then GPU_PHASES+=${GPU_PHASES:+,}$p; fi
 done
 if [ -n "$GPU_PHASES" ]; then
@@ -143,6 +145,10 @@ fi
 if has profiles; then
     GPU=1 TMO=300 check profiles examples/gpu/record_profiles.sh --build "$BUILD"
     mkdir -p "$OUTDIR/profiles" && cp sim/presets/h100-*.profile "$OUTDIR/profiles/" 2>/dev/null
+fi
+if has transfer; then
+    GPU=1 TMO=300 check transfer examples/gpu/transfer_check.sh --build "$BUILD" --out "$OUTDIR/transfer"
+    cat "$OUTDIR"/transfer/transfer-*.md 2>/dev/null
 fi
 if has cpu; then
     check ctest-cpu ctest --test-dir "$BUILD" -L 'cpu|mpi' -j "$JOBS" --output-on-failure --timeout 900

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Derive a GPU compute profile from a measured one by a roofline transfer (docs/reports.md).
+"""Derive a GPU compute profile from a measured one by a roofline transfer (docs/overhead-model.md,
+"GPU profiles derived from the H100's").
 
 The transfer, per node (forward and backward separately), the loss, the SGD step and the lane sum:
 
@@ -9,36 +10,53 @@ The transfer, per node (forward and backward separately), the loss, the SGD step
   2. From the source profile's rows (batch b_j, seconds t_j), a least-squares line
      t = a + s x_src(b): a is the node's fixed cost per step (launch, and a kernel too small to fill
      the device), s is 1 / (the fraction of the roofline the node reaches).
-  3. On the target: t = fixed + s x_tgt(b). The efficiency 1/s carries over. fixed = the source's
-     a when both devices are GPUs (or both CPUs); from a CPU to a GPU it is the node's kernels x the
-     target's launch_us (a CPU's intercept is a function call, not a launch).
+  3. On the target: t = a + s x_tgt(b): the fixed cost and the efficiency 1/s carry over. Source and
+     target are of one kind (GPU to GPU, or CPU to CPU): a CPU's fixed cost is a function call, a
+     GPU's its launches, so a CPU profile says nothing of a GPU's a (derive refuses the pair).
   A target node with no counterpart in the first source (same layer kind, same ordinal: LeNet-BN's
   BatchNorms from a LeNet profile) takes the median a per kernel and the median s of that kind's
   nodes in all sources (the BatchNorms of ResNet-18).
 
 Device specifications are files `sim/presets/<name>.spec` (`key value  # source`): fp32_tflops,
-mem_bandwidth_GBps, launch_us, kind (gpu or cpu).
+mem_bandwidth_GBps, launch_us, kind (gpu or cpu). This machine's CPU has no preset: its spec is
+measured (build/bench_cpu_spec) into build/cpu-here.spec on first use, and again when /proc/cpuinfo
+names another CPU.
 
   derive_profiles.py derive --source A.profile[,B.profile] --from h100 --to t4 --skeleton S.profile --out F
-  derive_profiles.py check  --source CPU.profile --measured H100.profile --from cpu-here --to h100 [--markdown F]
+  derive_profiles.py check  --source A.profile[,B.profile] --from h100 --to h200 --measured H200.profile
+                            [--markdown F] [--json F]   # the derived profile against a measured one
   derive_profiles.py shipped --dptrain build/dptrain [--out sim/presets]   # every profile the reports use
-  derive_profiles.py checks [--rounds 3] [--markdown F]   # the transfer's error, measured (docs/reports.md)
+  derive_profiles.py checks [--rounds 3] [--markdown F]   # the shape transfer's error on this CPU
+                                                          # (docs/overhead-model.md)
+  derive_profiles.py cpu-spec [--out build/cpu-here.spec]   # measure this machine's CPU (if not done)
+
+`check` calls the same derive() with the same sources as `shipped` (tests/derive_profiles_check.sh
+holds them to it: checked against the shipped files, every row's error is 0).
 
 Standard library only.
 """
 import argparse
+import json
 import math
 import os
 import statistics
 import subprocess
 import sys
 import tempfile
+import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PRESETS = os.path.join(ROOT, "sim", "presets")
+BUILD = os.path.join(ROOT, "build")
 sys.path.insert(0, os.path.join(ROOT, "examples", "lib"))
 from scriptargs import Parser, existing_file, uint  # noqa: E402
 BATCHES = [1, 2, 4, 8, 16, 32, 64, 128, 256]
+
+
+def die(msg):
+    """A bad argument or input: one line, exit 2."""
+    print(f"derive_profiles.py: {msg}", file=sys.stderr)
+    sys.exit(2)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -101,6 +119,11 @@ def save_profile(p, path, header):
 
 def load_spec(name):
     path = name if os.sep in name else os.path.join(PRESETS, name + ".spec")
+    if not os.path.isfile(path):
+        hint = (" (this machine's CPU is measured, not shipped: derive_profiles.py cpu-spec writes "
+                "build/cpu-here.spec; give that path)" if name == "cpu-here" else
+                f"; the specs: {', '.join(sorted(f[:-5] for f in os.listdir(PRESETS) if f.endswith('.spec')))}, or a path")
+        die(f"spec {name}: no file {os.path.relpath(path, os.getcwd())}{hint}")
     spec = {"name": os.path.basename(path).rsplit(".", 1)[0], "path": path}
     for line in open(path):
         body = line.split("#", 1)[0].split()
@@ -299,7 +322,13 @@ def median(v):
 
 
 def derive(sources, src_spec, tgt_spec, skeleton, batches, device_name):
-    """The target profile: skeleton's model and shape, rows at `batches`."""
+    """The target profile: skeleton's model and shape, rows at `batches`. Per node and direction
+    (and the loss, SGD step and lane sum): t = a + s x roofline(target), (a, s) fitted on the first
+    source's rows against roofline(source). The one formula of every derived profile and check."""
+    if src_spec["kind"] != tgt_spec["kind"]:
+        die(f"--from {src_spec['name']} is a {src_spec['kind']}, --to {tgt_spec['name']} a "
+                 f"{tgt_spec['kind']}: the fixed cost per node (a function call on a CPU, launches on a GPU) does "
+                 f"not carry from one kind to the other; derive from a profile measured on a {tgt_spec['kind']}")
     fitted = [(p, *fits_of(p, src_spec)) for p in sources]
     primary = fitted[0][1]
     by_ord = {(f["kind"], f["ord"]): f for f in primary}
@@ -308,12 +337,7 @@ def derive(sources, src_spec, tgt_spec, skeleton, batches, device_name):
         for f in fits:
             per_kind.setdefault(f["kind"], []).append(f)
     work, shape, extra = profile_work(skeleton)
-    cpu_to_gpu = src_spec["kind"] == "cpu" and tgt_spec["kind"] == "gpu"
     used_fallback = set()
-
-    def fixed(a, kern):
-        return kern * tgt_spec["launch"] if cpu_to_gpu else a
-
     node_fits = []
     for i, nw in enumerate(work):
         kf, kb = skeleton["nodes"][i]["kf"], skeleton["nodes"][i]["kb"]
@@ -335,12 +359,11 @@ def derive(sources, src_spec, tgt_spec, skeleton, batches, device_name):
         row = {"batch": b, "conc": 1, "fwd": {}, "bwd": {}}
         for i, nw in enumerate(work):
             for d, key in ((0, "fwd"), (1, "bwd")):
-                kern = skeleton["nodes"][i]["kf" if d == 0 else "kb"]
                 a, s = node_fits[i][key]
-                row[key][i] = fixed(a, kern) + s * roofline(nw["work"][d], b, tgt_spec)
+                row[key][i] = a + s * roofline(nw["work"][d], b, tgt_spec)
         for key in ("loss", "opt", "sum"):
             a, s, _ = other[key]
-            row[key] = fixed(a, 1) + s * roofline(extra[key], b if key == "loss" else 1, tgt_spec)
+            row[key] = a + s * roofline(extra[key], b if key == "loss" else 1, tgt_spec)
         out["rows"].append(row)
     return out, sorted(used_fallback)
 
@@ -366,7 +389,8 @@ def cmd_derive(args):
               f"roofline transfer of examples/reports/derive_profiles.py",
               f"from {', '.join(os.path.relpath(s['path'], ROOT) for s in sources)} (spec {src_spec['name']}.spec) "
               f"to spec {tgt_spec['name']}.spec" + (f"; {', '.join(fb)} nodes from the other sources' medians" if fb else ""),
-              "per node: t = fixed + s x roofline(target); s fitted on the source's rows; docs/reports.md"]
+              "per node: t = a + s x roofline(target), a and s fitted on the source's rows against "
+              "roofline(source); docs/overhead-model.md"]
     save_profile(out, args.out, header)
     print(f"wrote {args.out}")
 
@@ -394,34 +418,46 @@ def slope(p, batches):
 
 
 def cmd_check(args):
-    cpu, gpu = load_profile(args.source), load_profile(args.measured)
+    """The profile derived from --source (as `shipped` derives) against one measured on the target."""
+    sources = [load_profile(x) for x in args.source.split(",")]
+    meas = load_profile(args.measured)
+    skel = load_profile(args.skeleton) if args.skeleton else meas
     src, tgt = load_spec(args.src), load_spec(args.to)
-    der, _ = derive([cpu], src, tgt, gpu, sorted({r["batch"] for r in gpu["rows"]}), "derived")
-    rows = check_rows(der, gpu)
+    der, fb = derive(sources, src, tgt, skel, sorted({r["batch"] for r in meas["rows"] if r["conc"] == 1}), "derived")
+    rows = sorted(check_rows(der, meas), key=lambda r: r[0])
+    if not rows:
+        die(f"--measured {args.measured}: no row of concurrency 1 to compare")
     bs = [b for b, *_ in rows]
-    am, sm = slope(gpu, bs)
+    am, sm = slope(meas, bs)
     ad, sd = slope(der, bs)
-    lines = [f"Transfer {src['name']} -> {tgt['name']}: {cpu['model']} "
-             f"{'x'.join(map(str, input_shape(cpu['model'], cpu['input_floats'])))}, derived from "
-             f"{os.path.basename(args.source)}, against {os.path.basename(args.measured)} "
-             f"({gpu['model']} {'x'.join(map(str, input_shape(gpu['model'], gpu['input_floats'])))})", "",
+    shape = "x".join(map(str, input_shape(meas["model"], meas["input_floats"])))
+    names = ", ".join(os.path.basename(x["path"]) for x in sources)
+    lines = [f"Transfer {src['name']} -> {tgt['name']}: {meas['model']} {shape} derived from {names} "
+             f"(spec {src['name']} -> {tgt['name']}), against {os.path.basename(args.measured)} (measured on "
+             f"{meas.get('device', '?')})", "",
              "| batch | measured step ms | derived step ms | error |", "|---:|---:|---:|---:|"]
     for b, m, d, _ in rows:
-        lines.append(f"| {b} | {m * 1e3:.3f} | {d * 1e3:.3f} | {100 * (d - m) / m:+.0f} % |")
-    lines += ["", f"Step time as a line in the batch (least squares over these rows): measured {am * 1e6:.0f} us + "
-              f"{sm * 1e6:.3f} us per sample; derived {ad * 1e6:.0f} us + {sd * 1e6:.3f} us per sample "
-              f"(fixed part {100 * (ad - am) / am:+.0f} %, per-sample part {100 * (sd - sm) / sm if sm else 0:+.0f} %).",
-              "", f"Per node at batch {max(bs) if rows else '-'} (forward + backward, us):", "",
+        lines.append(f"| {b} | {m * 1e3:.3f} | {d * 1e3:.3f} | {100 * (d - m) / m:+.1f} % |")
+    if len(rows) > 1:
+        lines += ["", f"Step time as a line in the batch (least squares over these rows): measured {am * 1e6:.0f} us + "
+                  f"{sm * 1e6:.3f} us per sample; derived {ad * 1e6:.0f} us + {sd * 1e6:.3f} us per sample."]
+    big = max(rows, key=lambda r: r[0])
+    lines += ["", f"Per node at batch {big[0]} (forward + backward, us):", "",
               "| node | measured | derived | error |", "|---|---:|---:|---:|"]
-    if rows:
-        big = max(rows, key=lambda r: r[0])
-        for name, m, d in big[3]:
-            lines.append(f"| {name} | {m * 1e6:.1f} | {d * 1e6:.1f} | {100 * (d - m) / m:+.0f} % |")
+    for name, m, d in big[3]:
+        lines.append(f"| {name} | {m * 1e6:.1f} | {d * 1e6:.1f} | {100 * (d - m) / m if m else 0:+.1f} % |")
     text = "\n".join(lines) + "\n"
     print(text)
     if args.markdown:
         with open(args.markdown, "w") as f:
             f.write(text)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"from": src["name"], "to": tgt["name"], "sources": [x["path"] for x in sources],
+                       "measured": args.measured, "fallback_kinds": fb,
+                       "rows": [{"batch": b, "measured_s": m, "derived_s": d,
+                                 "nodes": [{"name": n, "measured_s": nm, "derived_s": nd} for n, nm, nd in nodes]}
+                                for b, m, d, nodes in rows]}, f, indent=1)
 
 
 def run_dptrain(dptrain, args, out_profile):
@@ -460,55 +496,100 @@ def cmd_shipped(args):
             cmd_derive(ns)
 
 
+def cpu_id():
+    """/proc/cpuinfo's first processor as bench_cpu_spec writes it: vendor/family/model/name."""
+    f = {}
+    try:
+        for line in open("/proc/cpuinfo"):
+            if not line.strip():
+                break
+            k, _, v = line.partition(":")
+            f.setdefault(k.strip(), v.strip())
+    except OSError:
+        pass
+    name = "".join("-" if c in " \t#" else c for c in f.get("model name", "unknown"))
+    return f"{f.get('vendor_id', 'unknown')}/{f.get('cpu family', '?')}/{f.get('model', '?')}/{name}"
+
+
+def ensure_cpu_spec(path, bench, force=False):
+    """This machine's CPU spec at `path`: measured by `bench` unless the file is there and names
+    this CPU (so a build tree copied to another machine measures again)."""
+    if not force and os.path.isfile(path):
+        try:
+            if load_spec(path).get("cpu") == cpu_id():
+                return path
+        except (KeyError, ValueError):
+            pass
+    if not os.access(bench, os.X_OK):
+        sys.exit(f"derive_profiles.py: --bench {bench}: not built; build the tree (cmake --build build) first")
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    r = subprocess.run([bench, "--out", path], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if r.returncode != 0:
+        sys.exit(f"derive_profiles.py: {bench} --out {path} failed ({r.returncode}): {r.stdout.strip()}")
+    print(r.stdout.strip(), file=sys.stderr)
+    return path
+
+
+def cmd_cpu_spec(args):
+    print(ensure_cpu_spec(args.out, args.bench, force=args.again))
+
+
 def cmd_checks(args):
-    """Both checks, each over `rounds` CPU profiles measured now: the error per row as the median
-    [min, max] over the rounds. 1: CPU -> H100 (the transfer between two real devices). 2: the shape
-    transfer on one device (LeNet 1x28x28 -> 3x32x32 on this CPU), as the CIFAR-10 profiles use it."""
-    lines = []
+    """The shape transfer on this CPU, over `rounds` pairs of CPU profiles measured now: LeNet
+    1x28x28 -> 3x32x32 (the step of the CIFAR-10 profiles t4-lenet, rtx4090-lenet-bn that is not a
+    change of device), by derive() as `shipped` calls it, against the 3x32x32 profile measured in
+    the same round (every other round measures 3x32x32 first, so that a drift of the machine's speed
+    within a round does not always favour one shape). The error per row and per node at the largest
+    batch: median [min, max] over the rounds."""
+    spec_path = ensure_cpu_spec(args.cpu_spec, args.bench)
+    spec = load_spec(spec_path)
+    load0 = os.getloadavg()[0]
+    started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    errs, parts, cmds, node_errs = {}, [], [], {}
     with tempfile.TemporaryDirectory() as tmp:
-        errs = {"h100": {}, "shape": {}}
-        parts = {"h100": [], "shape": []}
-        cmds = []
         for k in range(args.rounds):
             mn, cf = os.path.join(tmp, f"cpu-mnist-{k}.profile"), os.path.join(tmp, f"cpu-cifar-{k}.profile")
-            c1 = run_dptrain(args.dptrain, ["--model", "lenet", "--dataset", "synthetic", "--shape", "1x28x28",
-                                            "--samples", "640", "--batch-size", "64"], mn)
-            c2 = run_dptrain(args.dptrain, ["--model", "lenet", "--dataset", "synthetic", "--shape", "3x32x32",
-                                            "--samples", "640", "--batch-size", "64"], cf)
+            pair = [(["--model", "lenet", "--dataset", "synthetic", "--shape", "1x28x28",
+                      "--samples", "640", "--batch-size", "64"], mn),
+                    (["--model", "lenet", "--dataset", "synthetic", "--shape", "3x32x32",
+                      "--samples", "640", "--batch-size", "64"], cf)]
+            ran = {out: run_dptrain(args.dptrain, a, out) for a, out in (pair if k % 2 == 0 else pair[::-1])}
+            c1, c2 = ran[mn], ran[cf]
             if k == 0:
-                cmds = [" ".join(os.path.relpath(c, ROOT) if c.startswith(ROOT) else os.path.basename(c) if c.startswith(tmp) else c for c in c1),
-                        " ".join(os.path.relpath(c, ROOT) if c.startswith(ROOT) else os.path.basename(c) if c.startswith(tmp) else c for c in c2)]
-            for key, src, meas, a, b in (("h100", mn, os.path.join(PRESETS, "h100-lenet.profile"), "cpu-here", "h100"),
-                                         ("shape", mn, cf, "cpu-here", "cpu-here")):
-                sp, mp = load_profile(src), load_profile(meas)
-                der, _ = derive([sp], load_spec(a), load_spec(b), mp, sorted({r["batch"] for r in mp["rows"]}), "d")
-                rows = check_rows(der, mp)
-                for bt, m, d, _ in rows:
-                    errs[key].setdefault(bt, []).append((m, d))
-                bs = [r[0] for r in rows]
-                am, sm = slope(mp, bs)
-                ad, sd = slope(der, bs)
-                parts[key].append((am, sm, ad, sd))
-    lines += ["Profiles measured here by (each of " + str(args.rounds) + " rounds):", "", "```", *cmds, "```", ""]
-    titles = {"h100": "CPU -> H100: LeNet 1x28x28 derived from this CPU's profile (cpu-here.spec -> h100.spec) "
-                      "against sim/presets/h100-lenet.profile (measured on an H100)",
-              "shape": "1x28x28 -> 3x32x32 on this CPU: LeNet on CIFAR-10's shape derived from LeNet on MNIST's "
-                       "(cpu-here.spec both ways) against the 3x32x32 profile measured in the same round"}
+                cmds = [" ".join(os.path.relpath(c, ROOT) if c.startswith(ROOT) else os.path.basename(c)
+                                 if c.startswith(tmp) else c for c in cmd) for cmd in (c1, c2)]
+            sp, mp = load_profile(mn), load_profile(cf)
+            der, _ = derive([sp], spec, spec, mp, sorted({r["batch"] for r in mp["rows"]}), "derived")
+            rows = check_rows(der, mp)
+            for bt, m, d, _ in rows:
+                errs.setdefault(bt, []).append((m, d))
+            for name, m, d in max(rows, key=lambda r: r[0])[3]:
+                node_errs.setdefault(name, []).append(100 * (d - m) / m if m else 0.0)
+            bs = [r[0] for r in rows]
+            parts.append((*slope(mp, bs), *slope(der, bs)))
     fmt = lambda v: f"{statistics.median(v):+.0f} % [{min(v):+.0f}, {max(v):+.0f}]"
-    for key in ("h100", "shape"):
-        lines += [f"**{titles[key]}**", "", "| batch | measured step ms (median) | derived step ms (median) | error: median [min, max] over rounds |",
-                  "|---:|---:|---:|---:|"]
-        for bt in sorted(errs[key]):
-            v = errs[key][bt]
-            e = [100 * (d - m) / m for m, d in v]
-            lines.append(f"| {bt} | {statistics.median(m for m, _ in v) * 1e3:.3f} | "
-                         f"{statistics.median(d for _, d in v) * 1e3:.3f} | {fmt(e)} |")
-        med = lambda i: statistics.median(p[i] for p in parts[key])
-        se = [100 * (sd - sm) / sm for am, sm, ad, sd in parts[key] if sm > 0]
-        lines += ["", f"As a line in the batch (step = fixed + per-sample x batch, least squares over the rows; "
-                      f"medians over rounds): measured {med(0) * 1e6:.0f} us + {med(1) * 1e6:.3f} us per sample, "
-                      f"derived {med(2) * 1e6:.0f} us + {med(3) * 1e6:.3f} us per sample; error of the per-sample "
-                      f"part {fmt(se) if se else '-'}.", ""]
+    lines = [f"Measured {started} on {spec.get('device', '?')} ({spec['cpu']}), one core: "
+             f"{spec['fp32_tflops'] * 1e3:.1f} GFLOP/s, {spec['mem_bandwidth_GBps']:.1f} GB/s "
+             f"({os.path.relpath(spec_path, ROOT) if spec_path.startswith(ROOT) else spec_path}); "
+             f"load average {load0:.2f} at the start.", "",
+             f"Profiles measured by (each of {args.rounds} rounds):", "", "```", *cmds, "```", "",
+             "**LeNet 1x28x28 -> 3x32x32 on this CPU: derived from the 1x28x28 profile, against the 3x32x32 "
+             "profile measured in the same round**", "",
+             "| batch | measured step ms (median) | derived step ms (median) | error: median [min, max] over rounds |",
+             "|---:|---:|---:|---:|"]
+    for bt in sorted(errs):
+        v = errs[bt]
+        lines.append(f"| {bt} | {statistics.median(m for m, _ in v) * 1e3:.3f} | "
+                     f"{statistics.median(d for _, d in v) * 1e3:.3f} | {fmt([100 * (d - m) / m for m, d in v])} |")
+    med = lambda i: statistics.median(p[i] for p in parts)
+    se = [100 * (sd - sm) / sm for am, sm, ad, sd in parts if sm > 0]
+    lines += ["", f"As a line in the batch (step = fixed + per-sample x batch, least squares over the rows; "
+                  f"medians over rounds): measured {med(0) * 1e6:.0f} us + {med(1) * 1e6:.3f} us per sample, "
+                  f"derived {med(2) * 1e6:.0f} us + {med(3) * 1e6:.3f} us per sample; error of the per-sample "
+                  f"part {fmt(se) if se else '-'}.", "",
+              f"Per node at batch {max(errs)} (forward + backward): error, median [min, max] over rounds", "",
+              "| node | error |", "|---|---:|"]
+    lines += [f"| {name} | {fmt(v)} |" for name, v in node_errs.items()]
     text = "\n".join(lines) + "\n"
     print(text)
     if args.markdown:
@@ -526,21 +607,31 @@ def main():
     d.add_argument("--to", required=True, help="the target's spec")
     d.add_argument("--device", help="the device name written into the profile")
     d.add_argument("--out", required=True)
-    c = sub.add_parser("check", help="the transfer's error between two measured devices")
-    c.add_argument("--source", required=True, help="the source device's measured profile")
-    c.add_argument("--measured", required=True, type=existing_file, help="the target's measured profile (its model and shape are derived)")
-    c.add_argument("--from", dest="src", default="cpu-here")
-    c.add_argument("--to", default="h100")
+    c = sub.add_parser("check", help="a derived profile against one measured on the target device")
+    c.add_argument("--source", required=True, help="the source device's measured profile(s), comma-separated, as derive")
+    c.add_argument("--measured", required=True, type=existing_file, help="the target's measured profile")
+    c.add_argument("--skeleton", help="the target model's skeleton (default: the measured profile)")
+    c.add_argument("--from", dest="src", required=True, help="the source's spec")
+    c.add_argument("--to", required=True, help="the target's spec")
     c.add_argument("--markdown")
+    c.add_argument("--json", help="the rows, measured and derived seconds, as JSON")
     s = sub.add_parser("shipped", help="write every derived profile the report scripts use")
-    s.add_argument("--dptrain", default=os.path.join(ROOT, "build", "dptrain"))
+    s.add_argument("--dptrain", default=os.path.join(BUILD, "dptrain"))
     s.add_argument("--out", default=PRESETS)
-    k = sub.add_parser("checks", help="the transfer's error: CPU -> H100, and 28x28 -> 32x32 on this CPU, repeated")
-    k.add_argument("--dptrain", default=os.path.join(ROOT, "build", "dptrain"))
+    k = sub.add_parser("checks", help="the shape transfer's error on this CPU (28x28 -> 32x32), repeated")
+    k.add_argument("--dptrain", default=os.path.join(BUILD, "dptrain"))
+    k.add_argument("--bench", default=os.path.join(BUILD, "bench_cpu_spec"))
+    k.add_argument("--cpu-spec", default=os.path.join(BUILD, "cpu-here.spec"),
+                   help="this CPU's spec; measured there first if absent or of another CPU")
     k.add_argument("--rounds", type=uint(1), default=3)
     k.add_argument("--markdown")
+    q = sub.add_parser("cpu-spec", help="measure this machine's CPU into a spec (if not done)")
+    q.add_argument("--bench", default=os.path.join(BUILD, "bench_cpu_spec"))
+    q.add_argument("--out", default=os.path.join(BUILD, "cpu-here.spec"))
+    q.add_argument("--again", action="store_true", help="measure even if the spec names this CPU")
     a = ap.parse_args()
-    {"derive": cmd_derive, "check": cmd_check, "shipped": cmd_shipped, "checks": cmd_checks}[a.cmd](a)
+    {"derive": cmd_derive, "check": cmd_check, "shipped": cmd_shipped, "checks": cmd_checks,
+     "cpu-spec": cmd_cpu_spec}[a.cmd](a)
 
 
 if __name__ == "__main__":

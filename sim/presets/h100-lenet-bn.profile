@@ -1,6 +1,6 @@
 # DERIVED, not measured: lenet-bn 3x32x32 on H100-SXM by the roofline transfer of examples/reports/derive_profiles.py
 # from sim/presets/h100-lenet.profile, sim/presets/h100-resnet18.profile (spec h100.spec) to spec h100.spec; bn nodes from the other sources' medians
-# per node: t = fixed + s x roofline(target); s fitted on the source's rows; docs/reports.md
+# per node: t = a + s x roofline(target), a and s fitted on the source's rows against roofline(source); docs/overhead-model.md
 # dptrain compute profile: seconds of one worker per node and step (docs/overhead-model.md)
 model lenet-bn
 device H100-SXM
