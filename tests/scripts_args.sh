@@ -77,10 +77,6 @@ usage --ns "$E/bench/predict_vs_measured.sh" --ns
 usage --bogus "$E/bench/predict_vs_measured.sh" --bogus
 usage --ns "$E/bench/predict_vs_measured.sh" --ns 0
 usage --topology "$E/bench/predict_vs_measured.sh" --topology "$TMP/none"
-usage --ratio "$E/bench/reports_pcie4.sh" --ratio
-usage --bogus "$E/bench/reports_pcie4.sh" --bogus
-usage --ratio "$E/bench/reports_pcie4.sh" --ratio 0
-usage --batches "$E/bench/reports_pcie4.sh" --batches x
 usage --replicas "$E/bench/sim_overhead.sh" --replicas
 usage --bogus "$E/bench/sim_overhead.sh" --bogus
 usage --replicas "$E/bench/sim_overhead.sh" --replicas 0
