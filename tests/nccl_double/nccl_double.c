@@ -36,7 +36,10 @@
  *   stall@R:K        operation K on rank R never completes
  *   error@R:K        operation K on rank R fails (ncclSystemError)
  *   exit@R:K         rank R exits at once (status 9, as if killed) when it issues operation K
+ *   warn@R:K         operation K on rank R succeeds but leaves a message in ncclGetLastError (as
+ *                    NCCL's warnings on a path it recovers from do)
  *   abort-blocks@R:0 ncclCommAbort on rank R blocks for ever
+ *   abort-slow@R:MS  ncclCommAbort on rank R takes MS milliseconds, then returns
  *   init@R:0         rank R's communicator fails to come up (ncclSystemError from its init)
  * DP_NCCL_DOUBLE_VERSION=N makes ncclGetVersion report N (21804: 2.18.4), for dptrain's version floor. */
 #ifndef _GNU_SOURCE
@@ -182,17 +185,22 @@ static ncclResult_t fail(ncclComm_t c, ncclResult_t r, const char *fmt, ...) {
 }
 
 /* ---- faults ---- */
-static int fault(const char *kind, int rank, long index) {
+/* Whether KIND@rank:index is asked for (index < 0: any; its number into *value, may be NULL). */
+static int fault_value(const char *kind, int rank, long index, long *value) {
     for (const char *f = getenv("DP_NCCL_DOUBLE_FAULT"); f && *f; f = strchr(f, ',') ? strchr(f, ',') + 1 : NULL) {
         char k[32];
         int r;
         long i;
         if (sscanf(f, "%31[^@]@%d:%ld", k, &r, &i) == 3 && strcmp(k, kind) == 0 && r == rank &&
-            (i == index || index < 0))
+            (i == index || index < 0)) {
+            if (value) *value = i;
             return 1;
+        }
     }
     return 0;
 }
+
+static int fault(const char *kind, int rank, long index) { return fault_value(kind, rank, index, NULL); }
 
 static size_t type_size(ncclDataType_t t) {
     switch (t) {
@@ -732,6 +740,9 @@ static ncclResult_t issue(ncclComm_t c, long *index) {
     if (fault("exit", c->rank, *index)) _exit(9);
     if (fault("error", c->rank, *index))
         return fail(c, ncclSystemError, "injected fault at operation %ld (DP_NCCL_DOUBLE_FAULT)", *index);
+    if (fault("warn", c->rank, *index))
+        snprintf(c->last, sizeof c->last, "nccl test double: rank %d: an injected warning at operation %ld, recovered "
+                 "from (DP_NCCL_DOUBLE_FAULT)", c->rank, *index);
     return ncclSuccess;
 }
 
@@ -932,6 +943,12 @@ ncclResult_t ncclCommAbort(ncclComm_t c) {
     if (!c) return ncclSuccess;
     if (fault("abort-blocks", c->rank, -1))
         for (;;) pause();
+    long ms = 0;
+    if (fault_value("abort-slow", c->rank, -1, &ms) && ms > 0) {
+        struct timespec ts = {(time_t)(ms / 1000), (ms % 1000) * 1000000L};
+        while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+        }
+    }
     comm_free(c);
     return ncclSuccess;
 }
