@@ -268,6 +268,29 @@ static dp_status cuda_event_elapsed(const dp_dev *d, void *events, int i, int j,
     return DP_OK;
 }
 
+// A query first: a done event costs no wait; else polled under a watch (a collective the event
+// follows may wait on a dead peer), cudaEventSynchronize without one.
+static dp_status cuda_event_wait(const dp_dev *d, void *events, int i) {
+    ENTER(d);
+    cudaEvent_t ev = ((cudaEvent_t *)events)[i];
+    cudaError_t e = cudaEventQuery(ev);
+    if (e == cudaSuccess) return DP_OK;
+    if (e != cudaErrorNotReady) return fail_cuda(d, "querying an upload's event (cudaEventQuery)", e);
+    const dp_dev *md = &impl_of(d)->dev;
+    if (!md->watch) {
+        CHECK(d, cudaEventSynchronize(ev));
+        return DP_OK;
+    }
+    const double t0 = now_s();
+    while ((e = cudaEventQuery(ev)) == cudaErrorNotReady) {
+        DP_TRY(md->watch(md->watch_ctx, now_s() - t0));
+        struct timespec nap = {0, 20000};
+        nanosleep(&nap, NULL);
+    }
+    if (e != cudaSuccess) return fail_cuda(d, "waiting for an upload's event (cudaEventQuery)", e);
+    return DP_OK;
+}
+
 static void cuda_events_free(const dp_dev *d, void *events, int n) {
     use_device(d);
     cudaEvent_t *ev = (cudaEvent_t *)events;
@@ -329,6 +352,7 @@ static dp_dev make_ops(void) {
     o.events_create = cuda_events_create, o.event_record = cuda_event_record;
     o.coll_wait_main = cuda_coll_wait_main, o.main_wait_coll = cuda_main_wait_coll;
     o.event_elapsed = cuda_event_elapsed, o.events_free = cuda_events_free;
+    o.event_wait = cuda_event_wait;
     o.reserved = (unsigned long long)256 << 20; // cuDNN's handle and plans, graphs, headroom
     o.close = cuda_close;
     return o;

@@ -6,20 +6,43 @@
  * own arenas, so which thread runs which slot changes no result) or over the device's lane
  * streams between a fork from the main stream and a join back into it. */
 #include <omp.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "core/timer.h"
 #include "exec/executor.h"
 
 /* Runs the body for every active slot q = (replica r, slot l) of every local replica, in
- * parallel over slots (the executor must be named ex): slot q on thread q mod the team, so that
- * sum_lanes can add lanes on the thread that wrote them. */
+ * parallel over slots (the executor must be named ex). On the CPU slot q runs on thread q mod the
+ * team, so that sum_lanes can add lanes on the thread that wrote them; with the replicas on
+ * several devices (--gpus), every slot of replica r is issued by thread r, a host thread per GPU
+ * (executor.h: dp_exec_dev_team), so the GPUs' launches are queued at once, each device's in its
+ * program order. */
 #define FOR_SLOTS(ex, r, l)                                                                                        \
-    _Pragma("omp parallel for num_threads(dp_exec_team(ex, n_slots(ex))) schedule(static, 1) if (n_slots(ex) > 1)") \
+    _Pragma("omp parallel num_threads(slot_team(ex)) if (slot_team(ex) > 1)")                                       \
     for (int q_ = 0; q_ < n_slots(ex); q_++)                                                                        \
-        for (int r = q_ / ex->rep[0].n_active, l = q_ % ex->rep[0].n_active, once_ = 1; once_; once_ = 0)
+        if (slot_owner(ex, q_) == omp_get_thread_num())                                                            \
+            for (int r = q_ / ex->rep[0].n_active, l = q_ % ex->rep[0].n_active, once_ = 1; once_; once_ = 0)
 
 static int n_slots(const dp_executor *ex) { return ex->n_local * ex->rep[0].n_active; }
+
+static int slot_team(const dp_executor *ex) {
+    if (n_slots(ex) < 2) return 1;
+    return (ex->dev->caps & DP_CAP_ASYNC) ? dp_exec_dev_team(ex) : dp_exec_team(ex, n_slots(ex));
+}
+
+/* The thread of the team that runs slot q (the team may be smaller than asked). */
+static int slot_owner(const dp_executor *ex, int q) {
+    const int nt = omp_get_num_threads();
+    return (ex->dev->caps & DP_CAP_ASYNC) ? q / ex->rep[0].n_active % nt : q % nt;
+}
+
+/* A slot's failure on a thread of the team: its message, which is that thread's, for the caller. */
+static void keep_error(dp_executor *ex, dp_status s) {
+    if (s == DP_OK || omp_get_thread_num() == 0) return;
+#pragma omp critical(dp_exec_slot_error)
+    if (!ex->slot_error[0]) snprintf(ex->slot_error, sizeof ex->slot_error, "%s", dp_last_error());
+}
 
 /* Device lanes: the active slots of each device run on its lane streams at once, slot q on
  * stream q mod lane_streams (q counted on that device), between a fork from the device's main
@@ -78,9 +101,12 @@ static const float *slot_input(const dp_executor *ex, const dp_batch *b, int r, 
     return b[r].x + (size_t)ex->rep[r].slots[l].lo * dp_shape_size(ex->model->input);
 }
 
-static dp_status first_error(const dp_status *st, int n) {
+static dp_status first_error(dp_executor *ex, const dp_status *st, int n) {
     for (int i = 0; i < n; i++)
-        if (st[i] != DP_OK) return st[i];
+        if (st[i] != DP_OK) {
+            if (ex->slot_error[0]) dp_set_error(ex->slot_error), ex->slot_error[0] = '\0';
+            return st[i];
+        }
     return DP_OK;
 }
 
@@ -140,6 +166,7 @@ dp_status dp_exec_forward(dp_executor *ex, const dp_batch *b, const dp_micro_inf
             const float *in = slot_input(ex, b, r, l);
             st[q_] = DP_OK;
             for (int k = i; k < j && st[q_] == DP_OK; k++) st[q_] = timed_node(ex, q_, 0, k, sl, &x, in);
+            keep_error(ex, st[q_]);
             if (j < m->n_nodes) {
                 dp_node_forward_sums(m, j, &sl->acts, &x, in);
             } else { /* the lane's loss: its samples' losses summed in order, as a float */
@@ -149,7 +176,7 @@ dp_status dp_exec_forward(dp_executor *ex, const dp_batch *b, const dp_micro_inf
             }
         }
         DP_TRY(lanes_join(ex));
-        DP_TRY(first_error(st, nq));
+        DP_TRY(first_error(ex, st, nq));
         if (j < m->n_nodes) DP_TRY(reduce_sums(ex, j));
         i = j;
     }
@@ -240,10 +267,11 @@ dp_status dp_exec_backward(dp_executor *ex, const dp_batch *b, const dp_micro_in
             const float *in = slot_input(ex, b, r, l);
             st[q_] = DP_OK;
             for (int k = i; k > j && st[q_] == DP_OK; k--) st[q_] = timed_node(ex, q_, 1, k, sl, &x, in);
+            keep_error(ex, st[q_]);
             if (j >= 0 && dp_node_has_sums(m, j)) dp_node_backward_sums(m, j, &sl->acts, &x, in);
         }
         DP_TRY(lanes_join(ex));
-        DP_TRY(first_error(st, nq));
+        DP_TRY(first_error(ex, st, nq));
         for (; completes(ex, last, next, j + 1); next++) {
             sum_lanes(ex, next);
             if (ready) DP_TRY(ready(ctx, next, j + 1, j >= 0));
