@@ -359,8 +359,31 @@ static dp_dev make_ops(void) {
 }
 static const dp_dev cuda_ops = make_ops();
 
+// A test-only device map: DPTRAIN_TEST_DEVICE_MAP="0,0" makes ordinal i open GPU map[i], so that
+// `--gpus 0,1` puts two replicas, each with its own streams, on the one GPU of a test machine
+// (through the NCCL test double's device mode; real NCCL refuses two ranks on one GPU). Unset: i.
+static dp_status mapped_ordinal(int *ordinal) {
+    const char *v = getenv("DPTRAIN_TEST_DEVICE_MAP");
+    if (!v || !*v) return DP_OK;
+    int i = 0;
+    for (const char *p = v; *p; i++) {
+        char *end = NULL;
+        const long g = strtol(p, &end, 10);
+        if (end == p || g < 0 || g > 1023 || (*end && *end != ','))
+            return dp_fail(DP_ERR_USAGE, "DPTRAIN_TEST_DEVICE_MAP='%s': expected GPU ordinals separated by commas "
+                           "(a test setting); unset it", v);
+        if (i == *ordinal) {
+            *ordinal = (int)g;
+            return DP_OK;
+        }
+        p = *end ? end + 1 : end;
+    }
+    return DP_OK; // ordinals past the list open themselves
+}
+
 static dp_status cuda_open(int ordinal, int tf32, dp_dev **out) {
     *out = NULL;
+    DP_TRY(mapped_ordinal(&ordinal));
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
     if (e != cudaSuccess || n == 0)
