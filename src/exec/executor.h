@@ -114,6 +114,7 @@ typedef struct dp_executor {
     long node_runs, node_samples;
     double comm_overlap_s;    /* seconds of collectives issued while backward work remained */
     char slot_error[512];     /* the first failure's message on a thread of the passes' team */
+    dp_status stretch_status; /* a lane fork's or join's failure in the current stretch (passes.c) */
     /* An async device's collectives timed by events on the collective stream (eager runs; a
        replayed graph's are not): a pair per collective this step, and the main stream's end of
        backward; their seconds, and the part of the overlapped ones before that end, summed per
