@@ -34,10 +34,11 @@
 static dp_status nccl_watch(void *ctx, double waited_s) {
     nccl_impl *m = ctx;
     if (!m->loc[0].comm) return DP_OK;
-    ncclResult_t r = dp_nccl_poll(m);
+    int which = -1;
+    ncclResult_t r = dp_nccl_poll(m, &which);
     if (r != ncclSuccess && r != ncclInProgress) {
         char last[600];
-        dp_nccl_last_error(m, last, sizeof last);
+        dp_nccl_last_error(m, which, last, sizeof last);
         dp_status e = dp_fail(DP_ERR_BACKEND, "nccl: %s: a collective failed: %s%s; the communicator was aborted",
                               m->who, ncclGetErrorString(r), last);
         dp_nccl_abort(m);

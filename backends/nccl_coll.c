@@ -25,40 +25,52 @@ static double now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* Each communicator's abort under a grace period of its own, naming it: aborts run one after the
+ * other, and eight slow ones must not add up past one grace. */
 void dp_nccl_abort(nccl_impl *m) {
     dp_sidechan_fail(m->sc, dp_last_error());
-    int any = 0;
-    for (int i = 0; i < m->n_local; i++) any |= m->loc[i].comm != NULL;
-    if (!any) return;
-    snprintf(m->abort_what, sizeof m->abort_what, "aborting the communicator%s (ncclCommAbort) after \"%s\"",
-             m->n_local > 1 ? "s" : "", dp_last_error());
-    dp_nccl_watchdog_enter_brief(m->wd, m->abort_what);
     for (int i = 0; i < m->n_local; i++) {
-        if (m->loc[i].comm) ncclCommAbort(m->loc[i].comm);
+        if (!m->loc[i].comm) continue;
+        if (m->n_local > 1)
+            snprintf(m->abort_what, sizeof m->abort_what, "aborting communicator %d of %d (rank %d, ncclCommAbort) "
+                     "after \"%s\"", i + 1, m->n_local, m->loc[i].rank, dp_last_error());
+        else
+            snprintf(m->abort_what, sizeof m->abort_what, "aborting the communicator (ncclCommAbort) after \"%s\"",
+                     dp_last_error());
+        dp_nccl_watchdog_enter_brief(m->wd, m->abort_what);
+        ncclCommAbort(m->loc[i].comm);
         m->loc[i].comm = NULL;
+        dp_nccl_watchdog_leave(m->wd);
     }
-    dp_nccl_watchdog_leave(m->wd);
 }
 
-const char *dp_nccl_last_error(const nccl_impl *m, char *buf, size_t cap) {
-    buf[0] = '\0';
-    for (int i = 0; i < m->n_local; i++) {
-        const char *last = m->loc[i].comm ? ncclGetLastError(m->loc[i].comm) : NULL;
-        if (last && *last) {
-            snprintf(buf, cap, ": %s", last);
-            break;
-        }
-    }
+static const char *last_of(const nccl_impl *m, int i, char *buf, size_t cap) {
+    const char *last = m->loc[i].comm ? ncclGetLastError(m->loc[i].comm) : NULL;
+    if (!last || !*last) return NULL;
+    if (m->n_local > 1) snprintf(buf, cap, ": rank %d's communicator: %s", m->loc[i].rank, last);
+    else snprintf(buf, cap, ": %s", last);
     return buf;
 }
 
-ncclResult_t dp_nccl_poll(const nccl_impl *m) {
+const char *dp_nccl_last_error(const nccl_impl *m, int which, char *buf, size_t cap) {
+    buf[0] = '\0';
+    if (which >= 0 && which < m->n_local && last_of(m, which, buf, cap)) return buf;
+    for (int i = 0; i < m->n_local; i++)
+        if (last_of(m, i, buf, cap)) break;
+    return buf;
+}
+
+ncclResult_t dp_nccl_poll(const nccl_impl *m, int *which) {
     ncclResult_t all = ncclSuccess;
+    if (which) *which = -1;
     for (int i = 0; i < m->n_local; i++) {
         if (!m->loc[i].comm) continue;
         ncclResult_t r = ncclSuccess;
         if (ncclCommGetAsyncError(m->loc[i].comm, &r) != ncclSuccess) r = ncclInvalidUsage;
-        if (r != ncclSuccess && r != ncclInProgress) return r;
+        if (r != ncclSuccess && r != ncclInProgress) {
+            if (which) *which = i;
+            return r;
+        }
         if (r == ncclInProgress) all = ncclInProgress;
     }
     return all;
@@ -67,6 +79,7 @@ ncclResult_t dp_nccl_poll(const nccl_impl *m) {
 /* Polled with yields of the core (NCCL's own threads may need it on a small host). */
 static dp_status settle_watched(nccl_impl *m, ncclResult_t r, const char *what) {
     const double deadline = now_s() + m->timeout_s;
+    int which = -1; /* the communicator whose result failed; -1: the call's own result */
     for (long polls = 0; r == ncclInProgress; polls++) {
         if (now_s() > deadline) {
             dp_status e = dp_fail(DP_ERR_BACKEND, "nccl: %s: %s did not complete within --timeout %.0f s (a rank died "
@@ -74,7 +87,7 @@ static dp_status settle_watched(nccl_impl *m, ncclResult_t r, const char *what) 
             if (!m->in_group) dp_nccl_abort(m);
             return e;
         }
-        r = dp_nccl_poll(m);
+        r = dp_nccl_poll(m, &which);
         char why[512];
         if (r == ncclInProgress && dp_sidechan_poll(m->sc, why, sizeof why)) {
             dp_status e = dp_fail(DP_ERR_BACKEND, "nccl: %s: %s stopped because another rank failed: %s; the "
@@ -89,7 +102,8 @@ static dp_status settle_watched(nccl_impl *m, ncclResult_t r, const char *what) 
     }
     if (r != ncclSuccess) {
         char last[600], why[512];
-        dp_nccl_last_error(m, last, sizeof last);
+        if (which < 0) dp_nccl_poll(m, &which); /* a call's own result: the communicator it left in error */
+        dp_nccl_last_error(m, which, last, sizeof last);
         /* a peer's closed connection is often a consequence: the side channel may know the cause */
         const int first = dp_sidechan_wait(m->sc, why, sizeof why, r == ncclRemoteError ? 2.0 : 0.0);
         dp_status e = dp_fail(DP_ERR_BACKEND, "nccl: %s: %s failed: %s%s%s%s", m->who, what, ncclGetErrorString(r),

@@ -54,10 +54,13 @@ dp_status dp_nccl_settle(nccl_impl *m, ncclResult_t r, const char *what);
 /* Ends every local communicator at once (the other ranks may be gone: nothing waits for them),
  * after the failure was recorded with dp_fail; tells the other processes through the side channel. */
 void dp_nccl_abort(nccl_impl *m);
-/* NCCL's last message of the first local communicator that has one, as ": message" (or ""). */
-const char *dp_nccl_last_error(const nccl_impl *m, char *buf, size_t cap);
-/* The first local communicator's asynchronous error (ncclInProgress while any is busy). */
-ncclResult_t dp_nccl_poll(const nccl_impl *m);
+/* NCCL's last message as ": message" (or ""): that of local communicator `which` (the one whose
+ * result failed, dp_nccl_poll), else of the first that has one; with several local communicators
+ * it names the communicator's rank. */
+const char *dp_nccl_last_error(const nccl_impl *m, int which, char *buf, size_t cap);
+/* The first failing local communicator's asynchronous error (ncclInProgress while any is busy);
+ * *which (may be NULL) receives its index, -1 if none failed. */
+ncclResult_t dp_nccl_poll(const nccl_impl *m, int *which);
 
 dp_status dp_nccl_group_start(nccl_impl *m, const char *what);
 dp_status dp_nccl_group_end(nccl_impl *m, const char *what);

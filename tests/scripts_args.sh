@@ -85,6 +85,9 @@ usage --bogus "$E/gpu/check.sh" --bogus
 usage --rounds "$E/gpu/check.sh" --rounds 0
 usage bogus "$E/gpu/check.sh" --phases env,bogus
 usage --build "$E/gpu/record_profiles.sh" --build
+usage --bogus "$E/gpu/multigpu.sh" --bogus
+usage --gpus "$E/gpu/multigpu.sh" --gpus 1
+usage --steps "$E/gpu/multigpu.sh" --steps
 usage --bogus "$E/gpu/record_profiles.sh" --bogus
 usage --device-name "$E/gpu/record_profiles.sh" --device-name ../x
 usage --out "$E/gpu/record_profiles.sh" --out
@@ -184,6 +187,28 @@ fi
 # transfer_check.sh where nvidia-smi finds no GPU, and where it names one without a spec
 PATH="$TMP/nogpu:$PATH" measured transfer-nogpu "$E/gpu/transfer_check.sh" --out "$TMP/tr1" --build "$TMP/build"
 PATH="$TMP/gpu:$PATH" measured transfer-nospec "$E/gpu/transfer_check.sh" --out "$TMP/tr2" --build "$TMP/build"
+# the multigpu phase where one GPU is listed: check.sh says it skipped it (a results line, exit 0);
+# multigpu.sh alone measured nothing
+if ! PATH="$TMP/gpu:$PATH" timeout 60 "$E/gpu/check.sh" --phases multigpu --out "$TMP/check3" --build "$TMP/build" \
+        > "$TMP/check3.out" 2>&1; then
+    fail "check.sh --phases multigpu with one GPU: exit non-zero: $(tail -3 "$TMP/check3.out")"
+fi
+grep -q '"check":"multigpu","status":"skipped".*lists 1 GPU' "$TMP/check3/results.jsonl" 2>/dev/null ||
+    fail "check.sh --phases multigpu with one GPU: no skipped line: $(cat "$TMP/check3/results.jsonl" 2>&1)"
+grep -q 'multigpu: skipped: nvidia-smi -L lists 1 GPU' "$TMP/check3.out" ||
+    fail "check.sh --phases multigpu with one GPU: no line saying it skipped: $(cat "$TMP/check3.out")"
+PATH="$TMP/gpu:$PATH" measured multigpu-one "$E/gpu/multigpu.sh" --out "$TMP/mg1" --build "$TMP/build"
+# multigpu.sh --dry-run at 4 GPUs: every launcher at 2, 3 and 4 ranks against the sim, --gpus, the
+# transports, resume at another size, the kill, the timings and the prediction
+"$E/gpu/multigpu.sh" --dry-run --gpus 4 --out "$TMP/mg4" --build "$TMP/build" > "$TMP/mg4.out" 2>&1 ||
+    fail "multigpu.sh --dry-run: exit non-zero: $(tail -3 "$TMP/mg4.out")"
+for want in 'ctest --test-dir' '--replicas 3' '--replicas 4' 'torchrun --nproc-per-node 4' 'mpirun --oversubscribe --bind-to none -np 3' \
+        'RANK=r WORLD_SIZE=4' '--gpus 0,1,2,3' '--gpus 0,1 ' '--mode dp' '--sync-bn' '--accumulate 2' \
+        'NCCL_P2P_DISABLE=1' 'NCCL_SHM_DISABLE=1' '[compare]' '--resume' 'kill -9 of rank 1' '--no-graph' \
+        'predict --model lenet'; do
+    grep -qF -e "$want" "$TMP/mg4.out" || fail "multigpu.sh --dry-run --gpus 4 does not run '$want'"
+done
+
 # gpu_vs_pytorch.sh with the test's dptrain and no GPU, with and without the PyTorch peer
 DPTRAIN=$D measured gpu-vs-pytorch "$E/bench/gpu_vs_pytorch.sh" --rounds 1 --cases lenet-bn --out "$TMP/gvp1"
 DPTRAIN=$D measured gpu-vs-pytorch-nopeer "$E/bench/gpu_vs_pytorch.sh" --rounds 1 --cases lenet --skip-pytorch \

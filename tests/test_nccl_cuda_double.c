@@ -3,7 +3,8 @@
  * memory (nccl_double/cuda_stage.h): real NCCL refuses two ranks on one GPU, so this is how a
  * machine with one GPU runs the backend's multi-rank paths over real CUDA memory and streams.
  * Two ranks on GPU 0 end bitwise equal to `--backend sim --device cuda --replicas 2` (DDP, DP,
- * lenet-bn with --sync-bn). Labels nccl and cuda; exits 77 (skipped) without a GPU. */
+ * lenet-bn with --sync-bn); so does one process with `--gpus 0,1` mapped onto GPU 0 through the
+ * double's device mode. Labels nccl and cuda; exits 77 (skipped) without a GPU. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,6 +46,51 @@ static void two_ranks_on_gpu0_equal_the_sim(const char *tag, const char *flags) 
     if (diff) fail_msg("%s: nccl on one GPU through the double against the GPU sim: %s", tag, diff);
 }
 
+/* One process driving two replicas on GPU 0 (`--gpus 0,1` under the test-only device map
+ * DPTRAIN_TEST_DEVICE_MAP=0,0: two devices, each with its own streams, on one GPU) through the
+ * double's device mode (DP_NCCL_DOUBLE_DEVICE=1: each send and receive a copy queued between the
+ * two streams with events, nothing waited for on the host, as NCCL's kernels are queued), against
+ * the GPU sim's two replicas: the checkpoints' tensors bitwise equal. A missing stream order in the
+ * executor (a collective that does not wait for the compute before it, or compute that does not
+ * wait for it) is then a race on the GPU, which the host-synchronous mode hides. */
+static void gpus_on_gpu0_equal_the_sim(const char *tag, const char *flags) {
+    const char *lib = getenv("DP_NCCL_DOUBLE"), *dptrain = getenv("DPTRAIN");
+    assert_non_null(lib), assert_non_null(dptrain);
+    char dir[512], *out = NULL;
+    snprintf(dir, sizeof dir, "%s", tu_path(tag));
+    const int rc = tu_sh(&out,
+                         "mkdir -p %s && DPTRAIN_TEST_DEVICE_MAP=0,0 DP_NCCL_DOUBLE_DEVICE=1 LD_PRELOAD=%s timeout -s KILL "
+                         "300 %s train --backend nccl --device cuda --gpus 0,1 %s %s --save %s/nccl.ckpt 2>&1",
+                         dir, lib, dptrain, DATA, flags, dir);
+    if (rc != 0 || !out || !strstr(out, "nccl test double: device mode"))
+        fail_msg("%s: --gpus 0,1 on GPU 0 through the device double: exit %d (the device mode must be used):\n%s", tag,
+                 rc, out ? out : "");
+    free(out);
+    const int sr = tu_run_dptrain(&out, "train --backend sim --device cuda --replicas 2 %s %s --save %s/sim.ckpt", DATA,
+                                  flags, dir);
+    if (sr != 0) fail_msg("%s: the GPU sim: exit %d:\n%s", tag, sr, out ? out : "");
+    free(out);
+    char a[600], b[600];
+    snprintf(a, sizeof a, "%s/nccl.ckpt", dir), snprintf(b, sizeof b, "%s/sim.ckpt", dir);
+    const char *diff = tu_ckpt_diff(a, b);
+    if (diff) fail_msg("%s: --gpus 0,1 on one GPU through the device double against the GPU sim: %s", tag, diff);
+}
+
+static void test_device_double_ddp(void **state) {
+    (void)state;
+    gpus_on_gpu0_equal_the_sim("device-double-ddp", "");
+}
+
+static void test_device_double_dp(void **state) {
+    (void)state;
+    gpus_on_gpu0_equal_the_sim("device-double-dp", "--mode dp");
+}
+
+static void test_device_double_sync_bn(void **state) {
+    (void)state;
+    gpus_on_gpu0_equal_the_sim("device-double-syncbn", "--model lenet-bn --sync-bn");
+}
+
 static void test_ddp(void **state) {
     (void)state;
     two_ranks_on_gpu0_equal_the_sim("cuda-double-ddp", "");
@@ -72,6 +118,9 @@ int main(void) {
         cmocka_unit_test(test_ddp),
         cmocka_unit_test(test_dp),
         cmocka_unit_test(test_sync_bn),
+        cmocka_unit_test(test_device_double_ddp),
+        cmocka_unit_test(test_device_double_dp),
+        cmocka_unit_test(test_device_double_sync_bn),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

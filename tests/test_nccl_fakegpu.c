@@ -73,6 +73,44 @@ static void test_sync_bn_on_2_and_4_fake_gpus(void **state) {
     gpus_equal_sim("lenet-bn", 4, DP_MODE_DDP, 1, 1);
 }
 
+/* `--gpus 0,1,2`: each GPU's backward kernels and optimizer step are queued by a host thread of its
+ * own (a thread per GPU), no thread queues them on two GPUs, and the run stays bitwise the sim's
+ * (the tests above). With one host thread driving every GPU, each kernel kind came from that one
+ * thread on all three. Evaluation's forward passes stay on the calling thread: only kernels that
+ * evaluation does not launch are checked. */
+static void test_a_host_thread_per_gpu(void **state) {
+    (void)state;
+    hooks_or_skip();
+    enum { NG = 3 };
+    dp_config c;
+    tr_base_config(&c, "lenet");
+    c.backend = "nccl", c.device = "fakegpu", c.replicas = 1, c.n_gpus = NG, c.max_steps = 4;
+    for (int i = 0; i < NG; i++) c.gpus[i] = i;
+    c.log_path = tu_path("threads.jsonl");
+    dp_trainer *t = NULL;
+    FGT_OK(dp_trainer_create(&c, &t));
+    FGT_OK(dp_trainer_train(t));
+    static const char *const kernels[] = {"conv2d_backward", "linear_backward", "sgd"};
+    for (int k = 0; k < 3; k++) {
+        pthread_t ids[NG][8];
+        int n[NG];
+        for (int g = 0; g < NG; g++) {
+            n[g] = dp_fakegpu_launch_threads(t->devs[g], kernels[k], ids[g], 8);
+            print_message("%s on GPU %d: queued by %d host thread%s\n", kernels[k], g, n[g], n[g] == 1 ? "" : "s");
+            if (n[g] < 1 || n[g] > 8) fail_msg("%s on GPU %d: %d launching threads", kernels[k], g, n[g]);
+        }
+        for (int g = 0; g < NG; g++)
+            for (int h = g + 1; h < NG; h++)
+                for (int i = 0; i < n[g]; i++)
+                    for (int j = 0; j < n[h]; j++)
+                        if (pthread_equal(ids[g][i], ids[h][j]))
+                            fail_msg("%s: one host thread queued it on GPU %d and on GPU %d (a thread per GPU "
+                                     "expected)", kernels[k], g, h);
+    }
+    FGT_OK(dp_trainer_close(t, DP_OK));
+    dp_trainer_destroy(t);
+}
+
 /* The fake GPUs' blocking calls (waits, downloads, frees: dp_fakegpu_host_waits) during a run of
  * `steps` DDP steps at n fake GPUs. */
 static unsigned long host_waits_of(int n, int accumulate, int steps) {
@@ -219,12 +257,79 @@ static void test_teardown_hang_ends_within_the_grace(void **state) {
     free(out);
 }
 
+/* A run of lenet on n fake GPUs under the double with the faults given; its status, and its
+ * message in msg. */
+static dp_status faulty_run(int n, const char *faults, double timeout_s, char *msg, size_t cap) {
+    setenv("DP_NCCL_DOUBLE_FAULT", faults, 1);
+    dp_config c;
+    tr_base_config(&c, "lenet");
+    c.backend = "nccl", c.device = "fakegpu", c.replicas = 1, c.n_gpus = n, c.max_steps = 8;
+    for (int i = 0; i < n; i++) c.gpus[i] = i;
+    if (timeout_s > 0) c.timeout_s = timeout_s;
+    c.log_path = tu_path("faulty.jsonl");
+    dp_trainer *t = NULL;
+    dp_status s = dp_trainer_create(&c, &t);
+    if (s == DP_OK) s = dp_trainer_train(t);
+    if (t) s = dp_trainer_close(t, s);
+    snprintf(msg, cap, "%s", s == DP_OK ? "" : dp_last_error());
+    dp_trainer_destroy(t);
+    unsetenv("DP_NCCL_DOUBLE_FAULT");
+    return s;
+}
+
+/* Rank 1's communicator fails while rank 0's holds an earlier warning (NCCL keeps a message of a
+ * path it recovered from): the failure quotes the communicator whose result failed. Reporting the
+ * first communicator with any message quoted rank 0's warning. */
+static void test_last_error_names_the_failing_communicator(void **state) {
+    (void)state;
+    hooks_or_skip();
+    char msg[DP_ERROR_MAX];
+    const dp_status s = faulty_run(2, "warn@0:2,error@1:3", 0, msg, sizeof msg);
+    print_message("%s\n", msg);
+    if (s == DP_OK || !tu_contains(msg, "rank 1's communicator: nccl test double: rank 1: injected fault") ||
+        tu_contains(msg, "injected warning"))
+        fail_msg("status %d, '%s' (expected rank 1's communicator's own message)", (int)s, msg);
+}
+
+/* The child of test_slow_aborts_each_get_the_grace: 2 fake GPUs, an injected error, and each
+ * communicator's abort taking 3 s, 6 s in all against a grace of 5.1 s. */
+static int slow_abort_child(void) {
+    hooks_or_skip();
+    char msg[DP_ERROR_MAX];
+    const dp_status s = faulty_run(2, "error@0:3,abort-slow@0:3000,abort-slow@1:3000", 1.0, msg, sizeof msg);
+    fprintf(stderr, "the run ended: %s\n", msg);
+    return s == DP_OK ? 4 : 0;
+}
+
+/* Aborting several communicators one after the other: each gets the grace period (and a message
+ * naming it), so slow aborts that together outlast one grace do not make the watchdog end a rank
+ * that is tearing down as it should. Under one grace for all, the child was killed after 5 s. */
+static void test_slow_aborts_each_get_the_grace(void **state) {
+    (void)state;
+    hooks_or_skip();
+    char self[4096];
+    const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    assert_true(n > 0);
+    self[n] = '\0';
+    char *out = NULL;
+    const int rc = tu_sh(&out, "timeout -s KILL 60 '%s' slow-abort-child 2>&1", self);
+    print_message("exit %d:\n%s", rc, out ? out : "");
+    if (rc != 0 || !tu_contains(out, "the run ended: ") || !tu_contains(out, "injected fault") ||
+        tu_contains(out, "the watchdog ends this rank"))
+        fail_msg("the child exited %d, expected 0 after both slow aborts:\n%s", rc, out ? out : "");
+    free(out);
+}
+
 int main(int argc, char **argv) {
     if (argc == 2 && strcmp(argv[1], "teardown-child") == 0) return teardown_child();
+    if (argc == 2 && strcmp(argv[1], "slow-abort-child") == 0) return slow_abort_child();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_teardown_hang_ends_within_the_grace),
         cmocka_unit_test(test_scratch_reserved_at_start),
         cmocka_unit_test(test_one_host_round_trip_a_step),
+        cmocka_unit_test(test_a_host_thread_per_gpu),
+        cmocka_unit_test(test_last_error_names_the_failing_communicator),
+        cmocka_unit_test(test_slow_aborts_each_get_the_grace),
         cmocka_unit_test(test_ddp_on_2_and_4_fake_gpus),
         cmocka_unit_test(test_dp_on_2_and_4_fake_gpus),
         cmocka_unit_test(test_sync_bn_on_2_and_4_fake_gpus),

@@ -8,7 +8,7 @@
 # results file; `examples/gpu/gpu_tables.py doc FILE` makes docs/gpu.md's tables from it.
 #
 #   examples/gpu/check.sh [--quick] [--rounds R]
-#                         [--phases env,build,tests,sanitize,bench,accuracy,profiles,transfer,cpu]
+#                         [--phases env,build,tests,sanitize,bench,accuracy,profiles,transfer,multigpu,cpu]
 #                         [--out DIR] [--build DIR]
 #
 # --quick: one bench round (--rounds: another count) and only the kernel suite under the sanitizers
@@ -18,14 +18,16 @@
 # (the build is kept in build-gpu/, or --build DIR). A check whose tests were all skipped is
 # "skipped", not "pass". Exit status: 0 when every check passed or was skipped and a GPU check
 # measured something; 1 when a check failed or nothing was measured on a GPU (none is visible:
-# stops before building; or every GPU check was skipped); 2 for a bad argument.
+# stops before building; or every GPU check was skipped); 2 for a bad argument. The multigpu phase
+# (examples/gpu/multigpu.sh: NCCL on several GPUs against the sim) runs where nvidia-smi -L lists 2
+# or more GPUs, and is a skipped check, saying so, elsewhere.
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 CALLER=$PWD
 cd "$ROOT" || exit 1
 me=$(basename "$0") PROG=$(basename "$0")
 . "$ROOT/examples/lib/args.sh"
-QUICK=0 ROUNDS= PHASES=env,build,tests,sanitize,bench,accuracy,profiles,transfer,cpu OUTDIR=$ROOT/out/gpu-check
+QUICK=0 ROUNDS= PHASES=env,build,tests,sanitize,bench,accuracy,profiles,transfer,multigpu,cpu OUTDIR=$ROOT/out/gpu-check
 BUILD=$ROOT/build-gpu
 JOBS=$(nproc)
 ARGS="$*"
@@ -36,13 +38,13 @@ while [ $# -gt 0 ]; do
         --phases) need_value "$@"; PHASES=$2; shift ;;
         --out) need_value "$@"; OUTDIR=$2; shift ;;
         --build) need_value "$@"; BUILD=$2; shift ;;
-        -h|--help) sed -n 2,21p "$0"; exit 0 ;;
+        -h|--help) sed -n 2,23p "$0"; exit 0 ;;
         *) unknown_arg "$1" ;;
     esac
     shift
 done
 [ -z "$ROUNDS" ] || need_uint --rounds "$ROUNDS" 1
-need_choices --phases "$PHASES" env build tests sanitize bench accuracy profiles transfer cpu
+need_choices --phases "$PHASES" env build tests sanitize bench accuracy profiles transfer multigpu cpu
 need_nonempty --out "$OUTDIR"
 need_nonempty --build "$BUILD"
 # relative paths are the caller's
@@ -149,6 +151,18 @@ fi
 if has transfer; then
     GPU=1 TMO=300 check transfer examples/gpu/transfer_check.sh --build "$BUILD" --out "$OUTDIR/transfer"
     cat "$OUTDIR"/transfer/transfer-*.md 2>/dev/null
+if has multigpu; then
+    # NCCL over several GPUs against the sim, bitwise, under every launcher: only where there are two
+    ngpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU [0-9]')
+    if [ "$ngpus" -ge 2 ]; then
+        GPU=1 TMO=900 check multigpu examples/gpu/multigpu.sh --build "$BUILD" --data "$DATA" --out "$OUTDIR/multigpu"
+        cat "$OUTDIR/multigpu/results.jsonl" >> "$RES" 2>/dev/null
+    else
+        why="nvidia-smi -L lists $ngpus GPU(s); the multigpu phase needs 2 or more"
+        echo "== multigpu: skipped: $why"
+        printf '{"who":"check","check":"multigpu","status":"skipped","seconds":0,"command":%s,"detail":%s}\n' \
+            "$(json_str examples/gpu/multigpu.sh)" "$(json_str "$why")" >> "$RES"
+    fi
 fi
 if has cpu; then
     check ctest-cpu ctest --test-dir "$BUILD" -L 'cpu|mpi' -j "$JOBS" --output-on-failure --timeout 900

@@ -268,6 +268,29 @@ static dp_status cuda_event_elapsed(const dp_dev *d, void *events, int i, int j,
     return DP_OK;
 }
 
+// A query first: a done event costs no wait; else polled under a watch (a collective the event
+// follows may wait on a dead peer), cudaEventSynchronize without one.
+static dp_status cuda_event_wait(const dp_dev *d, void *events, int i) {
+    ENTER(d);
+    cudaEvent_t ev = ((cudaEvent_t *)events)[i];
+    cudaError_t e = cudaEventQuery(ev);
+    if (e == cudaSuccess) return DP_OK;
+    if (e != cudaErrorNotReady) return fail_cuda(d, "querying an upload's event (cudaEventQuery)", e);
+    const dp_dev *md = &impl_of(d)->dev;
+    if (!md->watch) {
+        CHECK(d, cudaEventSynchronize(ev));
+        return DP_OK;
+    }
+    const double t0 = now_s();
+    while ((e = cudaEventQuery(ev)) == cudaErrorNotReady) {
+        DP_TRY(md->watch(md->watch_ctx, now_s() - t0));
+        struct timespec nap = {0, 20000};
+        nanosleep(&nap, NULL);
+    }
+    if (e != cudaSuccess) return fail_cuda(d, "waiting for an upload's event (cudaEventQuery)", e);
+    return DP_OK;
+}
+
 static void cuda_events_free(const dp_dev *d, void *events, int n) {
     use_device(d);
     cudaEvent_t *ev = (cudaEvent_t *)events;
@@ -329,14 +352,38 @@ static dp_dev make_ops(void) {
     o.events_create = cuda_events_create, o.event_record = cuda_event_record;
     o.coll_wait_main = cuda_coll_wait_main, o.main_wait_coll = cuda_main_wait_coll;
     o.event_elapsed = cuda_event_elapsed, o.events_free = cuda_events_free;
+    o.event_wait = cuda_event_wait;
     o.reserved = (unsigned long long)256 << 20; // cuDNN's handle and plans, graphs, headroom
     o.close = cuda_close;
     return o;
 }
 static const dp_dev cuda_ops = make_ops();
 
+// A test-only device map: DPTRAIN_TEST_DEVICE_MAP="0,0" makes ordinal i open GPU map[i], so that
+// `--gpus 0,1` puts two replicas, each with its own streams, on the one GPU of a test machine
+// (through the NCCL test double's device mode; real NCCL refuses two ranks on one GPU). Unset: i.
+static dp_status mapped_ordinal(int *ordinal) {
+    const char *v = getenv("DPTRAIN_TEST_DEVICE_MAP");
+    if (!v || !*v) return DP_OK;
+    int i = 0;
+    for (const char *p = v; *p; i++) {
+        char *end = NULL;
+        const long g = strtol(p, &end, 10);
+        if (end == p || g < 0 || g > 1023 || (*end && *end != ','))
+            return dp_fail(DP_ERR_USAGE, "DPTRAIN_TEST_DEVICE_MAP='%s': expected GPU ordinals separated by commas "
+                           "(a test setting); unset it", v);
+        if (i == *ordinal) {
+            *ordinal = (int)g;
+            return DP_OK;
+        }
+        p = *end ? end + 1 : end;
+    }
+    return DP_OK; // ordinals past the list open themselves
+}
+
 static dp_status cuda_open(int ordinal, int tf32, dp_dev **out) {
     *out = NULL;
+    DP_TRY(mapped_ordinal(&ordinal));
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
     if (e != cudaSuccess || n == 0)

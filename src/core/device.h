@@ -75,6 +75,10 @@ struct dp_dev {
     dp_status (*event_record)(const dp_dev *, void *events, int i);
     dp_status (*event_elapsed)(const dp_dev *, void *events, int i, int j, double *seconds);
     void (*events_free)(const dp_dev *, void *events, int n);
+    /* Optional (with events): returns once event i's last recording has run, at once when it has
+       (a query first), else after a wait (polled under a watch): how the host learns that uploads
+       queued before the recording have read their pinned source, before it writes there again. */
+    dp_status (*event_wait)(const dp_dev *, void *events, int i);
     /* Optional, set by a backend whose collectives can wait on other processes (nccl): while a
        wait polls the device it calls watch(watch_ctx, seconds waited), and a failure (a peer's
        error, the deadline) ends the wait with it. NULL: waits block. */

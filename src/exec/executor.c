@@ -17,6 +17,10 @@ int dp_exec_team(const dp_executor *ex, int n) {
     return n < ex->threads ? n : ex->threads;
 }
 
+int dp_exec_dev_team(const dp_executor *ex) {
+    return ex->multi_dev && (ex->dev->caps & DP_CAP_ASYNC) ? ex->n_local : 1;
+}
+
 int dp_exec_default_workers(const dp_dev *d, int threads, int cores) {
     return !(d->caps & DP_CAP_ASYNC) && threads >= cores ? 0 : 1;
 }
@@ -34,6 +38,42 @@ static dp_status map_buckets(dp_executor *ex) {
         }
     }
     return DP_OK;
+}
+
+/* The staging events of each device (executor.h: stage_ev), where its events can be waited for. */
+static dp_status alloc_stage_events(dp_executor *ex) {
+    const int nd = dp_exec_n_devs(ex);
+    DP_ALLOC(ex->stage_ev, nd, "staging events");
+    DP_ALLOC(ex->stage_rec, (size_t)nd * DP_EXEC_STAGE_EVENTS, "staging events");
+    for (int i = 0; i < nd; i++) {
+        const dp_dev *d = dp_exec_dev(ex, i);
+        if (d->events_create && d->event_record && d->event_wait)
+            DP_TRY(d->events_create(d, DP_EXEC_STAGE_EVENTS, &ex->stage_ev[i]));
+    }
+    return DP_OK;
+}
+
+static void free_stage_events(dp_executor *ex) {
+    for (int i = 0; ex->stage_ev && i < dp_exec_n_devs(ex); i++)
+        if (ex->stage_ev[i]) dp_exec_dev(ex, i)->events_free(dp_exec_dev(ex, i), ex->stage_ev[i], DP_EXEC_STAGE_EVENTS);
+    free(ex->stage_ev), free(ex->stage_rec);
+    ex->stage_ev = NULL, ex->stage_rec = NULL;
+}
+
+dp_status dp_exec_staging_ready(dp_executor *ex, int i, int slot) {
+    unsigned char *rec = &ex->stage_rec[(size_t)i * DP_EXEC_STAGE_EVENTS + (size_t)slot];
+    if (!*rec) return DP_OK;
+    const dp_dev *d = dp_exec_dev(ex, i);
+    /* without events: every upload of the device done */
+    DP_TRY(ex->stage_ev[i] ? d->event_wait(d, ex->stage_ev[i], slot) : d->wait(d));
+    *rec = 0;
+    return DP_OK;
+}
+
+dp_status dp_exec_staging_queued(dp_executor *ex, int i, int slot) {
+    const dp_dev *d = dp_exec_dev(ex, i);
+    ex->stage_rec[(size_t)i * DP_EXEC_STAGE_EVENTS + (size_t)slot] = 1;
+    return ex->stage_ev[i] ? d->event_record(d, ex->stage_ev[i], slot) : DP_OK;
 }
 
 /* Each lane's loss and hits, and on an async device the batches' copies and their staging, on
@@ -64,7 +104,7 @@ static dp_status alloc_lanes_and_staging(dp_executor *ex) {
             DP_TRY(d->host_alloc(d, (void **)&hs->y, (size_t)ex->max_local * sizeof(int32_t), "upload staging"));
         }
     }
-    return DP_OK;
+    return alloc_stage_events(ex);
 }
 
 /* Replica r's device: one for all, or devs[r] (each replica its own: a device shared by some
@@ -191,6 +231,7 @@ void dp_exec_free(dp_executor *ex) {
     dp_exec_host_coll_free(ex);
     dp_exec_metrics_free(ex);
     dp_exec_coll_timing_free(ex);
+    free_stage_events(ex);
     dp_graph_cache_free(&ex->graphs, d);
     if (!host_memory(ex)) free_resident(ex);
     free_on_replica_devices(ex);
@@ -233,44 +274,38 @@ dp_status dp_exec_assign(dp_executor *ex, const dp_sampler *sp, const dp_batch *
     return DP_OK;
 }
 
-/* Waits for every local device's queued work. */
-static dp_status wait_all_devices(dp_executor *ex) {
-    for (int i = 0; i < dp_exec_n_devs(ex); i++) DP_TRY(dp_exec_dev(ex, i)->wait(dp_exec_dev(ex, i)));
-    return DP_OK;
-}
-
 dp_status dp_exec_stage(dp_executor *ex, const dp_batch *b, const dp_batch **out) {
     *out = b;
     if (host_memory(ex)) return DP_OK;
     const size_t per = dp_shape_size(ex->model->input);
-    /* through pinned staging, so the copies do not wait for the device; a staging copy is reused
-       only once the last uploads from it are done: with every copy used since the last wait (the
-       step's metrics download), this micro-step waits */
-    if (ex->stage_used == DP_EXEC_STAGES) {
-        DP_TRY(wait_all_devices(ex));
-        ex->stage_used = 0;
-    }
+    /* through pinned staging, so the copies do not wait for the device; a staging copy is written
+       again only once the uploads from it are done, which each device's event says */
     const int k = ex->stage_next;
-    ex->stage_next = (k + 1) % DP_EXEC_STAGES, ex->stage_used++;
+    ex->stage_next = (k + 1) % DP_EXEC_STAGES;
     for (int r = 0; r < ex->n_local && ex->resident; r++) { /* one device (make_resident) */
         const dp_dev *d = ex->dev;
         dp_batch *db = &ex->d_batches[r];
         db->n = b[r].n;
         int32_t *hi = ex->h_idx[k * ex->n_local + r];
+        if (r == 0) DP_TRY(dp_exec_staging_ready(ex, 0, k));
         memcpy(hi, b[r].idx, (size_t)b[r].n * sizeof(int32_t));
         DP_TRY(d->upload(d, ex->d_idx[r], hi, (size_t)b[r].n * sizeof(int32_t)));
         ex->k->gather_batch(&ex->kc, b[r].n, ex->data_c, ex->data_hw, ex->d_pixels, ex->d_labels, ex->d_idx[r],
                             ex->d_lut, db->x, db->y);
     }
-    for (int r = 0; r < ex->n_local && !ex->resident; r++) {
+    if (ex->resident) return (*out = ex->d_batches), dp_exec_staging_queued(ex, 0, k);
+    for (int r = 0; r < ex->n_local; r++) {
         const dp_dev *d = dp_exec_dev(ex, r);
+        const int i = ex->multi_dev ? r : 0;
         dp_batch *db = &ex->d_batches[r], *hs = &ex->h_stage[k * ex->n_local + r];
         const size_t nx = (size_t)b[r].n * per * sizeof(float), ny = (size_t)b[r].n * sizeof(int32_t);
         db->n = b[r].n;
+        if (ex->multi_dev || r == 0) DP_TRY(dp_exec_staging_ready(ex, i, k));
         memcpy(hs->x, b[r].x, nx);
         memcpy(hs->y, b[r].y, ny);
         DP_TRY(d->upload(d, db->x, hs->x, nx));
         DP_TRY(d->upload(d, db->y, hs->y, ny));
+        if (ex->multi_dev || r == ex->n_local - 1) DP_TRY(dp_exec_staging_queued(ex, i, k));
     }
     *out = ex->d_batches;
     return DP_OK;
@@ -303,7 +338,6 @@ dp_status dp_exec_zero_grads(dp_executor *ex) {
 dp_status dp_exec_fetch_lane_losses(dp_executor *ex) {
     if (host_memory(ex)) return DP_OK;
     const size_t L = (size_t)ex->n_lanes;
-    ex->stage_used = 0; /* the downloads wait for everything queued */
     for (int r = 0; r < ex->n_local; r++) {
         const dp_dev *d = dp_exec_dev(ex, r);
         DP_TRY(d->download(d, ex->lane_loss + (size_t)r * L, ex->d_lane_loss[r], L * sizeof(float)));
@@ -318,7 +352,9 @@ dp_status dp_exec_run_graph(dp_executor *ex, uint64_t key, dp_status (*fn)(void 
 
 dp_status dp_exec_for_replicas(dp_executor *ex, dp_status (*fn)(void *arg, int r), void *arg) {
     dp_status st[ex->n_local];
-#pragma omp parallel for num_threads(dp_exec_team(ex, ex->n_local)) schedule(static) if (ex->n_local > 1)
+    /* replica r on thread r of a device team (its GPU's thread in the passes), else the CPU's */
+    const int team = (ex->dev->caps & DP_CAP_ASYNC) ? dp_exec_dev_team(ex) : dp_exec_team(ex, ex->n_local);
+#pragma omp parallel for num_threads(team) schedule(static) if (ex->n_local > 1)
     for (int r = 0; r < ex->n_local; r++) st[r] = fn(arg, r);
     for (int r = 0; r < ex->n_local; r++)
         if (st[r] != DP_OK) return st[r];

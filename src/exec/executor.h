@@ -33,6 +33,8 @@
 
 /* Copies of the pinned upload staging (h_stage, h_idx), used in turn. */
 #define DP_EXEC_STAGES 2
+/* A device's staging events: one per staging copy, then the step metrics' (h_metrics_up). */
+#define DP_EXEC_STAGE_EVENTS (DP_EXEC_STAGES + 1)
 
 /* What a micro-step is: its share of its optimizer step. */
 typedef struct {
@@ -87,9 +89,14 @@ typedef struct dp_executor {
     float *d_lut;
     int32_t **d_idx, **h_idx; /* h_idx: DP_EXEC_STAGES x n_local */
     int data_c, data_hw;
-    /* staging copies used since the last wait (their uploads may still be in flight), and the next:
-       two, so that a step of two micro-steps (--accumulate 2) waits only once, for its metrics */
-    int stage_used, stage_next;
+    /* the next staging copy: two, so that a micro-step fills one while the other's uploads may
+       still run; before a copy (or h_metrics_up[r]) is written again, the event its device
+       recorded after the uploads from it is queried, and waited for only if not done (on every
+       device: the step's one wait is for replica 0's, and what other devices did is known from
+       it only through the collective's data flow) */
+    int stage_next;
+    void **stage_ev;          /* (n_devs) DP_EXEC_STAGE_EVENTS events each; NULL: the device has none */
+    unsigned char *stage_rec; /* (n_devs x DP_EXEC_STAGE_EVENTS) recorded since the last wait for it */
     dp_graph_cache graphs;
     int graphs_on;
     float **hc_scratch;       /* (n_local) device scratch of the host collectives, hc_floats each */
@@ -106,6 +113,8 @@ typedef struct dp_executor {
     double *node_s;
     long node_runs, node_samples;
     double comm_overlap_s;    /* seconds of collectives issued while backward work remained */
+    char slot_error[512];     /* the first failure's message on a thread of the passes' team */
+    dp_status stretch_status; /* a lane fork's or join's failure in the current stretch (passes.c) */
     /* An async device's collectives timed by events on the collective stream (eager runs; a
        replayed graph's are not): a pair per collective this step, and the main stream's end of
        backward; their seconds, and the part of the overlapped ones before that end, summed per
@@ -131,6 +140,10 @@ static inline int dp_exec_n_devs(const dp_executor *ex) { return ex->multi_dev ?
 int dp_exec_clock_times_work(const dp_executor *ex);
 /* Threads for a host-side loop over n independent slots (1 where the host only queues work). */
 int dp_exec_team(const dp_executor *ex, int n);
+/* Host threads that queue the replicas' device work: one per device with the replicas on several
+ * (--gpus: thread r issues replica r's passes and optimizer step, so that one process keeps every
+ * GPU fed), else 1 (one device's queue needs one thread; the CPU computes with dp_exec_team's). */
+int dp_exec_dev_team(const dp_executor *ex);
 /* The loader threads --workers defaults to on device d: 0 where the replicas compute on `threads`
  * of the host's `cores` and leave none idle (the compute threads fill each batch between steps: a
  * loader thread would take a core from them), else 1 (it fills ahead while the device computes). */
@@ -142,6 +155,13 @@ dp_status dp_exec_assign(dp_executor *ex, const dp_sampler *sp, const dp_batch *
  * the pinned staging (reused only once its last uploads are done), or with the training set on
  * the device (resident) only their indices go up and the device gathers the batch. */
 dp_status dp_exec_stage(dp_executor *ex, const dp_batch *b, const dp_batch **out);
+
+/* Pinned staging `slot` (0..DP_EXEC_STAGES-1: a copy of h_stage / h_idx; DP_EXEC_STAGES:
+ * h_metrics_up) of device i: before the host writes it, ready returns once the uploads queued from
+ * it last have run (an event query, a wait only if they have not); after queueing uploads from
+ * it, queued records the event. */
+dp_status dp_exec_staging_ready(dp_executor *ex, int i, int slot);
+dp_status dp_exec_staging_queued(dp_executor *ex, int i, int slot);
 
 /* Zeroes every lane's gradient partial (lanes 1.. only if not already clear) and the lanes' losses. */
 dp_status dp_exec_zero_grads(dp_executor *ex);
@@ -185,7 +205,8 @@ dp_status dp_exec_coll_timing_start(dp_executor *ex);
 void dp_exec_coll_timing_free(dp_executor *ex);
 /* fn(arg): recorded once its key repeats and replayed after (graph.h), where graphs are on. */
 dp_status dp_exec_run_graph(dp_executor *ex, uint64_t key, dp_status (*fn)(void *), void *arg);
-/* Runs fn(arg, r) for every local replica, in parallel over threads on the CPU. */
+/* Runs fn(arg, r) for every local replica, in parallel over threads on the CPU and over the devices'
+ * threads with the replicas on several devices (dp_exec_dev_team). */
 dp_status dp_exec_for_replicas(dp_executor *ex, dp_status (*fn)(void *arg, int r), void *arg);
 
 /* The same slice of every local replica's arena, for one collective. */

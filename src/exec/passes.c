@@ -6,20 +6,46 @@
  * own arenas, so which thread runs which slot changes no result) or over the device's lane
  * streams between a fork from the main stream and a join back into it. */
 #include <omp.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "core/timer.h"
 #include "exec/executor.h"
 
 /* Runs the body for every active slot q = (replica r, slot l) of every local replica, in
- * parallel over slots (the executor must be named ex): slot q on thread q mod the team, so that
- * sum_lanes can add lanes on the thread that wrote them. */
+ * parallel over slots (the executor must be named ex), between the fork and the join of the
+ * devices' lane streams (each device's by the thread that runs its slots; the caller then checks
+ * stretch_status). On the CPU slot q runs on thread q mod the
+ * team, so that sum_lanes can add lanes on the thread that wrote them; with the replicas on
+ * several devices (--gpus), every slot of replica r is issued by thread r, a host thread per GPU
+ * (executor.h: dp_exec_dev_team), so the GPUs' launches are queued at once, each device's in its
+ * program order. */
 #define FOR_SLOTS(ex, r, l)                                                                                        \
-    _Pragma("omp parallel for num_threads(dp_exec_team(ex, n_slots(ex))) schedule(static, 1) if (n_slots(ex) > 1)") \
-    for (int q_ = 0; q_ < n_slots(ex); q_++)                                                                        \
-        for (int r = q_ / ex->rep[0].n_active, l = q_ % ex->rep[0].n_active, once_ = 1; once_; once_ = 0)
+    _Pragma("omp parallel num_threads(slot_team(ex)) if (slot_team(ex) > 1)")                                       \
+    for (int open_ = stretch_open(ex); open_; open_ = stretch_close(ex))                                            \
+        for (int q_ = 0; q_ < n_slots(ex); q_++)                                                                    \
+            if (slot_owner(ex, q_) == omp_get_thread_num())                                                        \
+                for (int r = q_ / ex->rep[0].n_active, l = q_ % ex->rep[0].n_active, once_ = 1; once_; once_ = 0)
 
 static int n_slots(const dp_executor *ex) { return ex->n_local * ex->rep[0].n_active; }
+
+static int slot_team(const dp_executor *ex) {
+    if (n_slots(ex) < 2) return 1;
+    return (ex->dev->caps & DP_CAP_ASYNC) ? dp_exec_dev_team(ex) : dp_exec_team(ex, n_slots(ex));
+}
+
+/* The thread of the team that runs slot q (the team may be smaller than asked). */
+static int slot_owner(const dp_executor *ex, int q) {
+    const int nt = omp_get_num_threads();
+    return (ex->dev->caps & DP_CAP_ASYNC) ? q / ex->rep[0].n_active % nt : q % nt;
+}
+
+/* A slot's failure on a thread of the team: its message, which is that thread's, for the caller. */
+static void keep_error(dp_executor *ex, dp_status s) {
+    if (s == DP_OK || omp_get_thread_num() == 0) return;
+#pragma omp critical(dp_exec_slot_error)
+    if (!ex->slot_error[0]) snprintf(ex->slot_error, sizeof ex->slot_error, "%s", dp_last_error());
+}
 
 /* Device lanes: the active slots of each device run on its lane streams at once, slot q on
  * stream q mod lane_streams (q counted on that device), between a fork from the device's main
@@ -41,16 +67,42 @@ static const dp_kctx *slot_kc(const dp_executor *ex, int q) {
     return n ? &d->lane_kc[on_dev % n] : &d->kc;
 }
 
-static dp_status lanes_fork(const dp_executor *ex) {
-    const int n = lane_streams(ex);
-    for (int i = 0; n && i < dp_exec_n_devs(ex); i++) DP_TRY(dp_exec_dev(ex, i)->fork(dp_exec_dev(ex, i), n));
-    return DP_OK;
+/* The device thread t of a team of nt drives (its slots' device): device i's by thread i mod nt with
+ * the replicas on several devices, the one device's by thread 0 (the team is one thread then). */
+static int drives(const dp_executor *ex, int i) {
+    return (ex->multi_dev ? i % omp_get_num_threads() : 0) == omp_get_thread_num();
 }
 
-static dp_status lanes_join(const dp_executor *ex) {
+/* A fork's or join's failure on any thread of the team: the first, for stretch_status. */
+static void note_stretch(dp_executor *ex, dp_status s) {
+    if (s == DP_OK) return;
+    keep_error(ex, s);
+#pragma omp critical(dp_exec_stretch)
+    if (ex->stretch_status == DP_OK) ex->stretch_status = s;
+}
+
+/* Before this thread's slots: its devices' lane streams wait for their main streams (fork); 1. */
+static int stretch_open(dp_executor *ex) {
     const int n = lane_streams(ex);
-    for (int i = 0; n && i < dp_exec_n_devs(ex); i++) DP_TRY(dp_exec_dev(ex, i)->join(dp_exec_dev(ex, i), n));
-    return DP_OK;
+    for (int i = 0; n && i < dp_exec_n_devs(ex); i++)
+        if (drives(ex, i)) note_stretch(ex, dp_exec_dev(ex, i)->fork(dp_exec_dev(ex, i), n));
+    return 1;
+}
+
+/* After them: the main streams wait for the lanes (join); 0, which ends FOR_SLOTS's one round. */
+static int stretch_close(dp_executor *ex) {
+    const int n = lane_streams(ex);
+    for (int i = 0; n && i < dp_exec_n_devs(ex); i++)
+        if (drives(ex, i)) note_stretch(ex, dp_exec_dev(ex, i)->join(dp_exec_dev(ex, i), n));
+    return 0;
+}
+
+/* The stretch's fork or join failure (its message made this thread's), or DP_OK; cleared. */
+static dp_status stretch_status(dp_executor *ex) {
+    const dp_status s = ex->stretch_status;
+    ex->stretch_status = DP_OK;
+    if (s != DP_OK && ex->slot_error[0]) dp_set_error(ex->slot_error), ex->slot_error[0] = '\0';
+    return s;
 }
 
 /* Samples each BN statistic covers: the replica's batch, or the micro-batch with SyncBN. */
@@ -78,9 +130,12 @@ static const float *slot_input(const dp_executor *ex, const dp_batch *b, int r, 
     return b[r].x + (size_t)ex->rep[r].slots[l].lo * dp_shape_size(ex->model->input);
 }
 
-static dp_status first_error(const dp_status *st, int n) {
+static dp_status first_error(dp_executor *ex, const dp_status *st, int n) {
     for (int i = 0; i < n; i++)
-        if (st[i] != DP_OK) return st[i];
+        if (st[i] != DP_OK) {
+            if (ex->slot_error[0]) dp_set_error(ex->slot_error), ex->slot_error[0] = '\0';
+            return st[i];
+        }
     return DP_OK;
 }
 
@@ -122,24 +177,23 @@ dp_status dp_exec_forward(dp_executor *ex, const dp_batch *b, const dp_micro_inf
             for (int l = 0; l < ex->rep[r].n_active; l++) ex->node_samples += ex->rep[r].slots[l].n;
     }
     if (dp_node_has_sums(m, 0)) {
-        DP_TRY(lanes_fork(ex));
         FOR_SLOTS(ex, r, l) {
             dp_exec x = exec_of(ex, r, l, b, mi);
             dp_node_forward_sums(m, 0, &ex->rep[r].slots[l].acts, &x, slot_input(ex, b, r, l));
         }
-        DP_TRY(lanes_join(ex));
+        DP_TRY(stretch_status(ex));
         DP_TRY(reduce_sums(ex, 0));
     }
     for (int i = 0; i < m->n_nodes;) {
         int j = i + 1;
         while (j < m->n_nodes && !dp_node_has_sums(m, j)) j++;
-        DP_TRY(lanes_fork(ex));
         FOR_SLOTS(ex, r, l) {
             dp_slot *sl = &ex->rep[r].slots[l];
             dp_exec x = exec_of(ex, r, l, b, mi);
             const float *in = slot_input(ex, b, r, l);
             st[q_] = DP_OK;
             for (int k = i; k < j && st[q_] == DP_OK; k++) st[q_] = timed_node(ex, q_, 0, k, sl, &x, in);
+            keep_error(ex, st[q_]);
             if (j < m->n_nodes) {
                 dp_node_forward_sums(m, j, &sl->acts, &x, in);
             } else { /* the lane's loss: its samples' losses summed in order, as a float */
@@ -148,8 +202,8 @@ dp_status dp_exec_forward(dp_executor *ex, const dp_batch *b, const dp_micro_inf
                                     ex->d_lane_correct[r] + sl->lane);
             }
         }
-        DP_TRY(lanes_join(ex));
-        DP_TRY(first_error(st, nq));
+        DP_TRY(stretch_status(ex));
+        DP_TRY(first_error(ex, st, nq));
         if (j < m->n_nodes) DP_TRY(reduce_sums(ex, j));
         i = j;
     }
@@ -218,12 +272,11 @@ dp_status dp_exec_backward(dp_executor *ex, const dp_batch *b, const dp_micro_in
     dp_status st[nq + 1];
     int next = 0;
     if (dp_node_has_sums(m, m->n_nodes - 1)) {
-        DP_TRY(lanes_fork(ex));
         FOR_SLOTS(ex, r, l) {
             dp_exec x = exec_of(ex, r, l, b, mi);
             dp_node_backward_sums(m, m->n_nodes - 1, &ex->rep[r].slots[l].acts, &x, slot_input(ex, b, r, l));
         }
-        DP_TRY(lanes_join(ex));
+        DP_TRY(stretch_status(ex));
         DP_TRY(reduce_sums(ex, m->n_nodes - 1));
     }
     for (int i = m->n_nodes - 1; i >= 0;) {
@@ -233,17 +286,17 @@ dp_status dp_exec_backward(dp_executor *ex, const dp_batch *b, const dp_micro_in
         if (!completes(ex, last, next, i))
             while (j >= 0 && !dp_node_has_sums(m, j) && !completes(ex, last, next, j)) j--;
         if (j >= 0 && completes(ex, last, next, j) && !dp_node_has_sums(m, j)) j--; /* j completes: include it */
-        DP_TRY(lanes_fork(ex));
         FOR_SLOTS(ex, r, l) {
             dp_slot *sl = &ex->rep[r].slots[l];
             dp_exec x = exec_of(ex, r, l, b, mi);
             const float *in = slot_input(ex, b, r, l);
             st[q_] = DP_OK;
             for (int k = i; k > j && st[q_] == DP_OK; k--) st[q_] = timed_node(ex, q_, 1, k, sl, &x, in);
+            keep_error(ex, st[q_]);
             if (j >= 0 && dp_node_has_sums(m, j)) dp_node_backward_sums(m, j, &sl->acts, &x, in);
         }
-        DP_TRY(lanes_join(ex));
-        DP_TRY(first_error(st, nq));
+        DP_TRY(stretch_status(ex));
+        DP_TRY(first_error(ex, st, nq));
         for (; completes(ex, last, next, j + 1); next++) {
             sum_lanes(ex, next);
             if (ready) DP_TRY(ready(ctx, next, j + 1, j >= 0));

@@ -61,9 +61,14 @@ dp_status dp_exec_step_metrics(dp_executor *ex, float *const *bufs, size_t n, in
     for (int r = 0; r < ex->n_local; r++) {
         const dp_dev *d = dp_exec_dev(ex, r);
         if (!host_lanes) d->k->lane_metrics(&d->kc, ex->n_lanes, ex->d_lane_loss[r], ex->d_lane_correct[r], ex->d_metrics[r]);
-        /* the last step's upload from this pinned copy is done: its all-reduce, which came down, read it */
+        /* the last step's upload from this pinned copy is done: on replica 0's device the step's
+           download proved it, elsewhere the device's event says so (the collective need not have
+           made replica 0's sums wait for it) */
+        const int i = ex->multi_dev ? r : 0;
+        DP_TRY(dp_exec_staging_ready(ex, i, DP_EXEC_STAGES));
         memcpy(ex->h_metrics_up[r], bufs[r], n * sizeof(float));
         DP_TRY(d->upload(d, ex->d_metrics[r] + skip, ex->h_metrics_up[r] + skip, (n - skip) * sizeof(float)));
+        if (ex->multi_dev || r == ex->n_local - 1) DP_TRY(dp_exec_staging_queued(ex, i, DP_EXEC_STAGES));
         /* after the upload, in stream order: it wrote the flag's 0 */
         if (check && check[r]) d->k->nonfinite(&d->kc, ex->model->params.n, ex->rep[r].grads, ex->d_metrics[r] + check_at);
     }
@@ -74,8 +79,7 @@ dp_status dp_exec_step_metrics(dp_executor *ex, float *const *bufs, size_t n, in
     /* the one wait: replica 0's sums, which every replica's work before the all-reduce fed */
     DP_TRY(ex->dev->download(ex->dev, ex->h_metrics_down, ex->d_metrics[0], n * sizeof(float)));
     for (int r = 0; r < ex->n_local; r++) memcpy(bufs[r], ex->h_metrics_down, n * sizeof(float));
-    /* what the staging's uploads and the step's timed collectives waited for is done */
-    ex->stage_used = 0;
+    /* what the step's timed collectives waited for is done */
     ex->coll_drained = ex->coll_n;
     return DP_OK;
 }

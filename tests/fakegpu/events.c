@@ -1,7 +1,8 @@
 /* events.c: timing events on the fake GPU. event_record queues an op on the view's stream that
  * notes the time its worker ran it; event_elapsed gives the seconds between two such times and,
  * as cudaEventElapsedTime, fails for an event still queued (the caller did not wait) or never
- * recorded. */
+ * recorded; event_wait returns once its last recording has run (cudaEventQuery, then
+ * cudaEventSynchronize when not done). */
 #include <stdlib.h>
 #include <time.h>
 
@@ -89,6 +90,19 @@ dp_status fg_event_elapsed(const dp_dev *d, void *events, int i, int j, double *
     if (st == DP_OK) *seconds = ev->e[j].t - ev->e[i].t;
     pthread_mutex_unlock(&g->mu);
     return st;
+}
+
+dp_status fg_event_wait(const dp_dev *d, void *events, int i) {
+    fg_events *ev = events;
+    fg_dev *g = fg_of(d);
+    if (!ev || i < 0 || i >= ev->n) return dp_fail(DP_ERR_INTERNAL, "fakegpu: event_wait: no event %d", i);
+    DP_TRY(fg_forbidden(g, "event_wait (cudaEventSynchronize)"));
+    pthread_mutex_lock(&g->mu);
+    const int waits = ev->e[i].pending > 0;
+    while (ev->e[i].pending) pthread_cond_wait(&g->progress, &g->mu);
+    pthread_mutex_unlock(&g->mu);
+    if (waits) fg_count_host_wait(); /* only a wait holds the host; a query that finds it done does not */
+    return DP_OK;
 }
 
 void fg_events_free(const dp_dev *d, void *events, int n) {

@@ -227,6 +227,7 @@ static dp_dev make_ops(void) {
     o.graph_free = fg_graph_free, o.fork = fg_fork, o.join = fg_join, o.mem_info = fg_mem_info;
     o.events_create = fg_events_create, o.event_record = fg_event_record;
     o.event_elapsed = fg_event_elapsed, o.events_free = fg_events_free;
+    o.event_wait = fg_event_wait;
     o.coll_wait_main = fg_coll_wait_main, o.main_wait_coll = fg_main_wait_coll;
     o.close = fg_close;
     return o;

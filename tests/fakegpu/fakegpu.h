@@ -5,6 +5,8 @@
  *     device memory dies with SIGSEGV, as it would on a GPU;
  *   - its streams (main, DP_DEV_LANES lanes, the collective stream) are worker threads that run
  *     queued kernels and copies later, after random delays, in stream order only;
+ *   - a host write to pinned memory while an upload from it is still queued fails the device's
+ *     next wait (on a GPU the copy would silently read the new bytes);
  *   - fork/join, coll_wait_main/main_wait_coll, timing events, graph capture and replay, and the
  *     calls CUDA makes blocking (wait, download, free) behave as on CUDA.
  * Its kernels are the CPU table's (nthreads 1), so results are bitwise the CPU's. For tests only:
@@ -15,6 +17,7 @@
 #ifndef DP_FAKEGPU_H
 #define DP_FAKEGPU_H
 
+#include <pthread.h>
 #include <stddef.h>
 
 #include "core/device.h"
@@ -44,6 +47,15 @@ unsigned long dp_fakegpu_allocs(void);
  * free or close that needs it, blocks for good. For tests of what ends such a process (the NCCL
  * backend's watchdog); the device cannot be closed afterwards. */
 void dp_fakegpu_stream_hang(const dp_dev *d);
+
+/* The distinct host threads that have queued kernel `name` ("conv2d_forward", as the fake GPU's
+ * messages name kernels) on d since it opened: up to max of them into ids; returns how many there
+ * are (64 pairs of kernel and thread are kept per device). */
+int dp_fakegpu_launch_threads(const dp_dev *d, const char *name, pthread_t *ids, int max);
+
+/* Queues on d's stream an operation that runs for `us` microseconds (a long kernel): what is queued
+ * behind it stays pending that long while the host goes on. */
+void dp_fakegpu_stream_pause(const dp_dev *d, unsigned us);
 
 /* For the NCCL test double inside a test process (tests/test_nccl_fakegpu.c): the host address
  * behind a fakegpu device pointer (any other pointer unchanged), a wait for everything queued so

@@ -91,6 +91,12 @@ struct fg_dev {
     fg_rec *rec;
     size_t n_rec, cap_rec;
     char invalid[512]; /* why the recording is invalid ("": it is not) */
+    /* the host threads that queued each kernel kind (mu; dp_fakegpu_launch_threads) */
+    struct {
+        const char *name;
+        pthread_t thread;
+    } launchers[64];
+    int n_launchers;
     /* memory (mem_mu) */
     pthread_mutex_t mem_mu;
     fg_blocks mem, host;
@@ -173,6 +179,7 @@ dp_status fg_events_create(const dp_dev *d, int n, void **events);
 dp_status fg_event_record(const dp_dev *d, void *events, int i);
 dp_status fg_event_elapsed(const dp_dev *d, void *events, int i, int j, double *seconds);
 void fg_events_free(const dp_dev *d, void *events, int n);
+dp_status fg_event_wait(const dp_dev *d, void *events, int i);
 
 /* ---- kernels.c: the kernel table that queues the CPU kernels */
 extern const dp_kernels dp_fakegpu_kernels;

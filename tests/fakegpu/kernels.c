@@ -6,6 +6,7 @@
  * results are bitwise the CPU's for the same arguments. */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "fg_internal.h"
 
@@ -39,6 +40,18 @@ typedef struct {
 static const dp_kernels *const C = &dp_cpu_kernels;
 static void k_run(fg_dev *g, fg_op *op, uint64_t arg);
 
+/* Which host thread queues kernel `name`: each pair once. */
+static void note_launcher(fg_dev *g, const char *name) {
+    const pthread_t self = pthread_self();
+    pthread_mutex_lock(&g->mu);
+    int seen = 0;
+    for (int i = 0; i < g->n_launchers && !seen; i++)
+        seen = strcmp(g->launchers[i].name, name) == 0 && pthread_equal(g->launchers[i].thread, self);
+    if (!seen && g->n_launchers < (int)(sizeof g->launchers / sizeof g->launchers[0]))
+        g->launchers[g->n_launchers].name = name, g->launchers[g->n_launchers++].thread = self;
+    pthread_mutex_unlock(&g->mu);
+}
+
 /* A new call on the stream c names; NULL (the failure kept for the next wait) out of memory. */
 static k_op *k_new(const dp_kctx *c, int kind, const char *name, int np) {
     fg_stream *s = fg_stream_from(c ? c->stream : NULL, name);
@@ -54,7 +67,21 @@ static k_op *k_new(const dp_kctx *c, int kind, const char *name, int np) {
     }
     o->op = (fg_op){.run = k_run, .what = name, .waits_for = -1};
     o->g = s->g, o->stream = s->index, o->kind = kind, o->np = np;
+    note_launcher(s->g, name);
     return o;
+}
+
+int dp_fakegpu_launch_threads(const dp_dev *d, const char *name, pthread_t *ids, int max) {
+    fg_dev *g = fg_of(d);
+    int n = 0;
+    pthread_mutex_lock(&g->mu);
+    for (int i = 0; i < g->n_launchers; i++)
+        if (strcmp(g->launchers[i].name, name) == 0) {
+            if (n < max) ids[n] = g->launchers[i].thread;
+            n++;
+        }
+    pthread_mutex_unlock(&g->mu);
+    return n;
 }
 
 /* Pointer argument k: checked now, so a bad one stops the test at the call that passed it. */

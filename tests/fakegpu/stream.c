@@ -251,3 +251,26 @@ void dp_fakegpu_stream_hang(const dp_dev *d) {
     *op = (fg_op){.run = hang_run, .what = "a kernel that never returns (dp_fakegpu_stream_hang)", .waits_for = -1};
     fg_submit(fg_of(d), fg_stream_of(d), op);
 }
+
+/* ---- a long kernel (dp_fakegpu_stream_pause) */
+
+typedef struct {
+    fg_op op;
+    unsigned us;
+} pause_op;
+
+static void pause_run(fg_dev *g, fg_op *op, uint64_t arg) {
+    (void)g, (void)arg;
+    const unsigned us = ((pause_op *)op)->us;
+    struct timespec ts = {(time_t)(us / 1000000), (long)(us % 1000000) * 1000};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+}
+
+void dp_fakegpu_stream_pause(const dp_dev *d, unsigned us) {
+    pause_op *o = malloc(sizeof *o);
+    if (!o) abort();
+    *o = (pause_op){.op = {.run = pause_run, .what = "a long kernel (dp_fakegpu_stream_pause)", .waits_for = -1},
+                    .us = us};
+    fg_submit(fg_of(d), fg_stream_of(d), &o->op);
+}

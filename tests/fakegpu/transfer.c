@@ -1,7 +1,8 @@
 /* transfer.c: moving bytes on the fake GPU, with CUDA's blocking rules:
  *   - upload from host_alloc (pinned) memory is queued and reads the source when it runs, so a
  *     caller that refills the staging buffer before a wait uploads the new bytes (as a DMA from
- *     pinned memory would); from other (pageable) memory the bytes are staged at the call, which
+ *     pinned memory would), and the device's next wait fails naming the race (a digest of the
+ *     source taken when queued differs from the one when it runs); from other (pageable) memory the bytes are staged at the call, which
  *     then returns (as CUDA does through its own pinned staging buffer);
  *   - copy and zero are queued;
  *   - download waits for the view's stream, then copies (a copy into pageable memory returns only
@@ -21,9 +22,37 @@ typedef struct {
     unsigned char staged[];
 } mv_op;
 
-static void upload_run(fg_dev *g, fg_op *op, uint64_t unused) {
-    (void)unused;
+/* A digest of the bytes an upload from pinned memory will read, taken when it is queued (eagerly or
+ * by a replay) and again when it runs: a difference is a host write to the source while the copy
+ * was pending, a race a GPU does not report (its DMA reads whatever is there when it runs). */
+static uint64_t digest(const void *p, size_t bytes) {
+    const unsigned char *b = p;
+    uint64_t h = 0xcbf29ce484222325ull ^ bytes;
+    size_t i = 0;
+    for (; i + 8 <= bytes; i += 8) {
+        uint64_t w;
+        memcpy(&w, b + i, 8);
+        h = (h ^ w) * 0x100000001b3ull, h ^= h >> 29;
+    }
+    for (; i < bytes; i++) h = (h ^ b[i]) * 0x100000001b3ull;
+    return h;
+}
+
+static uint64_t upload_queued(fg_dev *g, fg_op *op) {
+    (void)g;
+    const mv_op *o = (const mv_op *)op;
+    return o->src ? digest(o->src, o->bytes) : 0;
+}
+
+static void upload_run(fg_dev *g, fg_op *op, uint64_t queued) {
     mv_op *o = (mv_op *)op;
+    if (o->src && digest(o->src, o->bytes) != queued) {
+        fprintf(stderr, "fakegpu: device %d: the host wrote to pinned memory %p (%zu bytes) while an upload from it "
+                "was queued and had not run\n", g->ordinal, o->src, o->bytes);
+        fg_set_fail(g, DP_ERR_INTERNAL, "fakegpu: device %d: the host wrote to pinned memory %p (%zu bytes) while an "
+                    "upload from it was queued and had not run (a GPU would copy the new bytes): wait for an event "
+                    "recorded after the upload before writing its source again", g->ordinal, o->src, o->bytes);
+    }
     memcpy(fg_real(g, o->dst, 0, o->bytes, "upload", "dst"), o->src ? o->src : o->staged, o->bytes);
 }
 
@@ -43,7 +72,7 @@ static dp_status queue(const dp_dev *d, const char *what, void (*run)(fg_dev *, 
                        const void *src, size_t bytes, size_t staged) {
     mv_op *o = malloc(sizeof *o + staged);
     if (!o) return dp_fail(DP_ERR_NOMEM, "fakegpu: out of host memory queueing %s of %zu bytes", what, bytes);
-    o->op = (fg_op){.run = run, .what = what, .waits_for = -1};
+    o->op = (fg_op){.run = run, .on_enqueue = run == upload_run ? upload_queued : NULL, .what = what, .waits_for = -1};
     o->dst = dst, o->src = staged ? NULL : src, o->bytes = bytes;
     if (staged) memcpy(o->staged, src, bytes);
     fg_submit(fg_of(d), fg_stream_of(d), &o->op);

@@ -20,4 +20,12 @@ int dbl_cuda_down(void *dst, const void *src, size_t bytes, const void *stream, 
 /* bytes of host memory src into device memory dst, queued on stream; src may be freed on return. */
 int dbl_cuda_up(void *dst, const void *src, size_t bytes, const void *stream, char *err, size_t n);
 
+/* The device mode (nccl_double.c): whether the runtime offers its calls, and one transfer of bytes
+ * from device memory src to device memory dst queued on the streams, nothing waited for: the
+ * sender's stream waits for the receiver's work so far (an event), copies, and the receiver's
+ * stream waits for the copy (an event back), as NCCL's kernels order them. Capturable. */
+int dbl_cuda_device_calls(void);
+int dbl_cuda_transfer(void *dst, const void *dst_stream, const void *src, const void *src_stream, size_t bytes,
+                      char *err, size_t n);
+
 #endif

@@ -36,8 +36,12 @@
  *   stall@R:K        operation K on rank R never completes
  *   error@R:K        operation K on rank R fails (ncclSystemError)
  *   exit@R:K         rank R exits at once (status 9, as if killed) when it issues operation K
+ *   warn@R:K         operation K on rank R succeeds but leaves a message in ncclGetLastError (as
+ *                    NCCL's warnings on a path it recovers from do)
  *   abort-blocks@R:0 ncclCommAbort on rank R blocks for ever
+ *   abort-slow@R:MS  ncclCommAbort on rank R takes MS milliseconds, then returns
  *   init@R:0         rank R's communicator fails to come up (ncclSystemError from its init)
+ * DP_NCCL_DOUBLE_DEVICE=1: the device mode (below, before launch) for one process driving every rank.
  * DP_NCCL_DOUBLE_VERSION=N makes ncclGetVersion report N (21804: 2.18.4), for dptrain's version floor. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -182,17 +186,22 @@ static ncclResult_t fail(ncclComm_t c, ncclResult_t r, const char *fmt, ...) {
 }
 
 /* ---- faults ---- */
-static int fault(const char *kind, int rank, long index) {
+/* Whether KIND@rank:index is asked for (index < 0: any; its number into *value, may be NULL). */
+static int fault_value(const char *kind, int rank, long index, long *value) {
     for (const char *f = getenv("DP_NCCL_DOUBLE_FAULT"); f && *f; f = strchr(f, ',') ? strchr(f, ',') + 1 : NULL) {
         char k[32];
         int r;
         long i;
         if (sscanf(f, "%31[^@]@%d:%ld", k, &r, &i) == 3 && strcmp(k, kind) == 0 && r == rank &&
-            (i == index || index < 0))
+            (i == index || index < 0)) {
+            if (value) *value = i;
             return 1;
+        }
     }
     return 0;
 }
+
+static int fault(const char *kind, int rank, long index) { return fault_value(kind, rank, index, NULL); }
 
 static size_t type_size(ncclDataType_t t) {
     switch (t) {
@@ -692,9 +701,86 @@ static ncclResult_t add_op(ncclComm_t c, op o) {
     return ncclSuccess;
 }
 
+/* ---- the device mode (DP_NCCL_DOUBLE_DEVICE=1) ----
+ * With every rank of a group's communicators in this process (one process, --gpus) and the buffers
+ * CUDA device memory, a matched send and receive is a copy queued between the two streams
+ * (cuda_stage.h: dbl_cuda_transfer: the sender's stream waits for the receiver's work so far,
+ * copies, and the receiver's stream waits for the copy), nothing is waited for on the host, and the
+ * group is done when its end returns, as NCCL's kernels are queued: asynchronous as NCCL is (a host
+ * write to a send buffer before the copy ran, or work that reads a result without the collective's
+ * order, changes the bytes), and capturable. A group with a sum (ncclAllReduce) or with ranks in
+ * other processes takes the host path above. */
+static int device_mode(void) {
+    const char *v = getenv("DP_NCCL_DOUBLE_DEVICE");
+    return v && strcmp(v, "1") == 0 && !hook_host && dbl_cuda_device_calls();
+}
+
+/* The nth (from 0) operation of kind `kind` with peer q in g, or NULL. */
+static op *nth_op(group *g, int kind, int q, int nth) {
+    for (int i = 0; i < g->n; i++)
+        if (g->ops[i].kind == kind && g->ops[i].peer == q && nth-- == 0) return &g->ops[i];
+    return NULL;
+}
+
+/* Whether the group being ended holds every rank of one world, each once, with no sum. */
+static int whole_world_here(int n) {
+    if (n < 1 || n != grp.comm[0]->world || !device_mode()) return 0;
+    int seen[MAX_RANKS] = {0};
+    for (int k = 0; k < n; k++) {
+        const ncclComm_t c = grp.comm[k];
+        if (!ok(c) || !c->init_done || c->world != n || strcmp(c->id.internal, grp.comm[0]->id.internal) != 0 || seen[c->rank]++ ||
+            grp.g[k]->sum_dst)
+            return 0;
+    }
+    return 1;
+}
+
+static ncclResult_t launch_on_device(int n) {
+    static int said;
+    if (!said++) /* a test that asks for the mode must see that it got it */
+        fprintf(stderr, "nccl test double: device mode: transfers queued on the CUDA streams (DP_NCCL_DOUBLE_DEVICE=1)\n");
+    ncclComm_t by_rank[MAX_RANKS];
+    group *g_of[MAX_RANKS];
+    for (int k = 0; k < n; k++) by_rank[grp.comm[k]->rank] = grp.comm[k], g_of[grp.comm[k]->rank] = grp.g[k];
+    ncclResult_t r = ncclSuccess;
+    char err[256];
+    for (int a = 0; a < n && r == ncclSuccess; a++) {
+        group *g = g_of[a];
+        int sent[MAX_RANKS] = {0};
+        for (int i = 0; i < g->n && r == ncclSuccess; i++) {
+            op *o = &g->ops[i];
+            if (o->kind == OP_COPY) {
+                if (o->bytes && o->dev_buf != o->src &&
+                    dbl_cuda_transfer(o->dev_buf, o->stream, o->src, o->stream, o->bytes, err, sizeof err) < 0)
+                    r = fail(by_rank[a], ncclUnhandledCudaError, "%s: %s", o->what, err);
+                continue;
+            }
+            if (o->kind != OP_SEND) continue;
+            const int b = o->peer;
+            op *rv = nth_op(g_of[b], OP_RECV, a, sent[b]++);
+            if (!rv || rv->bytes != o->bytes || strcmp(rv->what, o->what) != 0) {
+                r = fail(by_rank[a], ncclInvalidUsage, "mismatched operations: this rank's operation %ld sends rank %d "
+                         "%s, but rank %d's matching operation %s%s", o->index, b, o->what, b,
+                         rv ? "waits to receive " : "is missing from the group", rv ? rv->what : "");
+                fail(by_rank[b], ncclInvalidUsage, "mismatched operations with rank %d (its message says which)", a);
+            } else if (dbl_cuda_transfer(rv->dev_buf, rv->stream, o->dev_buf, o->stream, o->bytes, err, sizeof err) < 0) {
+                r = fail(by_rank[a], ncclUnhandledCudaError, "%s to rank %d: %s", o->what, b, err);
+            }
+        }
+        for (int q = 0; q < n && r == ncclSuccess; q++) /* every receive from a met by one of a's sends */
+            if (q != a && nth_op(g_of[q], OP_RECV, a, sent[q]))
+                r = fail(by_rank[q], ncclInvalidUsage, "mismatched operations: a receive from rank %d that no send "
+                         "of rank %d's in this group meets", a, a);
+    }
+    for (int k = 0; k < n; k++) group_free(grp.g[k]);
+    grp.n = 0;
+    return r;
+}
+
 /* Queues each communicator's share of the group; blocking communicators wait for all of it. */
 static ncclResult_t launch(void) {
     const int n = grp.n;
+    if (whole_world_here(n)) return launch_on_device(n);
     ncclComm_t cs[MAX_COMMS];
     ncclResult_t r = ncclSuccess;
     int blocking = 0;
@@ -732,6 +818,9 @@ static ncclResult_t issue(ncclComm_t c, long *index) {
     if (fault("exit", c->rank, *index)) _exit(9);
     if (fault("error", c->rank, *index))
         return fail(c, ncclSystemError, "injected fault at operation %ld (DP_NCCL_DOUBLE_FAULT)", *index);
+    if (fault("warn", c->rank, *index))
+        snprintf(c->last, sizeof c->last, "nccl test double: rank %d: an injected warning at operation %ld, recovered "
+                 "from (DP_NCCL_DOUBLE_FAULT)", c->rank, *index);
     return ncclSuccess;
 }
 
@@ -932,6 +1021,12 @@ ncclResult_t ncclCommAbort(ncclComm_t c) {
     if (!c) return ncclSuccess;
     if (fault("abort-blocks", c->rank, -1))
         for (;;) pause();
+    long ms = 0;
+    if (fault_value("abort-slow", c->rank, -1, &ms) && ms > 0) {
+        struct timespec ts = {(time_t)(ms / 1000), (ms % 1000) * 1000000L};
+        while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+        }
+    }
     comm_free(c);
     return ncclSuccess;
 }
