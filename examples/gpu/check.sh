@@ -151,6 +151,7 @@ fi
 if has transfer; then
     GPU=1 TMO=300 check transfer examples/gpu/transfer_check.sh --build "$BUILD" --out "$OUTDIR/transfer"
     cat "$OUTDIR"/transfer/transfer-*.md 2>/dev/null
+fi
 if has multigpu; then
     # NCCL over several GPUs against the sim, bitwise, under every launcher: only where there are two
     ngpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU [0-9]')
