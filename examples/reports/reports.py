@@ -23,7 +23,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PRESETS = os.path.join(ROOT, "sim", "presets")
 sys.path.insert(0, os.path.join(ROOT, "examples", "lib"))
-from scriptargs import Parser  # noqa: E402
+from scriptargs import Parser, need_modules  # noqa: E402
 FASHION = "/usr/share/datasets/fashion-mnist"
 
 
@@ -656,8 +656,8 @@ AXIS = {"s/epoch": "seconds per epoch", "ms/step": "milliseconds per step (one b
         "s (10 epochs)": "seconds for 10 epochs", "ms/step (ResNet-18)": "milliseconds per step"}
 
 
-def cpu_name():
-    m = machine()
+def cpu_name(m=None):
+    m = m or machine()
     return m.split(" (")[0].split(";")[0]
 
 
@@ -709,7 +709,7 @@ def plot(ctx, res, path):
     ax.set_title("the report's figure and the model's prediction" if any(rv) else
                  "the report gives no times: the model's prediction alone", fontsize=9)
     ax = axes[1]
-    here = f"this CPU ({cpu_name()})"
+    here = f"this CPU ({cpu_name(res.get('machine'))})"
     if "traffic" in res:
         cats, simv, modv = [], [], []
         for m, t in res["traffic"].items():
@@ -731,16 +731,20 @@ def plot(ctx, res, path):
         ax.legend(fontsize=7, loc="lower right")
         ax.set_title("traffic per step: counted in the sim and by the model's formula", fontsize=9)
     elif res.get("curves"):
-        for name, run in res["curves"].items():
-            ax.plot([e["epoch"] for e in run["epochs"]], [100 * e["test_acc"] for e in run["epochs"]], marker="o",
-                    label=name)
+        # lines that coincide (the same bits) stay visible: each its own marker and dash, the first hollow
+        styles = [("o", "-", 10), ("s", "--", 6), ("^", ":", 6), ("D", "-.", 5), ("v", "--", 6)]
+        for i, (name, run) in enumerate(res["curves"].items()):
+            mk, ls, sz = styles[i % len(styles)]
+            ax.plot([e["epoch"] for e in run["epochs"]], [100 * e["test_acc"] for e in run["epochs"]], marker=mk,
+                    linestyle=ls, markersize=sz, fillstyle="none" if i == 0 else "full", label=name)
         from matplotlib.ticker import MaxNLocator
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_xlabel("epoch")
         ax.set_ylabel("test accuracy, %")
         ax.legend(fontsize=7)
         ax.set_title(textwrap.fill(f"accuracy effects, dptrain on {here}, "
-                                   f"{res.get('accuracy_data', '').split(' (')[0]}", 70), fontsize=9)
+                                   f"{res.get('accuracy_data', '').split(' (')[0]}", 70, break_on_hyphens=False),
+                     fontsize=9)
     else:
         mrows = [r for r in rows if r.get("m") is not None]
         bars = ax.barh(range(len(mrows)), [r["m"] for r in mrows], color="#2ca02c")
@@ -758,15 +762,41 @@ def plot(ctx, res, path):
     plt.close(fig)
 
 
+def plot_data(res):
+    """What plot() needs, without the runs' full logs (kept in results.json for --replot)."""
+    strip = lambda r: {k: v for k, v in r.items() if k not in ("run",)}
+    d = {k: res[k] for k in ("title", "unit", "traffic", "accuracy_data", "pred_label") if k in res}
+    d["rows"] = [strip(r) for r in res["rows"]]
+    if res.get("curves"):
+        d["curves"] = {name: {"epochs": [{"epoch": e["epoch"], "test_acc": e["test_acc"]} for e in run["epochs"]]}
+                       for name, run in res["curves"].items()}
+    d["machine"] = machine()
+    return d
+
+
 def main():
-    ap = Parser(description="the report scripts' runs, table and plot (examples/reports/NNN_*.sh call it)")
-    ap.add_argument("--report", required=True, choices=sorted(REPORTS))
+    ap = Parser(description="the report scripts' runs, table and plot (examples/reports/NNN_*.sh call it); "
+                            "--replot DIR draws DIR/plot.png again from DIR/results.json")
+    ap.add_argument("--report", choices=sorted(REPORTS))
     ap.add_argument("--size", default="full", choices=("full", "quick", "smoke"))
-    ap.add_argument("--out", required=True)
+    ap.add_argument("--out")
     ap.add_argument("--data", default="")
     ap.add_argument("--dptrain", default=os.path.join(ROOT, "build", "dptrain"))
     ap.add_argument("--mpirun", default="")
+    ap.add_argument("--replot", metavar="DIR")
     a = ap.parse_args()
+    if a.replot:
+        path = os.path.join(a.replot, "results.json")
+        try:
+            res = json.load(open(path))["plot"]
+        except (OSError, ValueError, KeyError) as e:
+            ap.error(f"--replot {a.replot}: no plot data in {path} ({e}); run the report script into it first")
+        need_modules("reports.py", "matplotlib", hint="Debian: apt-get install -y python3-matplotlib")
+        plot(None, res, os.path.join(a.replot, "plot.png"))
+        print(f"wrote {a.replot}/plot.png")
+        return
+    if not a.report or not a.out:
+        ap.error("--report and --out are required (or --replot DIR)")
     ctx = Ctx(a)
     res = REPORTS[a.report](ctx)
     md = table_md(ctx, res)
@@ -777,7 +807,8 @@ def main():
     strip = lambda r: {k: v for k, v in r.items() if k not in ("run",)}
     with open(os.path.join(ctx.out, "results.json"), "w") as f:
         json.dump({"report": a.report, "size": a.size, "rows": [strip(r) for r in res["rows"]], "extra": res["extra"],
-                   "data": res["data"], "hardware": res["hardware"], "machine": machine()}, f, indent=1)
+                   "data": res["data"], "hardware": res["hardware"], "assumed": res.get("assumed", []),
+                   "machine": machine(), "plot": plot_data(res)}, f, indent=1)
     plot(ctx, res, os.path.join(ctx.out, "plot.png"))
     print(md)
     print(f"wrote {ctx.out}/table.md, plot.png, results.json, commands.txt, logs/")
