@@ -100,6 +100,10 @@ for r in "$E"/reports/0*.sh; do
     usage --data "$r" --data "$TMP/none"
 done
 usage --bogus "$ROOT/tests/reports_smoke.sh" --bogus
+usage 999 "$ROOT/tests/reports_smoke.sh" 999
+usage --bogus "$E/reports/plots.sh" --bogus
+usage --out "$E/reports/plots.sh" --out
+usage --data "$E/reports/plots.sh" --data "$TMP/none"
 
 # ---- every Python program: argparse's types and checks, one line, before torch or numpy is loaded
 usage --epochs "$PY" "$E/bench/jsonl_stats.py" complete "$TMP/log" --epochs
