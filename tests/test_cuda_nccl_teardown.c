@@ -15,7 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core/device.h"
+#include "kernels/device.h"
 #include "dp_config.h"
 #include "testutil.h"
 #include "trainrun.h"

@@ -20,7 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/device.h"
+#include "kernels/device.h"
 #include "fakegpu/fakegpu.h"
 #include "io/checkpoint.h"
 #include "train/trainer.h"

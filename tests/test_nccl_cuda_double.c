@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/device.h"
+#include "kernels/device.h"
 #include "dp_config.h"
 #include "testutil.h"
 

@@ -15,7 +15,7 @@
 #include "io/atomic.h"
 #include "io/checkpoint.h"
 #include "io/ckpt_dir.h"
-#include "kernels/cpu/dispatch.h"
+#include "kernels/kernels.h"
 #include "optim/sgd.h"
 #include "train/signals.h"
 #include "train/strategy.h"

@@ -17,7 +17,7 @@
 
 #include <stddef.h>
 
-#include "core/device.h"
+#include "kernels/device.h"
 
 /* The device kind "fakegpu" (ordinals 0..7; no TF32). */
 extern const dp_dev_kind dp_fakegpu_device;
