@@ -6,7 +6,7 @@
  * kernel table (kernels/kernels.h), the call context its kernels run with, and what it can do
  * (caps): only the executor (src/exec/) reads the caps.
  *
- * Devices are found by name in one registry (src/exec/devices.c): each device folder adds one
+ * Devices are found by name in one registry (src/exec/devices.h): each device folder adds one
  * line to the build's list (CMake: DP_DEVICES), and tests may register devices of their own. */
 #ifndef DP_DEVICE_H
 #define DP_DEVICE_H
@@ -101,13 +101,6 @@ typedef struct {
     dp_status (*open)(int ordinal, int tf32, dp_dev **out);
 } dp_dev_kind;
 
-/* Opens the device named `name` from the registry. An unknown name, or a device this build
- * left out, fails with a message that lists what there is and how to get the missing one. */
-dp_status dp_dev_open(const char *name, int ordinal, int tf32, dp_dev **out);
-void dp_dev_close(dp_dev *d);
-/* Adds a device kind (tests: a device that is not offered to users); fails when the name is
- * taken or the registry is full. */
-dp_status dp_dev_register(const dp_dev_kind *kind);
 /* The CPU device (static; never closed). */
 dp_dev *dp_dev_cpu(void);
 /* The device collectives are issued on: d->coll when it has a collective stream, else d. */

@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "exec/devices.h"
 #include "kernels/device.h"
 #include "core/rng.h"
 #include "dp_config.h"

@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "exec/devices.h"
 #include "kernels/device.h"
 #include "dp_config.h"
 #include "testutil.h"

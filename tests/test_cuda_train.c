@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "exec/devices.h"
 #include "kernels/device.h"
 #include "fakegpu/fakegpu.h"
 #include "io/checkpoint.h"

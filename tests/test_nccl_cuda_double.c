@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "exec/devices.h"
 #include "kernels/device.h"
 #include "dp_config.h"
 #include "testutil.h"

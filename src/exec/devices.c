@@ -2,13 +2,14 @@
  * (generated dp_devices.h: one X(name) per device folder, whose kind is dp_<name>_device), the ones
  * in the GPU plugin, loaded when first named (backends/gpu_plugin.h), and the ones it left out, with
  * how to get them; tests may add their own. */
+#include "exec/devices.h"
+
 #include <stdio.h>
 #include <string.h>
 
 #include "backends/gpu_plugin.h"
 #include "dp_config.h"
 #include "dp_devices.h"
-#include "kernels/device.h"
 
 #define X(n) extern const dp_dev_kind dp_##n##_device;
 DP_DEVICE_KINDS

@@ -22,6 +22,7 @@
 #include "io/checkpoint.h"
 #include "io/ckpt_dir.h"
 #include "report/progress.h"
+#include "exec/devices.h"
 #include "exec/memory.h"
 #include "train/signals.h"
 #include "train/strategy.h"

@@ -17,6 +17,7 @@
 
 #include <stddef.h>
 
+#include "exec/devices.h"
 #include "kernels/device.h"
 
 /* The device kind "fakegpu" (ordinals 0..7; no TF32). */
