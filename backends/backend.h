@@ -124,7 +124,7 @@ typedef struct {
     int nthreads;          /* OpenMP threads the backend may use for its copies and sums */
     const char *algorithm; /* sim: "ring" (default) or "tree" */
     double timeout_s;      /* mpi: how long a collective may wait for a dead rank */
-    struct dp_dev *dev;    /* where the replicas' buffers live (core/device.h; NULL: the host); nccl sets its watch */
+    struct dp_dev *dev;    /* where the replicas' buffers live (kernels/device.h; NULL: the host); nccl sets its watch */
     /* nccl: the devices this process drives, one replica each (devs[0] is dev), and their
        ordinals (--gpus, or the one GPU the launch gives); n_devs 0: dev alone */
     struct dp_dev *const *devs;

@@ -16,7 +16,7 @@
 #include "backends/nccl_sidechan.h"
 #include "backends/nccl_watchdog.h"
 #include "backends/rendezvous.h"
-#include "core/device.h"
+#include "kernels/device.h"
 
 typedef struct {
     ncclComm_t comm;

@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "backends/backend.h"
-#include "core/gpu_plugin.h"
+#include "backends/gpu_plugin.h"
 #include "core/timer.h"
 #include "dp_config.h"
 

@@ -93,6 +93,10 @@ typedef struct dp_kernels {
 } dp_kernels;
 
 extern const dp_kernels dp_cpu_kernels;
+/* Which compiled variant of the CPU kernels this process runs (kernels/cpu/variant.h): "x86-64-v4
+ * (AVX-512; chosen at run time)", "x86-64-v3 (AVX2, FMA; chosen at run time)", "x86-64 baseline (SSE2;
+ * chosen at run time)" or the -march=native build's line, for --version and the log. */
+const char *dp_cpu_kernel_variant(void);
 /* The CUDA table (kernels/cuda/), in builds with the CUDA toolkit; pointers are device memory,
  * softmax_xent's loss and correct included. */
 extern const dp_kernels dp_cuda_kernels;

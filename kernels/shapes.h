@@ -1,4 +1,5 @@
-/* shapes.h: the shape descriptions kernels of every device take. */
+/* shapes.h: the shape descriptions kernels of every device take, and the output sizes they imply
+ * (shapes.c: plain arithmetic, the same for every device, so layers in src/nn/ use it too). */
 #ifndef DP_KERNEL_SHAPES_H
 #define DP_KERNEL_SHAPES_H
 
@@ -11,5 +12,9 @@ typedef struct {
 
 /* Fills out_h/out_w; returns 0 if the shape is valid (output at least 1x1), -1 otherwise. */
 int conv2d_dims_init(dp_conv2d_dims *d);
+
+/* Output size of a k x k pooling window with this stride and padding (PyTorch floor mode); 0 for an
+ * invalid window. */
+int pool_out_size(int in, int k, int stride, int pad);
 
 #endif

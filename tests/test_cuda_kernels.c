@@ -22,7 +22,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/device.h"
+#include "exec/devices.h"
+#include "kernels/device.h"
 #include "core/rng.h"
 #include "dp_config.h"
 #include "kernels/cuda/cuda_kernels.h"

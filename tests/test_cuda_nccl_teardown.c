@@ -15,7 +15,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core/device.h"
+#include "exec/devices.h"
+#include "kernels/device.h"
 #include "dp_config.h"
 #include "testutil.h"
 #include "trainrun.h"

@@ -20,7 +20,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/device.h"
+#include "exec/devices.h"
+#include "kernels/device.h"
 #include "fakegpu/fakegpu.h"
 #include "io/checkpoint.h"
 #include "train/trainer.h"

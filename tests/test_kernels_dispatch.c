@@ -12,9 +12,9 @@
 #include "kernels/cpu/activation.h"
 #include "kernels/cpu/conv2d.h"
 #include "kernels/cpu/cpu_common.h"
-#include "kernels/cpu/dispatch.h"
 #include "kernels/cpu/linear.h"
 #include "kernels/cpu/pool.h"
+#include "kernels/kernels.h"
 #include "kernels_ref.h"
 
 #define VARIANTS(name)                                                                                      \

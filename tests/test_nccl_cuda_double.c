@@ -9,7 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/device.h"
+#include "exec/devices.h"
+#include "kernels/device.h"
 #include "dp_config.h"
 #include "testutil.h"
 

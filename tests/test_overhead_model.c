@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "backends/backend.h"
-#include "core/device.h"
+#include "kernels/device.h"
 #include "core/timer.h"
 #include "dp_config.h"
 #include "nn/model.h"

@@ -83,7 +83,7 @@ static void test_spin_bound_reaches_libgomp(void **state) {
     free(out);
 }
 
-/* The GPU libraries the CUDA build uses, loaded only with its plugin (core/gpu_plugin.h). */
+/* The GPU libraries the CUDA build uses, loaded only with its plugin (backends/gpu_plugin.h). */
 static const char *const gpu_libs[] = {"libcudart", "libcublas", "libcudnn", "libnccl", "dptrain_cuda.so"};
 
 /* The libraries the dynamic loader opened for `dptrain args` (LD_DEBUG=files): the first GPU one

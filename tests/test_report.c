@@ -6,6 +6,7 @@
 #include "testutil.h"
 
 #include <fcntl.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,18 +54,47 @@ static int log_parses(const char *path) {
     return rc == 0;
 }
 
-static void test_json_escaping(void **state) {
+/* A line as cJSON prints it (json.h): strings repaired to UTF-8 then escaped, reals at their format, NaN and
+ * Inf as null, integers exact; python3's json module reads every value back. */
+static void test_json_line(void **state) {
     (void)state;
-    dp_jbuf b = {0};
+    dp_json j = dp_json_begin("t");
     /* quote, backslash, newline, tab, a control byte, DEL, valid UTF-8 (e-acute, euro sign), a lone
      * 0xff, a truncated sequence, an overlong '/' and a UTF-16 surrogate */
-    dp_jbuf_string(&b, "a\"b\\c\n\t\x01\x7f \xc3\xa9\xe2\x82\xac \xff \xe2\x82 \xc0\xaf \xed\xa0\x80");
-    assert_string_equal(b.p, "\"a\\\"b\\\\c\\n\\t\\u0001\\u007f \xc3\xa9\xe2\x82\xac \\ufffd \\ufffd\\ufffd "
-                             "\\ufffd\\ufffd \\ufffd\\ufffd\\ufffd\"");
-    dp_jbuf_reset(&b);
-    dp_jbuf_string(&b, NULL);
-    assert_string_equal(b.p, "\"\"");
-    dp_jbuf_free(&b);
+    dp_json_str(&j, "s", "a\"b\\c\n\t\x01\x7f \xc3\xa9\xe2\x82\xac \xff \xe2\x82 \xc0\xaf \xed\xa0\x80");
+    dp_json_str(&j, "null", NULL);
+    dp_json_real(&j, "loss", "%.9g", (float)2.302585);
+    dp_json_real(&j, "acc", "%.6f", 0.5);
+    dp_json_real(&j, "nan", "%.9g", NAN);
+    dp_json_real(&j, "inf", "%.6f", -INFINITY);
+    dp_json_int(&j, "big", 9007199254740993LL); /* 2^53 + 1: a double would round it */
+    dp_json_uint(&j, "seed", 18446744073709551615ULL);
+    cJSON *a = dp_json_array(&j, "per_class");
+    dp_json_element(&j, a);
+    dp_json_int(&j, "k", 0);
+    dp_json_element(&j, a);
+    dp_json_int(&j, "k", 1);
+    dp_json_at_root(&j);
+    dp_json_int(&j, "last", 7);
+    char *text = dp_json_print(&j);
+    dp_json_free(&j);
+    assert_non_null(text);
+    const char *want = "{\"event\":\"t\",\"s\":\"a\\\"b\\\\c\\n\\t\\u0001\x7f \xc3\xa9\xe2\x82\xac \xef\xbf\xbd "
+                       "\xef\xbf\xbd\xef\xbf\xbd \xef\xbf\xbd\xef\xbf\xbd \xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\",\"null\":\"\","
+                       "\"loss\":2.30258489,\"acc\":0.500000,\"nan\":null,\"inf\":null,\"big\":9007199254740993,"
+                       "\"seed\":18446744073709551615,\"per_class\":[{\"k\":0},{\"k\":1}],\"last\":7}";
+    if (strcmp(text, want) != 0) fail_msg("got  %s\nwant %s", text, want);
+    /* and python3 reads it as the values put in */
+    const char *f = tu_path("line.json");
+    tu_write_file(f, text, strlen(text));
+    cJSON_free(text);
+    char *out;
+    int rc = tu_sh(&out, "python3 -c 'import json,sys; d=json.loads(open(sys.argv[1],\"rb\").read().decode(\"utf-8\")); "
+                         "assert d[\"s\"] == \"a\\\"b\\\\c\\n\\t\\x01\\x7f \\xe9\\u20ac \\ufffd \\ufffd\\ufffd \\ufffd\\ufffd "
+                         "\\ufffd\\ufffd\\ufffd\", d[\"s\"]; assert d[\"loss\"] == 2.30258489 and d[\"nan\"] is None; "
+                         "assert d[\"big\"] == 2**53 + 1 and d[\"per_class\"][1][\"k\"] == 1' '%s'", f);
+    if (rc != 0) fail_msg("python3 does not read the line back:\n%s", out);
+    free(out);
 }
 
 static void test_log_non_utf8_data_path(void **state) {
@@ -80,8 +110,8 @@ static void test_log_non_utf8_data_path(void **state) {
     if (rc != 0) fail_msg("train failed (%d):\n%s", rc, out);
     free(out);
     assert_true(log_parses(log));
-    /* the directory is in the config line, the bad bytes replaced and escaped */
-    assert_int_equal(tu_sh(&out, "grep -c 'data-\\\\ufffd\\\\u0001-dir' '%s'", log), 0);
+    /* the directory is in the config line, the bad byte replaced (U+FFFD) and the control byte escaped */
+    assert_int_equal(tu_sh(&out, "grep -c 'data-\xef\xbf\xbd\\\\u0001-dir' '%s'", log), 0);
     free(out);
 }
 
@@ -220,7 +250,7 @@ static void test_progress_not_under_mpi(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_json_escaping),
+        cmocka_unit_test(test_json_line),
         cmocka_unit_test(test_log_non_utf8_data_path),
         cmocka_unit_test(test_log_dev_full),
         cmocka_unit_test(test_log_directory_checked_at_start),

@@ -23,10 +23,10 @@
 #include "kernels/cpu/batchnorm.h"
 #include "kernels/cpu/conv2d.h"
 #include "kernels/cpu/cpu_common.h" /* dp_conv2d_force_path */
-#include "kernels/cpu/dispatch.h"
 #include "kernels/cpu/linear.h"
 #include "kernels/cpu/loss.h"
 #include "kernels/cpu/pool.h"
+#include "kernels/kernels.h"
 
 static clockid_t bench_clock = CLOCK_MONOTONIC;
 

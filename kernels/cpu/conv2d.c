@@ -120,18 +120,6 @@ static conv_plan make_plan(const dp_conv2d_dims *d) {
     return p;
 }
 
-int conv2d_dims_init(dp_conv2d_dims *d) {
-    if (!d) return -1;
-    d->out_h = d->out_w = 0;
-    if (d->in_c < 1 || d->in_h < 1 || d->in_w < 1 || d->out_c < 1 || d->k < 1 || d->stride < 1 || d->pad < 0)
-        return -1;
-    const int eh = d->in_h + 2 * d->pad - d->k, ew = d->in_w + 2 * d->pad - d->k;
-    if (eh < 0 || ew < 0) return -1;
-    d->out_h = eh / d->stride + 1;
-    d->out_w = ew / d->stride + 1;
-    return 0;
-}
-
 /* Depends only on the shape and the number of chunks, so it also covers any smaller batch or
  * thread count. */
 size_t conv2d_workspace_floats(const dp_conv2d_dims *d, int batch, int nthreads) {

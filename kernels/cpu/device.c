@@ -1,6 +1,6 @@
-/* device.c: the CPU device of core/device.h: plain memory, every copy a memcpy, every wait free;
+/* device.c: the CPU device of kernels/device.h: plain memory, every copy a memcpy, every wait free;
  * its kernels run on the calling thread (the executor's threads run lanes side by side). */
-#include "core/device.h"
+#include "kernels/device.h"
 
 #include <string.h>
 

@@ -5,7 +5,7 @@
  * AVX-512) at the speed of a -march=native build. The variants round differently (FMA fuses a
  * multiply-add; the vector width changes the order of sums), so results are bitwise equal between
  * machines of the same variant only. */
-#include "kernels/cpu/dispatch.h"
+#include "kernels/kernels.h"
 
 #include "kernels/cpu/activation.h"
 #include "kernels/cpu/batchnorm.h"
@@ -67,14 +67,12 @@ DP_DISPATCH(batchnorm_sums_cpu)
 DP_DISPATCH(batchnorm_finalize_cpu)
 DP_DISPATCH(batchnorm_backward_sums_cpu)
 DP_DISPATCH(batchnorm_backward_cpu)
-DP_DISPATCH(conv2d_dims_init)
 DP_DISPATCH(conv2d_workspace_floats)
 DP_DISPATCH(conv2d_forward_cpu)
 DP_DISPATCH(conv2d_backward_cpu)
 DP_DISPATCH(linear_forward_cpu)
 DP_DISPATCH(linear_backward_cpu)
 DP_DISPATCH(softmax_xent_cpu)
-DP_DISPATCH(pool_out_size)
 DP_DISPATCH(maxpool2d_forward_cpu)
 DP_DISPATCH(maxpool2d_backward_cpu)
 DP_DISPATCH(global_avgpool_forward_cpu)

@@ -8,12 +8,6 @@
 
 #include "kernels/cpu/cpu_common.h"
 
-int pool_out_size(int in, int k, int stride, int pad) {
-    if (k < 1 || stride < 1 || pad < 0) return 0;
-    const int e = in + 2 * pad - k;
-    return e < 0 ? 0 : e / stride + 1;
-}
-
 /* Threads for `planes` planes of `plane` floats each. */
 static int plane_threads(int planes, size_t plane, int nthreads) {
     int nt = dp_eltwise_threads((size_t)planes * plane, nthreads);

@@ -4,8 +4,7 @@
 
 #include <stdint.h>
 
-/* Output size of a k x k window with this stride and padding (PyTorch floor mode). */
-int pool_out_size(int in, int k, int stride, int pad);
+#include "kernels/shapes.h" /* pool_out_size */
 /* MaxPool2d (padding counts as -inf). argmax (batch, c, oh, ow) keeps the flat h*w index of
  * each maximum inside its (sample, channel) plane; the first maximum wins on ties, as PyTorch. */
 void maxpool2d_forward_cpu(int batch, int c, int h, int w, int k, int stride, int pad, const float *x, float *y,

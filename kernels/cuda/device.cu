@@ -1,4 +1,4 @@
-// device.cu: the CUDA device of core/device.h: cudaMalloc'd memory, a main non-blocking stream
+// device.cu: the CUDA device of kernels/device.h: cudaMalloc'd memory, a main non-blocking stream
 // with a cuBLAS handle bound to it, lane streams, and a collective stream (the `coll` view, whose
 // operations queue there and whose ordering with the main stream is by events). Every call is checked; a failure names the call, the device
 // and CUDA's reason. Kernel launches are asynchronous, so their failures surface at wait().
@@ -14,7 +14,7 @@
 #include "kernels/cuda/cuda_kernels.h"
 
 extern "C" {
-#include "core/device.h"
+#include "kernels/device.h"
 const char *dp_cuda_conv_impl(void); // conv_cudnn.cu
 }
 

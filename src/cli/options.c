@@ -17,7 +17,7 @@
 #include "data/chunks.h"
 #include "dp_config.h"
 #include "io/atomic.h"
-#include "kernels/cpu/dispatch.h"
+#include "kernels/kernels.h"
 #include "nn/model.h"
 #include "report/predict_report.h"
 

@@ -219,14 +219,17 @@ static dp_status log_collectives(dp_trainer *t) {
     if (t->cfg.predict_only) return DP_OK;
     for (int i = 0; i < t->trace.n; i++) {
         const dp_coll_record *r = &t->trace.recs[i];
-        dp_jbuf *j = dp_report_line(&t->report);
-        if (!j) return DP_OK;
-        dp_jbuf_printf(j, "{\"event\":\"collective\",\"step\":%ld,\"index\":%d,\"kind\":\"%s\",\"bytes\":%.0f,"
-                          "\"algorithm\":", t->step, i, kinds[r->kind], r->bytes);
-        dp_jbuf_string(j, r->algorithm ? r->algorithm : "");
-        dp_jbuf_printf(j, ",\"t_issue_s\":%.9g,\"seconds\":%.9g,\"ready_node\":%d}", r->t_issue, r->seconds,
-                       r->ready_node);
-        DP_TRY(dp_report_commit(&t->report));
+        if (!dp_report_logging(&t->report)) return DP_OK;
+        dp_json j = dp_json_begin("collective");
+        dp_json_int(&j, "step", t->step);
+        dp_json_int(&j, "index", i);
+        dp_json_str(&j, "kind", kinds[r->kind]);
+        dp_json_real(&j, "bytes", "%.0f", r->bytes);
+        dp_json_str(&j, "algorithm", r->algorithm);
+        dp_json_real(&j, "t_issue_s", "%.9g", r->t_issue);
+        dp_json_real(&j, "seconds", "%.9g", r->seconds);
+        dp_json_int(&j, "ready_node", r->ready_node);
+        DP_TRY(dp_report_json(&t->report, &j, 0));
     }
     return DP_OK;
 }

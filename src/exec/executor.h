@@ -1,5 +1,5 @@
 /* executor.h: how a device runs a step, and the only code that asks what a device can do
- * (core/device.h: caps). It owns the replicas this process drives (replica.h: arenas, lanes,
+ * (kernels/device.h: caps). It owns the replicas this process drives (replica.h: arenas, lanes,
  * slots), runs their lanes over threads (the CPU) or lane streams (a GPU) between fork and
  * join, zeroes and tree-sums the lanes' gradients, stages uploads through the device's pinned
  * memory, records and replays step graphs (graph.h), runs the forward and backward passes in
@@ -24,7 +24,7 @@
 #include <stdint.h>
 
 #include "backends/backend.h"
-#include "core/device.h"
+#include "kernels/device.h"
 #include "data/loader.h"
 #include "exec/graph.h"
 #include "exec/replica.h"

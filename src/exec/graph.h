@@ -1,5 +1,5 @@
 /* graph.h: the CUDA executor's step graphs. On a device that can record its queued work
- * (core/device.h: capture_begin), the device part of a micro-step is run once eagerly; when the
+ * (kernels/device.h: capture_begin), the device part of a micro-step is run once eagerly; when the
  * next micro-step has the same key it is recorded as one graph, and from then on each
  * micro-step with that key replays it: one launch instead of hundreds. The key must hold
  * everything the recorded work depends on (the lanes and their sample counts, the learning
@@ -12,7 +12,7 @@
 #include <stdint.h>
 
 #include "backends/backend.h"
-#include "core/device.h"
+#include "kernels/device.h"
 
 #define DP_GRAPH_SLOTS 16
 

@@ -7,7 +7,7 @@
 #ifndef DP_PROFILE_RUN_H
 #define DP_PROFILE_RUN_H
 
-#include "core/device.h"
+#include "kernels/device.h"
 #include "nn/model.h"
 #include "sim/profile.h"
 
@@ -16,7 +16,7 @@
 dp_status dp_profile_describe(const dp_model *m, const int *bucket_node, dp_profile *p);
 /* Adds (or replaces) the row (batch, concurrent) measured on dev (NULL: the CPU): medians over
  * `steps` steps after 2 warm-up steps, averaged over the workers. A device other than the host
- * takes one worker and needs timing events (core/device.h). */
+ * takes one worker and needs timing events (kernels/device.h). */
 dp_status dp_profile_measure(const dp_model *m, const dp_dev *dev, int batch, int concurrent, int steps,
                              dp_profile *p);
 

@@ -10,7 +10,7 @@
 #ifndef DP_REPLICA_H
 #define DP_REPLICA_H
 
-#include "core/device.h"
+#include "kernels/device.h"
 #include "nn/model.h"
 
 typedef struct {

@@ -1,6 +1,6 @@
 #include "nn/model.h"
 
-#include "core/device.h"
+#include "kernels/device.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -49,7 +49,7 @@ typedef struct {
 } dp_acts;
 
 dp_status dp_acts_create(const dp_model *m, int max_batch, int nthreads, dp_acts *a);
-/* The same on a device (core/device.h; NULL: the host). */
+/* The same on a device (kernels/device.h; NULL: the host). */
 struct dp_dev;
 dp_status dp_acts_create_on(const dp_model *m, int max_batch, int nthreads, const struct dp_dev *dev, dp_acts *a);
 /* Floats dp_acts_create allocates for these arguments (memory estimates, without allocating). */

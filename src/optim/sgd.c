@@ -1,11 +1,15 @@
 /* sgd.c: the SGD update through the device's kernel table, refused for a gradient that is not finite. */
 #include "optim/sgd.h"
 
-#include "kernels/cpu/sgd.h"
 #include "kernels/kernels.h"
 
-/* The CPU kernel's check (kernels/cpu/sgd.c), in the variant this CPU runs. */
-int dp_all_finite(const float *x, size_t n) { return all_finite_cpu(x, n); }
+/* The CPU table's check (kernels/cpu/sgd.c's, in the variant this CPU runs). */
+int dp_all_finite(const float *x, size_t n) {
+    const dp_kctx c = {.nthreads = 1};
+    float flag = 0;
+    dp_cpu_kernels.nonfinite(&c, n, x, &flag);
+    return flag == 0;
+}
 
 void dp_sgd_step(const dp_sgd *o, const dp_layout *L, float *params, const float *grads, float *momentum_buf,
                  float lr) {

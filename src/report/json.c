@@ -1,56 +1,24 @@
-/* json.c: the JSON line buffer and string escaping used by every --log writer. */
+/* json.c: the --log line as a cJSON object (json.h): UTF-8 repair for strings, fixed precision for reals. */
 #include "report/json.h"
 
-#include <stdarg.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-void dp_jbuf_free(dp_jbuf *b) {
-    free(b->p);
-    memset(b, 0, sizeof *b);
+dp_json dp_json_begin(const char *event) {
+    dp_json j = {.root = cJSON_CreateObject()};
+    j.at = j.root;
+    j.oom = !j.root;
+    dp_json_str(&j, "event", event);
+    return j;
 }
 
-void dp_jbuf_reset(dp_jbuf *b) {
-    b->len = 0;
-    b->oom = 0;
-    if (b->p) b->p[0] = '\0';
-}
-
-static int reserve(dp_jbuf *b, size_t more) {
-    if (b->oom) return 0;
-    if (b->len + more + 1 <= b->cap) return 1;
-    size_t cap = b->cap ? b->cap : 512;
-    while (cap < b->len + more + 1) cap *= 2;
-    char *p = realloc(b->p, cap);
-    if (!p) return b->oom = 1, 0;
-    b->p = p, b->cap = cap;
-    return 1;
-}
-
-static void put(dp_jbuf *b, const char *s, size_t n) {
-    if (!reserve(b, n)) return;
-    memcpy(b->p + b->len, s, n);
-    b->len += n;
-    b->p[b->len] = '\0';
-}
-
-void dp_jbuf_printf(dp_jbuf *b, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    char small[256];
-    int n = vsnprintf(small, sizeof small, fmt, ap);
-    va_end(ap);
-    if (n < 0) return;
-    if ((size_t)n < sizeof small) {
-        put(b, small, (size_t)n);
-        return;
+static void add(dp_json *j, const char *key, cJSON *item) {
+    if (!item || j->oom || !cJSON_AddItemToObject(j->at, key, item)) {
+        cJSON_Delete(item);
+        j->oom = 1;
     }
-    if (!reserve(b, (size_t)n)) return;
-    va_start(ap, fmt);
-    vsnprintf(b->p + b->len, (size_t)n + 1, fmt, ap);
-    va_end(ap);
-    b->len += (size_t)n;
 }
 
 /* Length of the valid UTF-8 sequence at s (1..4), or 0 if it is not one (overlong forms,
@@ -72,40 +40,79 @@ static int utf8_len(const unsigned char *s) {
     return n;
 }
 
-void dp_jbuf_string(dp_jbuf *b, const char *s) {
-    put(b, "\"", 1);
+char *dp_json_utf8(const char *s) {
     const unsigned char *p = (const unsigned char *)(s ? s : "");
+    char *out = malloc(3 * strlen((const char *)p) + 1); /* a bad byte (1) grows to U+FFFD (3) at most */
+    if (!out) return NULL;
+    size_t o = 0;
     while (*p) {
-        unsigned c = *p;
-        char esc[8];
-        if (c == '"' || c == '\\') {
-            esc[0] = '\\', esc[1] = (char)c;
-            put(b, esc, 2);
-            p++;
-        } else if (c < 0x20 || c == 0x7F) {
-            if (c == '\n') put(b, "\\n", 2);
-            else if (c == '\r') put(b, "\\r", 2);
-            else if (c == '\t') put(b, "\\t", 2);
-            else {
-                snprintf(esc, sizeof esc, "\\u%04x", c);
-                put(b, esc, 6);
-            }
-            p++;
+        int n = utf8_len(p);
+        if (n == 0) { /* one replacement per bad byte; the rest resynchronises */
+            memcpy(out + o, "\xef\xbf\xbd", 3);
+            o += 3, p++;
         } else {
-            int n = utf8_len(p);
-            if (n == 0) {
-                put(b, "\\ufffd", 6); /* one replacement per bad byte; the rest resynchronises */
-                p++;
-            } else {
-                put(b, (const char *)p, (size_t)n);
-                p += n;
-            }
+            memcpy(out + o, p, (size_t)n);
+            o += (size_t)n, p += n;
         }
     }
-    put(b, "\"", 1);
+    out[o] = '\0';
+    return out;
 }
 
-void dp_jbuf_kv_string(dp_jbuf *b, const char *key, const char *value, int first) {
-    dp_jbuf_printf(b, "%s\"%s\":", first ? "" : ",", key);
-    dp_jbuf_string(b, value);
+void dp_json_str(dp_json *j, const char *key, const char *s) {
+    if (j->oom) return;
+    char *v = dp_json_utf8(s);
+    add(j, key, v ? cJSON_CreateString(v) : NULL);
+    free(v);
+}
+
+void dp_json_int(dp_json *j, const char *key, long long v) {
+    if (j->oom) return;
+    char text[32]; /* as text: a double would round integers above 2^53 */
+    snprintf(text, sizeof text, "%lld", v);
+    add(j, key, cJSON_CreateRaw(text));
+}
+
+void dp_json_uint(dp_json *j, const char *key, unsigned long long v) {
+    if (j->oom) return;
+    char text[32];
+    snprintf(text, sizeof text, "%llu", v);
+    add(j, key, cJSON_CreateRaw(text));
+}
+
+void dp_json_real(dp_json *j, const char *key, const char *fmt, double v) {
+    if (j->oom) return;
+    char text[64] = "null";
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wformat-nonliteral" /* the callers' formats are literals for one double */
+    if (isfinite(v)) snprintf(text, sizeof text, fmt, v);
+#pragma GCC diagnostic pop
+    add(j, key, cJSON_CreateRaw(text));
+}
+
+cJSON *dp_json_array(dp_json *j, const char *key) {
+    if (j->oom) return NULL;
+    cJSON *a = cJSON_CreateArray();
+    add(j, key, a);
+    return j->oom ? NULL : a;
+}
+
+void dp_json_element(dp_json *j, cJSON *array) {
+    if (j->oom) return;
+    cJSON *o = cJSON_CreateObject();
+    if (!o || !array || !cJSON_AddItemToArray(array, o)) {
+        cJSON_Delete(o);
+        j->oom = 1;
+        return;
+    }
+    j->at = o;
+}
+
+void dp_json_at_root(dp_json *j) { j->at = j->root; }
+
+char *dp_json_print(dp_json *j) { return j->oom ? NULL : cJSON_PrintUnformatted(j->root); }
+
+void dp_json_free(dp_json *j) {
+    cJSON_Delete(j->root);
+    memset(j, 0, sizeof *j);
 }

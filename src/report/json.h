@@ -1,29 +1,43 @@
-/* json.h: builds one JSON line in memory. Owns the escaping of every string that goes into
- * --log, so a path with a control character or a byte that is not UTF-8 cannot make a log
- * line unparsable. A line is written whole (report.c), never piece by piece. */
+/* json.h: one --log line, built as a cJSON object and printed by cJSON (cJSON_PrintUnformatted):
+ * keys in the order they are added, no spaces. What this module adds to cJSON is the log's two
+ * rules for values:
+ * - a string is made valid UTF-8 first (each byte of an invalid or truncated sequence becomes
+ *   U+FFFD, as Python's errors="replace"), then cJSON escapes it, so a path with any byte in it
+ *   cannot make a line unparsable;
+ * - a measured real is written at the precision the log states for it (a printf format such as
+ *   "%.9g" for a float loss, "%.6f" for seconds), so each field keeps one spelling; NaN and Inf,
+ *   which JSON has no spelling for, are written as null (as cJSON writes them).
+ * A failed allocation anywhere marks the line (oom): it is dropped, never written in part. */
 #ifndef DP_REPORT_JSON_H
 #define DP_REPORT_JSON_H
 
-#include <stddef.h>
-
-#include "core/status.h"
+#include <cjson/cJSON.h>
 
 typedef struct {
-    char *p;
-    size_t len, cap;
-    int oom;            /* an append failed to grow the buffer: the line is dropped, not cut */
-} dp_jbuf;
+    cJSON *root; /* the line's object */
+    cJSON *at;   /* where fields go: the root, or the element of an array last opened */
+    int oom;
+} dp_json;
 
-void dp_jbuf_free(dp_jbuf *b);
-void dp_jbuf_reset(dp_jbuf *b);
-/* printf-style raw append (numbers, punctuation, keys the code spells itself). */
-void dp_jbuf_printf(dp_jbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* Appends s as a JSON string literal, quotes included. '"' '\\' and control characters are
- * escaped (\n \r \t, else \u00XX); valid UTF-8 passes through; each byte of an invalid or
- * truncated UTF-8 sequence becomes U+FFFD (written \ufffd), as Python's errors="replace".
- * NULL is written as "". */
-void dp_jbuf_string(dp_jbuf *b, const char *s);
-/* `"key":"value"` with the value escaped, preceded by a comma unless first. */
-void dp_jbuf_kv_string(dp_jbuf *b, const char *key, const char *value, int first);
+/* A line {"event":event}; later fields follow in the order added. */
+dp_json dp_json_begin(const char *event);
+/* s made valid UTF-8 (see above); NULL is written as "". */
+void dp_json_str(dp_json *j, const char *key, const char *s);
+void dp_json_int(dp_json *j, const char *key, long long v);
+void dp_json_uint(dp_json *j, const char *key, unsigned long long v);
+/* v printed with fmt, a printf format for one double; null when v is NaN or Inf. */
+void dp_json_real(dp_json *j, const char *key, const char *fmt, double v);
+/* An empty array under key; dp_json_element appends an object to it and makes that object where
+ * the next fields go, until dp_json_at_root. */
+cJSON *dp_json_array(dp_json *j, const char *key);
+void dp_json_element(dp_json *j, cJSON *array);
+void dp_json_at_root(dp_json *j);
+/* The line as text, without a newline (release it with cJSON_free); NULL after a failed allocation. */
+char *dp_json_print(dp_json *j);
+void dp_json_free(dp_json *j);
+
+/* s with every byte that is not part of valid UTF-8 (RFC 3629: no overlong forms, surrogates or
+ * code points above U+10FFFF) replaced by U+FFFD; malloc'd, NULL when out of memory. */
+char *dp_json_utf8(const char *s);
 
 #endif

@@ -27,17 +27,22 @@ dp_status dp_report_predictions(dp_reporter *r, const char *what, const dp_predi
                        1e3 * p->step_s, p->epoch_s, p->speedup, p->efficiency, 1e3 * p->compute_s,
                        1e3 * p->exposed_comm_s, 1e3 * p->serial_s, 1e3 * p->host_s,
                        s->devices[i] > t->devices ? "  (more devices than the topology has)" : "");
-            dp_jbuf *j = dp_report_line(r);
-            if (j) {
-                dp_jbuf_printf(j, "{\"event\":\"predict\",\"topology\":");
-                dp_jbuf_string(j, t->name);
-                dp_jbuf_printf(j,
-                        ",\"mode\":\"%s\",\"devices\":%d,\"step_s\":%.9g,\"epoch_s\":%.9g,\"speedup\":%.6g,"
-                        "\"efficiency\":%.6g,\"compute_s\":%.9g,\"exposed_comm_s\":%.9g,\"serial_s\":%.9g,"
-                        "\"host_s\":%.9g,\"comm_s\":%.9g,\"collectives\":%ld}",
-                        mode_names[m], s->devices[i], p->step_s, p->epoch_s, p->speedup, p->efficiency, p->compute_s,
-                        p->exposed_comm_s, p->serial_s, p->host_s, p->comm_s, p->collectives);
-                DP_TRY(dp_report_commit(r));
+            if (dp_report_logging(r)) {
+                dp_json j = dp_json_begin("predict");
+                dp_json_str(&j, "topology", t->name);
+                dp_json_str(&j, "mode", mode_names[m]);
+                dp_json_int(&j, "devices", s->devices[i]);
+                dp_json_real(&j, "step_s", "%.9g", p->step_s);
+                dp_json_real(&j, "epoch_s", "%.9g", p->epoch_s);
+                dp_json_real(&j, "speedup", "%.6g", p->speedup);
+                dp_json_real(&j, "efficiency", "%.6g", p->efficiency);
+                dp_json_real(&j, "compute_s", "%.9g", p->compute_s);
+                dp_json_real(&j, "exposed_comm_s", "%.9g", p->exposed_comm_s);
+                dp_json_real(&j, "serial_s", "%.9g", p->serial_s);
+                dp_json_real(&j, "host_s", "%.9g", p->host_s);
+                dp_json_real(&j, "comm_s", "%.9g", p->comm_s);
+                dp_json_int(&j, "collectives", p->collectives);
+                DP_TRY(dp_report_json(r, &j, 0));
             }
         }
     if (r->console) fflush(stdout);

@@ -1,10 +1,11 @@
 /* report.c: the console lines, the progress bar's drawing, and the --log file: lines are
- * built whole (json.c) and written a batch of complete lines at a time, every write checked. */
+ * built whole (json.c, cJSON) and written a batch of complete lines at a time, every write checked. */
 #include "report/report.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -84,9 +85,10 @@ dp_status dp_report_open(dp_reporter *r, const char *log_path, int append, int c
 static dp_status write_pending(dp_reporter *r) {
     if (!r->has_log || r->failed) return r->failed;
     size_t done = 0;
-    const dp_jbuf *b = &r->pending;
-    while (done < b->len) {
-        ssize_t k = write(r->fd, b->p + done, b->len - done);
+    const char *p = r->pending.p;
+    const size_t len = r->pending.len;
+    while (done < len) {
+        ssize_t k = write(r->fd, p + done, len - done);
         if (k < 0 && errno == EINTR) continue;
         if (k <= 0) {
             int err = k < 0 ? errno : ENOSPC;
@@ -95,7 +97,7 @@ static dp_status write_pending(dp_reporter *r) {
                 long long keep = r->written;
                 long lines = r->lines;
                 for (size_t i = 0; i < done; i++)
-                    if (b->p[i] == '\n') keep = r->written + (long long)i + 1, lines++;
+                    if (p[i] == '\n') keep = r->written + (long long)i + 1, lines++;
                 struct stat st;
                 if (fstat(r->fd, &st) == 0 && S_ISREG(st.st_mode)) {
                     if (ftruncate(r->fd, keep) == 0) r->written = keep, r->lines = lines;
@@ -109,23 +111,40 @@ static dp_status write_pending(dp_reporter *r) {
         }
         done += (size_t)k;
     }
-    r->written += (long long)b->len;
-    for (size_t i = 0; i < b->len; i++) r->lines += b->p[i] == '\n';
-    dp_jbuf_reset(&r->pending);
+    r->written += (long long)len;
+    for (size_t i = 0; i < len; i++) r->lines += p[i] == '\n';
+    r->pending.len = 0;
     return DP_OK;
 }
 
-/* Moves the finished line r->line into the pending batch; writes the batch when asked or large. */
-static dp_status commit_line(dp_reporter *r, int write_now) {
-    if (!r->has_log || r->failed) return r->failed;
-    if (r->line.oom) {
-        dp_jbuf_reset(&r->line);
-        return r->failed = dp_fail(DP_ERR_NOMEM, "--log %s: out of memory building a log line", r->path);
+static int append_pending(dp_reporter *r, const char *text, size_t n) {
+    if (r->pending.len + n + 1 > r->pending.cap) {
+        size_t cap = r->pending.cap ? r->pending.cap : 4096;
+        while (cap < r->pending.len + n + 1) cap *= 2;
+        char *p = realloc(r->pending.p, cap);
+        if (!p) return 0;
+        r->pending.p = p, r->pending.cap = cap;
     }
-    dp_jbuf_printf(&r->pending, "%s\n", r->line.p ? r->line.p : "");
-    dp_jbuf_reset(&r->line);
-    if (r->pending.oom) return r->failed = dp_fail(DP_ERR_NOMEM, "--log %s: out of memory buffering lines", r->path);
-    if (write_now || r->pending.len >= LOG_BATCH_BYTES) return write_pending(r);
+    memcpy(r->pending.p + r->pending.len, text, n);
+    r->pending.len += n;
+    return 1;
+}
+
+int dp_report_logging(const dp_reporter *r) { return r->has_log && !r->failed; }
+
+/* Prints the finished line into the pending batch and frees it; writes the batch when asked or large. */
+dp_status dp_report_json(dp_reporter *r, dp_json *line, int now) {
+    if (!dp_report_logging(r)) {
+        dp_json_free(line);
+        return r->failed;
+    }
+    char *text = dp_json_print(line);
+    dp_json_free(line);
+    if (!text) return r->failed = dp_fail(DP_ERR_NOMEM, "--log %s: out of memory building a log line", r->path);
+    int ok = append_pending(r, text, strlen(text)) && append_pending(r, "\n", 1);
+    cJSON_free(text);
+    if (!ok) return r->failed = dp_fail(DP_ERR_NOMEM, "--log %s: out of memory buffering lines", r->path);
+    if (now || r->pending.len >= LOG_BATCH_BYTES) return write_pending(r);
     return DP_OK;
 }
 
@@ -141,23 +160,23 @@ static dp_status check_stdout(void) {
     return dp_fail(DP_ERR_IO, "writing to standard output failed: %s", err ? strerror(err) : "stream error");
 }
 
-dp_status dp_report_config(dp_reporter *r, const dp_jbuf *fields) {
-    if (!r->has_log) return DP_OK;
-    dp_jbuf_printf(&r->line, "{\"event\":\"config\",%s}", fields->p ? fields->p : "");
-    if (fields->oom) r->line.oom = 1;
-    return commit_line(r, 1);
-}
+/* The formats of the reals in the log: a float at 9 significant digits (enough to tell every float
+ * apart), a double measurement at 9, a fraction or a time in seconds to the microsecond. */
+#define F_FLOAT "%.9g"
+#define F_REAL "%.9g"
+#define F_FRAC "%.6f"
+#define F_SECONDS "%.6f"
 
 dp_status dp_report_step(dp_reporter *r, int epoch, long step, double loss, double lr, double seconds) {
     if (!r->has_log) return DP_OK;
-    dp_jbuf_printf(&r->line, "{\"event\":\"step\",\"epoch\":%d,\"step\":%ld,\"loss\":%.9g,\"lr\":%.9g,\"seconds\":%.6g}",
-                   epoch, step, (float)loss, (float)lr, seconds);
-    return commit_line(r, 0);
+    dp_json j = dp_json_begin("step");
+    dp_json_int(&j, "epoch", epoch);
+    dp_json_int(&j, "step", step);
+    dp_json_real(&j, "loss", F_FLOAT, (float)loss);
+    dp_json_real(&j, "lr", F_FLOAT, (float)lr);
+    dp_json_real(&j, "seconds", "%.6g", seconds);
+    return dp_report_json(r, &j, 0);
 }
-
-dp_jbuf *dp_report_line(dp_reporter *r) { return r->has_log && !r->failed ? &r->line : NULL; }
-
-dp_status dp_report_commit(dp_reporter *r) { return commit_line(r, 0); }
 
 static dp_status clear_bar(dp_reporter *r) {
     if (r->progress && r->last_draw > 0) {
@@ -208,25 +227,40 @@ dp_status dp_report_epoch(dp_reporter *r, const dp_epoch_report *e) {
         DP_TRY(check_stdout());
     }
     if (r->has_log) {
-        dp_jbuf *b = &r->line;
-        dp_jbuf_printf(b,
-                       "{\"event\":\"epoch\",\"epoch\":%d,\"steps\":%ld,\"lr\":%.9g,\"train_loss\":%.9g,"
-                       "\"train_acc\":%.6f,\"test_loss\":%.9g,\"test_acc\":%.6f,\"seconds\":%.6f,"
-                       "\"eval_seconds\":%.6f,\"images_per_s\":%.3f,\"data_wait_s\":%.6f,\"compute_s\":%.6f,"
-                       "\"comm_calls\":%ld,\"comm_bytes\":%.0f,\"comm_s\":%.6f,\"comm_hidden_frac\":%.6f,"
-                       "\"skipped_steps\":%ld,\"first_batch\":%d",
-                       e->epoch, e->steps, e->lr, e->train_loss, e->train_acc, e->test_loss, e->test_acc, e->seconds,
-                       e->eval_seconds, e->images_per_s, e->data_wait_s, e->compute_s, calls, bytes, comm_s, hidden,
-                       e->skipped_steps, e->first_batch);
+        dp_json j = dp_json_begin("epoch");
+        dp_json_int(&j, "epoch", e->epoch);
+        dp_json_int(&j, "steps", e->steps);
+        dp_json_real(&j, "lr", F_REAL, e->lr);
+        dp_json_real(&j, "train_loss", F_REAL, e->train_loss);
+        dp_json_real(&j, "train_acc", F_FRAC, e->train_acc);
+        dp_json_real(&j, "test_loss", F_REAL, e->test_loss);
+        dp_json_real(&j, "test_acc", F_FRAC, e->test_acc);
+        dp_json_real(&j, "seconds", F_SECONDS, e->seconds);
+        dp_json_real(&j, "eval_seconds", F_SECONDS, e->eval_seconds);
+        dp_json_real(&j, "images_per_s", "%.3f", e->images_per_s);
+        dp_json_real(&j, "data_wait_s", F_SECONDS, e->data_wait_s);
+        dp_json_real(&j, "compute_s", F_SECONDS, e->compute_s);
+        dp_json_int(&j, "comm_calls", calls);
+        dp_json_real(&j, "comm_bytes", "%.0f", bytes);
+        dp_json_real(&j, "comm_s", F_SECONDS, comm_s);
+        dp_json_real(&j, "comm_hidden_frac", F_FRAC, hidden);
+        dp_json_int(&j, "skipped_steps", e->skipped_steps);
+        dp_json_int(&j, "first_batch", e->first_batch);
         static const char *const names[DP_COLL_KINDS] = {"allreduce", "broadcast", "reduce", "allgather", "gather",
-                                                             "scatter", "barrier"};
+                                                         "scatter", "barrier"};
         for (int k = 0; k < DP_COLL_KINDS; k++)
-            if (e->comm.calls[k])
-                dp_jbuf_printf(b, ",\"%s_calls\":%ld,\"%s_bytes\":%.0f,\"%s_link_bytes\":%.0f,\"%s_s\":%.6f", names[k],
-                               e->comm.calls[k], names[k], e->comm.bytes[k], names[k], e->comm.link_bytes[k], names[k],
-                               e->comm.seconds[k]);
-        dp_jbuf_printf(b, "}");
-        DP_TRY(commit_line(r, 1)); /* every epoch reaches the disk, so a full disk shows at once */
+            if (e->comm.calls[k]) {
+                char key[32];
+                snprintf(key, sizeof key, "%s_calls", names[k]);
+                dp_json_int(&j, key, e->comm.calls[k]);
+                snprintf(key, sizeof key, "%s_bytes", names[k]);
+                dp_json_real(&j, key, "%.0f", e->comm.bytes[k]);
+                snprintf(key, sizeof key, "%s_link_bytes", names[k]);
+                dp_json_real(&j, key, "%.0f", e->comm.link_bytes[k]);
+                snprintf(key, sizeof key, "%s_s", names[k]);
+                dp_json_real(&j, key, F_SECONDS, e->comm.seconds[k]);
+            }
+        DP_TRY(dp_report_json(r, &j, 1)); /* every epoch reaches the disk, so a full disk shows at once */
     }
     return DP_OK;
 }
@@ -245,29 +279,21 @@ dp_status dp_report_final(dp_reporter *r, const char *dataset, double test_acc, 
         DP_TRY(check_stdout());
     }
     if (r->has_log) {
-        dp_jbuf *b = &r->line;
-        dp_jbuf_printf(b, "{\"event\":\"final\",\"test_acc\":%.6f,\"per_class\":[", test_acc);
+        dp_json j = dp_json_begin("final");
+        dp_json_real(&j, "test_acc", F_FRAC, test_acc);
+        cJSON *per_class = dp_json_array(&j, "per_class");
         for (int k = 0; k < n_classes; k++) {
             char fallback[16];
             snprintf(fallback, sizeof fallback, "%d", k);
-            dp_jbuf_printf(b, "%s{\"class\":", k ? "," : "");
-            dp_jbuf_string(b, class_names ? class_names[k] : fallback);
-            dp_jbuf_printf(b, ",\"acc\":%.6f,\"correct\":%ld,\"count\":%ld}",
-                           count[k] ? (double)correct[k] / count[k] : 0.0, correct[k], count[k]);
+            dp_json_element(&j, per_class);
+            dp_json_str(&j, "class", class_names ? class_names[k] : fallback);
+            dp_json_real(&j, "acc", F_FRAC, count[k] ? (double)correct[k] / count[k] : 0.0);
+            dp_json_int(&j, "correct", correct[k]);
+            dp_json_int(&j, "count", count[k]);
         }
-        dp_jbuf_printf(b, "]}");
-        DP_TRY(commit_line(r, 1));
+        DP_TRY(dp_report_json(r, &j, 1));
     }
     return DP_OK;
-}
-
-dp_status dp_report_event(dp_reporter *r, const char *event, const dp_jbuf *fields) {
-    if (!r->has_log) return DP_OK;
-    dp_jbuf_printf(&r->line, "{\"event\":");
-    dp_jbuf_string(&r->line, event);
-    dp_jbuf_printf(&r->line, ",%s}", fields->p ? fields->p : "");
-    if (fields->oom) r->line.oom = 1;
-    return commit_line(r, 1);
 }
 
 void dp_report_error(dp_reporter *r, const char *message) {
@@ -276,13 +302,12 @@ void dp_report_error(dp_reporter *r, const char *message) {
         fflush(stdout);
         r->last_draw = 0;
     }
-    if (!r->has_log || r->failed) return;
-    dp_jbuf_printf(&r->line, "{\"event\":\"error\",\"message\":");
-    dp_jbuf_string(&r->line, message);
-    dp_jbuf_printf(&r->line, "}");
+    if (!dp_report_logging(r)) return;
+    dp_json j = dp_json_begin("error");
+    dp_json_str(&j, "message", message);
     char keep[DP_ERROR_MAX];
     snprintf(keep, sizeof keep, "%s", dp_last_error()); /* a failing log write must not replace the run's reason */
-    if (commit_line(r, 1) != DP_OK) dp_set_error(keep);
+    if (dp_report_json(r, &j, 1) != DP_OK) dp_set_error(keep);
 }
 
 dp_status dp_report_close(dp_reporter *r) {
@@ -292,8 +317,8 @@ dp_status dp_report_close(dp_reporter *r) {
     int closed = close(r->fd);
     int err = errno;
     r->has_log = 0;
-    dp_jbuf_free(&r->line);
-    dp_jbuf_free(&r->pending);
+    free(r->pending.p);
+    memset(&r->pending, 0, sizeof r->pending);
     if (w != DP_OK) return w;
     if (closed != 0) return dp_fail(DP_ERR_IO, "--log %s: closing failed: %s", r->path, strerror(err));
     return s;
@@ -302,6 +327,6 @@ dp_status dp_report_close(dp_reporter *r) {
 void dp_report_discard(dp_reporter *r) {
     if (r->has_log) close(r->fd);
     r->has_log = 0;
-    dp_jbuf_free(&r->line);
-    dp_jbuf_free(&r->pending);
+    free(r->pending.p);
+    memset(&r->pending, 0, sizeof r->pending);
 }

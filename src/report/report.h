@@ -19,8 +19,10 @@ typedef struct {
     int has_log;            /* --log given and open (a zeroed reporter has none) */
     int fd;
     char path[4096];
-    dp_jbuf line;           /* the line being built */
-    dp_jbuf pending;        /* complete lines not yet written */
+    struct {
+        char *p;
+        size_t len, cap;
+    } pending;              /* complete lines not yet written */
     long long written;      /* bytes of complete lines in the file */
     long lines;             /* complete lines in the file */
     dp_status failed;       /* sticky: the log failed, later writes are skipped */
@@ -53,24 +55,22 @@ dp_status dp_report_check_path(const char *log_path);
 /* Opens the log (if path != NULL) for writing, or appending (a resumed run continues its log);
  * nothing is created when this fails. */
 dp_status dp_report_open(dp_reporter *r, const char *log_path, int append, int console, int progress);
-/* The run's settings as the first log object: `fields` holds the body (no braces) built with
- * dp_jbuf_*, so every string in it is escaped. */
-dp_status dp_report_config(dp_reporter *r, const dp_jbuf *fields);
 /* seconds: the step's wall time, from the end of the previous step (data wait included). */
 dp_status dp_report_step(dp_reporter *r, int epoch, long step, double loss, double lr, double seconds);
-/* The reporter's line buffer for another module's event (the overhead model's): build the
- * object in it with dp_jbuf_*, then dp_report_commit. NULL when there is no log. */
-dp_jbuf *dp_report_line(dp_reporter *r);
-dp_status dp_report_commit(dp_reporter *r);
+/* Whether a line handed to dp_report_json would be written (a log is open and has not failed):
+ * lines built only for the log (the config, the overhead model's) are built only then. */
+int dp_report_logging(const dp_reporter *r);
+/* Writes a line built with dp_json_* (json.h) and frees it, also when there is no log. now: the line
+ * (and those pending) reach the file at once (the config, resume, checkpoint and stopped events);
+ * otherwise in the next batch (step, collective and prediction lines). A line whose building ran out
+ * of memory fails the log, naming it. */
+dp_status dp_report_json(dp_reporter *r, dp_json *line, int now);
 /* Redraws the progress bar at most ten times a second. */
 dp_status dp_report_progress(dp_reporter *r, int epoch, int epochs, int batch, int n_batches, double running_loss,
                              double images_per_s, double elapsed_s);
 dp_status dp_report_epoch(dp_reporter *r, const dp_epoch_report *e);
 dp_status dp_report_final(dp_reporter *r, const char *dataset, double test_acc, int n_classes, const long *correct,
                           const long *count, const char *const *class_names);
-/* A log object {"event":event,<fields>} (resume, checkpoint, stopped), written at once; fields is
- * the body built with dp_jbuf_*. */
-dp_status dp_report_event(dp_reporter *r, const char *event, const dp_jbuf *fields);
 /* Best effort: the error line is written if the log still works. */
 void dp_report_error(dp_reporter *r, const char *message);
 /* Writes what is pending and closes the log; fails if the data could not be written. */

@@ -15,7 +15,7 @@
 #include "io/atomic.h"
 #include "io/checkpoint.h"
 #include "io/ckpt_dir.h"
-#include "kernels/cpu/dispatch.h"
+#include "kernels/kernels.h"
 #include "optim/sgd.h"
 #include "train/signals.h"
 #include "train/strategy.h"
@@ -182,12 +182,12 @@ dp_status dp_persist_save(dp_trainer *t, const char *flag, const char *path) {
         return dp_fail(s, "%s%s%s", msg, t->last_ckpt[0] ? "; the last good checkpoint is " : "", t->last_ckpt);
     }
     snprintf(t->last_ckpt, sizeof t->last_ckpt, "%s", path);
-    dp_jbuf f = {0};
-    dp_jbuf_printf(&f, "\"epoch\":%d,\"next_batch\":%d,\"step\":%ld", t->next_epoch, t->next_batch, t->step);
-    dp_jbuf_kv_string(&f, "path", path, 0);
-    s = dp_report_event(&t->report, "checkpoint", &f);
-    dp_jbuf_free(&f);
-    DP_TRY(s);
+    dp_json f = dp_json_begin("checkpoint");
+    dp_json_int(&f, "epoch", t->next_epoch);
+    dp_json_int(&f, "next_batch", t->next_batch);
+    dp_json_int(&f, "step", t->step);
+    dp_json_str(&f, "path", path);
+    DP_TRY(dp_report_json(&t->report, &f, 1));
     if (path == buf) DP_TRY(dp_ckpt_dir_prune(t->cfg.checkpoint_dir, t->cfg.keep));
     return DP_OK;
 }

@@ -22,6 +22,7 @@
 #include "io/checkpoint.h"
 #include "io/ckpt_dir.h"
 #include "report/progress.h"
+#include "exec/devices.h"
 #include "exec/memory.h"
 #include "train/signals.h"
 #include "train/strategy.h"
@@ -329,41 +330,48 @@ static int canonical_order(const dp_trainer *t) {
     return t->have_train && t->sampler.plan.canonical && t->backend->ordered;
 }
 
-/* Every string goes through the JSON escaper: a path or name may hold any byte. */
+/* Strings go through dp_json_str: a path or name may hold any byte. */
 static dp_status log_config(dp_trainer *t) {
     const dp_config *c = &t->cfg;
     size_t n_params = 0; /* real parameters, not the arena's alignment padding */
     for (int i = 0; i < t->model.params.n_tensors; i++) n_params += t->model.params.tensors[i].s.count;
-    dp_jbuf b = {0};
-    dp_jbuf_kv_string(&b, "version", DP_VERSION, 1);
-    dp_jbuf_kv_string(&b, "model", t->model.name, 0);
-    dp_jbuf_printf(&b, ",\"params\":%zu", n_params);
-    dp_jbuf_kv_string(&b, "dataset", t->test.name, 0);
-    dp_jbuf_kv_string(&b, "data", strcmp(c->data.name, "synthetic") == 0 ? "" : c->data.dir, 0);
-    dp_jbuf_printf(&b, ",\"train_samples\":%d,\"test_samples\":%d", t->have_train ? t->train.n : 0, t->test.n);
-    dp_jbuf_kv_string(&b, "backend", dp_backend_name(t->backend), 0);
+    dp_json b = dp_json_begin("config");
+    dp_json_str(&b, "version", DP_VERSION);
+    dp_json_str(&b, "model", t->model.name);
+    dp_json_uint(&b, "params", n_params);
+    dp_json_str(&b, "dataset", t->test.name);
+    dp_json_str(&b, "data", strcmp(c->data.name, "synthetic") == 0 ? "" : c->data.dir);
+    dp_json_int(&b, "train_samples", t->have_train ? t->train.n : 0);
+    dp_json_int(&b, "test_samples", t->test.n);
+    dp_json_str(&b, "backend", dp_backend_name(t->backend));
     char devices[1024] = "";
     for (int i = 0; i < t->n_devs; i++) { /* one line per device opened: the same text for --device cpu */
         const size_t at = strlen(devices);
         if (i == 0 || t->devs[i] != t->devs[0])
             snprintf(devices + at, sizeof devices - at, "%s%s", at ? "; " : "", t->devs[i]->desc);
     }
-    dp_jbuf_kv_string(&b, "device", devices, 0);
-    dp_jbuf_printf(&b, ",\"world\":%d", t->world);
-    dp_jbuf_kv_string(&b, "mode", c->mode == DP_MODE_DDP ? "ddp" : "dp", 0);
-    dp_jbuf_printf(&b,
-                   ",\"batch_size\":%d,\"epochs\":%d,\"lr\":%.9g,\"momentum\":%.9g,\"weight_decay\":%.9g,"
-                   "\"nesterov\":%d,\"seed\":%llu,\"threads\":%d,\"workers\":%d,\"lanes\":%d,\"buckets\":%d,"
-                   "\"accumulate\":%d,\"sync_bn\":%d,\"overlap\":%d",
-                   c->batch_size, c->epochs, c->lr, c->momentum, c->weight_decay, c->nesterov,
-                   (unsigned long long)c->seed, c->threads, c->workers, t->ex.n_lanes, t->model.params.n_buckets,
-                   c->accumulate, c->sync_bn, c->overlap);
-    dp_jbuf_kv_string(&b, "allreduce", t->backend->algorithm, 0);
-    dp_jbuf_printf(&b, ",\"chunks\":%d,\"canonical_order\":%d,\"data_on_device\":%d", c->chunks, canonical_order(t),
-                   t->ex.resident);
-    dp_status s = dp_report_config(&t->report, &b);
-    dp_jbuf_free(&b);
-    DP_TRY(s);
+    dp_json_str(&b, "device", devices);
+    dp_json_int(&b, "world", t->world);
+    dp_json_str(&b, "mode", c->mode == DP_MODE_DDP ? "ddp" : "dp");
+    dp_json_int(&b, "batch_size", c->batch_size);
+    dp_json_int(&b, "epochs", c->epochs);
+    dp_json_real(&b, "lr", "%.9g", c->lr);
+    dp_json_real(&b, "momentum", "%.9g", c->momentum);
+    dp_json_real(&b, "weight_decay", "%.9g", c->weight_decay);
+    dp_json_int(&b, "nesterov", c->nesterov);
+    dp_json_uint(&b, "seed", (unsigned long long)c->seed);
+    dp_json_int(&b, "threads", c->threads);
+    dp_json_int(&b, "workers", c->workers);
+    dp_json_int(&b, "lanes", t->ex.n_lanes);
+    dp_json_int(&b, "buckets", t->model.params.n_buckets);
+    dp_json_int(&b, "accumulate", c->accumulate);
+    dp_json_int(&b, "sync_bn", c->sync_bn);
+    dp_json_int(&b, "overlap", c->overlap);
+    dp_json_str(&b, "allreduce", t->backend->algorithm);
+    dp_json_int(&b, "chunks", c->chunks);
+    dp_json_int(&b, "canonical_order", canonical_order(t));
+    dp_json_int(&b, "data_on_device", t->ex.resident);
+    DP_TRY(dp_report_json(&t->report, &b, 1));
     if (t->report.console && t->have_train && !canonical_order(t))
         printf("note: %s, so results equal other replica counts only within float rounding (bitwise for every "
                "replica count that divides --chunks %d, with --allreduce ordered)\n",
@@ -536,13 +544,12 @@ static dp_status say_stopped(dp_trainer *t, int after_training) {
         fprintf(stderr, "dptrain: stopped by %s after step %ld (epoch %d); nothing saved: add --checkpoint DIR to be "
                 "able to resume\n", dp_signal_name(t->stop_signal), t->step, t->epoch);
     fflush(stderr);
-    dp_jbuf f = {0};
-    dp_jbuf_printf(&f, "\"signal\":\"%s\",\"epoch\":%d,\"step\":%ld", dp_signal_name(t->stop_signal), t->epoch,
-                   t->step);
-    dp_jbuf_kv_string(&f, "checkpoint", t->last_ckpt, 0);
-    dp_status s = dp_report_event(&t->report, "stopped", &f);
-    dp_jbuf_free(&f);
-    return s;
+    dp_json f = dp_json_begin("stopped");
+    dp_json_str(&f, "signal", dp_signal_name(t->stop_signal));
+    dp_json_int(&f, "epoch", t->epoch);
+    dp_json_int(&f, "step", t->step);
+    dp_json_str(&f, "checkpoint", t->last_ckpt);
+    return dp_report_json(&t->report, &f, 1);
 }
 
 static dp_status run(dp_trainer *t) {
@@ -550,12 +557,12 @@ static dp_status run(dp_trainer *t) {
     if (t->cfg.eval_only) return final_eval(t, NULL);
     if (t->cfg.predict_only) return DP_OK; /* the overhead model alone: the caller runs it */
     if (t->last_ckpt[0]) {
-        dp_jbuf f = {0};
-        dp_jbuf_printf(&f, "\"epoch\":%d,\"next_batch\":%d,\"step\":%ld", t->start_epoch, t->start_batch, t->step);
-        dp_jbuf_kv_string(&f, "path", t->last_ckpt, 0);
-        dp_status s = dp_report_event(&t->report, "resume", &f);
-        dp_jbuf_free(&f);
-        DP_TRY(s);
+        dp_json f = dp_json_begin("resume");
+        dp_json_int(&f, "epoch", t->start_epoch);
+        dp_json_int(&f, "next_batch", t->start_batch);
+        dp_json_int(&f, "step", t->step);
+        dp_json_str(&f, "path", t->last_ckpt);
+        DP_TRY(dp_report_json(&t->report, &f, 1));
     }
     if (t->last_ckpt[0] && dp_trainer_holds_rank0(t) && !t->cfg.quiet)
         printf("resuming from %s: epoch %d, batch %d, step %ld\n", t->last_ckpt, t->start_epoch, t->start_batch,

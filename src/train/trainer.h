@@ -27,7 +27,7 @@ typedef struct dp_trainer {
     dp_dataset train, test;
     int have_train;
     dp_backend_t backend;
-    dp_dev *dev;              /* the device opened for the run (core/device.h): devs[0] */
+    dp_dev *dev;              /* the device opened for the run (kernels/device.h): devs[0] */
     dp_dev *devs[DP_MAX_LOCAL_DEVICES]; /* nccl --gpus: one per local replica; else devs[0] alone */
     int n_devs;
     int world;                /* replicas over all processes */

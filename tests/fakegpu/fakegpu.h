@@ -20,7 +20,8 @@
 #include <pthread.h>
 #include <stddef.h>
 
-#include "core/device.h"
+#include "exec/devices.h"
+#include "kernels/device.h"
 
 /* The device kind "fakegpu" (ordinals 0..7; no TF32). */
 extern const dp_dev_kind dp_fakegpu_device;

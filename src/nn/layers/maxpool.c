@@ -1,7 +1,7 @@
 /* MaxPool2d layer; ctx keeps the argmax of each output for backward. */
 #include <stdint.h>
 
-#include "kernels/cpu/pool.h"
+#include "kernels/shapes.h"
 #include "nn/layer.h"
 
 static dp_status plan(dp_layer *l, dp_layout *params, dp_layout *buffers) {

@@ -1,5 +1,5 @@
 /* gpu_plugin.c: finds and loads the GPU plugin (gpu_plugin.h) on first use. */
-#include "core/gpu_plugin.h"
+#include "backends/gpu_plugin.h"
 
 #include <dlfcn.h>
 #include <pthread.h>

@@ -1,12 +1,13 @@
-/* device_registry.c: the devices --device can name. The build lists the ones it linked in
+/* devices.c: the devices --device can name. The build lists the ones it linked in
  * (generated dp_devices.h: one X(name) per device folder, whose kind is dp_<name>_device), the ones
- * in the GPU plugin, loaded when first named (core/gpu_plugin.h), and the ones it left out, with
+ * in the GPU plugin, loaded when first named (backends/gpu_plugin.h), and the ones it left out, with
  * how to get them; tests may add their own. */
+#include "exec/devices.h"
+
 #include <stdio.h>
 #include <string.h>
 
-#include "core/device.h"
-#include "core/gpu_plugin.h"
+#include "backends/gpu_plugin.h"
 #include "dp_config.h"
 #include "dp_devices.h"
 

@@ -1,7 +1,7 @@
-/* plugin.c: the GPU plugin's table (core/gpu_plugin.h): what dptrain_cuda.so offers the core, which
+/* gpu_plugin_table.c: the GPU plugin's table (gpu_plugin.h): what dptrain_cuda.so offers the core, which
  * loads it on first use. Compiled only into the plugin (and into the test programs that link its
  * objects directly). */
-#include "core/gpu_plugin.h"
+#include "backends/gpu_plugin.h"
 #include "dp_config.h"
 
 #if DP_HAVE_NCCL

@@ -14,8 +14,8 @@
 #define DP_GPU_PLUGIN_H
 
 #include "backends/backend.h"
-#include "core/device.h"
 #include "core/status.h"
+#include "kernels/device.h"
 
 /* The file the plugin is built as. */
 #define DP_GPU_PLUGIN_FILE "dptrain_cuda.so"

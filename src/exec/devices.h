@@ -1,0 +1,20 @@
+/* devices.h: the registry of the devices --device can name (devices.c): the ones the build linked in
+ * (generated dp_devices.h: one X(name) per device folder, whose kind is dp_<name>_device), the ones in
+ * the GPU plugin, loaded when first named (backends/gpu_plugin.h), and the ones tests register. It
+ * sits above the backends because the plugin also carries one; the device seam itself is
+ * kernels/device.h. */
+#ifndef DP_EXEC_DEVICES_H
+#define DP_EXEC_DEVICES_H
+
+#include "core/status.h"
+#include "kernels/device.h"
+
+/* Opens the device named `name` from the registry. An unknown name, or a device this build
+ * left out, fails with a message that lists what there is and how to get the missing one. */
+dp_status dp_dev_open(const char *name, int ordinal, int tf32, dp_dev **out);
+void dp_dev_close(dp_dev *d);
+/* Adds a device kind (tests: a device that is not offered to users); fails when the name is
+ * taken or the registry is full. */
+dp_status dp_dev_register(const dp_dev_kind *kind);
+
+#endif
