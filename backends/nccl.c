@@ -6,7 +6,7 @@
  * over MPI; backends/launch_env.h); or it drives the GPUs --gpus lists, one replica and one
  * communicator each, all created in one group (ranks first .. first + n_local - 1; one process, or
  * one process per node that each list as many). Collectives are queued on each device's collective
- * stream (core/device.h), in stream order after the kernels that wrote their buffers.
+ * stream (kernels/device.h), in stream order after the kernels that wrote their buffers.
  *
  * The communicators are non-blocking (ncclConfig_t.blocking = 0): every NCCL call that returns
  * ncclInProgress is polled with ncclCommGetAsyncError until done, and after --timeout seconds the

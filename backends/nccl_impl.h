@@ -22,7 +22,7 @@ typedef struct {
     ncclComm_t comm;
     int rank;        /* its global rank */
     int gpu;         /* its CUDA ordinal (-1 under the test double, whose ranks move host memory) */
-    dp_dev *dev;     /* where its collectives run: the device's collective stream (core/device.h: coll) */
+    dp_dev *dev;     /* where its collectives run: the device's collective stream (kernels/device.h: coll) */
     dp_dev *home;    /* the trainer's device; its waits call the watch while this backend lives */
     float *scratch;  /* the shard owner's receive buffer: world pieces of the largest shard */
     size_t scratch_n;

@@ -3,7 +3,7 @@
  * tested on any machine (tests/test_memory.c).
  *
  * The check (src/exec/memory.c) compares the run's arenas and activations plus the device's reserve
- * (core/device.h: reserved, 256 MiB for the CUDA device's cuDNN handle, plans, graphs) with the free
+ * (kernels/device.h: reserved, 256 MiB for the CUDA device's cuDNN handle, plans, graphs) with the free
  * memory read after ncclCommInitRankConfig. NCCL allocates more later, lazily: the buffers of each
  * point-to-point connection at the first send or receive to that peer, the ring and tree buffers at
  * the first collective that uses them (NCCL_RUNTIME_CONNECT, the default since 2.22), each of them
