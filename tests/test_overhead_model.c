@@ -642,6 +642,39 @@ static void test_predict_command(void **state) {
     free(out);
 }
 
+/* predict --compute builds what it predicts from (the model's shapes, parameters and buckets),
+ * not a trainer: report 004's ResNet-18 rows (224x224, a global batch of 256) took 18 GB for the
+ * activations and data of a run that never trains. Under a 2 GB address-space limit both rows
+ * predict, and give what the profile's own numbers give. */
+static void test_predict_memory(void **state) {
+    (void)state;
+    static const char *const rows[][2] = {{"nvlink4", "h100-resnet18"}, {"pcie4", "rtx4090-resnet18"}};
+    const char *log = tu_path("resnet18.jsonl");
+    for (int i = 0; i < 2; i++) {
+        char *out = NULL;
+        const char *bin = getenv("DPTRAIN") ? getenv("DPTRAIN") : "./dptrain";
+        /* a sanitizer maps terabytes of shadow memory: the limit is for the plain build */
+#ifdef DP_TEST_SANITIZED
+        const char *limit = "true";
+#else
+        const char *limit = "ulimit -v 2097152";
+#endif
+        int rc = tu_sh(&out, "%s && %s predict --model resnet18 --dataset synthetic --shape 3x224x224 --samples 2560 "
+                             "--batch-size 256 --topology %s --compute %s/%s.profile --log %s --quiet",
+                       limit, bin, rows[i][0], DP_SOURCE_PRESETS, rows[i][1], log);
+        if (rc != 0) fail_msg("%s: rc %d: %s", rows[i][0], rc, out ? out : "");
+        free(out);
+        char *text = NULL;
+        assert_int_equal(tu_sh(&text, "grep -c '\"event\":\"predict\"' %s", log), 0);
+        assert_int_equal(atoi(text), 2 * 4); /* DDP and DP on 1, 2, 4, 8 */
+        free(text);
+        assert_int_equal(tu_sh(&text, "grep '\"event\":\"config\"' %s", log), 0);
+        assert_true(tu_contains(text, "\"params\":11181642"));
+        assert_true(tu_contains(text, "\"steps_per_epoch\":10"));
+        free(text);
+    }
+}
+
 /* A sim run with --predict records its collectives (the last step's go into the log) and predicts
  * from a profile it measures. */
 static void test_run_records(void **state) {
@@ -696,6 +729,7 @@ int main(void) {
         cmocka_unit_test(test_ddp_overlap),
         cmocka_unit_test(test_profile_interpolation),
         cmocka_unit_test(test_ddp_prediction),
+        cmocka_unit_test(test_predict_memory),
         cmocka_unit_test(test_dp_chain),
         cmocka_unit_test(test_sweep_speedup),
         cmocka_unit_test(test_cpu_lanes),

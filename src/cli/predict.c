@@ -7,6 +7,8 @@
 #include <stdio.h>
 
 #include "core/timer.h"
+#include "data/sampler.h"
+#include "dp_config.h"
 #include "io/atomic.h"
 #include "report/predict_report.h"
 #include "exec/profile_run.h"
@@ -23,14 +25,14 @@ typedef struct {
 /* Per device count on a shared host (CPU processes): the lanes of a device's share (the
  * --chunks plan: C / N when N divides C) and the threads that run them (the cores split over
  * the processes). A GPU runs its share as one lane. */
-static int lanes_for(const dp_trainer *t, const dp_topology *topo, int n) {
+static int lanes_for(const dp_config *c, const dp_topology *topo, int n) {
     if (!topo->shared_memory_bus) return 1;
-    return t->cfg.chunks / n > 1 ? t->cfg.chunks / n : 1;
+    return c->chunks / n > 1 ? c->chunks / n : 1;
 }
 
-static int workers_for(const dp_trainer *t, const dp_topology *topo, int n) {
+static int workers_for(const dp_config *c, const dp_topology *topo, int n) {
     if (!topo->shared_memory_bus) return 1;
-    return t->cfg.threads / n > 1 ? t->cfg.threads / n : 1;
+    return c->threads / n > 1 ? c->threads / n : 1;
 }
 
 static int min_int(int a, int b) { return a < b ? a : b; }
@@ -71,8 +73,8 @@ static dp_status measure_rows(dp_trainer *t, const dp_topology *topos, int n_top
     const int B = t->cfg.batch_size;
     for (int k = 0; k < n_topos; k++)
         for (int i = 0; i < n_devs; i++) {
-            int n = devs[i], lanes = lanes_for(t, &topos[k], n), b = (B + n - 1) / n;
-            int workers = min_int(workers_for(t, &topos[k], n), lanes);
+            int n = devs[i], lanes = lanes_for(&t->cfg, &topos[k], n), b = (B + n - 1) / n;
+            int workers = min_int(workers_for(&t->cfg, &topos[k], n), lanes);
             row_key r = {(b + lanes - 1) / lanes, topos[k].shared_memory_bus ? n * workers : 1};
             int have = 0;
             for (int j = 0; j < n_need; j++) have |= need[j].batch == r.batch && need[j].concurrent == r.concurrent;
@@ -208,7 +210,7 @@ static dp_status measure_overheads(dp_trainer *t, const dp_topology *topos, int 
     for (int k = 0; k < n_topos; k++)
         for (int i = 0; i < n_devs && topos[k].shared_memory_bus && devs[i] <= topos[k].devices; i++)
             DP_TRY(measure_step_overhead(t, p, devs[i], topos[k].devices, (t->cfg.batch_size + devs[i] - 1) / devs[i],
-                                         lanes_for(t, &topos[k], devs[i]), workers_for(t, &topos[k], devs[i])));
+                                         lanes_for(&t->cfg, &topos[k], devs[i]), workers_for(&t->cfg, &topos[k], devs[i])));
     return DP_OK;
 }
 
@@ -266,6 +268,71 @@ static void device_token(const dp_dev *d, char *out, size_t size) {
         if (*c == ' ' || *c == '\t') *c = '-';
 }
 
+/* The device counts predicted: 1, 2, 4, 8 and --replicas, none above the global batch. */
+static int device_counts(const dp_config *c, int *devs) {
+    int n_devs = 4;
+    devs[0] = 1, devs[1] = 2, devs[2] = 4, devs[3] = 8;
+    if (c->predict_replicas > 1 && c->predict_replicas != 2 && c->predict_replicas != 4 && c->predict_replicas != 8) {
+        int k = n_devs++;
+        while (k > 0 && devs[k - 1] > c->predict_replicas) devs[k] = devs[k - 1], k--;
+        devs[k] = c->predict_replicas;
+    }
+    /* a device needs a sample: a global batch of 4 is predicted on 1, 2 and 4 devices */
+    while (n_devs > 1 && devs[n_devs - 1] > c->batch_size) n_devs--;
+    return n_devs;
+}
+
+/* DP and DDP on every topology and device count from profile p (this run's model and buckets),
+ * reported (console, log) and plotted. */
+static dp_status predict_and_report(const dp_config *c, dp_reporter *report, dp_profile *p, const char *model_name,
+                                    int n_batches, const dp_topology *topos, int n_topos, const int *devs, int n_devs) {
+    dp_prediction *pred = calloc((size_t)MAX_TOPOS * 2 * MAX_DEVS, sizeof *pred);
+    if (!pred) return dp_fail(DP_ERR_NOMEM, "out of memory for the overhead model");
+    dp_status s = DP_OK;
+    dp_predict_series series[MAX_TOPOS];
+    char what[256];
+    snprintf(what, sizeof what, "%s, global batch %d, %d steps/epoch, compute: %s profile%s%s", model_name,
+             c->batch_size, n_batches, p->device, c->compute_profile ? " " : " measured here",
+             c->compute_profile ? c->compute_profile : "");
+    for (int k = 0; k < n_topos && s == DP_OK; k++) {
+        series[k] = (dp_predict_series){.topo = &topos[k], .n = n_devs, .devices = devs};
+        for (int m = 0; m < 2 && s == DP_OK; m++) {
+            dp_prediction *out = pred + ((size_t)k * 2 + m) * MAX_DEVS;
+            for (int i = 0; i < n_devs && s == DP_OK; i++) {
+                /* lanes depend on n on a shared host: one sweep per device count, speedup vs 1 */
+                dp_predict_query q = {.mode = m ? DP_PREDICT_DP : DP_PREDICT_DDP, .devices = devs[i],
+                                      .global_batch = c->batch_size, .steps_per_epoch = n_batches,
+                                      .lanes = lanes_for(c, &topos[k], devs[i]),
+                                      .workers = workers_for(c, &topos[k], devs[i])};
+                dp_predict_query one = q;
+                one.devices = 1, one.lanes = lanes_for(c, &topos[k], 1), one.workers = workers_for(c, &topos[k], 1);
+                dp_prediction base;
+                s = dp_predict(p, &topos[k], &one, &base);
+                if (s == DP_OK) s = dp_predict(p, &topos[k], &q, &out[i]);
+                out[i].speedup = out[i].step_s > 0 ? base.step_s / out[i].step_s : 0;
+                out[i].efficiency = out[i].speedup / devs[i];
+            }
+            series[k].pred[m] = out;
+        }
+        /* a GPU topology priced with a CPU profile: its compute column is this CPU's, said where it is read */
+        char what_k[512];
+        const int cpu_profile = strncmp(p->device, "cpu", 3) == 0;
+        snprintf(what_k, sizeof what_k, "%s%s%s%s", what, cpu_profile && !topos[k].shared_memory_bus
+                 ? "; NOTE: the compute is this CPU's, not a " : "", cpu_profile && !topos[k].shared_memory_bus
+                 ? topos[k].device : "", cpu_profile && !topos[k].shared_memory_bus
+                 ? "'s (give --compute a profile recorded on one: --save-profile)" : "");
+        if (s == DP_OK) s = dp_report_predictions(report, what_k, &series[k]);
+    }
+    if (s == DP_OK && c->plot_path && n_topos) {
+        char title[160];
+        snprintf(title, sizeof title, "%s, global batch %d: predicted speedup (DDP solid, DP dashed)", model_name,
+                 c->batch_size);
+        s = dp_plot_speedup(c->plot_path, title, series, n_topos);
+    }
+    free(pred);
+    return s;
+}
+
 dp_status dp_trainer_predict(dp_trainer *t) {
     const dp_config *c = &t->cfg;
     if (!c->predict_topos && !c->save_profile) return DP_OK;
@@ -278,21 +345,11 @@ dp_status dp_trainer_predict(dp_trainer *t) {
             return dp_fail(DP_ERR_USAGE, "--predict %s: a topology of CPU processes sharing the host's memory, "
                                          "but this run computes on %s: predict it from a CPU run (--device cpu), or "
                                          "give --compute a CPU profile", topos[k].name, t->dev->name);
-    int devs[MAX_DEVS] = {1, 2, 4, 8}, n_devs = 4;
-    if (c->predict_replicas > 1 && c->predict_replicas != 2 && c->predict_replicas != 4 && c->predict_replicas != 8) {
-        int k = n_devs++;
-        while (k > 0 && devs[k - 1] > c->predict_replicas) devs[k] = devs[k - 1], k--;
-        devs[k] = c->predict_replicas;
-    }
-    /* a device needs a sample: a global batch of 4 is predicted on 1, 2 and 4 devices */
-    while (n_devs > 1 && devs[n_devs - 1] > c->batch_size) n_devs--;
+    int devs[MAX_DEVS];
+    const int n_devs = device_counts(c, devs);
     dp_profile *p = calloc(1, sizeof *p);
-    dp_prediction *pred = calloc((size_t)MAX_TOPOS * 2 * MAX_DEVS, sizeof *pred);
+    if (!p) return dp_fail(DP_ERR_NOMEM, "out of memory for the overhead model");
     dp_status s = DP_OK;
-    if (!p || !pred) {
-        free(p), free(pred);
-        return dp_fail(DP_ERR_NOMEM, "out of memory for the overhead model");
-    }
     if (c->compute_profile) {
         /* the times are this run's only if the profile describes this run's model exactly */
         dp_profile *run = calloc(1, sizeof *run);
@@ -312,46 +369,95 @@ dp_status dp_trainer_predict(dp_trainer *t) {
                 s = dp_profile_measure(&t->model, t->dev, (c->batch_size + n - 1) / n, 1, TIMING_STEPS, p);
     }
     if (s == DP_OK && c->save_profile) s = dp_profile_save("--save-profile", c->save_profile, p);
-    dp_predict_series series[MAX_TOPOS];
-    char what[256];
-    snprintf(what, sizeof what, "%s, global batch %d, %d steps/epoch, compute: %s profile%s%s", t->model.name,
-             c->batch_size, t->sampler.n_batches, p->device, c->compute_profile ? " " : " measured here",
-             c->compute_profile ? c->compute_profile : "");
-    for (int k = 0; k < n_topos && s == DP_OK; k++) {
-        series[k] = (dp_predict_series){.topo = &topos[k], .n = n_devs, .devices = devs};
-        for (int m = 0; m < 2 && s == DP_OK; m++) {
-            dp_prediction *out = pred + ((size_t)k * 2 + m) * MAX_DEVS;
-            for (int i = 0; i < n_devs && s == DP_OK; i++) {
-                /* lanes depend on n on a shared host: one sweep per device count, speedup vs 1 */
-                dp_predict_query q = {.mode = m ? DP_PREDICT_DP : DP_PREDICT_DDP, .devices = devs[i],
-                                      .global_batch = c->batch_size, .steps_per_epoch = t->sampler.n_batches,
-                                      .lanes = lanes_for(t, &topos[k], devs[i]),
-                                      .workers = workers_for(t, &topos[k], devs[i])};
-                dp_predict_query one = q;
-                one.devices = 1, one.lanes = lanes_for(t, &topos[k], 1), one.workers = workers_for(t, &topos[k], 1);
-                dp_prediction base;
-                s = dp_predict(p, &topos[k], &one, &base);
-                if (s == DP_OK) s = dp_predict(p, &topos[k], &q, &out[i]);
-                out[i].speedup = out[i].step_s > 0 ? base.step_s / out[i].step_s : 0;
-                out[i].efficiency = out[i].speedup / devs[i];
-            }
-            series[k].pred[m] = out;
-        }
-        /* a GPU topology priced with a CPU profile: its compute column is this CPU's, said where it is read */
-        char what_k[512];
-        const int cpu_profile = strncmp(p->device, "cpu", 3) == 0;
-        snprintf(what_k, sizeof what_k, "%s%s%s%s", what, cpu_profile && !topos[k].shared_memory_bus
-                 ? "; NOTE: the compute is this CPU's, not a " : "", cpu_profile && !topos[k].shared_memory_bus
-                 ? topos[k].device : "", cpu_profile && !topos[k].shared_memory_bus
-                 ? "'s (give --compute a profile recorded on one: --save-profile)" : "");
-        if (s == DP_OK) s = dp_report_predictions(&t->report, what_k, &series[k]);
+    if (s == DP_OK) s = predict_and_report(c, &t->report, p, t->model.name, t->sampler.n_batches, topos, n_topos, devs,
+                                           n_devs);
+    free(p);
+    return s;
+}
+
+/* What `predict --compute` needs of the data set: its sample shape, classes and training samples.
+ * Synthetic data is described by its flags (none is generated); a file set is read once for them. */
+static dp_status data_shape(const dp_config *c, dp_shape *in, int *classes, int *samples) {
+    if (strcmp(c->data.name, "synthetic") == 0) {
+        *in = (dp_shape){c->data.c, c->data.h, c->data.w};
+        *classes = c->data.n_classes, *samples = c->data.samples;
+        return DP_OK;
     }
-    if (s == DP_OK && c->plot_path && n_topos) {
-        char title[160];
-        snprintf(title, sizeof title, "%s, global batch %d: predicted speedup (DDP solid, DP dashed)", t->model.name,
-                 c->batch_size);
-        s = dp_plot_speedup(c->plot_path, title, series, n_topos);
+    dp_dataset d = {0};
+    DP_TRY(dp_dataset_load(&c->data, 1, &d));
+    *in = (dp_shape){d.c, d.h, d.w};
+    *classes = d.n_classes, *samples = d.n;
+    dp_dataset_free(&d);
+    return DP_OK;
+}
+
+/* The model's description and the epoch's steps: what the prediction reads of the run. */
+static dp_status describe_only(const dp_config *c, dp_model *m, dp_profile *run, int *n_batches) {
+    dp_shape in;
+    int classes, samples;
+    DP_TRY(data_shape(c, &in, &classes, &samples));
+    DP_TRY(dp_model_build(c->model, in, classes, m));
+    DP_TRY(dp_layout_make_buckets(&m->params, (size_t)(c->bucket_mb * 1024 * 1024)));
+    int bucket_node[DP_PROFILE_MAX_BUCKETS] = {0};
+    for (int b = 0; b < m->params.n_buckets && b < DP_PROFILE_MAX_BUCKETS; b++) bucket_node[b] = dp_model_bucket_node(m, b);
+    DP_TRY(dp_profile_describe(m, bucket_node, run));
+    dp_sampler smp; /* the trainer's own count of an epoch's steps (padding, --drop-last) */
+    DP_TRY(dp_sampler_init(&smp, samples, c->replicas, c->batch_size, 0, c->drop_last, c->seed));
+    *n_batches = smp.n_batches;
+    dp_sampler_free(&smp);
+    if (*n_batches < 1)
+        return dp_fail(DP_ERR_USAGE, "--batch-size %d: the %d training samples give no full batch with --drop-last",
+                       c->batch_size, samples);
+    return DP_OK;
+}
+
+/* The config line of a predict run that trains nothing: the model, the data and the batch. */
+static dp_status log_predict_config(dp_reporter *r, const dp_config *c, const dp_model *m, int n_batches) {
+    size_t n_params = 0; /* real parameters, not the arena's alignment padding */
+    for (int i = 0; i < m->params.n_tensors; i++) n_params += m->params.tensors[i].s.count;
+    dp_jbuf b = {0};
+    dp_jbuf_kv_string(&b, "version", DP_VERSION, 1);
+    dp_jbuf_kv_string(&b, "model", m->name, 0);
+    dp_jbuf_printf(&b, ",\"params\":%zu", n_params);
+    dp_jbuf_kv_string(&b, "dataset", c->data.name, 0);
+    dp_jbuf_kv_string(&b, "data", strcmp(c->data.name, "synthetic") == 0 ? "" : c->data.dir, 0);
+    dp_jbuf_printf(&b, ",\"batch_size\":%d,\"steps_per_epoch\":%d,\"buckets\":%d,\"threads\":%d,\"chunks\":%d",
+                   c->batch_size, n_batches, m->params.n_buckets, c->threads, c->chunks);
+    dp_jbuf_kv_string(&b, "compute", c->compute_profile, 0);
+    dp_status s = dp_report_config(r, &b);
+    dp_jbuf_free(&b);
+    return s;
+}
+
+dp_status dp_predict_from_profile(const dp_config *cfg) {
+    dp_config c = *cfg;
+    if (c.threads <= 0) c.threads = dp_default_threads();
+    if (c.plot_path) DP_TRY(dp_check_output_file("--plot", c.plot_path));
+    DP_TRY(dp_report_check_path(c.log_path));
+    dp_topology topos[MAX_TOPOS];
+    int n_topos = 0, devs[MAX_DEVS], n_batches = 0;
+    DP_TRY(split_topologies(&c, topos, &n_topos));
+    const int n_devs = device_counts(&c, devs);
+    dp_model m;
+    memset(&m, 0, sizeof m);
+    dp_profile *p = calloc(1, sizeof *p), *run = calloc(1, sizeof *run);
+    dp_status s = p && run ? DP_OK : dp_fail(DP_ERR_NOMEM, "out of memory for the overhead model");
+    if (s == DP_OK) s = describe_only(&c, &m, run, &n_batches);
+    if (s == DP_OK) s = dp_profile_load(c.compute_profile, m.name, p);
+    if (s == DP_OK) s = dp_profile_match("--compute", p, run);
+    if (s == DP_OK && c.save_profile) s = dp_profile_save("--save-profile", c.save_profile, p);
+    dp_reporter r;
+    memset(&r, 0, sizeof r);
+    int opened = 0;
+    if (s == DP_OK) s = dp_report_open(&r, c.log_path, 0, !c.quiet, 0), opened = s == DP_OK;
+    if (s == DP_OK) s = log_predict_config(&r, &c, &m, n_batches);
+    if (s == DP_OK) s = predict_and_report(&c, &r, p, m.name, n_batches, topos, n_topos, devs, n_devs);
+    if (opened) {
+        if (s != DP_OK) dp_report_error(&r, dp_last_error());
+        dp_status cs = dp_report_close(&r);
+        if (s == DP_OK) s = cs;
     }
-    free(p), free(pred);
+    dp_model_free(&m);
+    free(p), free(run);
     return s;
 }
