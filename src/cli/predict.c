@@ -11,6 +11,7 @@
 #include "dp_config.h"
 #include "io/atomic.h"
 #include "report/predict_report.h"
+#include "sim/framework.h"
 #include "exec/profile_run.h"
 #include "cli/predict.h"
 
@@ -37,6 +38,8 @@ static int workers_for(const dp_config *c, const dp_topology *topo, int n) {
 
 static int min_int(int a, int b) { return a < b ? a : b; }
 
+static dp_status load_framework(const char *arg, dp_framework *fw);
+
 /* The --predict (or predict's --topology) list, each item loaded: sim/topology.h's rules. */
 static dp_status split_topologies(const dp_config *c, dp_topology *topos, int *n) {
     return dp_topology_load_list(c->predict_only ? "--topology" : "--predict", c->predict_topos, topos, MAX_TOPOS, n);
@@ -57,6 +60,10 @@ dp_status dp_predict_precheck(const dp_config *c) {
         char msg[DP_ERROR_MAX];
         snprintf(msg, sizeof msg, "%s", dp_last_error());
         s = dp_fail(s, "%s: %s", flag, msg);
+    }
+    if (s == DP_OK && c->framework) { /* before the data set is read */
+        dp_framework fw;
+        s = load_framework(c->framework, &fw);
     }
     if (s == DP_OK && p && strcmp(p->model, c->model) != 0)
         s = dp_fail(DP_ERR_USAGE, "--compute %s: a profile of model %s, but this run is %s", c->compute_profile,
@@ -282,18 +289,57 @@ static int device_counts(const dp_config *c, int *devs) {
     return n_devs;
 }
 
+/* A measured single-device time of another framework (--measured-epoch / --measured-step): its step,
+ * its epoch, its batch and steps, and the framework's costs. */
+typedef struct {
+    const dp_framework *fw;
+    dp_framework_shape shape;
+    int batch, n_batches, from_epoch;
+    double step_s, epoch_s;
+} measured_run;
+
+/* The query's prediction made the framework's (framework.h): the measured step's compute split by
+ * the samples a device takes, the model's communication, the framework's costs; the speedup is
+ * against the measured epoch. */
+static dp_status from_measured(const measured_run *mr, const dp_profile *p, const dp_topology *topo,
+                               const dp_predict_query *q, dp_prediction *out) {
+    dp_predict_query one = *q;
+    one.devices = 1, one.global_batch = mr->batch, one.steps_per_epoch = mr->n_batches;
+    dp_prediction base, model = *out;
+    DP_TRY(dp_predict(p, topo, &one, &base));
+    const double share = (double)q->global_batch / q->devices / mr->batch;
+    dp_status s = dp_framework_step(mr->fw, &mr->shape, q->mode, q->devices, share, mr->step_s, &base, &model,
+                                    q->steps_per_epoch, out);
+    if (s != DP_OK) {
+        char msg[DP_ERROR_MAX];
+        snprintf(msg, sizeof msg, "%s", dp_last_error());
+        return dp_fail(s, "--measured-%s: %s", mr->from_epoch ? "epoch" : "step", msg);
+    }
+    out->speedup = mr->epoch_s / out->epoch_s;
+    out->efficiency = out->speedup / q->devices;
+    return DP_OK;
+}
+
 /* DP and DDP on every topology and device count from profile p (this run's model and buckets),
- * reported (console, log) and plotted. */
+ * reported (console, log) and plotted; from a measured time when mr is set. */
 static dp_status predict_and_report(const dp_config *c, dp_reporter *report, dp_profile *p, const char *model_name,
-                                    int n_batches, const dp_topology *topos, int n_topos, const int *devs, int n_devs) {
+                                    int n_batches, const dp_topology *topos, int n_topos, const int *devs, int n_devs,
+                                    const measured_run *mr) {
     dp_prediction *pred = calloc((size_t)MAX_TOPOS * 2 * MAX_DEVS, sizeof *pred);
     if (!pred) return dp_fail(DP_ERR_NOMEM, "out of memory for the overhead model");
     dp_status s = DP_OK;
     dp_predict_series series[MAX_TOPOS];
-    char what[256];
-    snprintf(what, sizeof what, "%s, global batch %d, %d steps/epoch, compute: %s profile%s%s", model_name,
-             c->batch_size, n_batches, p->device, c->compute_profile ? " " : " measured here",
-             c->compute_profile ? c->compute_profile : "");
+    char what[1400];
+    if (mr)
+        snprintf(what, sizeof what, "%s, global batch %d, %d steps/epoch, from %s's measured %.6g s %s on one device "
+                 "(batch %d; speedup against its epoch), its costs %s, links and timeline: %s profile %s", model_name,
+                 c->batch_size, n_batches, mr->fw->name, mr->from_epoch ? mr->epoch_s : mr->step_s,
+                 mr->from_epoch ? "epoch" : "step", mr->batch,
+                 mr->fw->path, p->device, c->compute_profile);
+    else
+        snprintf(what, sizeof what, "%s, global batch %d, %d steps/epoch, compute: %s profile%s%s", model_name,
+                 c->batch_size, n_batches, p->device, c->compute_profile ? " " : " measured here",
+                 c->compute_profile ? c->compute_profile : "");
     for (int k = 0; k < n_topos && s == DP_OK; k++) {
         series[k] = (dp_predict_series){.topo = &topos[k], .n = n_devs, .devices = devs};
         for (int m = 0; m < 2 && s == DP_OK; m++) {
@@ -311,11 +357,12 @@ static dp_status predict_and_report(const dp_config *c, dp_reporter *report, dp_
                 if (s == DP_OK) s = dp_predict(p, &topos[k], &q, &out[i]);
                 out[i].speedup = out[i].step_s > 0 ? base.step_s / out[i].step_s : 0;
                 out[i].efficiency = out[i].speedup / devs[i];
+                if (s == DP_OK && mr) s = from_measured(mr, p, &topos[k], &q, &out[i]);
             }
             series[k].pred[m] = out;
         }
         /* a GPU topology priced with a CPU profile: its compute column is this CPU's, said where it is read */
-        char what_k[512];
+        char what_k[1600];
         const int cpu_profile = strncmp(p->device, "cpu", 3) == 0;
         snprintf(what_k, sizeof what_k, "%s%s%s%s", what, cpu_profile && !topos[k].shared_memory_bus
                  ? "; NOTE: the compute is this CPU's, not a " : "", cpu_profile && !topos[k].shared_memory_bus
@@ -370,7 +417,7 @@ dp_status dp_trainer_predict(dp_trainer *t) {
     }
     if (s == DP_OK && c->save_profile) s = dp_profile_save("--save-profile", c->save_profile, p);
     if (s == DP_OK) s = predict_and_report(c, &t->report, p, t->model.name, t->sampler.n_batches, topos, n_topos, devs,
-                                           n_devs);
+                                           n_devs, NULL);
     free(p);
     return s;
 }
@@ -392,10 +439,11 @@ static dp_status data_shape(const dp_config *c, dp_shape *in, int *classes, int 
 }
 
 /* The model's description and the epoch's steps: what the prediction reads of the run. */
-static dp_status describe_only(const dp_config *c, dp_model *m, dp_profile *run, int *n_batches) {
+static dp_status describe_only(const dp_config *c, dp_model *m, dp_profile *run, int *n_batches, int *n_samples) {
     dp_shape in;
     int classes, samples;
     DP_TRY(data_shape(c, &in, &classes, &samples));
+    *n_samples = samples;
     DP_TRY(dp_model_build(c->model, in, classes, m));
     DP_TRY(dp_layout_make_buckets(&m->params, (size_t)(c->bucket_mb * 1024 * 1024)));
     int bucket_node[DP_PROFILE_MAX_BUCKETS] = {0};
@@ -429,20 +477,50 @@ static dp_status log_predict_config(dp_reporter *r, const dp_config *c, const dp
     return s;
 }
 
+/* --framework's file: a bad one is bad input (exit 2), named with the flag. */
+static dp_status load_framework(const char *arg, dp_framework *fw) {
+    dp_status s = dp_framework_load(arg, fw);
+    if (s == DP_OK) return s;
+    char msg[DP_ERROR_MAX];
+    snprintf(msg, sizeof msg, "%s", dp_last_error());
+    return strncmp(msg, "--", 2) == 0 ? dp_fail(DP_ERR_USAGE, "%s", msg) : dp_fail(DP_ERR_USAGE, "--framework: %s", msg);
+}
+
+/* --measured-epoch / --measured-step, --measured-batch and --framework, read. */
+static dp_status measured_from_flags(const dp_config *c, const dp_model *m, int samples, dp_framework *fw,
+                                     measured_run *mr) {
+    DP_TRY(load_framework(c->framework, fw));
+    mr->batch = c->measured_batch ? c->measured_batch : c->batch_size;
+    dp_sampler smp; /* the measured run's steps: one device, its batch */
+    DP_TRY(dp_sampler_init(&smp, samples, 1, mr->batch, 0, c->drop_last, c->seed));
+    mr->n_batches = smp.n_batches;
+    dp_sampler_free(&smp);
+    if (mr->n_batches < 1)
+        return dp_fail(DP_ERR_USAGE, "--measured-batch %d: the %d training samples give no full batch with --drop-last",
+                       mr->batch, samples);
+    mr->from_epoch = c->measured_epoch_s > 0;
+    mr->epoch_s = c->measured_epoch_s;
+    mr->step_s = c->measured_epoch_s > 0 ? c->measured_epoch_s / mr->n_batches : c->measured_step_s;
+    if (!(mr->epoch_s > 0)) mr->epoch_s = mr->step_s * mr->n_batches;
+    mr->shape.tensors = m->params.n_tensors + m->buffers.n_tensors;
+    mr->shape.buckets = m->params.n_buckets;
+    return DP_OK;
+}
+
 dp_status dp_predict_from_profile(const dp_config *cfg) {
     dp_config c = *cfg;
     if (c.threads <= 0) c.threads = dp_default_threads();
     if (c.plot_path) DP_TRY(dp_check_output_file("--plot", c.plot_path));
     DP_TRY(dp_report_check_path(c.log_path));
     dp_topology topos[MAX_TOPOS];
-    int n_topos = 0, devs[MAX_DEVS], n_batches = 0;
+    int n_topos = 0, devs[MAX_DEVS], n_batches = 0, n_samples = 0;
     DP_TRY(split_topologies(&c, topos, &n_topos));
     const int n_devs = device_counts(&c, devs);
     dp_model m;
     memset(&m, 0, sizeof m);
     dp_profile *p = calloc(1, sizeof *p), *run = calloc(1, sizeof *run);
     dp_status s = p && run ? DP_OK : dp_fail(DP_ERR_NOMEM, "out of memory for the overhead model");
-    if (s == DP_OK) s = describe_only(&c, &m, run, &n_batches);
+    if (s == DP_OK) s = describe_only(&c, &m, run, &n_batches, &n_samples);
     if (s == DP_OK) s = dp_profile_load(c.compute_profile, m.name, p);
     if (s == DP_OK) s = dp_profile_match("--compute", p, run);
     if (s == DP_OK && c.save_profile) s = dp_profile_save("--save-profile", c.save_profile, p);
@@ -451,7 +529,12 @@ dp_status dp_predict_from_profile(const dp_config *cfg) {
     int opened = 0;
     if (s == DP_OK) s = dp_report_open(&r, c.log_path, 0, !c.quiet, 0), opened = s == DP_OK;
     if (s == DP_OK) s = log_predict_config(&r, &c, &m, n_batches);
-    if (s == DP_OK) s = predict_and_report(&c, &r, p, m.name, n_batches, topos, n_topos, devs, n_devs);
+    dp_framework fw;
+    measured_run mr = {.fw = &fw};
+    const int measured = c.measured_epoch_s > 0 || c.measured_step_s > 0;
+    if (s == DP_OK && measured) s = measured_from_flags(&c, &m, n_samples, &fw, &mr);
+    if (s == DP_OK) s = predict_and_report(&c, &r, p, m.name, n_batches, topos, n_topos, devs, n_devs,
+                                           measured ? &mr : NULL);
     if (opened) {
         if (s != DP_OK) dp_report_error(&r, dp_last_error());
         dp_status cs = dp_report_close(&r);
