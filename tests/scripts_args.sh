@@ -101,8 +101,17 @@ for r in "$E"/reports/0*.sh; do
     usage --data "$r" --data "$TMP/none"
 done
 usage --bogus "$ROOT/tests/reports_smoke.sh" --bogus
+usage --framework "$E/reports/framework_check.sh" --framework
+usage --bogus "$E/reports/framework_check.sh" --bogus
+usage --out "$E/reports/framework_check.sh" --out ""
+usage --python "$E/bench/framework_costs.sh" --python
+usage --bogus "$E/bench/framework_costs.sh" --bogus
+usage --reps "$E/bench/framework_costs.sh" --reps 0
 
 # ---- every Python program: argparse's types and checks, one line, before torch or numpy is loaded
+usage --reps "$PY" "$E/bench/framework_costs.py" --reps x
+usage --device "$PY" "$E/bench/framework_costs.py" --device tpu
+usage --bogus "$PY" "$E/bench/framework_costs.py" --bogus
 usage --epochs "$PY" "$E/bench/jsonl_stats.py" complete "$TMP/log" --epochs
 usage --bogus "$PY" "$E/bench/jsonl_stats.py" complete "$TMP/log" --epochs 1 --bogus
 usage --epochs "$PY" "$E/bench/jsonl_stats.py" complete "$TMP/log" --epochs 0
