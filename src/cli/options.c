@@ -209,13 +209,13 @@ static const opt_spec opts[] = {
      .cmds = TP_},
     {"compute", "FILE", K_STRING, .off = OFF(compute_profile),
      .help = "predict with a saved profile's compute (a path, or a device name next to the presets)", .cmds = TP_},
-    {"measured-epoch", "S", K_DOUBLE, 0, 1e9, 1, 0, .off = OFF(measured_epoch_s),
+    {"measured-epoch", "S", K_DOUBLE, 0, 1e9, 1, 0, .off = OFF(measured_epoch_s), .def = "none",
      .help = "dptrain predict: another framework's measured epoch on one device, in seconds: DP and DDP are predicted "
              "from it (with --framework and --compute)", .cmds = CMD_PREDICT},
-    {"measured-step", "S", K_DOUBLE, 0, 1e9, 1, 0, .off = OFF(measured_step_s),
+    {"measured-step", "S", K_DOUBLE, 0, 1e9, 1, 0, .off = OFF(measured_step_s), .def = "none",
      .help = "dptrain predict: the same as a step, in seconds (give this or --measured-epoch)", .cmds = CMD_PREDICT},
-    {"measured-batch", "B", K_INT, .ilo = 1, .ihi = 1 << 24, .off = OFF(measured_batch),
-     .help = "dptrain predict: the batch of the measured run (default: --batch-size)", .cmds = CMD_PREDICT},
+    {"measured-batch", "B", K_INT, .ilo = 1, .ihi = 1 << 24, .off = OFF(measured_batch), .def = "--batch-size",
+     .help = "dptrain predict: the batch of the measured run", .cmds = CMD_PREDICT},
     {"framework", "FILE", K_STRING, .off = OFF(framework),
      .help = "dptrain predict: the measured framework's DP and DDP per-step costs (a .framework file, or a name "
              "next to the presets: pytorch-cpu)", .cmds = CMD_PREDICT},
