@@ -104,8 +104,17 @@ usage 999 "$ROOT/tests/reports_smoke.sh" 999
 usage --bogus "$E/reports/plots.sh" --bogus
 usage --out "$E/reports/plots.sh" --out
 usage --data "$E/reports/plots.sh" --data "$TMP/none"
+usage --framework "$E/reports/framework_check.sh" --framework
+usage --bogus "$E/reports/framework_check.sh" --bogus
+usage --out "$E/reports/framework_check.sh" --out ""
+usage --python "$E/bench/framework_costs.sh" --python
+usage --bogus "$E/bench/framework_costs.sh" --bogus
+usage --reps "$E/bench/framework_costs.sh" --reps 0
 
 # ---- every Python program: argparse's types and checks, one line, before torch or numpy is loaded
+usage --reps "$PY" "$E/bench/framework_costs.py" --reps x
+usage --device "$PY" "$E/bench/framework_costs.py" --device tpu
+usage --bogus "$PY" "$E/bench/framework_costs.py" --bogus
 usage --epochs "$PY" "$E/bench/jsonl_stats.py" complete "$TMP/log" --epochs
 usage --bogus "$PY" "$E/bench/jsonl_stats.py" complete "$TMP/log" --epochs 1 --bogus
 usage --epochs "$PY" "$E/bench/jsonl_stats.py" complete "$TMP/log" --epochs 0

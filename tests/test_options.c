@@ -16,10 +16,15 @@
  * the exit code main would use. */
 static int parse_code(const char *flag, const char *value) {
     char *argv[] = {"dptrain", "--dataset", "synthetic", "--device", "cuda", (char *)flag, (char *)value, NULL};
+    /* predict's --measured-* flags, with what they need besides (the files are not opened here) */
+    char *measured[] = {"dptrain", "predict", "--dataset", "synthetic", "--topology", "host", "--compute", "c",
+                        "--framework", "f", "--measured-epoch", "1", (char *)flag, (char *)value, NULL};
+    const int m = strncmp(flag, "--measured-", 11) == 0, batch = m && strcmp(flag, "--measured-batch") == 0;
     dp_config c;
     dp_config_defaults(&c);
     dp_action a;
-    dp_status s = dp_parse_args(7, argv, &c, &a);
+    if (m && !batch) measured[10] = (char *)flag, measured[11] = (char *)value; /* in place of --measured-epoch 1 */
+    dp_status s = m ? dp_parse_args(batch ? 14 : 12, measured, &c, &a) : dp_parse_args(7, argv, &c, &a);
     if (s != DP_OK && !tu_contains(dp_last_error(), flag))
         fail_msg("%s %s: the message does not name the flag: %s", flag, value, dp_last_error());
     return dp_exit_code(s);
@@ -229,6 +234,8 @@ static const struct { const char *flag, *value, *cmds; } used_by[] = {
     {"--checkpoint", "c", "T"}, {"--save-every", "2", "T"}, {"--keep", "2", "T"}, {"--resume", "r", "T"},
     {"--init-from", "i", "T"}, {"--on-nan", "skip", "T"}, {"--predict", "host", "TP"}, {"--topology", "host", "TP"},
     {"--save-profile", "p", "TP"}, {"--compute", "c", "TP"}, {"--plot", "p.svg", "TP"}, {"--out", "o", "C"},
+    {"--measured-epoch", "1", "P"}, {"--measured-step", "1", "P"}, {"--measured-batch", "8", "P"},
+    {"--framework", "f", "P"},
     {"--help", NULL, "TEPC"}, {"--version", NULL, "TEPC"},
 };
 

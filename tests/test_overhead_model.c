@@ -17,6 +17,7 @@
 #include "nn/model.h"
 #include "sim/calibrate.h"
 #include "sim/model.h"
+#include "sim/framework.h"
 #include "exec/profile_run.h"
 
 #define EPS 1e-12
@@ -642,6 +643,153 @@ static void test_predict_command(void **state) {
     free(out);
 }
 
+/* predict --compute builds what it predicts from (the model's shapes, parameters and buckets),
+ * not a trainer: report 004's ResNet-18 rows (224x224, a global batch of 256) took 18 GB for the
+ * activations and data of a run that never trains. Under a 2 GB address-space limit both rows
+ * predict, and give what the profile's own numbers give. */
+static void test_predict_memory(void **state) {
+    (void)state;
+    static const char *const rows[][2] = {{"nvlink4", "h100-resnet18"}, {"pcie4", "rtx4090-resnet18"}};
+    const char *log = tu_path("resnet18.jsonl");
+    for (int i = 0; i < 2; i++) {
+        char *out = NULL;
+        const char *bin = getenv("DPTRAIN") ? getenv("DPTRAIN") : "./dptrain";
+        /* a sanitizer maps terabytes of shadow memory: the limit is for the plain build */
+#ifdef DP_TEST_SANITIZED
+        const char *limit = "true";
+#else
+        const char *limit = "ulimit -v 2097152";
+#endif
+        int rc = tu_sh(&out, "%s && %s predict --model resnet18 --dataset synthetic --shape 3x224x224 --samples 2560 "
+                             "--batch-size 256 --topology %s --compute %s/%s.profile --log %s --quiet",
+                       limit, bin, rows[i][0], DP_SOURCE_PRESETS, rows[i][1], log);
+        if (rc != 0) fail_msg("%s: rc %d: %s", rows[i][0], rc, out ? out : "");
+        free(out);
+        char *text = NULL;
+        assert_int_equal(tu_sh(&text, "grep -c '\"event\":\"predict\"' %s", log), 0);
+        assert_int_equal(atoi(text), 2 * 4); /* DDP and DP on 1, 2, 4, 8 */
+        free(text);
+        assert_int_equal(tu_sh(&text, "grep '\"event\":\"config\"' %s", log), 0);
+        assert_true(tu_contains(text, "\"params\":11181642"));
+        assert_true(tu_contains(text, "\"steps_per_epoch\":10"));
+        free(text);
+    }
+}
+
+/* A measured single-device step, the model's split and the framework's costs, by hand
+ * (framework.h): one device's model step 2 ms of which 1.5 ms compute; measured 6.5 ms, so the
+ * framework's compute is 6 ms, and a device with a quarter of the samples computes 1.5 ms. */
+static void test_framework_step(void **state) {
+    (void)state;
+    const dp_framework f = {.ddp_step_s = 100e-6, .ddp_bucket_s = 20e-6, .dp_step_s = 500e-6, .dp_device_s = 50e-6,
+                            .dp_tensor_s = 2e-6};
+    const dp_framework_shape sh = {.tensors = 10, .buckets = 3};
+    const dp_prediction one = {.step_s = 2e-3, .compute_s = 1.5e-3, .host_s = 0.1e-3};
+    const dp_prediction four = {.step_s = 0.8e-3, .compute_s = 0.5e-3, .host_s = 0.01e-3, .exposed_comm_s = 0.29e-3};
+    dp_prediction o;
+    /* one device: the measured step itself, nothing added */
+    assert_int_equal(dp_framework_step(&f, &sh, DP_PREDICT_DDP, 1, 1.0, 6.5e-3, &one, &one, 100, &o), DP_OK);
+    assert_float_equal(o.step_s, 6.5e-3, 1e-12);
+    assert_float_equal(o.epoch_s, 0.65, 1e-9);
+    /* DDP on 4, a quarter each: 6 / 4 + 0.3 + (100 + 3 x 20) us = 1.96 ms */
+    assert_int_equal(dp_framework_step(&f, &sh, DP_PREDICT_DDP, 4, 0.25, 6.5e-3, &one, &four, 100, &o), DP_OK);
+    assert_float_equal(o.compute_s, 1.5e-3, 1e-12);
+    assert_float_equal(o.step_s, 1.96e-3, 1e-12);
+    assert_float_equal(o.host_s, 0.17e-3, 1e-12);
+    assert_float_equal(o.exposed_comm_s, 0.29e-3, 1e-15);
+    assert_float_equal(o.epoch_s, 0.196, 1e-9);
+    /* DDP on 4 with the measured batch each (4 times the global batch): 6 + 0.3 + 0.16 ms */
+    assert_int_equal(dp_framework_step(&f, &sh, DP_PREDICT_DDP, 4, 1.0, 6.5e-3, &one, &four, 100, &o), DP_OK);
+    assert_float_equal(o.step_s, 6.46e-3, 1e-12);
+    /* DataParallel on 4: 1.5 + 0.3 + (500 + 4 x (50 + 10 x 2)) us = 2.58 ms */
+    assert_int_equal(dp_framework_step(&f, &sh, DP_PREDICT_DP, 4, 0.25, 6.5e-3, &one, &four, 100, &o), DP_OK);
+    assert_float_equal(o.step_s, 2.58e-3, 1e-12);
+    /* a measured step below what the model puts outside compute cannot be this run's */
+    assert_int_equal(dp_framework_step(&f, &sh, DP_PREDICT_DDP, 4, 0.25, 0.4e-3, &one, &four, 100, &o), DP_ERR_USAGE);
+    assert_true(tu_contains(dp_last_error(), "is not above what the model puts outside compute"));
+}
+
+/* A .framework file: every cost required, each a finite number >= 0, each once; NAME finds
+ * NAME.framework next to the presets (the shipped pytorch-cpu). */
+static void test_framework_file(void **state) {
+    (void)state;
+    dp_framework f;
+    const char *good = "name t\nddp_step_us 100 # c\nddp_bucket_us 20\ndp_step_us 500\ndp_device_us 50\n"
+                       "dp_tensor_us 2\n";
+    assert_int_equal(dp_framework_parse(good, "g", &f), DP_OK);
+    assert_string_equal(f.name, "t");
+    assert_float_equal(f.ddp_step_s, 100e-6, 1e-15);
+    assert_float_equal(f.dp_tensor_s, 2e-6, 1e-15);
+    static const char *const bad[][2] = {
+        {"name t\nddp_step_us 100\nddp_bucket_us 20\ndp_step_us 500\ndp_device_us 50\n", "b: no 'dp_tensor_us' line"},
+        {"ddp_step_us 100\nddp_bucket_us 20\ndp_step_us 500\ndp_device_us 50\ndp_tensor_us 2\n", "b: no 'name' line"},
+        {"name t\nddp_step_us -1\n", "b:2"},
+        {"name t\nddp_step_us nan\n", "b:2"},
+        {"name t\nddp_step_us inf\n", "b:2"},
+        {"name t\nddp_step_us 1\nddp_step_us 2\n", "b:3"},
+        {"name t\nddp_steps_us 1\n", "unknown key 'ddp_steps_us'"},
+        {"name t\nddp_step_us\n", "expected 'key value"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        if (dp_framework_parse(bad[i][0], "b", &f) != DP_ERR_FORMAT) fail_msg("case %zu accepted", i);
+        if (!tu_contains(dp_last_error(), bad[i][1])) fail_msg("case %zu: %s", i, dp_last_error());
+    }
+    assert_int_equal(dp_framework_load("pytorch-cpu", &f), DP_OK);
+    assert_string_equal(f.name, "pytorch-cpu");
+    assert_int_equal(dp_framework_load("nosuch", &f), DP_ERR_USAGE);
+    assert_true(tu_contains(dp_last_error(), "no nosuch.framework in"));
+}
+
+/* predict --measured-epoch: the one-device row is the measured epoch, each refusal is one line
+ * naming the flag, exit 2, before any data is read. */
+static void test_predict_measured(void **state) {
+    (void)state;
+    const char *log = tu_path("measured.jsonl"), *fw = tu_path("half.framework");
+    const char *run = "predict --model lenet-bn --dataset synthetic --shape 3x32x32 --samples 50000 --topology pcie4 "
+                      "--compute " DP_SOURCE_PRESETS "/rtx4090-lenet-bn.profile";
+    char *out = NULL, *text = NULL;
+    int rc = tu_run_dptrain(&out, "%s --batch-size 64 --measured-epoch 3.29 --framework pytorch-cpu --log %s --quiet",
+                            run, log);
+    if (rc != 0) fail_msg("rc %d: %s", rc, out ? out : "");
+    free(out);
+    assert_int_equal(tu_sh(&text, "grep '\"mode\":\"ddp\",\"devices\":1,' %s", log), 0);
+    assert_true(tu_contains(text, "\"epoch_s\":3.29,") && tu_contains(text, "\"speedup\":1,"));
+    free(text);
+    /* --measured-step at the same batch: 782 steps of 3.29 / 782 s */
+    rc = tu_run_dptrain(&out, "%s --batch-size 256 --measured-step 0.0042071611 --measured-batch 64 --framework "
+                              "pytorch-cpu --log %s --quiet", run, log);
+    if (rc != 0) fail_msg("rc %d: %s", rc, out ? out : "");
+    free(out);
+    assert_int_equal(tu_sh(&text, "grep -c '\"event\":\"predict\"' %s", log), 0);
+    assert_int_equal(atoi(text), 8);
+    free(text);
+    tu_write_file(fw, "name half\nddp_step_us 1\n", strlen("name half\nddp_step_us 1\n"));
+    const char *const refused[][2] = {
+        {"--measured-epoch -1 --framework pytorch-cpu", "--measured-epoch"},
+        {"--measured-epoch 0 --framework pytorch-cpu", "--measured-epoch"},
+        {"--measured-epoch nan --framework pytorch-cpu", "--measured-epoch"},
+        {"--measured-epoch inf --framework pytorch-cpu", "--measured-epoch"},
+        {"--measured-step -0.5 --framework pytorch-cpu", "--measured-step"},
+        {"--measured-epoch 3.29", "--measured-epoch needs --framework"},
+        {"--framework pytorch-cpu", "--framework needs --measured-epoch"},
+        {"--measured-batch 64", "--measured-batch needs --measured-epoch"},
+        {"--measured-epoch 3 --measured-step 0.1 --framework pytorch-cpu", "not both"},
+        {"--measured-epoch 3.29 --framework nosuch", "--framework nosuch: no nosuch.framework"},
+        {"--measured-epoch 3.29 --measured-batch 0 --framework pytorch-cpu", "--measured-batch"},
+    };
+    for (size_t i = 0; i < sizeof refused / sizeof *refused; i++) {
+        rc = tu_run_dptrain(&out, "%s --batch-size 64 %s", run, refused[i][0]);
+        if (rc != 2 || !tu_contains(out, refused[i][1])) fail_msg("'%s': rc %d: %s", refused[i][0], rc, out ? out : "");
+        free(out);
+    }
+    /* a profile missing its costs, and named before a data set that is not there */
+    rc = tu_run_dptrain(&out, "predict --dataset mnist --data /nonexistent/dptrain-data --topology pcie4 --compute h100 "
+                              "--measured-epoch 3 --framework %s", fw);
+    if (rc != 2 || !tu_contains(out, "no 'ddp_bucket_us' line") || tu_contains(out, "dptrain-data"))
+        fail_msg("half a framework file: rc %d: %s", rc, out ? out : "");
+    free(out);
+}
+
 /* A sim run with --predict records its collectives (the last step's go into the log) and predicts
  * from a profile it measures. */
 static void test_run_records(void **state) {
@@ -696,6 +844,10 @@ int main(void) {
         cmocka_unit_test(test_ddp_overlap),
         cmocka_unit_test(test_profile_interpolation),
         cmocka_unit_test(test_ddp_prediction),
+        cmocka_unit_test(test_predict_memory),
+        cmocka_unit_test(test_framework_step),
+        cmocka_unit_test(test_framework_file),
+        cmocka_unit_test(test_predict_measured),
         cmocka_unit_test(test_dp_chain),
         cmocka_unit_test(test_sweep_speedup),
         cmocka_unit_test(test_cpu_lanes),

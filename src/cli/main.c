@@ -86,6 +86,11 @@ int main(int argc, char **argv) {
         fprintf(stderr, "dptrain: %s\n", dp_last_error());
         return dp_exit_code(s);
     }
+    if (cfg.predict_only && cfg.compute_profile) { /* nothing to time: no trainer */
+        s = dp_predict_from_profile(&cfg);
+        if (s != DP_OK) fprintf(stderr, "dptrain: %s\n", dp_last_error());
+        return dp_exit_code(s);
+    }
     dp_trainer *t = NULL;
     s = dp_trainer_create(&cfg, &t);
     if (s == DP_OK) {

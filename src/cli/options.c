@@ -209,6 +209,16 @@ static const opt_spec opts[] = {
      .cmds = TP_},
     {"compute", "FILE", K_STRING, .off = OFF(compute_profile),
      .help = "predict with a saved profile's compute (a path, or a device name next to the presets)", .cmds = TP_},
+    {"measured-epoch", "S", K_DOUBLE, 0, 1e9, 1, 0, .off = OFF(measured_epoch_s), .def = "none",
+     .help = "dptrain predict: another framework's measured epoch on one device, in seconds: DP and DDP are predicted "
+             "from it (with --framework and --compute)", .cmds = CMD_PREDICT},
+    {"measured-step", "S", K_DOUBLE, 0, 1e9, 1, 0, .off = OFF(measured_step_s), .def = "none",
+     .help = "dptrain predict: the same as a step, in seconds (give this or --measured-epoch)", .cmds = CMD_PREDICT},
+    {"measured-batch", "B", K_INT, .ilo = 1, .ihi = 1 << 24, .off = OFF(measured_batch), .def = "--batch-size",
+     .help = "dptrain predict: the batch of the measured run", .cmds = CMD_PREDICT},
+    {"framework", "FILE", K_STRING, .off = OFF(framework),
+     .help = "dptrain predict: the measured framework's DP and DDP per-step costs (a .framework file, or a name "
+             "next to the presets: pytorch-cpu)", .cmds = CMD_PREDICT},
     {"plot", "FILE", K_STRING, .off = OFF(plot_path), .help = "plot of predicted speedup against devices: F.svg, or F.png",
      .cmds = TP_},
     {"out", "FILE", K_STRING, .off = OFF(calibrate_out), .help = "dptrain calibrate: the topology file to write",
@@ -525,6 +535,15 @@ dp_status dp_parse_args(int argc, char **argv, dp_config *c, dp_action *action) 
         if (strcmp(c->backend, "sim") != 0) return dp_fail(DP_ERR_USAGE, "predict: runs on the sim backend only");
         c->predict_replicas = c->replicas, c->replicas = 1; /* the timing run needs one replica */
     }
+    if (c->measured_epoch_s > 0 && c->measured_step_s > 0)
+        return dp_fail(DP_ERR_USAGE, "predict: give --measured-epoch or --measured-step, not both");
+    const int measured = c->measured_epoch_s > 0 || c->measured_step_s > 0;
+    if (measured && (!c->framework || !c->compute_profile))
+        return dp_fail(DP_ERR_USAGE, "--measured-%s needs --framework F (the framework's DP and DDP costs) and --compute "
+                       "P (the device's profile)", c->measured_epoch_s > 0 ? "epoch" : "step");
+    if (!measured && (c->framework || c->measured_batch))
+        return dp_fail(DP_ERR_USAGE, "--%s needs --measured-epoch S or --measured-step S",
+                       c->framework ? "framework" : "measured-batch");
     if (c->plot_path) DP_TRY(dp_plot_kind(c->plot_path)); /* before the run it would follow */
     if ((c->plot_path || c->compute_profile) && !c->predict_topos)
         return dp_fail(DP_ERR_USAGE, "--%s needs --predict T (or dptrain predict --topology T)",
@@ -584,13 +603,13 @@ dp_status dp_parse_args(int argc, char **argv, dp_config *c, dp_action *action) 
     /* no output may replace another output or an input; the same file under two spellings ("x" and
        "./x") counts too: compared by inode or real directory. Checked here, before the checkpoint
        directory is created: a refused run leaves nothing behind. */
-    enum { N_OUTS = 6, N_INS = 4 };
+    enum { N_OUTS = 6, N_INS = 5 };
     const char *outs[N_OUTS] = {c->log_path, c->save_path, c->save_profile, c->plot_path, c->calibrate_out,
                                 c->checkpoint_dir};
     const char *const out_flags[N_OUTS] = {log_flag, "--save", "--save-profile", "--plot", "--out",
                                            c->resume_path == c->checkpoint_dir ? "--resume" : "--checkpoint"};
-    const char *ins[N_INS] = {c->load_path, c->init_path, c->resume_path, c->compute_profile};
-    static const char *const in_flags[N_INS] = {"--load", "--init-from", "--resume", "--compute"};
+    const char *ins[N_INS] = {c->load_path, c->init_path, c->resume_path, c->compute_profile, c->framework};
+    static const char *const in_flags[N_INS] = {"--load", "--init-from", "--resume", "--compute", "--framework"};
     for (int i = 0; i < N_OUTS; i++) {
         if (!outs[i]) continue;
         for (int j = i + 1; j < N_OUTS; j++)

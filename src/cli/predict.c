@@ -7,8 +7,11 @@
 #include <stdio.h>
 
 #include "core/timer.h"
+#include "data/sampler.h"
+#include "dp_config.h"
 #include "io/atomic.h"
 #include "report/predict_report.h"
+#include "sim/framework.h"
 #include "exec/profile_run.h"
 #include "cli/predict.h"
 
@@ -23,17 +26,19 @@ typedef struct {
 /* Per device count on a shared host (CPU processes): the lanes of a device's share (the
  * --chunks plan: C / N when N divides C) and the threads that run them (the cores split over
  * the processes). A GPU runs its share as one lane. */
-static int lanes_for(const dp_trainer *t, const dp_topology *topo, int n) {
+static int lanes_for(const dp_config *c, const dp_topology *topo, int n) {
     if (!topo->shared_memory_bus) return 1;
-    return t->cfg.chunks / n > 1 ? t->cfg.chunks / n : 1;
+    return c->chunks / n > 1 ? c->chunks / n : 1;
 }
 
-static int workers_for(const dp_trainer *t, const dp_topology *topo, int n) {
+static int workers_for(const dp_config *c, const dp_topology *topo, int n) {
     if (!topo->shared_memory_bus) return 1;
-    return t->cfg.threads / n > 1 ? t->cfg.threads / n : 1;
+    return c->threads / n > 1 ? c->threads / n : 1;
 }
 
 static int min_int(int a, int b) { return a < b ? a : b; }
+
+static dp_status load_framework(const char *arg, dp_framework *fw);
 
 /* The --predict (or predict's --topology) list, each item loaded: sim/topology.h's rules. */
 static dp_status split_topologies(const dp_config *c, dp_topology *topos, int *n) {
@@ -56,6 +61,10 @@ dp_status dp_predict_precheck(const dp_config *c) {
         snprintf(msg, sizeof msg, "%s", dp_last_error());
         s = dp_fail(s, "%s: %s", flag, msg);
     }
+    if (s == DP_OK && c->framework) { /* before the data set is read */
+        dp_framework fw;
+        s = load_framework(c->framework, &fw);
+    }
     if (s == DP_OK && p && strcmp(p->model, c->model) != 0)
         s = dp_fail(DP_ERR_USAGE, "--compute %s: a profile of model %s, but this run is %s", c->compute_profile,
                     p->model, c->model);
@@ -71,8 +80,8 @@ static dp_status measure_rows(dp_trainer *t, const dp_topology *topos, int n_top
     const int B = t->cfg.batch_size;
     for (int k = 0; k < n_topos; k++)
         for (int i = 0; i < n_devs; i++) {
-            int n = devs[i], lanes = lanes_for(t, &topos[k], n), b = (B + n - 1) / n;
-            int workers = min_int(workers_for(t, &topos[k], n), lanes);
+            int n = devs[i], lanes = lanes_for(&t->cfg, &topos[k], n), b = (B + n - 1) / n;
+            int workers = min_int(workers_for(&t->cfg, &topos[k], n), lanes);
             row_key r = {(b + lanes - 1) / lanes, topos[k].shared_memory_bus ? n * workers : 1};
             int have = 0;
             for (int j = 0; j < n_need; j++) have |= need[j].batch == r.batch && need[j].concurrent == r.concurrent;
@@ -208,7 +217,7 @@ static dp_status measure_overheads(dp_trainer *t, const dp_topology *topos, int 
     for (int k = 0; k < n_topos; k++)
         for (int i = 0; i < n_devs && topos[k].shared_memory_bus && devs[i] <= topos[k].devices; i++)
             DP_TRY(measure_step_overhead(t, p, devs[i], topos[k].devices, (t->cfg.batch_size + devs[i] - 1) / devs[i],
-                                         lanes_for(t, &topos[k], devs[i]), workers_for(t, &topos[k], devs[i])));
+                                         lanes_for(&t->cfg, &topos[k], devs[i]), workers_for(&t->cfg, &topos[k], devs[i])));
     return DP_OK;
 }
 
@@ -269,6 +278,111 @@ static void device_token(const dp_dev *d, char *out, size_t size) {
         if (*c == ' ' || *c == '\t') *c = '-';
 }
 
+/* The device counts predicted: 1, 2, 4, 8 and --replicas, none above the global batch. */
+static int device_counts(const dp_config *c, int *devs) {
+    int n_devs = 4;
+    devs[0] = 1, devs[1] = 2, devs[2] = 4, devs[3] = 8;
+    if (c->predict_replicas > 1 && c->predict_replicas != 2 && c->predict_replicas != 4 && c->predict_replicas != 8) {
+        int k = n_devs++;
+        while (k > 0 && devs[k - 1] > c->predict_replicas) devs[k] = devs[k - 1], k--;
+        devs[k] = c->predict_replicas;
+    }
+    /* a device needs a sample: a global batch of 4 is predicted on 1, 2 and 4 devices */
+    while (n_devs > 1 && devs[n_devs - 1] > c->batch_size) n_devs--;
+    return n_devs;
+}
+
+/* A measured single-device time of another framework (--measured-epoch / --measured-step): its step,
+ * its epoch, its batch and steps, and the framework's costs. */
+typedef struct {
+    const dp_framework *fw;
+    dp_framework_shape shape;
+    int batch, n_batches, from_epoch;
+    double step_s, epoch_s;
+} measured_run;
+
+/* The query's prediction made the framework's (framework.h): the measured step's compute split by
+ * the samples a device takes, the model's communication, the framework's costs; the speedup is
+ * against the measured epoch. */
+static dp_status from_measured(const measured_run *mr, const dp_profile *p, const dp_topology *topo,
+                               const dp_predict_query *q, dp_prediction *out) {
+    dp_predict_query one = *q;
+    one.devices = 1, one.global_batch = mr->batch, one.steps_per_epoch = mr->n_batches;
+    dp_prediction base, model = *out;
+    DP_TRY(dp_predict(p, topo, &one, &base));
+    const double share = (double)q->global_batch / q->devices / mr->batch;
+    dp_status s = dp_framework_step(mr->fw, &mr->shape, q->mode, q->devices, share, mr->step_s, &base, &model,
+                                    q->steps_per_epoch, out);
+    if (s != DP_OK) {
+        char msg[DP_ERROR_MAX];
+        snprintf(msg, sizeof msg, "%s", dp_last_error());
+        return dp_fail(s, "--measured-%s: %s", mr->from_epoch ? "epoch" : "step", msg);
+    }
+    out->speedup = mr->epoch_s / out->epoch_s;
+    out->efficiency = out->speedup / q->devices;
+    return DP_OK;
+}
+
+/* DP and DDP on every topology and device count from profile p (this run's model and buckets),
+ * reported (console, log) and plotted; from a measured time when mr is set. */
+static dp_status predict_and_report(const dp_config *c, dp_reporter *report, dp_profile *p, const char *model_name,
+                                    int n_batches, const dp_topology *topos, int n_topos, const int *devs, int n_devs,
+                                    const measured_run *mr) {
+    dp_prediction *pred = calloc((size_t)MAX_TOPOS * 2 * MAX_DEVS, sizeof *pred);
+    if (!pred) return dp_fail(DP_ERR_NOMEM, "out of memory for the overhead model");
+    dp_status s = DP_OK;
+    dp_predict_series series[MAX_TOPOS];
+    char what[1400];
+    if (mr)
+        snprintf(what, sizeof what, "%s, global batch %d, %d steps/epoch, from %s's measured %.6g s %s on one device "
+                 "(batch %d; speedup against its epoch), its costs %s, links and timeline: %s profile %s", model_name,
+                 c->batch_size, n_batches, mr->fw->name, mr->from_epoch ? mr->epoch_s : mr->step_s,
+                 mr->from_epoch ? "epoch" : "step", mr->batch,
+                 mr->fw->path, p->device, c->compute_profile);
+    else
+        snprintf(what, sizeof what, "%s, global batch %d, %d steps/epoch, compute: %s profile%s%s", model_name,
+                 c->batch_size, n_batches, p->device, c->compute_profile ? " " : " measured here",
+                 c->compute_profile ? c->compute_profile : "");
+    for (int k = 0; k < n_topos && s == DP_OK; k++) {
+        series[k] = (dp_predict_series){.topo = &topos[k], .n = n_devs, .devices = devs};
+        for (int m = 0; m < 2 && s == DP_OK; m++) {
+            dp_prediction *out = pred + ((size_t)k * 2 + m) * MAX_DEVS;
+            for (int i = 0; i < n_devs && s == DP_OK; i++) {
+                /* lanes depend on n on a shared host: one sweep per device count, speedup vs 1 */
+                dp_predict_query q = {.mode = m ? DP_PREDICT_DP : DP_PREDICT_DDP, .devices = devs[i],
+                                      .global_batch = c->batch_size, .steps_per_epoch = n_batches,
+                                      .lanes = lanes_for(c, &topos[k], devs[i]),
+                                      .workers = workers_for(c, &topos[k], devs[i])};
+                dp_predict_query one = q;
+                one.devices = 1, one.lanes = lanes_for(c, &topos[k], 1), one.workers = workers_for(c, &topos[k], 1);
+                dp_prediction base;
+                s = dp_predict(p, &topos[k], &one, &base);
+                if (s == DP_OK) s = dp_predict(p, &topos[k], &q, &out[i]);
+                out[i].speedup = out[i].step_s > 0 ? base.step_s / out[i].step_s : 0;
+                out[i].efficiency = out[i].speedup / devs[i];
+                if (s == DP_OK && mr) s = from_measured(mr, p, &topos[k], &q, &out[i]);
+            }
+            series[k].pred[m] = out;
+        }
+        /* a GPU topology priced with a CPU profile: its compute column is this CPU's, said where it is read */
+        char what_k[1600];
+        const int cpu_profile = strncmp(p->device, "cpu", 3) == 0;
+        snprintf(what_k, sizeof what_k, "%s%s%s%s", what, cpu_profile && !topos[k].shared_memory_bus
+                 ? "; NOTE: the compute is this CPU's, not a " : "", cpu_profile && !topos[k].shared_memory_bus
+                 ? topos[k].device : "", cpu_profile && !topos[k].shared_memory_bus
+                 ? "'s (give --compute a profile recorded on one: --save-profile)" : "");
+        if (s == DP_OK) s = dp_report_predictions(report, what_k, &series[k]);
+    }
+    if (s == DP_OK && c->plot_path && n_topos) {
+        char title[160];
+        snprintf(title, sizeof title, "%s, global batch %d: predicted speedup (DDP solid, DP dashed)", model_name,
+                 c->batch_size);
+        s = dp_plot_speedup(c->plot_path, title, series, n_topos);
+    }
+    free(pred);
+    return s;
+}
+
 dp_status dp_trainer_predict(dp_trainer *t) {
     const dp_config *c = &t->cfg;
     if (!c->predict_topos && !c->save_profile) return DP_OK;
@@ -281,21 +395,11 @@ dp_status dp_trainer_predict(dp_trainer *t) {
             return dp_fail(DP_ERR_USAGE, "--predict %s: a topology of CPU processes sharing the host's memory, "
                                          "but this run computes on %s: predict it from a CPU run (--device cpu), or "
                                          "give --compute a CPU profile", topos[k].name, t->dev->name);
-    int devs[MAX_DEVS] = {1, 2, 4, 8}, n_devs = 4;
-    if (c->predict_replicas > 1 && c->predict_replicas != 2 && c->predict_replicas != 4 && c->predict_replicas != 8) {
-        int k = n_devs++;
-        while (k > 0 && devs[k - 1] > c->predict_replicas) devs[k] = devs[k - 1], k--;
-        devs[k] = c->predict_replicas;
-    }
-    /* a device needs a sample: a global batch of 4 is predicted on 1, 2 and 4 devices */
-    while (n_devs > 1 && devs[n_devs - 1] > c->batch_size) n_devs--;
+    int devs[MAX_DEVS];
+    const int n_devs = device_counts(c, devs);
     dp_profile *p = calloc(1, sizeof *p);
-    dp_prediction *pred = calloc((size_t)MAX_TOPOS * 2 * MAX_DEVS, sizeof *pred);
+    if (!p) return dp_fail(DP_ERR_NOMEM, "out of memory for the overhead model");
     dp_status s = DP_OK;
-    if (!p || !pred) {
-        free(p), free(pred);
-        return dp_fail(DP_ERR_NOMEM, "out of memory for the overhead model");
-    }
     if (c->compute_profile) {
         /* the times are this run's only if the profile describes this run's model exactly */
         dp_profile *run = calloc(1, sizeof *run);
@@ -315,46 +419,131 @@ dp_status dp_trainer_predict(dp_trainer *t) {
                 s = dp_profile_measure(&t->model, t->dev, (c->batch_size + n - 1) / n, 1, TIMING_STEPS, p);
     }
     if (s == DP_OK && c->save_profile) s = dp_profile_save("--save-profile", c->save_profile, p);
-    dp_predict_series series[MAX_TOPOS];
-    char what[256];
-    snprintf(what, sizeof what, "%s, global batch %d, %d steps/epoch, compute: %s profile%s%s", t->model.name,
-             c->batch_size, t->sampler.n_batches, p->device, c->compute_profile ? " " : " measured here",
-             c->compute_profile ? c->compute_profile : "");
-    for (int k = 0; k < n_topos && s == DP_OK; k++) {
-        series[k] = (dp_predict_series){.topo = &topos[k], .n = n_devs, .devices = devs};
-        for (int m = 0; m < 2 && s == DP_OK; m++) {
-            dp_prediction *out = pred + ((size_t)k * 2 + m) * MAX_DEVS;
-            for (int i = 0; i < n_devs && s == DP_OK; i++) {
-                /* lanes depend on n on a shared host: one sweep per device count, speedup vs 1 */
-                dp_predict_query q = {.mode = m ? DP_PREDICT_DP : DP_PREDICT_DDP, .devices = devs[i],
-                                      .global_batch = c->batch_size, .steps_per_epoch = t->sampler.n_batches,
-                                      .lanes = lanes_for(t, &topos[k], devs[i]),
-                                      .workers = workers_for(t, &topos[k], devs[i])};
-                dp_predict_query one = q;
-                one.devices = 1, one.lanes = lanes_for(t, &topos[k], 1), one.workers = workers_for(t, &topos[k], 1);
-                dp_prediction base;
-                s = dp_predict(p, &topos[k], &one, &base);
-                if (s == DP_OK) s = dp_predict(p, &topos[k], &q, &out[i]);
-                out[i].speedup = out[i].step_s > 0 ? base.step_s / out[i].step_s : 0;
-                out[i].efficiency = out[i].speedup / devs[i];
-            }
-            series[k].pred[m] = out;
-        }
-        /* a GPU topology priced with a CPU profile: its compute column is this CPU's, said where it is read */
-        char what_k[512];
-        const int cpu_profile = strncmp(p->device, "cpu", 3) == 0;
-        snprintf(what_k, sizeof what_k, "%s%s%s%s", what, cpu_profile && !topos[k].shared_memory_bus
-                 ? "; NOTE: the compute is this CPU's, not a " : "", cpu_profile && !topos[k].shared_memory_bus
-                 ? topos[k].device : "", cpu_profile && !topos[k].shared_memory_bus
-                 ? "'s (give --compute a profile recorded on one: --save-profile)" : "");
-        if (s == DP_OK) s = dp_report_predictions(&t->report, what_k, &series[k]);
+    if (s == DP_OK) s = predict_and_report(c, &t->report, p, t->model.name, t->sampler.n_batches, topos, n_topos, devs,
+                                           n_devs, NULL);
+    free(p);
+    return s;
+}
+
+/* What `predict --compute` needs of the data set: its sample shape, classes and training samples.
+ * Synthetic data is described by its flags (none is generated); a file set is read once for them. */
+static dp_status data_shape(const dp_config *c, dp_shape *in, int *classes, int *samples) {
+    if (strcmp(c->data.name, "synthetic") == 0) {
+        *in = (dp_shape){c->data.c, c->data.h, c->data.w};
+        *classes = c->data.n_classes, *samples = c->data.samples;
+        return DP_OK;
     }
-    if (s == DP_OK && c->plot_path && n_topos) {
-        char title[160];
-        snprintf(title, sizeof title, "%s, global batch %d: predicted speedup (DDP solid, DP dashed)", t->model.name,
-                 c->batch_size);
-        s = dp_plot_speedup(c->plot_path, title, series, n_topos);
+    dp_dataset d = {0};
+    DP_TRY(dp_dataset_load(&c->data, 1, &d));
+    *in = (dp_shape){d.c, d.h, d.w};
+    *classes = d.n_classes, *samples = d.n;
+    dp_dataset_free(&d);
+    return DP_OK;
+}
+
+/* The model's description and the epoch's steps: what the prediction reads of the run. */
+static dp_status describe_only(const dp_config *c, dp_model *m, dp_profile *run, int *n_batches, int *n_samples) {
+    dp_shape in;
+    int classes, samples;
+    DP_TRY(data_shape(c, &in, &classes, &samples));
+    *n_samples = samples;
+    DP_TRY(dp_model_build(c->model, in, classes, m));
+    DP_TRY(dp_layout_make_buckets(&m->params, (size_t)(c->bucket_mb * 1024 * 1024)));
+    int bucket_node[DP_PROFILE_MAX_BUCKETS] = {0};
+    for (int b = 0; b < m->params.n_buckets && b < DP_PROFILE_MAX_BUCKETS; b++) bucket_node[b] = dp_model_bucket_node(m, b);
+    DP_TRY(dp_profile_describe(m, bucket_node, run));
+    dp_sampler smp; /* the trainer's own count of an epoch's steps (padding, --drop-last) */
+    DP_TRY(dp_sampler_init(&smp, samples, c->replicas, c->batch_size, 0, c->drop_last, c->seed));
+    *n_batches = smp.n_batches;
+    dp_sampler_free(&smp);
+    if (*n_batches < 1)
+        return dp_fail(DP_ERR_USAGE, "--batch-size %d: the %d training samples give no full batch with --drop-last",
+                       c->batch_size, samples);
+    return DP_OK;
+}
+
+/* The config line of a predict run that trains nothing: the model, the data and the batch. */
+static dp_status log_predict_config(dp_reporter *r, const dp_config *c, const dp_model *m, int n_batches) {
+    size_t n_params = 0; /* real parameters, not the arena's alignment padding */
+    for (int i = 0; i < m->params.n_tensors; i++) n_params += m->params.tensors[i].s.count;
+    dp_jbuf b = {0};
+    dp_jbuf_kv_string(&b, "version", DP_VERSION, 1);
+    dp_jbuf_kv_string(&b, "model", m->name, 0);
+    dp_jbuf_printf(&b, ",\"params\":%zu", n_params);
+    dp_jbuf_kv_string(&b, "dataset", c->data.name, 0);
+    dp_jbuf_kv_string(&b, "data", strcmp(c->data.name, "synthetic") == 0 ? "" : c->data.dir, 0);
+    dp_jbuf_printf(&b, ",\"batch_size\":%d,\"steps_per_epoch\":%d,\"buckets\":%d,\"threads\":%d,\"chunks\":%d",
+                   c->batch_size, n_batches, m->params.n_buckets, c->threads, c->chunks);
+    dp_jbuf_kv_string(&b, "compute", c->compute_profile, 0);
+    dp_status s = dp_report_config(r, &b);
+    dp_jbuf_free(&b);
+    return s;
+}
+
+/* --framework's file: a bad one is bad input (exit 2), named with the flag. */
+static dp_status load_framework(const char *arg, dp_framework *fw) {
+    dp_status s = dp_framework_load(arg, fw);
+    if (s == DP_OK) return s;
+    char msg[DP_ERROR_MAX];
+    snprintf(msg, sizeof msg, "%s", dp_last_error());
+    return strncmp(msg, "--", 2) == 0 ? dp_fail(DP_ERR_USAGE, "%s", msg) : dp_fail(DP_ERR_USAGE, "--framework: %s", msg);
+}
+
+/* --measured-epoch / --measured-step, --measured-batch and --framework, read. */
+static dp_status measured_from_flags(const dp_config *c, const dp_model *m, int samples, dp_framework *fw,
+                                     measured_run *mr) {
+    DP_TRY(load_framework(c->framework, fw));
+    mr->batch = c->measured_batch ? c->measured_batch : c->batch_size;
+    dp_sampler smp; /* the measured run's steps: one device, its batch */
+    DP_TRY(dp_sampler_init(&smp, samples, 1, mr->batch, 0, c->drop_last, c->seed));
+    mr->n_batches = smp.n_batches;
+    dp_sampler_free(&smp);
+    if (mr->n_batches < 1)
+        return dp_fail(DP_ERR_USAGE, "--measured-batch %d: the %d training samples give no full batch with --drop-last",
+                       mr->batch, samples);
+    mr->from_epoch = c->measured_epoch_s > 0;
+    mr->epoch_s = c->measured_epoch_s;
+    mr->step_s = c->measured_epoch_s > 0 ? c->measured_epoch_s / mr->n_batches : c->measured_step_s;
+    if (!(mr->epoch_s > 0)) mr->epoch_s = mr->step_s * mr->n_batches;
+    mr->shape.tensors = m->params.n_tensors + m->buffers.n_tensors;
+    mr->shape.buckets = m->params.n_buckets;
+    return DP_OK;
+}
+
+dp_status dp_predict_from_profile(const dp_config *cfg) {
+    dp_config c = *cfg;
+    if (c.threads <= 0) c.threads = dp_default_threads();
+    if (c.plot_path) DP_TRY(dp_check_output_file("--plot", c.plot_path));
+    DP_TRY(dp_report_check_path(c.log_path));
+    dp_topology topos[MAX_TOPOS];
+    int n_topos = 0, devs[MAX_DEVS], n_batches = 0, n_samples = 0;
+    DP_TRY(split_topologies(&c, topos, &n_topos));
+    const int n_devs = device_counts(&c, devs);
+    dp_model m;
+    memset(&m, 0, sizeof m);
+    dp_profile *p = calloc(1, sizeof *p), *run = calloc(1, sizeof *run);
+    dp_status s = p && run ? DP_OK : dp_fail(DP_ERR_NOMEM, "out of memory for the overhead model");
+    if (s == DP_OK) s = describe_only(&c, &m, run, &n_batches, &n_samples);
+    if (s == DP_OK) s = dp_profile_load(c.compute_profile, m.name, p);
+    if (s == DP_OK) s = dp_profile_match("--compute", p, run);
+    if (s == DP_OK && c.save_profile) s = dp_profile_save("--save-profile", c.save_profile, p);
+    dp_reporter r;
+    memset(&r, 0, sizeof r);
+    int opened = 0;
+    if (s == DP_OK) s = dp_report_open(&r, c.log_path, 0, !c.quiet, 0), opened = s == DP_OK;
+    if (s == DP_OK) s = log_predict_config(&r, &c, &m, n_batches);
+    dp_framework fw;
+    measured_run mr = {.fw = &fw};
+    const int measured = c.measured_epoch_s > 0 || c.measured_step_s > 0;
+    if (s == DP_OK && measured) s = measured_from_flags(&c, &m, n_samples, &fw, &mr);
+    if (s == DP_OK) s = predict_and_report(&c, &r, p, m.name, n_batches, topos, n_topos, devs, n_devs,
+                                           measured ? &mr : NULL);
+    if (opened) {
+        if (s != DP_OK) dp_report_error(&r, dp_last_error());
+        dp_status cs = dp_report_close(&r);
+        if (s == DP_OK) s = cs;
     }
-    free(p), free(pred);
+    dp_model_free(&m);
+    free(p), free(run);
     return s;
 }

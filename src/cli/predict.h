@@ -11,5 +11,9 @@
 dp_status dp_predict_precheck(const dp_config *c);
 /* After t's run (rank 0's process): nothing unless --predict or --save-profile was given. */
 dp_status dp_trainer_predict(dp_trainer *t);
+/* `dptrain predict --compute P`: the prediction from the profile and the model's description
+ * (shapes, parameters, buckets) alone: no trainer, no replicas, activations or batches, so its
+ * memory is the model's description, whatever the batch (ResNet-18 at 256: megabytes, not 18 GB). */
+dp_status dp_predict_from_profile(const dp_config *c);
 
 #endif

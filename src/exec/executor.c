@@ -29,14 +29,7 @@ int dp_exec_default_workers(const dp_dev *d, int threads, int cores) {
 static dp_status map_buckets(dp_executor *ex) {
     const dp_layout *L = &ex->model->params;
     DP_ALLOC(ex->bucket_node, L->n_buckets, "bucket table");
-    for (int b = 0; b < L->n_buckets; b++) {
-        const int ft = L->bucket_first_tensor[b];
-        ex->bucket_node[b] = 0;
-        for (int i = 0; i < ex->model->n_nodes; i++) {
-            const dp_layer *l = &ex->model->nodes[i];
-            if (ft >= l->tensor0 && ft < l->tensor0 + l->n_tensors) ex->bucket_node[b] = i;
-        }
-    }
+    for (int b = 0; b < L->n_buckets; b++) ex->bucket_node[b] = dp_model_bucket_node(ex->model, b);
     return DP_OK;
 }
 

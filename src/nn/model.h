@@ -74,6 +74,9 @@ dp_status dp_model_backward(const dp_model *m, dp_acts *a, const dp_exec *x, con
 /* Builds a named model ("lenet", "lenet-bn") for this input shape and class count. */
 dp_status dp_model_build(const char *name, dp_shape input, int n_classes, dp_model *m);
 int dp_model_known(const char *name);
+/* The node after whose backward bucket b of the parameters (dp_layout_make_buckets) is complete:
+ * the node holding its first tensor (backward runs the nodes in reverse). */
+int dp_model_bucket_node(const dp_model *m, int b);
 const char *dp_model_names(void); /* "lenet, lenet-bn" for messages */
 
 #endif

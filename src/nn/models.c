@@ -65,6 +65,14 @@ static int resnet18(dp_model *m) {
 
 static const char *const model_names[] = {"lenet", "lenet-bn", "resnet18"};
 
+int dp_model_bucket_node(const dp_model *m, int b) {
+    const int ft = m->params.bucket_first_tensor[b];
+    int node = 0;
+    for (int i = 0; i < m->n_nodes; i++)
+        if (ft >= m->nodes[i].tensor0 && ft < m->nodes[i].tensor0 + m->nodes[i].n_tensors) node = i;
+    return node;
+}
+
 int dp_model_known(const char *name) {
     for (size_t i = 0; i < sizeof model_names / sizeof *model_names; i++)
         if (strcmp(name, model_names[i]) == 0) return 1;

@@ -65,6 +65,10 @@ typedef struct {
     const char *plot_path;       /* --plot FILE.svg */
     int predict_only;            /* `dptrain predict`: a short timing run, no training */
     int predict_replicas;        /* `dptrain predict --replicas N`: N is predicted besides 1, 2, 4, 8 */
+    double measured_epoch_s;     /* predict --measured-epoch S: another framework's single-device epoch (0: none) */
+    double measured_step_s;      /* predict --measured-step S: its single-device step (0: none) */
+    int measured_batch;          /* predict --measured-batch B: that run's batch (0: --batch-size) */
+    const char *framework;       /* predict --framework FILE|NAME: that framework's DP and DDP per-step costs */
     int calibrate;               /* `dptrain calibrate`: measure the backend's collectives */
     const char *calibrate_out;   /* --out FILE: the topology file calibrate writes */
     int *argc;                /* for backends that take the command line (MPI_Init) */

@@ -160,7 +160,7 @@ static dp_status precheck_synthetic(dp_trainer *t) {
  * bound each rank to its own cores has already divided them (the affinity mask is smaller than
  * the machine); one that did not (torchrun, mpirun --bind-to none) leaves all of them to every
  * rank, and the ranks would oversubscribe the node. */
-static int default_threads(void) {
+int dp_default_threads(void) {
     const int usable = omp_get_num_procs();
     const long online = sysconf(_SC_NPROCESSORS_ONLN);
     dp_launch l;
@@ -192,7 +192,7 @@ static size_t largest_sum(const dp_trainer *t, size_t eval_floats) {
 
 static dp_status setup(dp_trainer *t) {
     dp_config *c = &t->cfg;
-    const int cores = default_threads();
+    const int cores = dp_default_threads();
     if (c->threads <= 0) c->threads = cores;
     openblas_set_num_threads(1); /* parallelism is ours: over samples or over replicas */
     int ordinals[DP_MAX_LOCAL_DEVICES], n_ord = 0;

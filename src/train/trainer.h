@@ -74,6 +74,9 @@ typedef struct dp_trainer {
 /* Loads data, builds the model, the backend and the replicas, initialises parameters (or
  * loads --load), all before anything is written. */
 dp_status dp_trainer_create(const dp_config *cfg, dp_trainer **out);
+/* The threads a run uses without --threads: the cores this process may use, shared with the other
+ * ranks on its node when the launcher did not bind them. */
+int dp_default_threads(void);
 /* Trains cfg->epochs epochs (or until max_steps), evaluating after each; or evaluates only;
  * then closes the report (dp_trainer_train, then dp_trainer_close). */
 dp_status dp_trainer_run(dp_trainer *t);
