@@ -26,6 +26,7 @@ static double now_s(void) {
 }
 
 void dp_nccl_abort(nccl_impl *m) {
+    if (m->warming) dp_nccl_warmup_hint(m); /* the other ranks hear the hints too */
     dp_sidechan_fail(m->sc, dp_last_error());
     int any = 0;
     for (int i = 0; i < m->n_local; i++) any |= m->loc[i].comm != NULL;
