@@ -91,6 +91,9 @@ usage bogus "$E/gpu/check.sh" --phases env,bogus
 usage --build "$E/gpu/record_profiles.sh" --build
 usage --bogus "$E/gpu/record_profiles.sh" --bogus
 usage --device-name "$E/gpu/record_profiles.sh" --device-name ../x
+usage --build "$E/gpu/nccl_memory.sh" --build
+usage --bogus "$E/gpu/nccl_memory.sh" --bogus
+usage --epochs "$E/gpu/nccl_memory.sh" --epochs 0
 for r in "$E"/reports/0*.sh; do
     usage --out "$r" --out
     usage --bogus "$r" --bogus
