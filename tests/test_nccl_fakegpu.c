@@ -218,6 +218,33 @@ static void test_warmup_measures_nccl_memory(void **state) {
     set_mem(NULL);
 }
 
+/* The training set goes to the device only where it fits with the device's reserve to spare (its
+ * workspaces and NCCL's connections still to come), not a fixed 512 MiB: at one rank on a fake GPU
+ * of 16 GiB, a reserve set to leave 100 MiB beside the run (DPTRAIN_NCCL_RESERVE_MIB) passes the
+ * memory check, but a training set of 125 MB no longer fits beside it; with a small reserve it is
+ * placed on the device. */
+static void test_resident_data_leaves_the_reserve(void **state) {
+    (void)state;
+    hooks_or_skip();
+    int placed[2];
+    const char *reserve[2] = {"16", "16284"}; /* MiB: the fake GPU's 16 GiB less 100 MiB */
+    for (int i = 0; i < 2; i++) {
+        setenv("DPTRAIN_NCCL_RESERVE_MIB", reserve[i], 1);
+        dp_config c;
+        tr_base_config(&c, "lenet");
+        c.backend = "nccl", c.device = "fakegpu", c.replicas = 1, c.n_gpus = 1, c.gpus[0] = 0, c.max_steps = 2;
+        c.data.samples = 160000; /* 125 MB of pixels */
+        tr_result r = tr_run(&c);
+        placed[i] = r.data_on_device;
+        tr_free(&r);
+    }
+    unsetenv("DPTRAIN_NCCL_RESERVE_MIB");
+    print_message("training set on the device: %d with a reserve of 16 MiB, %d with 16284 MiB\n", placed[0], placed[1]);
+    if (placed[0] != 1 || placed[1] != 0)
+        fail_msg("training set on the device: %d with a reserve of 16 MiB (expected 1), %d with 16284 MiB of the 16 "
+                 "GiB (expected 0: it would take what the reserve keeps free)", placed[0], placed[1]);
+}
+
 /* The child of test_teardown_hang_ends_within_the_grace (this binary, re-run): 2 fake GPUs under
  * the double with an injected NCCL error, then, after the failure, a kernel that never returns on
  * GPU 0 (as an aborted NCCL kernel may), then main's order: close, message, destroy. The destroy
@@ -292,6 +319,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_scratch_reserved_at_start),
         cmocka_unit_test(test_world_1_records_and_replays_graphs),
         cmocka_unit_test(test_warmup_measures_nccl_memory),
+        cmocka_unit_test(test_resident_data_leaves_the_reserve),
         cmocka_unit_test(test_one_host_round_trip_a_step),
         cmocka_unit_test(test_ddp_on_2_and_4_fake_gpus),
         cmocka_unit_test(test_dp_on_2_and_4_fake_gpus),
