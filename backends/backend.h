@@ -113,6 +113,12 @@ struct dp_backend {
     int capturable;        /* its collectives on a device may be recorded into a graph (exec/graph.h) */
     int host_buffers;      /* its collectives move host memory (the CPU's processes share its bus) */
     char relaunch[64];     /* what runs the command again across its processes ("mpirun -np 4 "), or "" */
+    /* nccl: the device memory its library took while its communicators were created and during
+       the warm-up at start (the most over the local devices, in bytes; known 0: not measured, as
+       on host memory), and what it adds to each device's reserve for what it may still take
+       (core/device.h: reserved); the config line logs them */
+    int comm_memory_known;
+    unsigned long long comm_memory_init, comm_memory_measured, comm_memory_reserved;
 };
 
 /* The most devices one process drives (nccl --gpus). */

@@ -319,7 +319,9 @@ dp_status dp_nccl_backend_create(const dp_backend_config *cfg, dp_backend_t *out
     b->iface = &nccl_iface;
     b->impl = m;
     m->creating = 1;
-    /* a non-blocking communicator inside a recorded graph is untried: nccl steps run eagerly */
+    /* capturable is set once the world is known: at one rank no step calls NCCL (every collective
+       returns before it), so the step is the sim's and records; at several, a non-blocking
+       communicator inside a recorded graph is untried, and nccl steps run eagerly */
     b->algorithm = "nccl", b->ordered = 1, b->capturable = 0, b->host_buffers = dp_nccl_moves_host_memory();
     m->timeout_s = cfg->timeout_s > 0 ? cfg->timeout_s : 300;
     dp_status s = take_devices(m, cfg);
@@ -352,13 +354,35 @@ dp_status dp_nccl_backend_create(const dp_backend_config *cfg, dp_backend_t *out
                     blob.n_local);
         dp_sidechan_fail(m->sc, dp_last_error());
     }
+    unsigned long long before[DP_MAX_LOCAL_DEVICES], after[DP_MAX_LOCAL_DEVICES], init_took = 0;
+    const int readable = s == DP_OK && dp_nccl_device_used(m, before);
     if (s == DP_OK) s = init_comms(m, &blob.id);
-    /* the start-time memory check counts what NCCL allocates later, on every GPU it uses */
-    if (s == DP_OK && !dp_nccl_moves_host_memory()) {
-        s = dp_nccl_allowance(m->world, nvls, getenv("DPTRAIN_NCCL_RESERVE_MIB"), &allowance);
+    if (s == DP_OK && readable && dp_nccl_device_used(m, after))
+        for (int i = 0; i < m->n_local; i++)
+            if (after[i] > before[i] && after[i] - before[i] > init_took) init_took = after[i] - before[i];
+    b->capturable = m->world == 1;
+    /* every wait on the devices polls the watch, from the warm-up on (its waits too: a transfer
+       that never ends must meet the deadline); at one rank there is nothing to watch (no NCCL
+       call), and an unwatched wait blocks instead of polling. A failure removes it (release_devices). */
+    for (int i = 0; s == DP_OK && i < m->n_local && m->world > 1; i++)
+        m->loc[i].home->watch = nccl_watch, m->loc[i].home->watch_ctx = m;
+    /* every peer connected once, with a short deadline, before any data is read, and NCCL's
+       memory measured meanwhile (nccl_warmup.c) */
+    unsigned long long measured = 0;
+    int known = 0;
+    if (s == DP_OK) s = dp_nccl_warmup(b, &measured, &known);
+    /* the start-time memory check counts what NCCL allocates later, on every GPU it uses: the
+       measurement where the devices can say, else (host memory under the test double) nothing */
+    const dp_dev *home = m->loc[0].home;
+    if (s == DP_OK && !(home->caps & DP_CAP_HOST_MEMORY) && (known || !dp_nccl_moves_host_memory())) {
+        const char *override = getenv("DPTRAIN_NCCL_RESERVE_MIB");
+        s = known ? dp_nccl_allowance_measured(m->world, nvls, measured, override, &allowance)
+                  : dp_nccl_allowance(m->world, nvls, override, &allowance);
         if (s == DP_OK) {
             m->allowance = allowance;
             for (int i = 0; i < m->n_local; i++) m->loc[i].home->reserved += allowance;
+            b->comm_memory_known = known, b->comm_memory_init = init_took, b->comm_memory_measured = measured;
+            b->comm_memory_reserved = allowance;
         }
     }
     if (s != DP_OK) {
@@ -366,8 +390,6 @@ dp_status dp_nccl_backend_create(const dp_backend_config *cfg, dp_backend_t *out
         nccl_destroy(b);
         return s;
     }
-    for (int i = 0; i < m->n_local; i++) /* every wait on the devices polls it */
-        m->loc[i].home->watch = nccl_watch, m->loc[i].home->watch_ctx = m;
     m->creating = 0;
     *out = b;
     return DP_OK;

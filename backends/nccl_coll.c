@@ -28,6 +28,7 @@ static double now_s(void) {
 /* Each communicator's abort under a grace period of its own, naming it: aborts run one after the
  * other, and eight slow ones must not add up past one grace. */
 void dp_nccl_abort(nccl_impl *m) {
+    if (m->warming) dp_nccl_warmup_hint(m); /* the other ranks hear the hints too */
     dp_sidechan_fail(m->sc, dp_last_error());
     for (int i = 0; i < m->n_local; i++) {
         if (!m->loc[i].comm) continue;

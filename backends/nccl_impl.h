@@ -37,6 +37,7 @@ typedef struct {
     int we_initialised_mpi;
     int creating;           /* inside dp_nccl_backend_create: a failure there is not printed by the caller before MPI_Abort */
     int in_group;    /* between ncclGroupStart and ncclGroupEnd: a failure must not abort yet */
+    int warming;     /* inside the warm-up at start (nccl_warmup.c): a failure carries its hints */
     dp_nccl_watchdog *wd;  /* ends the process if a call below outlives --timeout and a grace period */
     char abort_what[1200]; /* what the watchdog says while an abort, or the teardown after one, runs */
     int torn_down;         /* abort (backend.h) ran: the devices are released, the watchdog on until destroy */
@@ -89,5 +90,17 @@ dp_status dp_nccl_allgather(dp_backend_t b, const float *const *send, float *con
 dp_status dp_nccl_gather(dp_backend_t b, const float *const *send, float *const *recv, size_t n, int root);
 dp_status dp_nccl_scatter(dp_backend_t b, const float *const *send, float *const *recv, size_t n, int root);
 dp_status dp_nccl_barrier(dp_backend_t b);
+
+/* The warm-up at start (nccl_warmup.c), after the communicators are created: one canonical sum
+ * of `world` floats (every pair of ranks, both ways), a broadcast, an all-gather and a barrier,
+ * under a deadline of min(--timeout, 60 s); a failure ends the rank with NCCL_DEBUG, P2P, SHM and
+ * socket hints. *measured: the most device memory any local device lost meanwhile (what NCCL's
+ * connections took), *known 0 where the devices cannot say (host memory). Nothing at world 1. */
+dp_status dp_nccl_warmup(dp_backend_t b, unsigned long long *measured, int *known);
+/* Each local device's memory in use now (total - free, its mem_info): 0 where a device cannot say. */
+int dp_nccl_device_used(const nccl_impl *m, unsigned long long used[]);
+/* Adds the warm-up's hints to the failure just recorded (dp_last_error), unless it has them:
+ * dp_nccl_abort calls it while the warm-up runs, before the other ranks hear of the failure. */
+void dp_nccl_warmup_hint(const nccl_impl *m);
 
 #endif

@@ -33,3 +33,12 @@ dp_status dp_nccl_allowance(int world, int nvls, const char *override_mib, unsig
     *bytes = mib << 20;
     return DP_OK;
 }
+
+dp_status dp_nccl_allowance_measured(int world, int nvls, unsigned long long measured, const char *override_mib,
+                                     unsigned long long *bytes) {
+    if (override_mib && *override_mib) return dp_nccl_allowance(world, nvls, override_mib, bytes);
+    *bytes = 0;
+    if (world <= 1) return DP_OK;
+    *bytes = measured + (DP_NCCL_MARGIN_MIB << 20) + (nvls ? 1024ull << 20 : 0);
+    return DP_OK;
+}

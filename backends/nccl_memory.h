@@ -30,4 +30,17 @@ int dp_nccl_env_defaults(void);
  * unset) replaces it with that many MiB; one that is not a whole number of MiB is a usage error. */
 dp_status dp_nccl_allowance(int world, int nvls, const char *override_mib, unsigned long long *bytes);
 
+/* The allowance from a measurement (backends/nccl_warmup.c: the device memory NCCL took while the
+ * warm-up at start connected every peer and ran each kind of collective once), where the devices
+ * can say: 0 at one rank; else the measured bytes again, plus DP_NCCL_MARGIN_MIB, plus 1 GiB when
+ * NVLS may be on. The memory check reads the free memory after the warm-up, so what it took is
+ * already counted once; it is reserved again because the run's larger buckets may make NCCL
+ * connect another algorithm or protocol of the same kind (ring or tree, LL128 or Simple) that the
+ * warm-up's few floats did not, and the warm-up's connections are the best measure of what such a
+ * set costs on this machine; the margin covers NCCL's smaller per-call allocations.
+ * DPTRAIN_NCCL_RESERVE_MIB (override_mib) still replaces it. */
+#define DP_NCCL_MARGIN_MIB 64ull
+dp_status dp_nccl_allowance_measured(int world, int nvls, unsigned long long measured, const char *override_mib,
+                                     unsigned long long *bytes);
+
 #endif

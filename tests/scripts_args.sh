@@ -94,6 +94,9 @@ usage --out "$E/gpu/record_profiles.sh" --out
 usage --build "$E/gpu/transfer_check.sh" --build
 usage --bogus "$E/gpu/transfer_check.sh" --bogus
 usage --out "$E/gpu/transfer_check.sh" --out ""
+usage --build "$E/gpu/nccl_memory.sh" --build
+usage --bogus "$E/gpu/nccl_memory.sh" --bogus
+usage --epochs "$E/gpu/nccl_memory.sh" --epochs 0
 for r in "$E"/reports/0*.sh; do
     usage --out "$r" --out
     usage --bogus "$r" --bogus

@@ -49,6 +49,16 @@ static void test_nccl_allowance(void **state) {
         assert_int_equal(dp_nccl_allowance(2, 0, bad[i], &a), DP_ERR_USAGE);
         if (!strstr(dp_last_error(), "DPTRAIN_NCCL_RESERVE_MIB")) fail_msg("message: %s", dp_last_error());
     }
+    /* measured at the warm-up: that again plus the margin (plus NVLS), nothing at one rank, the override first */
+    assert_int_equal(dp_nccl_allowance_measured(1, 0, 100ull << 20, NULL, &a), DP_OK);
+    assert_true(a == 0);
+    assert_int_equal(dp_nccl_allowance_measured(4, 0, 100ull << 20, NULL, &a), DP_OK);
+    assert_true(a == (100ull + DP_NCCL_MARGIN_MIB) << 20);
+    assert_int_equal(dp_nccl_allowance_measured(4, 1, 100ull << 20, "", &a), DP_OK);
+    assert_true(a == (100ull + DP_NCCL_MARGIN_MIB + 1024) << 20);
+    assert_int_equal(dp_nccl_allowance_measured(4, 0, 100ull << 20, "300", &a), DP_OK);
+    assert_true(a == 300ull << 20);
+    assert_int_equal(dp_nccl_allowance_measured(4, 0, 0, "12x", &a), DP_ERR_USAGE);
     /* a run that fits beside the CUDA device's 256 MiB reserve, but not beside NCCL's buffers at 8 ranks */
     dp_mem_estimate e = {.data = 1000, .arenas = 4ull << 20, .acts = 60ull << 20, .loader = 1000};
     e.total = e.data + e.arenas + e.acts + e.loader;

@@ -12,10 +12,12 @@
 #endif
 #include <dlfcn.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "backends/nccl_memory.h"
 #include "dp_config.h"
 #include "fakegpu_util.h"
 #include "trainrun.h"
@@ -193,11 +195,102 @@ static void test_scratch_reserved_at_start(void **state) {
                  "error naming the all-reduce)", (int)s, grown, msg);
 }
 
+/* `--backend nccl` at one rank on one fake GPU: no step calls NCCL, so the steps are recorded and
+ * replayed as the sim's are (the backend says it is capturable at world 1), bitwise equal to the
+ * CPU sim; before, every nccl step ran eagerly. */
+static void test_world_1_records_and_replays_graphs(void **state) {
+    (void)state;
+    hooks_or_skip();
+    dp_config sim, one;
+    tr_base_config(&sim, "lenet");
+    sim.device = "cpu", sim.replicas = 1;
+    one = sim;
+    one.backend = "nccl", one.device = "fakegpu", one.n_gpus = 1, one.gpus[0] = 0;
+    tr_result a = tr_run(&sim);
+    const unsigned long before = dp_fakegpu_replays();
+    tr_result b = tr_run(&one);
+    const unsigned long replays = dp_fakegpu_replays() - before;
+    print_message("nccl at world 1 on a fake GPU: %lu graph replays in %ld steps\n", replays, one.max_steps);
+    tr_assert_same(&b, &a, "nccl at world 1 on a fake GPU, graphs on");
+    if (replays < (unsigned long)one.max_steps / 2)
+        fail_msg("nccl at world 1: %lu graph replays in %ld steps (the steps ran eagerly)", replays, one.max_steps);
+    tr_free(&a), tr_free(&b);
+}
+
+/* The config line's value of "key":number (-1: absent). */
+static double config_value(const char *config, const char *key) {
+    char pat[96];
+    snprintf(pat, sizeof pat, "\"%s\":", key);
+    const char *at = strstr(config, pat);
+    return at ? strtod(at + strlen(pat), NULL) : -1;
+}
+
+/* NCCL's memory measured at start: the double takes DP_NCCL_DOUBLE_PEER_MIB of the fake GPU's
+ * memory at each communicator's first transfer with a peer (as NCCL's lazily connected buffers
+ * do), the warm-up connects every peer, and the config line reports what the fake GPUs' mem_info
+ * lost meanwhile (a peer's worth at 2 GPUs, three at 4) and that again plus the margin as reserved. */
+static void test_warmup_measures_nccl_memory(void **state) {
+    (void)state;
+    hooks_or_skip();
+    void (*set_mem)(void (*)(const void *, long long)) = NULL;
+    *(void **)&set_mem = dlsym(RTLD_DEFAULT, "dp_nccl_double_set_memory_hook");
+    assert_non_null(set_mem);
+    set_mem(dp_fakegpu_stream_charge);
+    setenv("DP_NCCL_DOUBLE_PEER_MIB", "24", 1);
+    for (int n = 2; n <= 4; n += 2) {
+        dp_config c;
+        tr_base_config(&c, "lenet");
+        c.backend = "nccl", c.device = "fakegpu", c.replicas = 1, c.n_gpus = n, c.max_steps = 2;
+        for (int i = 0; i < n; i++) c.gpus[i] = i;
+        tr_result r = tr_run(&c);
+        const double init = config_value(r.config, "nccl_memory_init_mib"),
+                     warm = config_value(r.config, "nccl_memory_warmup_mib"),
+                     kept = config_value(r.config, "nccl_memory_reserved_mib"), expect = 24.0 * (n - 1);
+        tr_free(&r);
+        print_message("%d fake GPUs: init %.1f MiB, warm-up %.1f MiB, reserved %.1f MiB\n", n, init, warm, kept);
+        if (init != 0 || warm != expect || kept != expect + (double)DP_NCCL_MARGIN_MIB)
+            fail_msg("%d fake GPUs: the log says init %.1f, warm-up %.1f, reserved %.1f MiB; the double took %.1f MiB "
+                     "a GPU (expected %.1f reserved)", n, init, warm, kept, expect, expect + (double)DP_NCCL_MARGIN_MIB);
+    }
+    unsetenv("DP_NCCL_DOUBLE_PEER_MIB");
+    set_mem(NULL);
+}
+
+/* The training set goes to the device only where it fits with the device's reserve to spare (its
+ * workspaces and NCCL's connections still to come), not a fixed 512 MiB: at one rank on a fake GPU
+ * of 16 GiB, a reserve set to leave 100 MiB beside the run (DPTRAIN_NCCL_RESERVE_MIB) passes the
+ * memory check, but a training set of 125 MB no longer fits beside it; with a small reserve it is
+ * placed on the device. */
+static void test_resident_data_leaves_the_reserve(void **state) {
+    (void)state;
+    hooks_or_skip();
+    int placed[2];
+    const char *reserve[2] = {"16", "16284"}; /* MiB: the fake GPU's 16 GiB less 100 MiB */
+    for (int i = 0; i < 2; i++) {
+        setenv("DPTRAIN_NCCL_RESERVE_MIB", reserve[i], 1);
+        dp_config c;
+        tr_base_config(&c, "lenet");
+        c.backend = "nccl", c.device = "fakegpu", c.replicas = 1, c.n_gpus = 1, c.gpus[0] = 0, c.max_steps = 2;
+        c.data.samples = 160000; /* 125 MB of pixels */
+        tr_result r = tr_run(&c);
+        placed[i] = r.data_on_device;
+        tr_free(&r);
+    }
+    unsetenv("DPTRAIN_NCCL_RESERVE_MIB");
+    print_message("training set on the device: %d with a reserve of 16 MiB, %d with 16284 MiB\n", placed[0], placed[1]);
+    if (placed[0] != 1 || placed[1] != 0)
+        fail_msg("training set on the device: %d with a reserve of 16 MiB (expected 1), %d with 16284 MiB of the 16 "
+                 "GiB (expected 0: it would take what the reserve keeps free)", placed[0], placed[1]);
+}
+
 /* The child of test_teardown_hang_ends_within_the_grace (this binary, re-run): 2 fake GPUs under
  * the double with an injected NCCL error, then, after the failure, a kernel that never returns on
  * GPU 0 (as an aborted NCCL kernel may), then main's order: close, message, destroy. The destroy
  * must not return: the watchdog ends the process. */
 #define TEARDOWN_TIMEOUT_S 2.0
+/* each rank's NCCL calls in the warm-up at start at 2 ranks (backends/nccl_warmup.c): the sum's
+   two groups of a send and a receive, a broadcast, an all-gather, the barrier's all-reduce */
+#define WARMUP_OPS 7
 static int teardown_child(void) {
     void (*set)(void *(*)(const void *), void (*)(const void *), void (*)(const void *, void *, const void *, size_t)) =
         NULL;
@@ -244,7 +337,7 @@ static void test_teardown_hang_ends_within_the_grace(void **state) {
     char *out = NULL;
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    const int rc = tu_sh(&out, "DP_NCCL_DOUBLE_FAULT=error@0:3 timeout -s KILL 45 '%s' teardown-child 2>&1", self);
+    const int rc = tu_sh(&out, "DP_NCCL_DOUBLE_FAULT=error@0:%d timeout -s KILL 45 '%s' teardown-child 2>&1", WARMUP_OPS + 3, self);
     clock_gettime(CLOCK_MONOTONIC, &t1);
     const double took = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
     print_message("exit %d after %.1f s (grace %.1f s):\n%s", rc, took, grace, out ? out : "");
@@ -326,6 +419,9 @@ int main(int argc, char **argv) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_teardown_hang_ends_within_the_grace),
         cmocka_unit_test(test_scratch_reserved_at_start),
+        cmocka_unit_test(test_world_1_records_and_replays_graphs),
+        cmocka_unit_test(test_warmup_measures_nccl_memory),
+        cmocka_unit_test(test_resident_data_leaves_the_reserve),
         cmocka_unit_test(test_one_host_round_trip_a_step),
         cmocka_unit_test(test_a_host_thread_per_gpu),
         cmocka_unit_test(test_last_error_names_the_failing_communicator),

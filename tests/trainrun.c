@@ -15,6 +15,7 @@ static void read_losses(const char *log, tr_result *r) {
     r->n_losses = 0;
     while (fgets(line, sizeof line, f)) {
         if (strstr(line, "\"event\":\"config\"") && strstr(line, "\"data_on_device\":1")) r->data_on_device = 1;
+        if (strstr(line, "\"event\":\"config\"")) snprintf(r->config, sizeof r->config, "%s", line);
         char *p = strstr(line, "\"event\":\"step\"");
         if (!p) continue;
         p = strstr(line, "\"loss\":");

@@ -14,6 +14,7 @@ typedef struct {
     int n_losses;
     dp_layout layout;         /* a copy of the tensor table, for per-tensor messages */
     int data_on_device;       /* the run's config line: the training set was held on the device */
+    char config[4096];        /* the run's config line */
 } tr_result;
 
 /* The suites' common run: synthetic data shaped for the model, 20 SGD steps of batch 64 with

@@ -4,7 +4,8 @@
 # CUDA and NCCL suites, the CUDA suites under compute-sanitizer, the benchmarks against PyTorch in
 # the same run, the accuracy over 3 seeds, the overhead model's GPU compute profiles, the roofline
 # transfer from the H100's profiles to this GPU's (transfer_check.sh: on an H200, H100 -> H200), and
-# the many-core CPU checks (the whole CPU suite, MPI N x T shapes). Each check appends one line to a
+# the many-core CPU checks (the whole CPU suite, MPI N x T shapes); the tests phase also prints NCCL's
+# device memory measured at one rank (examples/gpu/nccl_memory.sh). Each check appends one line to a
 # results file; `examples/gpu/gpu_tables.py doc FILE` makes docs/gpu.md's tables from it.
 #
 #   examples/gpu/check.sh [--quick] [--rounds R]
@@ -38,7 +39,7 @@ while [ $# -gt 0 ]; do
         --phases) need_value "$@"; PHASES=$2; shift ;;
         --out) need_value "$@"; OUTDIR=$2; shift ;;
         --build) need_value "$@"; BUILD=$2; shift ;;
-        -h|--help) sed -n 2,23p "$0"; exit 0 ;;
+        -h|--help) sed -n 2,24p "$0"; exit 0 ;;
         *) unknown_arg "$1" ;;
     esac
     shift
@@ -119,6 +120,12 @@ fi
 if has tests; then
     GPU=1 check ctest-cuda ctest --test-dir "$BUILD" -L cuda --output-on-failure --timeout 900
     GPU=1 check ctest-nccl ctest --test-dir "$BUILD" -L nccl --output-on-failure --timeout 900 --no-tests=ignore
+    # NCCL at one rank beside the sim on GPU 0: NCCL's device memory as measured at start (the
+    # config line), both epoch times (recorded steps in both), the checkpoints bitwise
+    rm -f "$OUTDIR/nccl-memory/results.jsonl"
+    GPU=1 TMO=300 check nccl-memory env DPTRAIN="$D" examples/gpu/nccl_memory.sh --out "$OUTDIR/nccl-memory"
+    grep -E '^nccl at|^epoch|^checkpoints' "$OUTDIR/logs/nccl-memory.log"
+    cat "$OUTDIR/nccl-memory/results.jsonl" >> "$RES" 2>/dev/null
 fi
 if has sanitize; then
     # the kernel suite under each tool; the training suite under memcheck (the whole run only;

@@ -112,9 +112,10 @@ static int pageable(const void *host) {
 
 static dp_status cuda_upload(const dp_dev *d, void *dst, const void *src, size_t bytes) {
     ENTER(d);
-    /* with collectives queued (a watch is set), a pageable source would make the copy wait for
-       them unwatched: wait here first, polled, so a dead peer ends the wait */
-    if (bytes && d->watch && pageable(src)) DP_TRY(cuda_wait(d));
+    /* with collectives queued (a watch is set, on the device: it serves its views), a pageable
+       source would make the copy wait for them unwatched: wait here first, polled, so a dead peer
+       ends the wait; a pinned source queues without waiting */
+    if (bytes && impl_of(d)->dev.watch && pageable(src)) DP_TRY(cuda_wait(d));
     if (bytes) CHECK(d, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_of(d)));
     return DP_OK;
 }
@@ -137,20 +138,34 @@ static double now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+#define WAIT_SPIN_S 200e-6      // a watched wait spins this long before napping
+#define WAIT_WATCH_EVERY_S 1e-3 // and runs the watch this often
+
 static dp_status cuda_wait(const dp_dev *d) {
     ENTER(d);
     const dp_dev *md = &impl_of(d)->dev; /* the watch is set on the device, and serves its views */
     if (!md->watch) {
         CHECK(d, cudaStreamSynchronize(stream_of(d)));
     } else { /* poll, so that a dead peer or the deadline can end the wait */
+        /* a step's wait usually ends within tens of microseconds of the GPU: spin on the query for
+           WAIT_SPIN_S before napping (a nap of 20 us is ~70 us with Linux's timer slack), and run
+           the watch (NCCL's error query per communicator, a poll of the side channel) once a
+           WAIT_WATCH_EVERY_S, not every round: a short wait never calls it */
         const double t0 = now_s();
+        double next_watch = WAIT_WATCH_EVERY_S;
         for (;;) {
             cudaError_t e = cudaStreamQuery(stream_of(d));
             if (e == cudaSuccess) break;
             if (e != cudaErrorNotReady) return fail_cuda(d, "waiting for the stream (cudaStreamQuery)", e);
-            DP_TRY(md->watch(md->watch_ctx, now_s() - t0));
-            struct timespec nap = {0, 20000};
-            nanosleep(&nap, NULL);
+            const double waited = now_s() - t0;
+            if (waited >= next_watch) {
+                DP_TRY(md->watch(md->watch_ctx, waited));
+                next_watch = waited + WAIT_WATCH_EVERY_S;
+            }
+            if (waited > WAIT_SPIN_S) {
+                struct timespec nap = {0, 20000};
+                nanosleep(&nap, NULL);
+            }
         }
     }
     char msg[512];
@@ -162,8 +177,9 @@ static dp_status cuda_wait(const dp_dev *d) {
 static dp_status cuda_download(const dp_dev *d, void *dst, const void *src, size_t bytes) {
     ENTER(d);
     /* a copy to pageable memory returns only when it is done, so it would wait inside the call
-       for a collective that never ends: with a watch set, the queued work is waited for first */
-    if (bytes && impl_of(d)->dev.watch) DP_TRY(cuda_wait(d));
+       for a collective that never ends: with a watch set, the queued work is waited for first;
+       a pinned destination (the step metrics') queues at once, and the one wait below is watched */
+    if (bytes && impl_of(d)->dev.watch && pageable(dst)) DP_TRY(cuda_wait(d));
     if (bytes) CHECK(d, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_of(d)));
     return cuda_wait(d);
 }
@@ -424,10 +440,15 @@ static dp_status cuda_open(int ordinal, int tf32, dp_dev **out) {
     // the same workspace as the main handle: cuBLAS picks its algorithm by the workspace it has, and
     // a lane must compute what the main stream would (DP runs there, DDP's recorded steps on lanes)
     const size_t lane_ws_bytes = ws_bytes;
+    // the collective stream at the greatest priority: a bucket's NCCL kernels, queued while up to
+    // DP_DEV_LANES lanes of backward kernels fill the SMs, get the next free blocks instead of
+    // starting late on one rank while the others' kernels spin waiting for it
+    int least_prio = 0, greatest_prio = 0;
+    if (cudaDeviceGetStreamPriorityRange(&least_prio, &greatest_prio) != cudaSuccess) greatest_prio = 0;
     if (cudaEventCreateWithFlags(&c->forked, cudaEventDisableTiming) != cudaSuccess ||
         cudaEventCreateWithFlags(&c->main_mark, cudaEventDisableTiming) != cudaSuccess ||
         cudaEventCreateWithFlags(&c->coll_mark, cudaEventDisableTiming) != cudaSuccess ||
-        cudaStreamCreateWithFlags(&c->coll_stream, cudaStreamNonBlocking) != cudaSuccess)
+        cudaStreamCreateWithPriority(&c->coll_stream, cudaStreamNonBlocking, greatest_prio) != cudaSuccess)
         bs = CUBLAS_STATUS_ALLOC_FAILED;
     for (int i = 0; i < DP_DEV_LANES && bs == CUBLAS_STATUS_SUCCESS; i++) {
         if (cudaStreamCreateWithFlags(&c->lane[i], cudaStreamNonBlocking) != cudaSuccess ||

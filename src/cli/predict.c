@@ -466,18 +466,19 @@ static dp_status describe_only(const dp_config *c, dp_model *m, dp_profile *run,
 static dp_status log_predict_config(dp_reporter *r, const dp_config *c, const dp_model *m, int n_batches) {
     size_t n_params = 0; /* real parameters, not the arena's alignment padding */
     for (int i = 0; i < m->params.n_tensors; i++) n_params += m->params.tensors[i].s.count;
-    dp_jbuf b = {0};
-    dp_jbuf_kv_string(&b, "version", DP_VERSION, 1);
-    dp_jbuf_kv_string(&b, "model", m->name, 0);
-    dp_jbuf_printf(&b, ",\"params\":%zu", n_params);
-    dp_jbuf_kv_string(&b, "dataset", c->data.name, 0);
-    dp_jbuf_kv_string(&b, "data", strcmp(c->data.name, "synthetic") == 0 ? "" : c->data.dir, 0);
-    dp_jbuf_printf(&b, ",\"batch_size\":%d,\"steps_per_epoch\":%d,\"buckets\":%d,\"threads\":%d,\"chunks\":%d",
-                   c->batch_size, n_batches, m->params.n_buckets, c->threads, c->chunks);
-    dp_jbuf_kv_string(&b, "compute", c->compute_profile, 0);
-    dp_status s = dp_report_config(r, &b);
-    dp_jbuf_free(&b);
-    return s;
+    dp_json b = dp_json_begin("config");
+    dp_json_str(&b, "version", DP_VERSION);
+    dp_json_str(&b, "model", m->name);
+    dp_json_uint(&b, "params", n_params);
+    dp_json_str(&b, "dataset", c->data.name);
+    dp_json_str(&b, "data", strcmp(c->data.name, "synthetic") == 0 ? "" : c->data.dir);
+    dp_json_int(&b, "batch_size", c->batch_size);
+    dp_json_int(&b, "steps_per_epoch", n_batches);
+    dp_json_int(&b, "buckets", m->params.n_buckets);
+    dp_json_int(&b, "threads", c->threads);
+    dp_json_int(&b, "chunks", c->chunks);
+    dp_json_str(&b, "compute", c->compute_profile);
+    return dp_report_json(r, &b, 1);
 }
 
 /* --framework's file: a bad one is bad input (exit 2), named with the flag. */

@@ -138,7 +138,9 @@ static dp_status make_resident(dp_executor *ex, const dp_dataset *d) {
     const size_t chw = (size_t)d->c * d->h * d->w, px = (size_t)d->n * chw;
     unsigned long long free_b = 0, total_b = 0;
     if (!dev->mem_info || dev->mem_info(dev, &free_b, &total_b) != DP_OK) return DP_OK;
-    if ((unsigned long long)px + (512ull << 20) > free_b) return DP_OK;
+    /* the spare is the device's reserve (its workspaces, and NCCL's connections still to come) */
+    const unsigned long long spare = dev->reserved > (512ull << 20) ? dev->reserved : 512ull << 20;
+    if ((unsigned long long)px + spare > free_b) return DP_OK;
     ex->data_c = d->c, ex->data_hw = d->h * d->w;
     DP_TRY(dev_alloc(ex, &ex->d_pixels, (px + 3) / 4, "the training set on the device"));
     DP_TRY(dev_alloc(ex, &ex->d_labels, ((size_t)d->n + 3) / 4, "the training labels on the device"));

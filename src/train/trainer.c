@@ -371,7 +371,19 @@ static dp_status log_config(dp_trainer *t) {
     dp_json_int(&b, "chunks", c->chunks);
     dp_json_int(&b, "canonical_order", canonical_order(t));
     dp_json_int(&b, "data_on_device", t->ex.resident);
+    const dp_backend_t be = t->backend;
+    const double mib = 1.0 / (1 << 20);
+    if (be->comm_memory_known) { /* NCCL's device memory, measured at start (backends/nccl_warmup.c) */
+        dp_json_real(&b, "nccl_memory_init_mib", "%.1f", (double)be->comm_memory_init * mib);
+        dp_json_real(&b, "nccl_memory_warmup_mib", "%.1f", (double)be->comm_memory_measured * mib);
+        dp_json_real(&b, "nccl_memory_reserved_mib", "%.1f", (double)be->comm_memory_reserved * mib);
+    }
     DP_TRY(dp_report_json(&t->report, &b, 1));
+    if (t->report.console && be->comm_memory_known)
+        printf("nccl: device memory measured at start: %.1f MiB for the communicator, %.1f MiB for the warm-up's "
+               "connections; %.1f MiB more kept free for what NCCL may still take\n",
+               (double)be->comm_memory_init * mib, (double)be->comm_memory_measured * mib,
+               (double)be->comm_memory_reserved * mib);
     if (t->report.console && t->have_train && !canonical_order(t))
         printf("note: %s, so results equal other replica counts only within float rounding (bitwise for every "
                "replica count that divides --chunks %d, with --allreduce ordered)\n",

@@ -127,6 +127,9 @@ dp_status fg_capture_end(const dp_dev *d, void **graph) {
     return DP_OK;
 }
 
+static _Atomic unsigned long replays;
+unsigned long dp_fakegpu_replays(void) { return replays; }
+
 dp_status fg_replay(const dp_dev *d, void *graph) {
     fg_dev *g = fg_of(d);
     fg_graph *gr = graph;
@@ -138,6 +141,7 @@ dp_status fg_replay(const dp_dev *d, void *graph) {
         if (fg_push(g, gr->ops[i].stream, gr->ops[i].op, 0) != 0)
             st = dp_fail(DP_ERR_NOMEM, "fakegpu: replay: out of host memory queueing %s", gr->ops[i].op->what);
     pthread_mutex_unlock(&g->mu);
+    if (st == DP_OK) replays++;
     return st;
 }
 

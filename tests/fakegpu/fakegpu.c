@@ -119,6 +119,8 @@ static void fg_host_free(const dp_dev *d, void *p) {
 static dp_status fg_mem_info(const dp_dev *d, unsigned long long *free_b, unsigned long long *total_b) {
     size_t live = 0;
     fg_blocks_live(fg_of(d), &fg_of(d)->mem, &live);
+    const long long charged = fg_of(d)->charged;
+    if (charged > 0) live += (size_t)charged;
     *total_b = FG_TOTAL_BYTES;
     *free_b = live < FG_TOTAL_BYTES ? FG_TOTAL_BYTES - live : 0;
     return DP_OK;

@@ -43,6 +43,9 @@ unsigned long dp_fakegpu_host_waits(void);
  * allocates would, on a GPU, wait in cudaMalloc (and its free in cudaFree) and break a capture. */
 unsigned long dp_fakegpu_allocs(void);
 
+/* The graphs replayed so far (replay: one launch of a recorded step), over every fakegpu device. */
+unsigned long dp_fakegpu_replays(void);
+
 /* Queues on d's stream (a device's main stream, or its collective view's) an operation that never
  * ends, as a GPU kernel that spins for ever: everything queued behind it, and every wait, drain,
  * free or close that needs it, blocks for good. For tests of what ends such a process (the NCCL
@@ -66,5 +69,8 @@ void dp_fakegpu_stream_pause(const dp_dev *d, unsigned us);
 void *dp_fakegpu_host_address(const void *p);
 void dp_fakegpu_stream_sync(const void *stream);
 void dp_fakegpu_stream_write(const void *stream, void *dst, const void *src, size_t bytes);
+/* Device memory taken (bytes > 0) or given back (< 0) outside alloc on the device a stream belongs
+ * to, as a library's own buffers (NCCL's connections): mem_info reports it as used. */
+void dp_fakegpu_stream_charge(const void *stream, long long bytes);
 
 #endif

@@ -100,6 +100,7 @@ struct fg_dev {
     /* memory (mem_mu) */
     pthread_mutex_t mem_mu;
     fg_blocks mem, host;
+    _Atomic long long charged; /* device memory taken outside alloc (dp_fakegpu_stream_charge) */
 };
 
 /* The bit that makes a device address non-canonical, so that the host faults on it (x86-64:

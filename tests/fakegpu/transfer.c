@@ -137,6 +137,10 @@ void dp_fakegpu_stream_sync(const void *stream) {
     fg_drain(s->g, s->index);
 }
 
+void dp_fakegpu_stream_charge(const void *stream, long long bytes) {
+    fg_stream_from(stream, "dp_fakegpu_stream_charge")->g->charged += bytes;
+}
+
 void dp_fakegpu_stream_write(const void *stream, void *dst, const void *src, size_t bytes) {
     fg_stream *s = fg_stream_from(stream, "dp_fakegpu_stream_write");
     if (s->index != FG_MAIN && s->index != FG_COLL) {

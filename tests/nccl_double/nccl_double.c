@@ -31,6 +31,11 @@
  * queued on another stream that reads a result without waiting for the collective's stream sees
  * the old bytes.
  *
+ * Memory, with a hook (dp_nccl_double_set_memory_hook: a charge of device memory on the device a
+ * stream belongs to, given back with a negative charge): a communicator's first send or receive
+ * with each peer takes DP_NCCL_DOUBLE_PEER_MIB MiB (default 0) on that call's stream, as NCCL's
+ * lazily connected point-to-point buffers do, until it is destroyed or aborted.
+ *
  * Faults, for tests (DP_NCCL_DOUBLE_FAULT="KIND@RANK:OP[,KIND@RANK:OP...]", OP counting the
  * rank's NCCL calls that move data from 1):
  *   stall@R:K        operation K on rank R never completes
@@ -134,6 +139,9 @@ struct ncclComm {
     char last[512];
     long n_ops;
     double init_deadline;
+    unsigned char connected[MAX_RANKS]; /* a send or receive with this peer was issued (the memory charge) */
+    const void *charged_on;             /* the stream the charge was made on, and its bytes */
+    long long charged;
 };
 
 /* The group being built: each communicator's share of it. */
@@ -161,6 +169,21 @@ void dp_nccl_double_set_hooks(void *(*host_address)(const void *), void (*stream
 }
 
 static void *host_of(const void *p) { return hook_host && p ? hook_host(p) : (void *)p; }
+
+static void (*hook_charge)(const void *stream, long long bytes);
+void dp_nccl_double_set_memory_hook(void (*charge)(const void *stream, long long bytes)) { hook_charge = charge; }
+
+/* The first send or receive with a peer takes its connection's memory (DP_NCCL_DOUBLE_PEER_MIB). */
+static void charge_connection(ncclComm_t c, const op *o) {
+    const char *v = getenv("DP_NCCL_DOUBLE_PEER_MIB");
+    if (!hook_charge || !v || atoll(v) <= 0 || !o->stream || (o->kind != OP_SEND && o->kind != OP_RECV) ||
+        o->peer < 0 || o->peer >= MAX_RANKS || c->connected[o->peer])
+        return;
+    if (c->charged_on && c->charged_on != o->stream) return; /* one device a communicator */
+    const long long bytes = atoll(v) << 20;
+    c->connected[o->peer] = 1, c->charged_on = o->stream, c->charged += bytes;
+    hook_charge(o->stream, bytes);
+}
 
 int dp_nccl_double_gpu_count(void) {
     const char *v = getenv("DP_NCCL_DOUBLE_GPUS");
@@ -698,6 +721,7 @@ static ncclResult_t add_op(ncclComm_t c, op o) {
         g->ops = ops, g->cap = cap;
     }
     g->ops[g->n++] = o;
+    charge_connection(c, &o);
     return ncclSuccess;
 }
 
@@ -980,7 +1004,9 @@ static ncclResult_t all_reduce(const void *send, void *recv, size_t count, ncclD
     for (int q = 0; q < c->world && r == ncclSuccess; q++) {
         if (q == c->rank) continue;
         r = add_op(c, make(OP_SEND, q, (void *)send, count, t, index, w));
-        if (r == ncclSuccess) r = add_op(c, make(OP_RECV, q, g->parts[q], count, t, index, w));
+        op part = make(OP_RECV, q, g->parts[q], count, t, index, w);
+        if (!cuda) part.stream = NULL; /* the double's own host buffer, summed on the host: no write hook */
+        if (r == ncclSuccess) r = add_op(c, part);
     }
     return r;
 }
@@ -993,6 +1019,7 @@ ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count, ncclDataT
 }
 
 static void comm_free(ncclComm_t c) {
+    if (c->charged && hook_charge) hook_charge(c->charged_on, -c->charged);
     for (int k = 0; k < n_live; k++)
         if (live[k] == c) live[k] = live[--n_live];
     for (int q = 0; q < MAX_RANKS; q++) {
