@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/cpu_count.h"
 #include "core/sysmem.h"
 #include "core/timer.h"
 #include "dp_config.h"
@@ -137,6 +138,8 @@ static dp_status check_memory(dp_trainer *t, int n_local, const dp_model *m, con
 
 /* Synthetic data's size is known from the flags: estimate the whole run before generating
  * gigabytes of it (files are checked by their readers, then the run after loading). */
+static void default_workers(dp_trainer *t, const lane_plan *lp);
+
 static dp_status precheck_synthetic(dp_trainer *t) {
     const dp_config *c = &t->cfg;
     if (strcmp(c->data.name, "synthetic") != 0) return DP_OK;
@@ -150,21 +153,36 @@ static dp_status precheck_synthetic(dp_trainer *t) {
     lane_plan lp;
     dp_status s = plan_lanes(t, &tmp, c->eval_only ? 0 : train.n, &lp);
     if (!c->eval_only) dp_sampler_free(&tmp);
+    if (s == DP_OK) default_workers(t, &lp);
     if (s == DP_OK) s = check_memory(t, dp_backend_n_local(t->backend), &m, c->eval_only ? NULL : &train, &test, &lp, 0);
     dp_model_free(&m);
     return s;
 }
 
-/* The cores this process may use, shared with the other ranks on its node: a launcher that
- * bound each rank to its own cores has already divided them (the affinity mask is smaller than
- * the machine); one that did not (torchrun, mpirun --bind-to none) leaves all of them to every
- * rank, and the ranks would oversubscribe the node. */
-static int default_threads(void) {
-    const int usable = omp_get_num_procs();
+/* The cores this process may use (the affinity mask and the cgroup CPU quota: core/cpu_count.h),
+ * shared with the other ranks on its node: a launcher that bound each rank to its own cores has
+ * already divided them (the affinity mask is smaller than the machine); one that did not
+ * (torchrun, mpirun --bind-to none) leaves all of them to every rank, and the ranks would
+ * oversubscribe the node. Says where the count came from in `from`. */
+static int default_threads(char *from, size_t n) {
+    dp_cpu_count cc;
+    dp_cpu_count_find("", 0, &cc);
     const long online = sysconf(_SC_NPROCESSORS_ONLN);
     dp_launch l;
-    if (usable < online || dp_launch_from_env(&l) != DP_OK || l.local_world <= 1) return usable;
-    return usable / l.local_world > 0 ? usable / l.local_world : 1;
+    snprintf(from, n, "%s", cc.source);
+    if (cc.affinity < online || dp_launch_from_env(&l) != DP_OK || l.local_world <= 1) return cc.cores;
+    const size_t at = strlen(from);
+    snprintf(from + at, n - at, ", shared by %d ranks", l.local_world);
+    return cc.cores / l.local_world > 0 ? cc.cores / l.local_world : 1;
+}
+
+/* --workers' default, once the lanes are known: the compute team is at most the local slots, so
+ * threads beyond them leave cores a loader thread can fill ahead on. */
+static void default_workers(dp_trainer *t, const lane_plan *lp) {
+    dp_config *c = &t->cfg;
+    if (c->workers >= 0) return;
+    const int team = dp_exec_team_size(t->dev, c->threads, dp_backend_n_local(t->backend), lp->slots);
+    c->workers = dp_exec_default_workers(t->dev, team, t->cores);
 }
 
 int dp_trainer_holds_rank0(const dp_trainer *t) {
@@ -175,14 +193,13 @@ int dp_trainer_holds_rank0(const dp_trainer *t) {
 
 static dp_status setup(dp_trainer *t) {
     dp_config *c = &t->cfg;
-    const int cores = default_threads();
-    if (c->threads <= 0) c->threads = cores;
+    t->cores = default_threads(t->cores_from, sizeof t->cores_from);
+    if (c->threads <= 0) c->threads = t->cores;
     openblas_set_num_threads(1); /* parallelism is ours: over samples or over replicas */
     int ordinals[DP_MAX_LOCAL_DEVICES], n_ord = 0;
     DP_TRY(dp_backend_device(c->backend, c->device, c->gpu, c->gpus, c->n_gpus, &c->device, ordinals, &n_ord));
     for (; t->n_devs < n_ord; t->n_devs++) DP_TRY(dp_dev_open(c->device, ordinals[t->n_devs], c->tf32, &t->devs[t->n_devs]));
     t->dev = t->devs[0];
-    if (c->workers < 0) c->workers = dp_exec_default_workers(t->dev, c->threads, cores);
 
     dp_backend_config bc = {.name = c->backend, .replicas = c->replicas, .nthreads = c->threads,
                             .algorithm = c->allreduce_algo, .timeout_s = c->timeout_s,
@@ -233,6 +250,7 @@ static dp_status setup(dp_trainer *t) {
     /* the sampler fixes the lanes: which samples each lane sums, so which additions happen */
     lane_plan lp;
     DP_TRY(plan_lanes(t, &t->sampler, t->have_train ? t->train.n : 0, &lp));
+    default_workers(t, &lp);
     DP_TRY(check_memory(t, n_local, &t->model, t->have_train ? &t->train : NULL, &t->test, &lp, 1));
     const int timing = c->predict_topos || c->save_profile;
     const dp_exec_config xc = {.dev = t->dev, .devs = t->n_devs > 1 ? t->devs : NULL, .backend = t->backend,
@@ -264,7 +282,7 @@ static dp_status setup(dp_trainer *t) {
         for (int r = 0; r < t->ex.n_local; r++) ranks[r] = t->ex.rep[r].rank;
         dp_loader_config lc = {.data = &t->train, .sampler = &t->sampler, .n_local = t->ex.n_local, .ranks = ranks,
                                .workers = c->workers, .prefetch = c->workers > 0 ? 2 * c->workers + 1 : 1,
-                               .fill_threads = c->threads,
+                               .fill_threads = t->ex.team, /* the step's team: one pool size */
                                .augment = {.enabled = c->augment, .seed = c->seed},
                                .indices_only = t->ex.resident};
         DP_TRY(dp_loader_create(&t->loader, &lc));
@@ -343,11 +361,12 @@ static dp_status log_config(dp_trainer *t) {
     dp_jbuf_kv_string(&b, "mode", c->mode == DP_MODE_DDP ? "ddp" : "dp", 0);
     dp_jbuf_printf(&b,
                    ",\"batch_size\":%d,\"epochs\":%d,\"lr\":%.9g,\"momentum\":%.9g,\"weight_decay\":%.9g,"
-                   "\"nesterov\":%d,\"seed\":%llu,\"threads\":%d,\"workers\":%d,\"lanes\":%d,\"buckets\":%d,"
+                   "\"nesterov\":%d,\"seed\":%llu,\"threads\":%d,\"threads_used\":%d,\"cores\":%d,\"workers\":%d,\"lanes\":%d,\"buckets\":%d,"
                    "\"accumulate\":%d,\"sync_bn\":%d,\"overlap\":%d",
                    c->batch_size, c->epochs, c->lr, c->momentum, c->weight_decay, c->nesterov,
-                   (unsigned long long)c->seed, c->threads, c->workers, t->ex.n_lanes, t->model.params.n_buckets,
+                   (unsigned long long)c->seed, c->threads, t->ex.team, t->cores, c->workers, t->ex.n_lanes, t->model.params.n_buckets,
                    c->accumulate, c->sync_bn, c->overlap);
+    dp_jbuf_kv_string(&b, "cores_from", t->cores_from, 0);
     dp_jbuf_kv_string(&b, "allreduce", t->backend->algorithm, 0);
     dp_jbuf_printf(&b, ",\"chunks\":%d,\"canonical_order\":%d,\"data_on_device\":%d", c->chunks, canonical_order(t),
                    t->ex.resident);
