@@ -107,6 +107,9 @@ struct dp_backend {
     int capturable;        /* its collectives on a device may be recorded into a graph (exec/graph.h) */
     int host_buffers;      /* its collectives move host memory (the CPU's processes share its bus) */
     char relaunch[64];     /* what runs the command again across its processes ("mpirun -np 4 "), or "" */
+    /* OpenMP threads its host copies and sums open: the config's nthreads, then the trainer's step
+       team (exec/executor.h: every region of a step opens one team size) */
+    int threads;
 };
 
 /* The most devices one process drives (nccl --gpus). */

@@ -3,7 +3,7 @@
 # Carries its own libraries and data (.carry/, see device_env.sh), builds with all cores, runs the
 # CUDA and NCCL suites, the CUDA suites under compute-sanitizer, the benchmarks against PyTorch in
 # the same run, the accuracy over 3 seeds, the overhead model's GPU compute profiles, and the
-# many-core CPU checks (the whole CPU suite, MPI N x T shapes). Each check appends one line to a
+# many-core CPU checks (the whole CPU suite, MPI N x T shapes, processes x threads against PyTorch). Each check appends one line to a
 # results file; `examples/gpu/gpu_tables.py doc FILE` makes docs/gpu.md's tables from it.
 #
 #   examples/gpu/check.sh [--quick] [--rounds R] [--phases env,build,tests,sanitize,bench,accuracy,profiles,cpu]
@@ -148,6 +148,10 @@ if has cpu; then
     check ctest-cpu ctest --test-dir "$BUILD" -L 'cpu|mpi' -j "$JOBS" --output-on-failure --timeout 900
     check mpi-shapes env DPTRAIN="$D" examples/bench/mpi_vs_sim.sh --rounds 1 --epochs 3 --threads "$JOBS" \
         --ns "1 2 4 8" --data "$DATA" --out "$OUTDIR/mpi-vs-sim"
+    # processes x threads on every core against PyTorch's best thread count; its table goes into
+    # this tree's docs/results.md and $OUTDIR/cpu-shapes/cpu_shapes.md
+    check cpu-shapes env DPTRAIN="$D" examples/bench/cpu_shapes.sh --data "$DATA" \
+        --rounds "${ROUNDS:-$([ $QUICK = 1 ] && echo 1 || echo 3)}" --out "$OUTDIR/cpu-shapes"
 fi
 
 echo
@@ -159,6 +163,7 @@ for l in open(sys.argv[1]):
         print("%-32s %-14s %6.0f s" % (r["check"], r["status"], r["seconds"]))
 PY
 [ -f "$OUTDIR/bench/gpu_vs_pytorch.md" ] && cat "$OUTDIR/bench/gpu_vs_pytorch.md"
+[ -f "$OUTDIR/cpu-shapes/cpu_shapes.md" ] && cat "$OUTDIR/cpu-shapes/cpu_shapes.md"
 # GPU phases asked for and not one GPU check passed: every one was skipped (the suites found no
 # device) or failed; that is no result, whatever the statuses above say
 if [ -n "$GPU_PHASES" ] && [ $GPU_PASSED = 0 ]; then

@@ -261,6 +261,7 @@ static dp_status setup(dp_trainer *t) {
                                /* the NaN test hook writes into the host's batch */
                                .resident = !c->augment && !getenv("DPTRAIN_INJECT_NAN_STEP")};
     DP_TRY(dp_exec_create(&t->ex, &xc));
+    t->backend->threads = t->ex.team; /* its sums' regions the same size as the step's */
     DP_TRY(dp_exec_host_reserve(&t->ex, dp_evaluate_floats(t, &t->test))); /* not mid-run (a free waits) */
     DP_TRY(dp_check_consistency(t));
     DP_ALLOC(t->metric_bufs, n_local, "metrics");
