@@ -75,8 +75,10 @@ TRAIN=(train --model lenet --dataset fashion-mnist --data "$DATA" --batch-size 6
        --seed 0 --quiet)
 # a number of the config line of a dptrain log
 config_num() { grep -m1 '"event":"config"' "$1" | grep -o "\"$2\":[0-9]*" | cut -d: -f2; }
-# seconds of epochs 2.. of a log, one per line
-epoch_s() { grep '"event":"epoch"' "$1" | tail -n +2 | grep -o '"seconds":[0-9.e-]*' | cut -d: -f2 || true; }
+# seconds of epochs 2.. of a log (dptrain's or cpu_reference.py's, whose JSON has spaces), one per line
+epoch_s() {
+    grep -E '"event": ?"epoch"' "$1" | tail -n +2 | grep -oE '"seconds": ?[0-9.e-]+' | cut -d: -f2 | tr -d ' ' || true
+}
 
 CORES_FROM="--cores"
 if [ -z "$CORES" ]; then
@@ -135,7 +137,7 @@ if [ -n "$TORCH_VER" ]; then
         [ -n "$s" ] || continue
         if [ -z "$best" ] || awk -v a="$s" -v b="$best" 'BEGIN { exit !(a < b) }'; then best=$s TORCH_T=$t; fi
     done
-    [ -n "$TORCH_T" ] || TORCH_NOTE="PyTorch $TORCH_VER failed at every thread count (see $OUT/torch-try-*.txt)"
+    [ -n "$TORCH_T" ] || TORCH_NOTE="PyTorch $TORCH_VER failed at every thread count (see torch-try-*.txt in --out)"
 fi
 
 run_shape() {  # P T round
@@ -185,7 +187,7 @@ MD="$OUT/cpu_shapes.md"
     echo "## Processes x threads on the CPU"
     echo
     echo "$MODEL, $N usable cores ($CORES_FROM; $(nproc --all) online), $(date -u +%Y-%m-%d). LeNet /"
-    echo "Fashion-MNIST, batch 64 (global), s/epoch: median (min-max) of epochs 2-$EPOCHS of $ROUNDS interleaved rounds."
+    echo "Fashion-MNIST, batch 64 (global), s/epoch: median (min-max) of $([ "$EPOCHS" = 2 ] && echo "epoch 2" || echo "epochs 2-$EPOCHS") of $ROUNDS interleaved rounds."
     echo
     echo "| processes x threads | s/epoch | / the best shape |"
     echo "|---|---|---:|"
