@@ -8,6 +8,7 @@ set -euo pipefail
 PROG=$(basename "$0")
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 . "$ROOT/examples/lib/args.sh"
+ARGS="$*"
 usage() {
     cat <<EOF
 Usage: $PROG [options]
@@ -211,7 +212,7 @@ MD="$OUT/cpu_shapes.md"
     fi
     echo
     [ -z "$TORCH_NOTE" ] || { echo "$TORCH_NOTE."; echo; }
-    echo "Command: \`examples/bench/cpu_shapes.sh --rounds $ROUNDS --epochs $EPOCHS\`; one process runs"
+    echo "Command: \`examples/bench/cpu_shapes.sh${ARGS:+ $ARGS}\`${TORCH_VER:+ (PyTorch: $TORCH_PY)}; one process runs"
     echo "\`dptrain ${TRAIN[*]/#$DATA/DATA} --epochs $EPOCHS --backend sim --threads T\`, P processes"
     echo "\`mpirun --bind-to none -np P dptrain ... --backend mpi --threads T\`; PyTorch"
     echo "\`examples/pytorch/cpu_reference.py lenet --threads T\` with OMP_NUM_THREADS=T and its BLAS at 1 thread."
