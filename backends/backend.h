@@ -116,9 +116,12 @@ struct dp_backend {
     /* nccl: the device memory its library took while its communicators were created and during
        the warm-up at start (the most over the local devices, in bytes; known 0: not measured, as
        on host memory), and what it adds to each device's reserve for what it may still take
-       (core/device.h: reserved); the config line logs them */
+       (kernels/device.h: reserved); the config line logs them */
     int comm_memory_known;
     unsigned long long comm_memory_init, comm_memory_measured, comm_memory_reserved;
+    /* OpenMP threads its host copies and sums open: the config's nthreads, then the trainer's step
+       team (exec/executor.h: every region of a step opens one team size) */
+    int threads;
 };
 
 /* The most devices one process drives (nccl --gpus). */

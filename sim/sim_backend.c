@@ -11,7 +11,6 @@
 
 typedef struct {
     int n;
-    int nthreads;
     int algo; /* ALGO_* */
     const dp_dev *dev; /* a device's memory (NULL: the host's) */
 } sim_impl;
@@ -42,10 +41,10 @@ static dp_status sim_allreduce_op(dp_backend_t b, float *const *bufs, size_t n, 
     sim_impl *s = impl_of(b);
     if (s->dev && op == DP_AVG) return dp_fail(DP_ERR_UNSUPPORTED, "sim on a device: all-reduce with averaging");
     if (s->dev) return sim_device_ordered(s->dev, bufs, s->n, n, -1);
-    if (s->algo == ALGO_TREE) sim_tree_allreduce(bufs, s->n, n, s->nthreads);
-    else if (s->algo == ALGO_RING) sim_ring_allreduce(bufs, s->n, n, s->nthreads);
-    else sim_ordered_allreduce(bufs, s->n, n, s->nthreads);
-    if (op == DP_AVG && s->n > 1) sim_scale(bufs, s->n, n, 1.0f / (float)s->n, s->nthreads);
+    if (s->algo == ALGO_TREE) sim_tree_allreduce(bufs, s->n, n, b->threads);
+    else if (s->algo == ALGO_RING) sim_ring_allreduce(bufs, s->n, n, b->threads);
+    else sim_ordered_allreduce(bufs, s->n, n, b->threads);
+    if (op == DP_AVG && s->n > 1) sim_scale(bufs, s->n, n, 1.0f / (float)s->n, b->threads);
     return DP_OK;
 }
 
@@ -56,7 +55,7 @@ static dp_status sim_broadcast_op(dp_backend_t b, float *const *bufs, size_t n, 
         for (int r = 0; r < s->n; r++) DP_TRY(copy_floats(s, bufs[r], bufs[root], n));
         return DP_OK;
     }
-    sim_broadcast(bufs, s->n, n, root, s->nthreads);
+    sim_broadcast(bufs, s->n, n, root, b->threads);
     return DP_OK;
 }
 
@@ -65,10 +64,10 @@ static dp_status sim_reduce_op(dp_backend_t b, float *const *bufs, size_t n, dp_
     if (root < 0 || root >= s->n) return dp_fail(DP_ERR_INTERNAL, "sim reduce: root %d of %d", root, s->n);
     if (s->dev && op == DP_AVG) return dp_fail(DP_ERR_UNSUPPORTED, "sim on a device: reduce with averaging");
     if (s->dev) return sim_device_ordered(s->dev, bufs, s->n, n, root);
-    if (s->algo == ALGO_TREE) sim_tree_reduce(bufs, s->n, n, root, s->nthreads);
-    else if (s->algo == ALGO_RING) sim_reduce(bufs, s->n, n, root, s->nthreads);
-    else sim_ordered_reduce(bufs, s->n, n, root, s->nthreads);
-    if (op == DP_AVG && s->n > 1) sim_scale(bufs + root, 1, n, 1.0f / (float)s->n, s->nthreads);
+    if (s->algo == ALGO_TREE) sim_tree_reduce(bufs, s->n, n, root, b->threads);
+    else if (s->algo == ALGO_RING) sim_reduce(bufs, s->n, n, root, b->threads);
+    else sim_ordered_reduce(bufs, s->n, n, root, b->threads);
+    if (op == DP_AVG && s->n > 1) sim_scale(bufs + root, 1, n, 1.0f / (float)s->n, b->threads);
     return DP_OK;
 }
 
@@ -143,11 +142,11 @@ dp_status dp_sim_backend_create(const dp_backend_config *cfg, dp_backend_t *out)
         return dp_fail(DP_ERR_NOMEM, "out of memory creating the sim backend");
     }
     s->n = cfg->replicas;
-    s->nthreads = cfg->nthreads > 0 ? cfg->nthreads : 1;
     s->algo = algo;
     s->dev = dev ? dp_dev_coll(dev) : NULL; /* its sums and copies go on the collective stream */
     b->iface = &sim_iface;
     b->impl = s;
+    b->threads = cfg->nthreads > 0 ? cfg->nthreads : 1;
     b->algorithm = algo == ALGO_TREE ? "tree" : algo == ALGO_RING ? "ring" : "ordered";
     b->ordered = algo == ALGO_ORDERED;
     b->host_buffers = dev == NULL;

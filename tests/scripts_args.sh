@@ -58,6 +58,11 @@ usage --rounds "$E/bench/cpu_speed.sh" --rounds
 usage --bogus "$E/bench/cpu_speed.sh" --bogus
 usage --rounds "$E/bench/cpu_speed.sh" --rounds 0
 usage --sections "$E/bench/cpu_speed.sh" --sections foo
+usage --rounds "$E/bench/cpu_shapes.sh" --rounds
+usage --bogus "$E/bench/cpu_shapes.sh" --bogus
+usage --epochs "$E/bench/cpu_shapes.sh" --epochs 1
+usage --cores "$E/bench/cpu_shapes.sh" --cores x
+usage --torch-threads "$E/bench/cpu_shapes.sh" --torch-threads 0
 usage --rounds "$E/bench/determinism_cost.sh" --rounds
 usage --bogus "$E/bench/determinism_cost.sh" --bogus
 usage --rounds "$E/bench/determinism_cost.sh" --rounds x
@@ -233,6 +238,9 @@ DPTRAIN=$D measured gpu-vs-pytorch-nopeer "$E/bench/gpu_vs_pytorch.sh" --rounds 
 # cpu_speed.sh where every dptrain run fails: nothing was measured, exit 1 (the markdown still written)
 DPTRAIN=/bin/false measured cpu-speed-failing "$E/bench/cpu_speed.sh" --sections threads --threads-rounds 1 \
     --peers none --wait-idle 0 --out "$TMP/cs"
+# cpu_shapes.sh where dptrain fails: nothing was measured, exit 1, docs/results.md left alone
+DPTRAIN=/bin/false measured cpu-shapes-failing "$E/bench/cpu_shapes.sh" --rounds 1 --epochs 2 --skip-pytorch \
+    --results none --out "$TMP/shapes"
 
 wait
 if [ -s "$TMP/fails" ]; then

@@ -8,7 +8,10 @@
  * that behaves like a GPU (tests/fakegpu/; ctest test_equivalence_fakegpu). */
 #include "testutil.h"
 
+#include <dlfcn.h>
 #include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -64,6 +67,44 @@ static void test_replica_counts_are_bitwise_equal(void **state) {
     tr_free(&dp1);
     for (int n = 1; n <= 8; n *= 4) check_same(&one, "lenet", 20, set_replicas_1_thread, n, "1 thread, N=");
     for (int n = 1; n <= 3; n++) check_same(&one, "lenet", 20, set_threads, n, "N=2, threads");
+    tr_free(&one);
+}
+
+/* Threads started in this process: every pthread_create (libgomp's too) comes here first. */
+static atomic_int threads_started;
+int pthread_create(pthread_t *t, const pthread_attr_t *a, void *(*fn)(void *), void *arg) {
+    static int (*real)(pthread_t *, const pthread_attr_t *, void *(*)(void *), void *);
+    if (!real) {
+        void *sym = dlsym(RTLD_NEXT, "pthread_create");
+        memcpy(&real, &sym, sizeof real);
+    }
+    atomic_fetch_add(&threads_started, 1);
+    return real(t, a, fn, arg);
+}
+
+/* More threads than the step's lanes: the same bits, and on the CPU the OpenMP team is started
+ * once, not per step (libgomp ends the threads a smaller team leaves out and starts them again for a larger
+ * one: a step of regions of 12 and 8 threads started 4 threads a step). */
+static void test_threads_beyond_the_lanes(void **state) {
+    (void)state;
+    dp_config c;
+    base_config(&c, "lenet");
+    tr_result one = tr_run(&c);
+    for (int threads = 5; threads <= 12; threads += 7) {
+        base_config(&c, "lenet");
+        c.threads = threads;
+        c.replicas = 2; /* 2 replicas x 4 lanes of the 8 chunks */
+        const int on_cpu = !c.device || strcmp(c.device, "cpu") == 0;
+        const int before = atomic_load(&threads_started);
+        tr_result r = tr_run(&c);
+        const int started = atomic_load(&threads_started) - before;
+        char msg[64];
+        snprintf(msg, sizeof msg, "N=2, %d threads", threads);
+        tr_assert_same(&r, &one, msg);
+        /* on the CPU; a device's streams are threads of their own, started per run */
+        if (on_cpu && started > threads) fail_msg("%s: %d threads started in %d steps", msg, started, r.n_losses);
+        tr_free(&r);
+    }
     tr_free(&one);
 }
 
@@ -197,6 +238,7 @@ static void test_bn_uses_shard_statistics(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_replica_counts_are_bitwise_equal),
+        cmocka_unit_test(test_threads_beyond_the_lanes),
         cmocka_unit_test(test_overlap_buckets_accumulate_change_nothing),
         cmocka_unit_test(test_sync_bn_is_bitwise),
         cmocka_unit_test(test_outside_the_order_within_rounding),

@@ -4,8 +4,9 @@
 # CUDA and NCCL suites, the CUDA suites under compute-sanitizer, the benchmarks against PyTorch in
 # the same run, the accuracy over 3 seeds, the overhead model's GPU compute profiles, the roofline
 # transfer from the H100's profiles to this GPU's (transfer_check.sh: on an H200, H100 -> H200), and
-# the many-core CPU checks (the whole CPU suite, MPI N x T shapes); the tests phase also prints NCCL's
-# device memory measured at one rank (examples/gpu/nccl_memory.sh). Each check appends one line to a
+# the many-core CPU checks (the whole CPU suite, MPI N x T shapes, processes x threads against
+# PyTorch); the tests phase also prints NCCL's device memory measured at one rank
+# (examples/gpu/nccl_memory.sh). Each check appends one line to a
 # results file; `examples/gpu/gpu_tables.py doc FILE` makes docs/gpu.md's tables from it.
 #
 #   examples/gpu/check.sh [--quick] [--rounds R]
@@ -39,7 +40,7 @@ while [ $# -gt 0 ]; do
         --phases) need_value "$@"; PHASES=$2; shift ;;
         --out) need_value "$@"; OUTDIR=$2; shift ;;
         --build) need_value "$@"; BUILD=$2; shift ;;
-        -h|--help) sed -n 2,24p "$0"; exit 0 ;;
+        -h|--help) sed -n 2,25p "$0"; exit 0 ;;
         *) unknown_arg "$1" ;;
     esac
     shift
@@ -176,6 +177,10 @@ if has cpu; then
     check ctest-cpu ctest --test-dir "$BUILD" -L 'cpu|mpi' -j "$JOBS" --output-on-failure --timeout 900
     check mpi-shapes env DPTRAIN="$D" examples/bench/mpi_vs_sim.sh --rounds 1 --epochs 3 --threads "$JOBS" \
         --ns "1 2 4 8" --data "$DATA" --out "$OUTDIR/mpi-vs-sim"
+    # processes x threads on every core against PyTorch's best thread count; its table goes into
+    # this tree's docs/results.md and $OUTDIR/cpu-shapes/cpu_shapes.md
+    check cpu-shapes env DPTRAIN="$D" examples/bench/cpu_shapes.sh --data "$DATA" \
+        --rounds "${ROUNDS:-$([ $QUICK = 1 ] && echo 1 || echo 3)}" --out "$OUTDIR/cpu-shapes"
 fi
 
 echo
@@ -187,6 +192,7 @@ for l in open(sys.argv[1]):
         print("%-32s %-14s %6.0f s" % (r["check"], r["status"], r["seconds"]))
 PY
 [ -f "$OUTDIR/bench/gpu_vs_pytorch.md" ] && cat "$OUTDIR/bench/gpu_vs_pytorch.md"
+[ -f "$OUTDIR/cpu-shapes/cpu_shapes.md" ] && cat "$OUTDIR/cpu-shapes/cpu_shapes.md"
 # GPU phases asked for and not one GPU check passed: every one was skipped (the suites found no
 # device) or failed; that is no result, whatever the statuses above say
 if [ -n "$GPU_PHASES" ] && [ $GPU_PASSED = 0 ]; then

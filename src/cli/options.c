@@ -97,7 +97,7 @@ static const opt_spec opts[] = {
     {"drop-last", NULL, K_SET, .off = OFF(drop_last), .set = 1, .help = "drop samples so that every batch is full",
      .cmds = TP_},
     {"workers", "W", K_INT, .ilo = 0, .ihi = 64, .off = OFF(workers),
-     .def = "auto: 0 on the CPU with every core computing, else 1",
+     .def = "auto: 0 on the CPU with every core computing (threads_used >= cores), else 1",
      .help = "loader threads; 0 = the compute threads fill each batch between steps", .cmds = TP_},
     {"epochs", "E", K_INT, .ilo = 1, .ihi = 100000, .off = OFF(epochs), .def = "10", .help = "epochs to train",
      .section = "optimisation (torch.optim.SGD semantics)", .cmds = T_},
@@ -160,7 +160,9 @@ static const opt_spec opts[] = {
     {"chunks", "C", K_INT, .ilo = 1, .ihi = DP_CHUNKS_MAX, .pow2 = 1, .off = OFF(chunks), .def = STR(DP_CHUNKS_DEFAULT),
      .help = "gradients are summed in C fixed chunks of each step: bitwise equal results for every replica "
              "count dividing C", .cmds = TP_},
-    {"threads", "T", K_INT, .ilo = 1, .ihi = 1024, .off = OFF(threads), .def = "all cores (shared among the ranks on a machine)", .help = "compute threads",
+    {"threads", "T", K_INT, .ilo = 1, .ihi = 1024, .off = OFF(threads), .def = "the usable cores: the affinity mask and the cgroup CPU quota, shared among the ranks on a machine",
+     .help = "compute threads; a training step uses at most one per lane (replicas x lanes: --chunks C over the "
+             "replicas), more stay idle (the log's config line: threads_used, cores, cores_from)",
      .cmds = CMD_ALL},
     {"timeout", "S", K_DOUBLE, 0, 86400, 1, 0, .off = OFF(timeout_s), .def = "300",
      .help = "mpi: seconds to wait for a dead rank", .cmds = TEC_},

@@ -1,5 +1,5 @@
-/* cgroup.c: the process's own memory cgroups (/proc/self/cgroup, /proc/self/mountinfo), walked up
- * to the tightest limit. */
+/* cgroup.c: the process's own memory and CPU cgroups (/proc/self/cgroup, /proc/self/mountinfo),
+ * walked up to the tightest limit. */
 #include "core/cgroup.h"
 
 #include <stdio.h>
@@ -48,9 +48,9 @@ typedef struct {
     int found;
 } mount_t;
 
-/* The cgroup2 mount and the v1 mount carrying the memory controller, from mountinfo: "id parent
+/* The cgroup2 mount and the v1 mount carrying the controller ctl, from mountinfo: "id parent
  * maj:min root mountpoint options... - fstype source superoptions". */
-static void find_mounts(const char *root, mount_t *v2, mount_t *v1) {
+static void find_mounts(const char *root, const char *ctl, mount_t *v2, mount_t *v1) {
     char path[PATHN * 2], line[4096];
     snprintf(path, sizeof path, "%s/proc/self/mountinfo", root);
     FILE *f = fopen(path, "r");
@@ -61,7 +61,7 @@ static void find_mounts(const char *root, mount_t *v2, mount_t *v1) {
         char mroot[PATHN], mpoint[PATHN], fstype[64], source[256], opts[1024] = "";
         if (sscanf(line, "%*s %*s %*s %1023s %1023s", mroot, mpoint) != 2) continue;
         if (sscanf(dash + 3, "%63s %255s %1023s", fstype, source, opts) < 2) continue;
-        mount_t *m = strcmp(fstype, "cgroup2") == 0 ? v2 : strcmp(fstype, "cgroup") == 0 && has_word(opts, "memory") ? v1 : NULL;
+        mount_t *m = strcmp(fstype, "cgroup2") == 0 ? v2 : strcmp(fstype, "cgroup") == 0 && has_word(opts, ctl) ? v1 : NULL;
         if (!m || m->found) continue; /* the first mount of each kind */
         snprintf(m->mnt_root, sizeof m->mnt_root, "%s", mroot);
         snprintf(m->mnt_point, sizeof m->mnt_point, "%s", mpoint);
@@ -79,31 +79,16 @@ static void group_dir(const mount_t *m, const char *cgpath, char *dir, size_t n)
     snprintf(dir, n, "%s%s", m->mnt_point, strcmp(rel, "/") == 0 ? "" : rel);
 }
 
-/* Walks from dir up to the mount point, keeping the smallest headroom. */
-static void walk(const char *root, const mount_t *m, const char *leaf, int v2, unsigned long long *best, char *where,
-                 size_t wn) {
-    char dir[PATHN], file[PATHN + 64];
+/* What one level of a group says: its directory (under root) and the hierarchy's version. */
+typedef void (*level_fn)(const char *root, const char *dir, int v2, void *ctx);
+
+/* Calls fn for dir and every directory above it up to the mount point. */
+static void walk(const char *root, const mount_t *m, const char *leaf, int v2, level_fn fn, void *ctx) {
+    char dir[PATHN];
     snprintf(dir, sizeof dir, "%s", leaf);
     const size_t top = strlen(m->mnt_point);
     for (;;) {
-        int present;
-        snprintf(file, sizeof file, "%s/%s", dir, v2 ? "memory.max" : "memory.limit_in_bytes");
-        unsigned long long limit = read_number(root, file, &present);
-        /* v1 reports "no limit" as a huge number rounded to the page size */
-        if (present && limit && limit < (1ull << 60)) {
-            char usage_file[PATHN + 64], stat_file[PATHN + 64];
-            snprintf(usage_file, sizeof usage_file, "%s/%s", dir, v2 ? "memory.current" : "memory.usage_in_bytes");
-            snprintf(stat_file, sizeof stat_file, "%s/memory.stat", dir);
-            unsigned long long used = read_number(root, usage_file, NULL);
-            /* page cache the kernel drops before it OOM-kills: not in use (as docker stats counts) */
-            unsigned long long cache = stat_value(root, stat_file, v2 ? "inactive_file" : "total_inactive_file");
-            used = cache < used ? used - cache : 0;
-            unsigned long long room = limit > used ? limit - used : 1;
-            if (!*best || room < *best) {
-                *best = room;
-                if (where) snprintf(where, wn, "%s", file);
-            }
-        }
+        fn(root, dir, v2, ctx);
         char *slash = strrchr(dir, '/');
         if (strlen(dir) <= top || !slash || slash == dir) break;
         *slash = '\0';
@@ -111,16 +96,14 @@ static void walk(const char *root, const mount_t *m, const char *leaf, int v2, u
     }
 }
 
-unsigned long long dp_cgroup_headroom(const char *root, char *where, size_t n) {
-    if (!root) root = "";
-    if (where && n) where[0] = '\0';
+/* Calls fn for every level of this process's groups in the hierarchies carrying controller ctl. */
+static void for_levels(const char *root, const char *ctl, level_fn fn, void *ctx) {
     mount_t v2 = {0}, v1 = {0};
-    find_mounts(root, &v2, &v1);
+    find_mounts(root, ctl, &v2, &v1);
     char path[PATHN * 2], line[PATHN + 256];
     snprintf(path, sizeof path, "%s/proc/self/cgroup", root);
     FILE *f = fopen(path, "r");
-    if (!f) return 0;
-    unsigned long long best = 0;
+    if (!f) return;
     while (fgets(line, sizeof line, f)) {
         line[strcspn(line, "\n")] = '\0';
         char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
@@ -130,12 +113,98 @@ unsigned long long dp_cgroup_headroom(const char *root, char *where, size_t n) {
         char dir[PATHN];
         if (strcmp(line, "0") == 0 && !*controllers && v2.found) {
             group_dir(&v2, cgpath, dir, sizeof dir);
-            walk(root, &v2, dir, 1, &best, where, n);
-        } else if (has_word(controllers, "memory") && v1.found) {
+            walk(root, &v2, dir, 1, fn, ctx);
+        } else if (has_word(controllers, ctl) && v1.found) {
             group_dir(&v1, cgpath, dir, sizeof dir);
-            walk(root, &v1, dir, 0, &best, where, n);
+            walk(root, &v1, dir, 0, fn, ctx);
         }
     }
     fclose(f);
-    return best;
+}
+
+typedef struct {
+    unsigned long long best; /* the smallest headroom or core count so far, 0: none */
+    char *where;
+    size_t wn;
+} tightest;
+
+/* A memory level: its limit less its usage. */
+static void memory_level(const char *root, const char *dir, int v2, void *ctx) {
+    tightest *t = ctx;
+    char file[PATHN + 64];
+    int present;
+    snprintf(file, sizeof file, "%s/%s", dir, v2 ? "memory.max" : "memory.limit_in_bytes");
+    unsigned long long limit = read_number(root, file, &present);
+    /* v1 reports "no limit" as a huge number rounded to the page size */
+    if (!present || !limit || limit >= (1ull << 60)) return;
+    char usage_file[PATHN + 64], stat_file[PATHN + 64];
+    snprintf(usage_file, sizeof usage_file, "%s/%s", dir, v2 ? "memory.current" : "memory.usage_in_bytes");
+    snprintf(stat_file, sizeof stat_file, "%s/memory.stat", dir);
+    unsigned long long used = read_number(root, usage_file, NULL);
+    /* page cache the kernel drops before it OOM-kills: not in use (as docker stats counts) */
+    unsigned long long cache = stat_value(root, stat_file, v2 ? "inactive_file" : "total_inactive_file");
+    used = cache < used ? used - cache : 0;
+    unsigned long long room = limit > used ? limit - used : 1;
+    if (!t->best || room < t->best) {
+        t->best = room;
+        if (t->where) snprintf(t->where, t->wn, "%s", file);
+    }
+}
+
+/* Two positive decimal numbers at the start of root+path ("150000 100000"); 0 when the file is
+ * missing, says "max" or -1 (no quota), or holds anything else. */
+static int read_pair(const char *root, const char *path, long long *a, long long *b, int want_b) {
+    char full[PATHN * 2], text[128] = "";
+    snprintf(full, sizeof full, "%s%s", root, path);
+    FILE *f = fopen(full, "r");
+    if (!f) return 0;
+    const size_t n = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[n] = '\0';
+    char *end;
+    *a = strtoll(text, &end, 10);
+    if (end == text || *a <= 0 || *a > (1ll << 50)) return 0;
+    if (!want_b) return (*end == '\n' || *end == '\0');
+    char *p = end;
+    if (*p != ' ') return 0;
+    *b = strtoll(p + 1, &end, 10);
+    if (end == p + 1 || *b <= 0 || *b > (1ll << 50)) return 0;
+    return *end == '\n' || *end == '\0';
+}
+
+/* A CPU level: its quota per period in cores, rounded up (1.5 cores' time keeps 2 threads busy
+ * 75% of each period; 1 thread would leave half a core's time unused). */
+static void cpu_level(const char *root, const char *dir, int v2, void *ctx) {
+    tightest *t = ctx;
+    char file[PATHN + 64], pfile[PATHN + 64];
+    long long quota = 0, period = 0;
+    if (v2) {
+        snprintf(file, sizeof file, "%s/cpu.max", dir);
+        if (!read_pair(root, file, &quota, &period, 1)) return;
+    } else {
+        snprintf(file, sizeof file, "%s/cpu.cfs_quota_us", dir);
+        snprintf(pfile, sizeof pfile, "%s/cpu.cfs_period_us", dir);
+        if (!read_pair(root, file, &quota, NULL, 0) || !read_pair(root, pfile, &period, NULL, 0)) return;
+    }
+    const unsigned long long cores = (unsigned long long)((quota + period - 1) / period);
+    if (!t->best || cores < t->best) {
+        t->best = cores;
+        if (t->where) snprintf(t->where, t->wn, "%s (%lld / %lld us)", file, quota, period);
+    }
+}
+
+int dp_cgroup_cpu_limit(const char *root, char *where, size_t n) {
+    if (!root) root = "";
+    if (where && n) where[0] = '\0';
+    tightest t = {0, where, n};
+    for_levels(root, "cpu", cpu_level, &t);
+    return t.best > 1u << 20 ? 1 << 20 : (int)t.best;
+}
+
+unsigned long long dp_cgroup_headroom(const char *root, char *where, size_t n) {
+    if (!root) root = "";
+    if (where && n) where[0] = '\0';
+    tightest t = {0, where, n};
+    for_levels(root, "memory", memory_level, &t);
+    return t.best;
 }

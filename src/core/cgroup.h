@@ -1,4 +1,4 @@
-/* cgroup.h: the memory this process may still use under its own control groups. Inside Slurm,
+/* cgroup.h: the memory and the CPU time this process may use under its own control groups. Inside Slurm,
  * systemd or a container the limit is on the job's group, not the machine: a run that ignores it
  * is OOM-killed (exit 137) with no message. Both cgroup versions: v2 (memory.max,
  * memory.current) and v1's memory controller (memory.limit_in_bytes, memory.usage_in_bytes). */
@@ -13,5 +13,11 @@
  * `root` prefixes every path read ("" for the real system; a test gives a directory holding
  * proc/self/cgroup, proc/self/mountinfo and the mounted trees). */
 unsigned long long dp_cgroup_headroom(const char *root, char *where, size_t n);
+
+/* The tightest CPU quota over the same levels (v2 cpu.max "QUOTA PERIOD", "max PERIOD" for none;
+ * v1's cpu controller, cpu.cfs_quota_us (-1 for none) over cpu.cfs_period_us), in cores rounded up;
+ * 0 when no level sets one or a file holds anything else. `where` gets that level's file and its
+ * numbers. */
+int dp_cgroup_cpu_limit(const char *root, char *where, size_t n);
 
 #endif

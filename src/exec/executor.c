@@ -12,14 +12,17 @@ static int host_memory(const dp_executor *ex) { return (ex->dev->caps & DP_CAP_H
 
 int dp_exec_clock_times_work(const dp_executor *ex) { return !(ex->dev->caps & DP_CAP_ASYNC); }
 
-int dp_exec_team(const dp_executor *ex, int n) {
-    if (ex->dev->caps & DP_CAP_ASYNC) return 1; /* the host only queues */
-    return n < ex->threads ? n : ex->threads;
+int dp_exec_team_size(const dp_dev *d, int threads, int n_local, int n_slots) {
+    if (d->caps & DP_CAP_ASYNC) return 1; /* the host only queues */
+    const long wide = (long)n_local * n_slots;
+    const int t = wide < threads ? (int)wide : threads;
+    return t > 1 ? t : 1;
 }
 
 int dp_exec_dev_team(const dp_executor *ex) {
     return ex->multi_dev && (ex->dev->caps & DP_CAP_ASYNC) ? ex->n_local : 1;
 }
+int dp_exec_team(const dp_executor *ex, int n) { return n > 1 ? ex->team : 1; }
 
 int dp_exec_default_workers(const dp_dev *d, int threads, int cores) {
     return !(d->caps & DP_CAP_ASYNC) && threads >= cores ? 0 : 1;
@@ -174,6 +177,7 @@ dp_status dp_exec_create(dp_executor *ex, const dp_exec_config *c) {
     ex->dev = c->devs ? c->devs[0] : c->dev, ex->k = ex->dev->k, ex->kc = ex->dev->kc;
     ex->backend = c->backend, ex->model = c->model;
     ex->threads = c->threads, ex->sync_bn = c->sync_bn;
+    ex->team = dp_exec_team_size(ex->dev, c->threads, dp_backend_n_local(c->backend), c->n_slots);
     ex->n_local = dp_backend_n_local(c->backend), ex->world = dp_backend_world(c->backend);
     ex->n_lanes = c->n_lanes, ex->max_local = c->max_local;
     dp_dev *where[ex->n_local];
@@ -312,7 +316,7 @@ dp_status dp_exec_zero_grads(dp_executor *ex) {
     const size_t nl = (size_t)ex->n_local * (size_t)ex->n_lanes, bytes = ex->model->params.n * sizeof(float);
     const size_t L = (size_t)ex->n_lanes;
     if (host_memory(ex)) {
-#pragma omp parallel for num_threads(ex->threads) schedule(static) if (total > 1)
+#pragma omp parallel for num_threads(ex->team) schedule(static) if (total > 1)
         for (long q = 0; q < total; q++) memset(ex->rep[q / lanes].lane_grads[q % lanes], 0, bytes);
     } else {
         for (long q = 0; q < total; q++) {

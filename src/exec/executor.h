@@ -69,6 +69,7 @@ typedef struct dp_executor {
     dp_backend_t backend;
     const dp_model *model;
     int threads, sync_bn;
+    int team;                 /* threads of every parallel region a step opens (dp_exec_team_size) */
     int n_local, world;
     int n_lanes;              /* lanes (gradient partials) per replica and step */
     int max_local;            /* the most samples a replica gets in a micro-step */
@@ -138,7 +139,15 @@ static inline int dp_exec_n_devs(const dp_executor *ex) { return ex->multi_dev ?
 
 /* Whether the clock read around a kernel call times its work (the host runs it as called). */
 int dp_exec_clock_times_work(const dp_executor *ex);
-/* Threads for a host-side loop over n independent slots (1 where the host only queues work). */
+/* The one team size every parallel region of a step opens on device d: the threads, but no more
+ * than the local slots (n_local x n_slots), the widest work a step has; 1 where the host only
+ * queues work. One size because libgomp ends the threads a smaller team leaves out and creates
+ * them again for the next larger one: regions of 8 and 16 threads in turn started 8 threads per
+ * step (clone3 counted with strace), 2-3.4x slower on 16 cores than 8 threads alone. */
+int dp_exec_team_size(const dp_dev *d, int threads, int n_local, int n_slots);
+/* Threads for a host-side loop over n independent items: the team, or 1 (a serial loop, which
+ * leaves libgomp's pool as it is) where n is 1 or the host only queues work. Items fewer than the
+ * team leave threads idle at the region's end rather than resizing the pool. */
 int dp_exec_team(const dp_executor *ex, int n);
 /* Host threads that queue the replicas' device work: one per device with the replicas on several
  * (--gpus: thread r issues replica r's passes and optimizer step, so that one process keeps every

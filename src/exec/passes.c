@@ -243,7 +243,7 @@ static void sum_lanes(dp_executor *ex, int k) {
     /* on the host, pieces of at most 16K floats, as many per replica as keeps every thread busy */
     size_t piece = s->count ? s->count : 1;
     if (host) {
-        const size_t per_rep = (size_t)(ex->threads > ex->n_local ? ex->threads / ex->n_local : 1);
+        const size_t per_rep = (size_t)(ex->team > ex->n_local ? ex->team / ex->n_local : 1);
         size_t n = (s->count + 16383) / 16384;
         n = (n + per_rep - 1) / per_rep * per_rep;
         piece = ((s->count + n - 1) / n + 15) / 16 * 16;
@@ -251,7 +251,7 @@ static void sum_lanes(dp_executor *ex, int k) {
     }
     const size_t n_pieces = (s->count + piece - 1) / piece;
     const long total = (long)n_pieces * ex->n_local;
-#pragma omp parallel for num_threads(ex->threads) schedule(static) if (host && total > 1 && s->count * m > 262144)
+#pragma omp parallel for num_threads(ex->team) schedule(static) if (host && total > 1 && s->count * m > 262144)
     for (long q = 0; q < total; q++) {
         const int r = (int)(q / (long)n_pieces);
         const size_t lo = (size_t)(q % (long)n_pieces) * piece;

@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/cpu_count.h"
 #include "core/sysmem.h"
 #include "core/timer.h"
 #include "dp_config.h"
@@ -138,6 +139,8 @@ static dp_status check_memory(dp_trainer *t, int n_local, const dp_model *m, con
 
 /* Synthetic data's size is known from the flags: estimate the whole run before generating
  * gigabytes of it (files are checked by their readers, then the run after loading). */
+static void default_workers(dp_trainer *t, const lane_plan *lp);
+
 static dp_status precheck_synthetic(dp_trainer *t) {
     const dp_config *c = &t->cfg;
     if (strcmp(c->data.name, "synthetic") != 0) return DP_OK;
@@ -151,21 +154,41 @@ static dp_status precheck_synthetic(dp_trainer *t) {
     lane_plan lp;
     dp_status s = plan_lanes(t, &tmp, c->eval_only ? 0 : train.n, &lp);
     if (!c->eval_only) dp_sampler_free(&tmp);
+    if (s == DP_OK) default_workers(t, &lp);
     if (s == DP_OK) s = check_memory(t, dp_backend_n_local(t->backend), &m, c->eval_only ? NULL : &train, &test, &lp, 0);
     dp_model_free(&m);
     return s;
 }
 
-/* The cores this process may use, shared with the other ranks on its node: a launcher that
- * bound each rank to its own cores has already divided them (the affinity mask is smaller than
- * the machine); one that did not (torchrun, mpirun --bind-to none) leaves all of them to every
- * rank, and the ranks would oversubscribe the node. */
-int dp_default_threads(void) {
-    const int usable = omp_get_num_procs();
+/* The cores this process may use (the affinity mask and the cgroup CPU quota: core/cpu_count.h),
+ * shared with the other ranks on its node: a launcher that bound each rank to its own cores has
+ * already divided them (the affinity mask is smaller than the machine); one that did not
+ * (torchrun, mpirun --bind-to none) leaves all of them to every rank, and the ranks would
+ * oversubscribe the node. Says where the count came from in `from`. */
+static int default_threads(char *from, size_t n) {
+    dp_cpu_count cc;
+    dp_cpu_count_find("", 0, &cc);
     const long online = sysconf(_SC_NPROCESSORS_ONLN);
     dp_launch l;
-    if (usable < online || dp_launch_from_env(&l) != DP_OK || l.local_world <= 1) return usable;
-    return usable / l.local_world > 0 ? usable / l.local_world : 1;
+    snprintf(from, n, "%s", cc.source);
+    if (cc.affinity < online || dp_launch_from_env(&l) != DP_OK || l.local_world <= 1) return cc.cores;
+    const size_t at = strlen(from);
+    snprintf(from + at, n - at, ", shared by %d ranks", l.local_world);
+    return cc.cores / l.local_world > 0 ? cc.cores / l.local_world : 1;
+}
+
+int dp_default_threads(void) {
+    char from[640]; /* as dp_trainer.cores_from */
+    return default_threads(from, sizeof from);
+}
+
+/* --workers' default, once the lanes are known: the compute team is at most the local slots, so
+ * threads beyond them leave cores a loader thread can fill ahead on. */
+static void default_workers(dp_trainer *t, const lane_plan *lp) {
+    dp_config *c = &t->cfg;
+    if (c->workers >= 0) return;
+    const int team = dp_exec_team_size(t->dev, c->threads, dp_backend_n_local(t->backend), lp->slots);
+    c->workers = dp_exec_default_workers(t->dev, team, t->cores);
 }
 
 int dp_trainer_holds_rank0(const dp_trainer *t) {
@@ -192,14 +215,13 @@ static size_t largest_sum(const dp_trainer *t, size_t eval_floats) {
 
 static dp_status setup(dp_trainer *t) {
     dp_config *c = &t->cfg;
-    const int cores = dp_default_threads();
-    if (c->threads <= 0) c->threads = cores;
+    t->cores = default_threads(t->cores_from, sizeof t->cores_from);
+    if (c->threads <= 0) c->threads = t->cores;
     openblas_set_num_threads(1); /* parallelism is ours: over samples or over replicas */
     int ordinals[DP_MAX_LOCAL_DEVICES], n_ord = 0;
     DP_TRY(dp_backend_device(c->backend, c->device, c->gpu, c->gpus, c->n_gpus, &c->device, ordinals, &n_ord));
     for (; t->n_devs < n_ord; t->n_devs++) DP_TRY(dp_dev_open(c->device, ordinals[t->n_devs], c->tf32, &t->devs[t->n_devs]));
     t->dev = t->devs[0];
-    if (c->workers < 0) c->workers = dp_exec_default_workers(t->dev, c->threads, cores);
 
     dp_backend_config bc = {.name = c->backend, .replicas = c->replicas, .nthreads = c->threads,
                             .algorithm = c->allreduce_algo, .timeout_s = c->timeout_s,
@@ -243,6 +265,7 @@ static dp_status setup(dp_trainer *t) {
     /* the sampler fixes the lanes: which samples each lane sums, so which additions happen */
     lane_plan lp;
     DP_TRY(plan_lanes(t, &t->sampler, t->have_train ? t->train.n : 0, &lp));
+    default_workers(t, &lp);
     DP_TRY(check_memory(t, n_local, &t->model, t->have_train ? &t->train : NULL, &t->test, &lp, 1));
     const int timing = c->predict_topos || c->save_profile;
     const dp_exec_config xc = {.dev = t->dev, .devs = t->n_devs > 1 ? t->devs : NULL, .backend = t->backend,
@@ -253,6 +276,7 @@ static dp_status setup(dp_trainer *t) {
                                /* the NaN test hook writes into the host's batch */
                                .resident = !c->augment && !getenv("DPTRAIN_INJECT_NAN_STEP")};
     DP_TRY(dp_exec_create(&t->ex, &xc));
+    t->backend->threads = t->ex.team; /* its sums' regions the same size as the step's */
     DP_TRY(dp_exec_host_reserve(&t->ex, dp_evaluate_floats(t, &t->test))); /* not mid-run (a free waits) */
     DP_TRY(dp_backend_reserve(t->backend, largest_sum(t, dp_evaluate_floats(t, &t->test))));
     DP_TRY(dp_check_consistency(t));
@@ -275,7 +299,7 @@ static dp_status setup(dp_trainer *t) {
         for (int r = 0; r < t->ex.n_local; r++) ranks[r] = t->ex.rep[r].rank;
         dp_loader_config lc = {.data = &t->train, .sampler = &t->sampler, .n_local = t->ex.n_local, .ranks = ranks,
                                .workers = c->workers, .prefetch = c->workers > 0 ? 2 * c->workers + 1 : 1,
-                               .fill_threads = c->threads,
+                               .fill_threads = t->ex.team, /* the step's team: one pool size */
                                .augment = {.enabled = c->augment, .seed = c->seed},
                                .indices_only = t->ex.resident};
         DP_TRY(dp_loader_create(&t->loader, &lc));
@@ -361,12 +385,15 @@ static dp_status log_config(dp_trainer *t) {
     dp_json_int(&b, "nesterov", c->nesterov);
     dp_json_uint(&b, "seed", (unsigned long long)c->seed);
     dp_json_int(&b, "threads", c->threads);
+    dp_json_int(&b, "threads_used", t->ex.team);
+    dp_json_int(&b, "cores", t->cores);
     dp_json_int(&b, "workers", c->workers);
     dp_json_int(&b, "lanes", t->ex.n_lanes);
     dp_json_int(&b, "buckets", t->model.params.n_buckets);
     dp_json_int(&b, "accumulate", c->accumulate);
     dp_json_int(&b, "sync_bn", c->sync_bn);
     dp_json_int(&b, "overlap", c->overlap);
+    dp_json_str(&b, "cores_from", t->cores_from);
     dp_json_str(&b, "allreduce", t->backend->algorithm);
     dp_json_int(&b, "chunks", c->chunks);
     dp_json_int(&b, "canonical_order", canonical_order(t));

@@ -31,6 +31,8 @@ typedef struct dp_trainer {
     dp_dev *devs[DP_MAX_LOCAL_DEVICES]; /* nccl --gpus: one per local replica; else devs[0] alone */
     int n_devs;
     int world;                /* replicas over all processes */
+    int cores;                /* the cores --threads defaults from (default_threads) */
+    char cores_from[640];     /* which limit gave them, for the config line */
     dp_executor ex;           /* how the device runs the replicas (exec/executor.h) */
     const struct dp_strategy_s *strategy; /* DDP or DP (strategy.h) */
     void *strategy_state;
