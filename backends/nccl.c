@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backends/launch_affinity.h"
 #include "backends/nccl.h"
 #include "backends/nccl_impl.h"
 #include "backends/nccl_memory.h"
@@ -238,6 +239,23 @@ static void pci_of(int gpu, char *buf, size_t cap) {
     if (cudaDeviceGetPCIBusId(id, (int)sizeof id, gpu) == cudaSuccess) snprintf(buf, cap, ", PCI %s", id);
 }
 
+/* Warns (never fails) when the launcher left this rank too few CPUs for its threads, or CPUs of
+ * the other socket than its GPU's (launch_affinity.h). Not under the test double (no proxy
+ * thread, stand-in GPUs). */
+static void check_placement(const nccl_impl *m) {
+    dp_cpuset mine;
+    char msg[1024], id[32];
+    if (dp_nccl_is_double() || dp_cpuset_of_self(&mine) <= 0) return;
+    const int rank = m->l.rank * m->n_local;
+    if ((m->l.world != 1 || m->n_local > 1) && dp_binding_check(rank, &mine, msg, sizeof msg))
+        fprintf(stderr, "dptrain: %s\n", msg);
+    /* one GPU a process: local rank i took GPU i, wherever the launcher put the process */
+    if (m->n_local == 1 && m->loc[0].gpu >= 0 &&
+        cudaDeviceGetPCIBusId(id, (int)sizeof id, m->loc[0].gpu) == cudaSuccess &&
+        dp_numa_check("", rank, id, &mine, msg, sizeof msg))
+        fprintf(stderr, "dptrain: %s\n", msg);
+}
+
 /* "rank 1 (GPU 1, PCI 0000:1b:00.0)", "ranks 4-7 (GPUs 0,1,2,3)", "rank 0 (host memory)". */
 static void name_ranks(nccl_impl *m) {
     const int n = m->n_local, first = m->l.rank * n;
@@ -331,6 +349,7 @@ dp_status dp_nccl_backend_create(const dp_backend_config *cfg, dp_backend_t *out
     if (s == DP_OK) {
         for (int i = 0; i < m->n_local; i++) m->loc[i].rank = m->l.rank * m->n_local + i;
         name_ranks(m);
+        check_placement(m);
         /* the grace: time for an abort that was started at the deadline to return */
         s = dp_nccl_watchdog_start(m->who, m->timeout_s, 5 + 0.1 * m->timeout_s, &m->wd);
     }

@@ -15,6 +15,10 @@ dp_status dp_nccl_precheck_gpus(const int *gpus, int n);
  * loaded with LD_PRELOAD), and then `--device cpu` takes NCCL's collectives, so that CI runs
  * the backend with several ranks without a GPU. */
 int dp_nccl_moves_host_memory(void);
+
+/* Whether the NCCL in this process is the test double (tests/nccl_double/): no proxy thread, and
+ * its GPUs may be stand-ins, so the placement checks (launch_affinity.h) are not run. */
+int dp_nccl_is_double(void);
 /* How many GPUs the test double says this machine has (DP_NCCL_DOUBLE_GPUS, default 8); -1 with
  * the real NCCL. */
 int dp_nccl_double_gpus(void);

@@ -22,6 +22,8 @@ int dp_nccl_moves_host_memory(void) {
     return f && f();
 }
 
+int dp_nccl_is_double(void) { return dlsym(RTLD_DEFAULT, "dp_nccl_double_host_memory") != NULL; }
+
 dp_status dp_nccl_precheck(int *gpu) {
     dp_launch l;
     DP_TRY(dp_launch_from_env(&l));

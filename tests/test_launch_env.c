@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "backends/launch_affinity.h"
 #include "backends/launch_env.h"
 #include "dp_config.h"
 
@@ -428,6 +429,104 @@ static void test_cli_refuses(void **state) {
     free(out);
 }
 
+/* The kernel's cpulist form: ranges, singles, a trailing newline; garbage and empty are -1. */
+static void test_cpulist_parsing(void **state) {
+    (void)state;
+    dp_cpuset s;
+    char back[128];
+    static const struct { const char *in; int n; const char *out; } ok[] = {
+        {"0-15,32-47\n", 32, "0-15,32-47"}, {"3", 1, "3"}, {"0,2,4-5", 4, "0,2,4-5"},
+        {"7-7,1", 2, "1,7"}, {"8191", 1, "8191"}};
+    for (size_t i = 0; i < sizeof ok / sizeof *ok; i++) {
+        const int n = dp_cpuset_parse(ok[i].in, &s);
+        dp_cpuset_format(&s, back, sizeof back);
+        if (n != ok[i].n || strcmp(back, ok[i].out) != 0)
+            fail_msg("cpulist '%s': %d CPUs '%s', expected %d '%s'", ok[i].in, n, back, ok[i].n, ok[i].out);
+    }
+    static const char *const bad[] = {"", "\n", "x", "1-", "-3", "4-2", "1,,2", "1,", "0-3 junk", "8192", "1 2",
+                                      "99999999999999999999"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
+        if (dp_cpuset_parse(bad[i], &s) != -1) fail_msg("cpulist '%s' accepted, expected -1", bad[i]);
+    /* a long set is cut with "...", never past the buffer */
+    assert_int_equal(dp_cpuset_parse("0,2,4,6,8,10,12,14,16,18,20,22", &s), 12);
+    dp_cpuset_format(&s, back, 16);
+    assert_string_equal(back, "0,2,4,6,8,...");
+}
+
+/* A sysfs tree under a temp dir holding one GPU's local_cpulist (NULL: the file is absent). */
+static const char *sysfs_with(const char *name, const char *bus_id, const char *cpulist) {
+    const char *root = tu_path(name);
+    char *out = NULL;
+    assert_int_equal(tu_sh(&out, "rm -rf '%s' && mkdir -p '%s/sys/bus/pci/devices/%s'", root, root, bus_id), 0);
+    free(out);
+    if (cpulist) {
+        char path[512];
+        snprintf(path, sizeof path, "%s/sys/bus/pci/devices/%s/local_cpulist", root, bus_id);
+        tu_write_file(path, cpulist, strlen(cpulist));
+    }
+    return root;
+}
+
+static void test_numa_mismatch_warned(void **state) {
+    (void)state;
+    dp_cpuset mine;
+    char msg[1024], expect[1024];
+    const char *root = sysfs_with("numa", "0000:1b:00.0", "0-15,32-47\n");
+    /* Open MPI's --map-by socket put this rank on the other socket */
+    assert_int_equal(dp_cpuset_parse("16-31", &mine), 16);
+    if (dp_numa_check(root, 1, "0000:1B:00.0", &mine, msg, sizeof msg) != 1)
+        fail_msg("CPUs 16-31 against a GPU on 0-15,32-47: no warning ('%s')", msg);
+    snprintf(expect, sizeof expect,
+             "warning: --backend nccl: rank 1 runs on CPUs 16-31, but its GPU (PCI 0000:1b:00.0) is attached to CPUs "
+             "0-15,32-47 (%s/sys/bus/pci/devices/0000:1b:00.0/local_cpulist): every copy between them crosses "
+             "sockets; bind each rank near its GPU or not at all (mpirun --map-by ppr:N:node --bind-to none, or "
+             "torchrun --numa-binding=node)", root);
+    assert_string_equal(msg, expect);
+    printf("%s\n", msg);
+    /* NVML's 8-digit domain names the same device */
+    assert_int_equal(dp_numa_check(root, 1, "00000000:1B:00.0", &mine, msg, sizeof msg), 1);
+    /* one shared CPU is enough; so is an unbound rank */
+    assert_int_equal(dp_cpuset_parse("15-31", &mine), 17);
+    assert_int_equal(dp_numa_check(root, 1, "0000:1b:00.0", &mine, msg, sizeof msg), 0);
+    assert_string_equal(msg, "");
+    assert_int_equal(dp_cpuset_parse("0-63", &mine), 64);
+    assert_int_equal(dp_numa_check(root, 1, "0000:1b:00.0", &mine, msg, sizeof msg), 0);
+    /* nothing to compare: no warning, no failure */
+    assert_int_equal(dp_cpuset_parse("16-31", &mine), 16);
+    assert_int_equal(dp_numa_check(root, 1, "0000:3b:00.0", &mine, msg, sizeof msg), 0); /* no such device */
+    assert_int_equal(dp_numa_check(root, 1, "not a bus id", &mine, msg, sizeof msg), 0);
+    assert_int_equal(dp_numa_check(root, 1, "0000:1b:00.0/../..", &mine, msg, sizeof msg), 0);
+    root = sysfs_with("numa-empty", "0000:1b:00.0", "\n");
+    assert_int_equal(dp_numa_check(root, 1, "0000:1b:00.0", &mine, msg, sizeof msg), 0);
+    root = sysfs_with("numa-garbage", "0000:1b:00.0", "ff,ffffffff\n");
+    assert_int_equal(dp_numa_check(root, 1, "0000:1b:00.0", &mine, msg, sizeof msg), 0);
+    root = sysfs_with("numa-absent", "0000:1b:00.0", NULL);
+    assert_int_equal(dp_numa_check(root, 1, "0000:1b:00.0", &mine, msg, sizeof msg), 0);
+    /* this process's own mask reads, and the real sysfs is no failure either way */
+    assert_true(dp_cpuset_of_self(&mine) >= 1);
+    (void)dp_numa_check("", 0, "0000:00:00.0", &mine, msg, sizeof msg);
+}
+
+static void test_binding_under_4_cpus_warned(void **state) {
+    (void)state;
+    dp_cpuset mine;
+    char msg[1024];
+    assert_int_equal(dp_cpuset_parse("3", &mine), 1);
+    if (dp_binding_check(0, &mine, msg, sizeof msg) != 1) fail_msg("one CPU: no warning");
+    assert_string_equal(msg, "warning: --backend nccl: rank 0 may run on 1 CPU only (its affinity mask: 3), shared by "
+                             "its main thread, NCCL's proxy thread, the watchdog and the data loaders; give each rank "
+                             "at least 4 (mpirun --bind-to none, or --map-by ppr:N:node:pe=K with K >= 4)");
+    printf("%s\n", msg);
+    assert_int_equal(dp_cpuset_parse("8,10-11", &mine), 3);
+    assert_int_equal(dp_binding_check(5, &mine, msg, sizeof msg), 1);
+    assert_true(tu_contains(msg, "rank 5 may run on 3 CPUs only (its affinity mask: 8,10-11)"));
+    assert_int_equal(dp_cpuset_parse("4-7", &mine), 4);
+    if (dp_binding_check(0, &mine, msg, sizeof msg) != 0) fail_msg("4 CPUs warned: %s", msg);
+    assert_string_equal(msg, "");
+    assert_int_equal(dp_cpuset_parse("0-63", &mine), 64);
+    assert_int_equal(dp_binding_check(0, &mine, msg, sizeof msg), 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_each_launcher),
@@ -439,6 +538,9 @@ int main(void) {
         cmocka_unit_test(test_several_gpus_per_rank_refused),
         cmocka_unit_test(test_gpus_per_process_with_own_devices),
         cmocka_unit_test(test_mpi_world_must_match),
+        cmocka_unit_test(test_cpulist_parsing),
+        cmocka_unit_test(test_numa_mismatch_warned),
+        cmocka_unit_test(test_binding_under_4_cpus_warned),
         cmocka_unit_test(test_cli_refuses),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
