@@ -14,7 +14,6 @@
 #include "backends/backend.h"
 #include "cli/options.h"
 #include "core/parse_num.h"
-#include "data/chunks.h"
 #include "dp_config.h"
 #include "io/atomic.h"
 #include "kernels/kernels.h"

@@ -222,12 +222,21 @@ void dp_config_defaults(dp_config *c) {
     }
 }
 
+/* --help states a value flag's typed default, or the row's .def where the field's value is not
+ * what a user would read (auto, filled in later, "none"); flags without a value and free strings
+ * state none unless .def gives one. */
 void dp_setting_default_text(const dp_setting *s, char *buf, size_t cap) {
-    if (s->def) snprintf(buf, cap, "%s", s->def);
-    else if (s->kind == DP_K_INT || s->kind == DP_K_LONG || s->kind == DP_K_U64) snprintf(buf, cap, "%lld", (long long)s->dv);
-    else if (s->kind == DP_K_FLOAT || s->kind == DP_K_DOUBLE) snprintf(buf, cap, "%g", s->dv);
-    else if (s->kind == DP_K_INDEX) snprintf(buf, cap, "%s", s->choices[(int)s->dv]);
-    else snprintf(buf, cap, "%s", s->kind != DP_K_SET && s->kind != DP_K_STRING && s->ds ? s->ds : "");
+    const char *text = "";
+    if (s->def) text = s->def;
+    else if (s->kind == DP_K_INT || s->kind == DP_K_LONG || s->kind == DP_K_U64) {
+        snprintf(buf, cap, "%lld", (long long)s->dv);
+        return;
+    } else if (s->kind == DP_K_FLOAT || s->kind == DP_K_DOUBLE) {
+        snprintf(buf, cap, "%g", s->dv);
+        return;
+    } else if (s->kind == DP_K_INDEX) text = s->choices[(int)s->dv];
+    else if ((s->kind == DP_K_CHOICE || s->kind == DP_K_SPECIAL) && s->ds) text = s->ds;
+    snprintf(buf, cap, "%s", text);
 }
 
 const char *dp_setting_key(const dp_setting *s) { return s->key ? s->key : s->name; }
