@@ -14,6 +14,7 @@
 #include "sim/framework.h"
 #include "exec/profile_run.h"
 #include "cli/predict.h"
+#include "train/settings.h"
 
 #define MAX_TOPOS 8
 #define MAX_DEVS 8
@@ -175,10 +176,7 @@ static dp_status measure_step_overhead(dp_trainer *t, dp_profile *p, int devices
        the sim takes one device, by ordinal */
     one.n_gpus = 0, one.gpu = t->dev->kc.device;
     one.batch_size = batch;
-    one.log_path = one.save_path = one.load_path = NULL;
-    one.checkpoint_dir = one.resume_path = one.init_path = NULL, one.save_every = 0, one.save_every_epochs = 0;
-    one.keep = 0; /* the helper writes and reads no checkpoint */
-    one.predict_topos = one.save_profile = one.compute_profile = one.plot_path = NULL;
+    dp_settings_drop_files(&one); /* the helper writes and reads none of the run's files */
     one.predict_only = 0, one.quiet = 1, one.progress = 0, one.epochs = 1;
     dp_trainer *tk[MAX_CO] = {0};
     co_run run[MAX_CO];

@@ -1,5 +1,6 @@
 /* config.h: everything a run is told, filled by the command line (src/cli/options.c) and read
- * by the trainer. Defaults come from dp_config_defaults. */
+ * by the trainer. Each setting's flag, default and destinations are its row of the settings
+ * table (train/settings.c); dp_config_defaults fills the defaults from it. */
 #ifndef DP_TRAIN_CONFIG_H
 #define DP_TRAIN_CONFIG_H
 
