@@ -11,7 +11,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "backends/backend.h"
+#include "backends/backend_kind.h"
 #include "cli/options.h"
 #include "core/parse_num.h"
 #include "data/chunks.h"
@@ -62,7 +62,6 @@ static const char *const cmd_names[] = {"train", "eval", "predict", "calibrate"}
 #define TEP_ (CMD_TRAIN | CMD_EVAL | CMD_PREDICT)
 #define TEC_ (CMD_TRAIN | CMD_EVAL | CMD_CALIBRATE)
 static const char *const datasets[] = {"fashion-mnist", "mnist", "cifar10", "synthetic", NULL};
-static const char *const backends[] = {"sim", "mpi", "nccl", NULL};
 static const char *const modes[] = {"ddp", "dp", NULL};
 static const char *const scales[] = {"none", "linear", NULL};
 static const char *const algos[] = {"ordered", "ring", "tree", NULL};
@@ -122,7 +121,7 @@ static const opt_spec opts[] = {
      .help = "linear LR warm-up over X epochs", .cmds = T_},
     {"seed", "S", K_U64, .ilo = 0, .ihi = INT64_MAX, .off = OFF(seed), .def = "0",
      .help = "initialisation, order and augmentation", .cmds = T_},
-    {"backend", "NAME", K_CHOICE, .choices = backends, .off = OFF(backend), .def = "sim",
+    {"backend", "NAME", K_CHOICE, .choices = dp_backend_names, .off = OFF(backend), .def = "sim",
      .help = "where replicas run (sim: all in this process; mpi: one per MPI rank, mpirun or srun --mpi=pmix; nccl: one "
              "per GPU, a process per GPU under torchrun --no-python or mpirun, or several GPUs in one process with "
              "--gpus; a launch the backend does not join is refused)",
@@ -552,21 +551,22 @@ dp_status dp_parse_args(int argc, char **argv, dp_config *c, dp_action *action) 
                        c->plot_path ? "plot" : "compute");
     if (c->predict_topos && c->mode == DP_MODE_DDP && c->accumulate > 1)
         return dp_fail(DP_ERR_USAGE, "--predict: the model predicts steps without --accumulate");
-    if (c->n_gpus && strcmp(c->backend, "nccl") != 0)
+    const dp_backend_kind *bk = dp_backend_kind_find(c->backend); /* a choice: there */
+    if (c->n_gpus && !bk->takes_gpus)
         return dp_fail(DP_ERR_USAGE, "--gpus is for --backend nccl (one process driving several GPUs); with --backend "
-                       "%s use %s", c->backend, strcmp(c->backend, "sim") == 0 ? "--device cuda --replicas N (N replicas "
+                       "%s use %s", c->backend, bk->in_process ? "--device cuda --replicas N (N replicas "
                        "on one GPU)" : "--backend nccl --gpus, or one GPU per process with --backend nccl");
     if (c->n_gpus && have_gpu) return dp_fail(DP_ERR_USAGE, "give --gpu or --gpus, not both");
-    /* --gpu names a GPU to compute on: with neither --device cuda nor --backend nccl there is none */
-    const int on_gpu = (c->device && strcmp(c->device, "cuda") == 0) || strcmp(c->backend, "nccl") == 0;
-    if (have_gpu && !on_gpu && strcmp(c->backend, "sim") == 0)
+    /* --gpu names a GPU to compute on: with neither --device cuda nor a backend that computes on one there is none */
+    const int on_gpu = (c->device && strcmp(c->device, "cuda") == 0) || bk->default_device;
+    if (have_gpu && !on_gpu && bk->in_process)
         return dp_fail(DP_ERR_USAGE, "--gpu %d: this run computes on the CPU (--device %s), so no GPU is used; add "
                        "--device cuda to compute on GPU %d, or leave --gpu out", c->gpu, c->device ? c->device : "cpu",
                        c->gpu);
     if (have_gpu && !on_gpu)
         return dp_fail(DP_ERR_USAGE, "--gpu %d: --backend %s computes on the CPU, so no GPU is used; leave --gpu out "
                        "(GPUs across processes: --backend nccl)", c->gpu, c->backend);
-    if (strcmp(c->backend, "sim") != 0 && c->replicas != 1)
+    if (!bk->in_process && c->replicas != 1)
         return dp_fail(DP_ERR_USAGE, "--replicas is for --backend sim; with %s the number of processes or devices "
                        "sets the replica count", c->backend);
     if (c->mode == DP_MODE_DP && c->accumulate > 1)
