@@ -7,7 +7,7 @@
 
 #include "backends/backend_kind.h"
 #include "dp_config.h"
-#include "core/device.h"
+#include "kernels/device.h"
 #include "sim/ring.h"
 
 typedef struct {

@@ -19,7 +19,7 @@
 #include "io/atomic.h"
 #include "kernels/kernels.h"
 #include "nn/model.h"
-#include "report/predict_report.h"
+#include "sim/predict.h"
 
 typedef enum {
     K_INT,      /* int field, integer range [lo, hi] */
