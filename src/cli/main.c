@@ -8,6 +8,7 @@
 
 #include "backends/launch_env.h"
 #include "cli/options.h"
+#include "cli/test_hooks.h"
 #include "sim/predict.h"
 #include "train/trainer.h"
 
@@ -34,6 +35,7 @@ int main(int argc, char **argv) {
     dp_config_defaults(&cfg);
     dp_action action;
     dp_status s = dp_parse_args(argc, argv, &cfg, &action);
+    if (s == DP_OK && action == DP_ACTION_RUN) s = dp_test_hooks_from_env(&cfg.test);
     if (s != DP_OK) {
         fprintf(stderr, "dptrain: %s\n", dp_last_error());
         return dp_exit_code(s);
