@@ -6,7 +6,10 @@
  * buckets start the all-to-all when they complete, so it proceeds while backward goes on.
  * Every wait polls with a deadline (--timeout): a rank that died makes the others fail with a
  * message naming the collective, instead of hanging in it. */
+#include "backends/backend_kind.h"
 #include "dp_config.h"
+
+#include <string.h>
 
 #if DP_HAVE_MPI
 
@@ -289,7 +292,7 @@ static const struct dp_backend_i mpi_iface = {
     .destroy = mpi_destroy,
 };
 
-dp_status dp_mpi_backend_create(const dp_backend_config *cfg, dp_backend_t *out) {
+static dp_status mpi_create(const dp_backend_config *cfg, dp_backend_t *out) {
     dp_backend_t b = calloc(1, sizeof *b);
     mpi_impl *m = calloc(1, sizeof *m);
     if (!b || !m) {
@@ -343,3 +346,31 @@ dp_status dp_mpi_backend_create(const dp_backend_config *cfg, dp_backend_t *out)
 }
 
 #endif
+
+/* Host memory only: its replicas compute on the CPU. */
+static dp_status mpi_devices_ok(const dp_device_request *r, int *ordinals, int *n) {
+    (void)ordinals, (void)n;
+    if (r->device_flag && strcmp(r->device_flag, "cpu") != 0)
+        return dp_fail(DP_ERR_USAGE, "--device %s: --backend mpi moves host memory, so its replicas compute on the CPU "
+                       "(drop --device; GPUs across processes are --backend nccl)", r->device_flag);
+    return DP_OK;
+}
+
+static dp_status mpi_joins_launch(const dp_launch *l, dp_mpi_family fam, const char *replicas, const char *mpi_cannot) {
+    (void)replicas;
+    if (fam == DP_MPI_NONE) return DP_OK; /* not built: creating it says so */
+    if (mpi_cannot) return dp_fail(DP_ERR_USAGE, "%s (%s) but --backend mpi cannot join it: %s", l->seen, l->what, mpi_cannot);
+    return DP_OK;
+}
+
+const dp_backend_kind dp_mpi_backend = {
+    .name = "mpi",
+    .built = DP_HAVE_MPI,
+    .how_to_get = "install libopenmpi-dev openmpi-bin and rebuild",
+    .describe = "cpu",
+#if DP_HAVE_MPI
+    .create = mpi_create,
+#endif
+    .devices_ok = mpi_devices_ok,
+    .joins_launch = mpi_joins_launch,
+};

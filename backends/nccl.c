@@ -1,4 +1,4 @@
-/* nccl.c: the NCCL backend (issue #8, #17): set-up, the watch on the device's waits, and tear-down;
+/* nccl.c: the NCCL backend: set-up, the watch on the device's waits, and tear-down;
  * the collectives are in nccl_coll.c (nccl_impl.h says what the two share). A process drives one
  * GPU, launched plainly (one process, one GPU), by torchrun (RANK, WORLD_SIZE, LOCAL_RANK,
  * MASTER_ADDR, MASTER_PORT: the unique id goes over TCP or torchrun's agent store,
@@ -11,7 +11,7 @@
  * The communicators are non-blocking (ncclConfig_t.blocking = 0): every NCCL call that returns
  * ncclInProgress is polled with ncclCommGetAsyncError until done, and after --timeout seconds the
  * communicators are aborted with a message naming the ranks and the collective, never a silent
- * hang. Not yet run on a GPU (no GPU session had device time left for it): see docs/gpu.md. */
+ * hang. What was run and measured on GPUs: docs/gpu.md. */
 #include "dp_config.h"
 
 #if DP_HAVE_NCCL
@@ -245,7 +245,7 @@ static void pci_of(int gpu, char *buf, size_t cap) {
 static void check_placement(const nccl_impl *m) {
     dp_cpuset mine;
     char msg[1024], id[32];
-    if (dp_nccl_is_double() || dp_cpuset_of_self(&mine) <= 0) return;
+    if (m->loaded.is_double || dp_cpuset_of_self(&mine) <= 0) return;
     const int rank = m->l.rank * m->n_local;
     if ((m->l.world != 1 || m->n_local > 1) && dp_binding_check(rank, &mine, msg, sizeof msg))
         fprintf(stderr, "dptrain: %s\n", msg);
@@ -305,7 +305,7 @@ static dp_status init_comms(nccl_impl *m, const ncclUniqueId *id) {
 /* The devices: the trainer's (one, or one per --gpus ordinal), each of them CUDA's, or any
  * under the test double (its ranks move host memory). */
 static dp_status take_devices(nccl_impl *m, const dp_backend_config *cfg) {
-    const int host = dp_nccl_moves_host_memory();
+    const int host = m->loaded.host_memory;
     m->n_local = cfg->n_devs > 0 ? cfg->n_devs : 1;
     if (m->n_local > DP_MAX_LOCAL_DEVICES)
         return dp_fail(DP_ERR_USAGE, "--gpus: at most %d GPUs per process", DP_MAX_LOCAL_DEVICES);
@@ -337,10 +337,11 @@ dp_status dp_nccl_backend_create(const dp_backend_config *cfg, dp_backend_t *out
     b->iface = &nccl_iface;
     b->impl = m;
     m->creating = 1;
+    m->loaded = *dp_nccl_loaded();
     /* capturable is set once the world is known: at one rank no step calls NCCL (every collective
        returns before it), so the step is the sim's and records; at several, a non-blocking
        communicator inside a recorded graph is untried, and nccl steps run eagerly */
-    b->algorithm = "nccl", b->ordered = 1, b->capturable = 0, b->host_buffers = dp_nccl_moves_host_memory();
+    b->algorithm = "nccl", b->ordered = 1, b->capturable = 0, b->host_buffers = m->loaded.host_memory;
     m->timeout_s = cfg->timeout_s > 0 ? cfg->timeout_s : 300;
     dp_status s = take_devices(m, cfg);
     if (s == DP_OK) s = dp_launch_from_env(&m->l);
@@ -393,7 +394,7 @@ dp_status dp_nccl_backend_create(const dp_backend_config *cfg, dp_backend_t *out
     /* the start-time memory check counts what NCCL allocates later, on every GPU it uses: the
        measurement where the devices can say, else (host memory under the test double) nothing */
     const dp_dev *home = m->loc[0].home;
-    if (s == DP_OK && !(home->caps & DP_CAP_HOST_MEMORY) && (known || !dp_nccl_moves_host_memory())) {
+    if (s == DP_OK && !(home->caps & DP_CAP_HOST_MEMORY) && (known || !m->loaded.host_memory)) {
         const char *override = getenv("DPTRAIN_NCCL_RESERVE_MIB");
         s = known ? dp_nccl_allowance_measured(m->world, nvls, measured, override, &allowance)
                   : dp_nccl_allowance(m->world, nvls, override, &allowance);

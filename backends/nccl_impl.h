@@ -13,6 +13,7 @@
 #include <nccl.h>
 
 #include "backends/backend.h"
+#include "backends/nccl.h"
 #include "backends/nccl_sidechan.h"
 #include "backends/nccl_watchdog.h"
 #include "backends/rendezvous.h"
@@ -30,6 +31,7 @@ typedef struct {
 
 typedef struct {
     dp_launch l;     /* the process's launch: process l.rank of l.world */
+    dp_nccl_which loaded; /* the real NCCL or its test double (nccl.h), looked up once, in create */
     int n_local, first, world;
     nccl_local loc[DP_MAX_LOCAL_DEVICES];
     char who[160];   /* "rank 1 (GPU 1)", "ranks 0-3 (GPUs 0,1,2,3)", "rank 0 (host memory)" */

@@ -171,14 +171,13 @@ static unsigned long allocs_during(int steps) {
 static void test_scratch_reserved_at_start(void **state) {
     (void)state;
     hooks_or_skip();
-    unsetenv("DPTRAIN_TEST_RESERVE_FLOATS");
     const unsigned long few = allocs_during(2), more = allocs_during(10);
     print_message("device allocations: %lu in a run of 2 steps, %lu in one of 10\n", few, more);
     if (more != few) fail_msg("%lu device allocations in 8 more steps (%lu over 2 steps, %lu over 10)", more - few, few, more);
 
-    setenv("DPTRAIN_TEST_RESERVE_FLOATS", "8", 1);
     dp_config c;
     sums_config(&c, 4);
+    c.test.reserve_floats = 8;
     c.log_path = tu_path("short_reserve.jsonl");
     dp_trainer *t = NULL;
     dp_status s = dp_trainer_create(&c, &t);
@@ -188,7 +187,6 @@ static void test_scratch_reserved_at_start(void **state) {
     char msg[1024];
     snprintf(msg, sizeof msg, "%s", s == DP_OK ? "" : dp_last_error());
     dp_trainer_destroy(t);
-    unsetenv("DPTRAIN_TEST_RESERVE_FLOATS");
     print_message("a reserve of 8 floats: %s\n", msg);
     if (s != DP_ERR_INTERNAL || !tu_contains(msg, "the all-reduce of") || !tu_contains(msg, "reserved at start"))
         fail_msg("a reserve of 8 floats: status %d, %lu device allocations during the run, '%s' (expected an internal "

@@ -11,14 +11,14 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "backends/backend.h"
+#include "backends/backend_kind.h"
 #include "cli/options.h"
 #include "core/parse_num.h"
 #include "dp_config.h"
 #include "io/atomic.h"
 #include "kernels/kernels.h"
 #include "nn/model.h"
-#include "report/predict_report.h"
+#include "sim/predict.h"
 #include "train/settings.h"
 
 #define OFF(f) offsetof(dp_config, f)
@@ -347,21 +347,22 @@ dp_status dp_parse_args(int argc, char **argv, dp_config *c, dp_action *action) 
                        c->plot_path ? "plot" : "compute");
     if (c->predict_topos && c->mode == DP_MODE_DDP && c->accumulate > 1)
         return dp_fail(DP_ERR_USAGE, "--predict: the model predicts steps without --accumulate");
-    if (c->n_gpus && strcmp(c->backend, "nccl") != 0)
+    const dp_backend_kind *bk = dp_backend_kind_find(c->backend); /* a choice: there */
+    if (c->n_gpus && !bk->takes_gpus)
         return dp_fail(DP_ERR_USAGE, "--gpus is for --backend nccl (one process driving several GPUs); with --backend "
-                       "%s use %s", c->backend, strcmp(c->backend, "sim") == 0 ? "--device cuda --replicas N (N replicas "
+                       "%s use %s", c->backend, bk->in_process ? "--device cuda --replicas N (N replicas "
                        "on one GPU)" : "--backend nccl --gpus, or one GPU per process with --backend nccl");
     if (c->n_gpus && have_gpu) return dp_fail(DP_ERR_USAGE, "give --gpu or --gpus, not both");
-    /* --gpu names a GPU to compute on: with neither --device cuda nor --backend nccl there is none */
-    const int on_gpu = (c->device && strcmp(c->device, "cuda") == 0) || strcmp(c->backend, "nccl") == 0;
-    if (have_gpu && !on_gpu && strcmp(c->backend, "sim") == 0)
+    /* --gpu names a GPU to compute on: with neither --device cuda nor a backend that computes on one there is none */
+    const int on_gpu = (c->device && strcmp(c->device, "cuda") == 0) || bk->default_device;
+    if (have_gpu && !on_gpu && bk->in_process)
         return dp_fail(DP_ERR_USAGE, "--gpu %d: this run computes on the CPU (--device %s), so no GPU is used; add "
                        "--device cuda to compute on GPU %d, or leave --gpu out", c->gpu, c->device ? c->device : "cpu",
                        c->gpu);
     if (have_gpu && !on_gpu)
         return dp_fail(DP_ERR_USAGE, "--gpu %d: --backend %s computes on the CPU, so no GPU is used; leave --gpu out "
                        "(GPUs across processes: --backend nccl)", c->gpu, c->backend);
-    if (strcmp(c->backend, "sim") != 0 && c->replicas != 1)
+    if (!bk->in_process && c->replicas != 1)
         return dp_fail(DP_ERR_USAGE, "--replicas is for --backend sim; with %s the number of processes or devices "
                        "sets the replica count", c->backend);
     if (c->mode == DP_MODE_DP && c->accumulate > 1)

@@ -203,7 +203,7 @@ dp_status dp_exec_create(dp_executor *ex, const dp_exec_config *c) {
     DP_TRY(dp_exec_host_reserve(ex, 4096));
     DP_TRY(dp_exec_coll_timing_start(ex));
     /* the clock around a node call times its work only where it runs as called (the CPU); a
-       GPU's profile comes from the timing run's events (exec/profile_run.c) */
+       GPU's profile comes from the timing run's events (sim/profile_run.c) */
     if (c->time_nodes && dp_exec_clock_times_work(ex))
         DP_ALLOC(ex->node_s, (size_t)ex->n_local * c->n_slots * 2 * c->model->n_nodes, "per-node times");
     return DP_OK;

@@ -12,6 +12,15 @@
 
 typedef enum { DP_MODE_DDP = 0, DP_MODE_DP = 1 } dp_mode;
 
+/* The tests' fault injections and hooks: no flag sets them; the command line takes them from the
+ * environment (src/cli/test_hooks.h), a test program sets them in its config. 0: off. */
+typedef struct {
+    long nan_step;        /* DPTRAIN_INJECT_NAN_STEP=k: a NaN in step k's first input (resident data off) */
+    long inf_grad_step;   /* DPTRAIN_INJECT_INF_GRAD_STEP=k: +Inf in step k's gradients, the loss finite */
+    int eval_signal;      /* DPTRAIN_INJECT_SIGNAL_FINAL_EVAL=s: signal s raised as the final evaluation starts */
+    size_t reserve_floats; /* DPTRAIN_TEST_RESERVE_FLOATS=n: the backend's reserve sized wrongly, to show its guard */
+} dp_test_hooks;
+
 typedef struct {
     int eval_only;            /* `dptrain eval` */
     const char *model;
@@ -74,6 +83,7 @@ typedef struct {
     const char *calibrate_out;   /* --out FILE: the topology file calibrate writes */
     int *argc;                /* for backends that take the command line (MPI_Init) */
     char ***argv;
+    dp_test_hooks test;       /* tests only: not a setting */
 } dp_config;
 
 void dp_config_defaults(dp_config *c);

@@ -108,7 +108,7 @@ static dp_status scatter_input(dp_trainer *t, dp_state *s, const dp_batch *b, dp
     dp_executor *ex = &t->ex;
     const dp_dev *d = ex->dev;
     const size_t per = dp_shape_size(t->model.input), share = (size_t)ex->max_local * per;
-    const int all_here = ex->n_local == t->world && !ex->multi_dev;
+    const int all_here = dp_backend_in_process(ex->backend) && !ex->multi_dev;
     const float *send[ex->n_local];
     float *recv[ex->n_local];
     for (int r = 0; r < ex->n_local; r++) {

@@ -1,7 +1,6 @@
 /* persist.c: a run's checkpoints: what they record (position, settings, a CRC-32 of the training
  * data), writing them from rank 0, choosing the newest good one on --resume and restoring it on
  * every replica, and the collective stop decision of SIGINT/SIGTERM. */
-#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,7 +8,6 @@
 #include <sys/stat.h>
 #include <zlib.h>
 
-#include "core/parse_num.h"
 #include "core/printable.h"
 #include "dp_config.h"
 #include "io/atomic.h"
@@ -21,12 +19,6 @@
 #include "train/signals.h"
 #include "train/strategy.h"
 #include "train/trainer.h"
-
-static int holds_rank0(const dp_trainer *t) {
-    for (int r = 0; r < t->ex.n_local; r++)
-        if (t->ex.rep[r].rank == 0) return 1;
-    return 0;
-}
 
 static uint32_t crc_bytes(uLong crc, const unsigned char *b, size_t n) {
     while (n) {
@@ -42,23 +34,10 @@ dp_status dp_persist_setup(dp_trainer *t) {
     t->next_epoch = t->start_epoch = 1;
     atomic_init(&t->nonfinite, 0);
     t->sgd.nonfinite = &t->nonfinite;
-    /* the tests' fault injections, read as any number a user types (core/parse_num.h) */
-    const char *inj = getenv("DPTRAIN_INJECT_NAN_STEP"), *inf = getenv("DPTRAIN_INJECT_INF_GRAD_STEP");
-    const char *sig = getenv("DPTRAIN_INJECT_SIGNAL_FINAL_EVAL");
-    long long step = 0, inf_step = 0, signo = 0;
-    char shown[64];
-    if (inj && (dp_parse_ll(inj, &step) != 0 || step < 0 || step > LONG_MAX))
-        return dp_fail(DP_ERR_USAGE, "DPTRAIN_INJECT_NAN_STEP='%s' is not a step number",
-                       dp_printable(inj, shown, sizeof shown));
-    if (inf && (dp_parse_ll(inf, &inf_step) != 0 || inf_step < 0 || inf_step > LONG_MAX))
-        return dp_fail(DP_ERR_USAGE, "DPTRAIN_INJECT_INF_GRAD_STEP='%s' is not a step number",
-                       dp_printable(inf, shown, sizeof shown));
-    if (sig && (dp_parse_ll(sig, &signo) != 0 || signo < 0 || signo > 64))
-        return dp_fail(DP_ERR_USAGE, "DPTRAIN_INJECT_SIGNAL_FINAL_EVAL='%s' is not a signal number",
-                       dp_printable(sig, shown, sizeof shown));
-    t->inject_nan_step = (long)step;
-    t->inject_inf_grad_step = (long)inf_step;
-    t->inject_eval_signal = (int)signo;
+    /* the tests' fault injections (config.h: dp_test_hooks) */
+    t->inject_nan_step = c->test.nan_step;
+    t->inject_inf_grad_step = c->test.inf_grad_step;
+    t->inject_eval_signal = c->test.eval_signal;
     DP_ALLOC(t->stop_bufs, t->ex.n_local, "stop flags");
     for (int r = 0; r < t->ex.n_local; r++) DP_ALLOC(t->stop_bufs[r], 2, "stop flags");
     if (c->on_nan_skip && t->model.buffers.n) {
@@ -75,7 +54,7 @@ dp_status dp_persist_setup(dp_trainer *t) {
         snprintf(t->data_crc, sizeof t->data_crc, "%08x", (unsigned)crc);
     }
     /* only what a killed writer left: pruning to --keep waits for a new checkpoint (the newest may be damaged) */
-    if (c->checkpoint_dir && holds_rank0(t)) {
+    if (c->checkpoint_dir && dp_trainer_holds_rank0(t)) {
         /* before anything in it is read or removed: a second run (a requeued job while the first
            still runs) is refused instead of pruning the first one's temporary files */
         DP_TRY(dp_ckpt_dir_lock("--checkpoint", c->checkpoint_dir, &t->ckpt_lock_fd));
@@ -148,7 +127,7 @@ static void settings(const dp_trainer *t, ckpt_settings *r) {
 
 dp_status dp_persist_save(dp_trainer *t, const char *flag, const char *path) {
     DP_TRY(t->strategy->finish(t, t->strategy_state)); /* DP: replica 0 must hold the master's weights (collective) */
-    if (!holds_rank0(t)) return DP_OK;
+    if (!dp_trainer_holds_rank0(t)) return DP_OK;
     dp_replica *r0 = NULL;
     for (int r = 0; r < t->ex.n_local; r++)
         if (t->ex.rep[r].rank == 0) r0 = &t->ex.rep[r];

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "backends/backend_kind.h"
 #include "data/chunks.h"
 
 #define OFF(f) offsetof(dp_config, f)
@@ -25,7 +26,7 @@
 #define FILES .files = 1
 
 static const char *const datasets[] = {"fashion-mnist", "mnist", "cifar10", "synthetic", NULL};
-static const char *const backends[] = {"sim", "mpi", "nccl", NULL};
+
 static const char *const modes[] = {"ddp", "dp", NULL};
 static const char *const scales[] = {"none", "linear", NULL};
 static const char *const algos[] = {"ordered", "ring", "tree", NULL};
@@ -83,7 +84,7 @@ const dp_setting dp_settings[] = {
      .cmds = T_, CKPT(160), RANKS(150)},
     {"seed", "S", DP_K_U64, .ilo = 0, .ihi = INT64_MAX, .off = OFF(seed), .help = "initialisation, order and augmentation",
      .cmds = T_, LOG(120), CKPT(170), RANKS(160)},
-    {"backend", "NAME", DP_K_CHOICE, .choices = backends, .off = OFF(backend), .ds = "sim",
+    {"backend", "NAME", DP_K_CHOICE, .choices = dp_backend_names, .off = OFF(backend), .ds = "sim",
      .help = "where replicas run (sim: all in this process; mpi: one per MPI rank, mpirun or srun --mpi=pmix; nccl: one "
              "per GPU, a process per GPU under torchrun --no-python or mpirun, or several GPUs in one process with "
              "--gpus; a launch the backend does not join is refused)",

@@ -171,7 +171,7 @@ int dp_trainer_holds_rank0(const dp_trainer *t) {
 /* The longest sum the backend runs on device buffers, for its receive buffers (backend.h: reserve),
  * which must not grow mid-run: DP reduces the whole gradient, DDP a bucket at a time; SyncBN its
  * nodes' sums; every step its metrics; the evaluation eval_floats (0: not known yet). A test hook
- * (DPTRAIN_TEST_RESERVE_FLOATS) sizes it wrongly on purpose, to show the backend's guard. */
+ * (config.h: dp_test_hooks.reserve_floats) sizes it wrongly on purpose, to show the backend's guard. */
 static size_t largest_sum(const dp_trainer *t, size_t eval_floats) {
     const dp_layout *L = &t->model.params;
     size_t n = DP_EXEC_METRICS > eval_floats ? DP_EXEC_METRICS : eval_floats;
@@ -180,8 +180,7 @@ static size_t largest_sum(const dp_trainer *t, size_t eval_floats) {
         n = L->buckets[k].count > n ? L->buckets[k].count : n;
     for (int i = 0; t->cfg.sync_bn && i < t->model.n_nodes; i++)
         n = t->model.nodes[i].sync_floats > n ? t->model.nodes[i].sync_floats : n;
-    const char *hook = getenv("DPTRAIN_TEST_RESERVE_FLOATS");
-    return hook ? strtoul(hook, NULL, 10) : n;
+    return t->cfg.test.reserve_floats ? t->cfg.test.reserve_floats : n;
 }
 
 static dp_status setup(dp_trainer *t) {
@@ -245,7 +244,7 @@ static dp_status setup(dp_trainer *t) {
                                .lane_batch = lp.lane_batch, .max_local = lp.max_local, .graphs = c->graphs,
                                .time_nodes = timing, .train = t->have_train ? &t->train : NULL,
                                /* the NaN test hook writes into the host's batch */
-                               .resident = !c->augment && !getenv("DPTRAIN_INJECT_NAN_STEP")};
+                               .resident = !c->augment && !c->test.nan_step};
     DP_TRY(dp_exec_create(&t->ex, &xc));
     t->backend->threads = t->ex.team; /* its sums' regions the same size as the step's */
     DP_TRY(dp_exec_host_reserve(&t->ex, dp_evaluate_floats(t, &t->test))); /* not mid-run (a free waits) */
