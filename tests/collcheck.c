@@ -44,7 +44,7 @@ void cc_check(const char *backend, cc_op op, int w, int root, size_t n, int exac
     int bad_rank = -1;
     size_t first = 0;
     for (int r = 0; r < w; r++) {
-        if (op == CC_REDUCE && r != root) continue;
+        if (!results[r] || (op == CC_REDUCE && r != root)) continue;
         for (size_t i = 0; i < n; i++)
             if (memcmp(&results[r][i], &want[i], sizeof(float)) != 0 && !wrong++) bad_rank = r, first = i;
     }
@@ -55,4 +55,29 @@ void cc_check(const char *backend, cc_op op, int w, int root, size_t n, int exac
         fail_msg("%s: %s of %zu floats over %d ranks (root %d): %ld elements differ from the canonical order; first "
                  "at rank %d, element %zu: %.9g, expected %.9g", backend, op_name(op), n, w, root, wrong, bad_rank,
                  first, (double)got, (double)expect);
+}
+
+void cc_conformance(const char *backend, int w, int first, int n_local, unsigned flags, cc_run_fn run, void *ctx) {
+    const unsigned seed = (unsigned)(w * 31);
+    const int exact = (flags & CC_EXACT) != 0;
+    float **bufs = calloc((size_t)w, sizeof *bufs);
+    assert_non_null(bufs);
+    for (int c = 0; c < cc_n_counts; c++) {
+        const size_t n = cc_counts[c];
+        for (int r = first; r < first + n_local; r++) {
+            bufs[r] = malloc((n ? n : 1) * sizeof(float));
+            assert_non_null(bufs[r]);
+        }
+        for (int op = CC_SUM; op <= CC_BROADCAST; op++) {
+            if ((op == CC_AVG && (flags & CC_NO_AVG)) || (op == CC_BROADCAST && (flags & CC_SUMS_ONLY))) continue;
+            const int rooted = op == CC_REDUCE || op == CC_BROADCAST;
+            for (int root = 0; root < w; root += rooted && w > 1 ? w - 1 : w) {
+                for (int r = first; r < first + n_local; r++) cc_input(bufs[r], r, n, exact, seed);
+                run(ctx, (cc_op)op, bufs + first, n, root);
+                cc_check(backend, (cc_op)op, w, root, n, exact, seed, bufs);
+            }
+        }
+        for (int r = first; r < first + n_local; r++) free(bufs[r]), bufs[r] = NULL;
+    }
+    free(bufs);
 }

@@ -14,11 +14,19 @@ typedef enum { CC_SUM, CC_AVG, CC_REDUCE, CC_BROADCAST } cc_op;
 /* Rank r's input of n floats (exact: small integers). */
 void cc_input(float *x, int rank, size_t n, int exact, unsigned seed);
 /* Fails the test, naming the backend, the collective, w, n, the rank and the first wrong element,
- * unless every rank's result (host copies, results[r] for rank r) equals the canonical order's
- * bitwise. CC_REDUCE checks the root alone (the others' buffers are left unspecified); CC_AVG is the
+ * unless every rank's result (host copies, results[r] for rank r; NULL for a rank another process
+ * holds) equals the canonical order's bitwise. CC_REDUCE checks the root alone (the others' buffers are left unspecified); CC_AVG is the
  * sum times 1/w; CC_BROADCAST the root's input. */
 void cc_check(const char *backend, cc_op op, int w, int root, size_t n, int exact, unsigned seed,
               float *const *results);
+/* Runs a collective on this process's ranks first..first+n_local-1: bufs[i] is rank first+i's buffer
+ * of n floats (on the host), holding its input; the result is to be left there. */
+typedef void (*cc_run_fn)(void *ctx, cc_op op, float *const *bufs, size_t n, int root);
+enum { CC_EXACT = 1, CC_NO_AVG = 2, CC_SUMS_ONLY = 4 }; /* cc_conformance's flags */
+/* The conformance run of one backend at w ranks: every count of cc_counts, the all-reduce (sum and, without
+ * CC_NO_AVG, average), the reduce to ranks 0 and w-1 and (without CC_SUMS_ONLY) the broadcast from them,
+ * each through run(ctx, ...) and cc_check. CC_EXACT: small integer inputs. */
+void cc_conformance(const char *backend, int w, int first, int n_local, unsigned flags, cc_run_fn run, void *ctx);
 /* The counts every backend is checked at: 0, 1, fewer than the ranks, not a multiple of them, and
  * large enough for the threaded paths. */
 extern const size_t cc_counts[];

@@ -147,7 +147,8 @@ static void cc_close(cc_run *r) {
 }
 
 /* One collective on the host buffers bufs (through the devices where the backend has them). */
-static void cc_do(cc_run *r, cc_op op, float *const *bufs, size_t n, int root) {
+static void cc_do(void *ctx, cc_op op, float *const *bufs, size_t n, int root) {
+    cc_run *r = ctx;
     const int w = r->w;
     if (!r->b) {
         plan_sum(bufs, w, n, op == CC_AVG, op == CC_REDUCE ? root : -1);
@@ -176,25 +177,14 @@ static void cc_do(cc_run *r, cc_op op, float *const *bufs, size_t n, int root) {
                 fail_msg("%s: %s", r->be->name, dp_last_error());
 }
 
-/* The backend at 1..max_w ranks, every count, every collective, roots 0 and w-1: all through cc_check. */
+/* The backend at 1..max_w ranks, through the one conformance run (collcheck.h). */
 static void conformance(const cc_backend *be) {
+    const unsigned flags = (be->exact ? CC_EXACT : 0) | (be->no_avg ? CC_NO_AVG : 0) |
+                           (!strcmp(be->name, "ordered plan") ? CC_SUMS_ONLY : 0); /* the plan sums */
     for (int w = 1; w <= be->max_w; w++) {
         cc_run run;
         cc_open(&run, be, w);
-        const unsigned seed = (unsigned)(w * 31);
-        for (int c = 0; c < cc_n_counts; c++) {
-            const size_t n = cc_counts[c];
-            float **bufs = alloc_bufs(w, n);
-            for (int op = CC_SUM; op <= CC_BROADCAST; op++) {
-                if ((op == CC_AVG && be->no_avg) || (op == CC_BROADCAST && !run.b)) continue; /* the plan sums */
-                for (int root = 0; root < w; root += (op == CC_REDUCE || op == CC_BROADCAST) && w > 1 ? w - 1 : w) {
-                    for (int p = 0; p < w; p++) cc_input(bufs[p], p, n, be->exact, seed);
-                    cc_do(&run, (cc_op)op, bufs, n, root);
-                    cc_check(be->name, (cc_op)op, w, root, n, be->exact, seed, bufs);
-                }
-            }
-            free_bufs(bufs, w);
-        }
+        cc_conformance(be->name, w, 0, w, flags, cc_do, &run);
         cc_close(&run);
     }
 }
