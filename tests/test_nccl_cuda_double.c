@@ -83,13 +83,7 @@ static void test_sync_bn(void **state) {
 }
 
 int main(void) {
-    dp_dev *d;
-    if (dp_dev_open("cuda", 0, 0, &d) != DP_OK) {
-        fprintf(stderr, "skipped: %s\n", dp_last_error());
-        return 77;
-    }
-    fprintf(stderr, "device: %s\n", d->desc);
-    dp_dev_close(d);
+    if (!tu_have_gpu()) return 77;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ddp),
         cmocka_unit_test(test_dp),

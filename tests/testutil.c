@@ -15,7 +15,9 @@
 #include <math.h>
 #include <zlib.h>
 
+#include "exec/devices.h"
 #include "io/safetensors.h"
+#include "kernels/device.h"
 
 const char *tu_path(const char *name) {
     static char buf[8][512];
@@ -218,4 +220,15 @@ const char *tu_fake_cgroup_v2(const char *name) {
                                      "41 31 0:38 / /sys/fs/cgroup rw,relatime - cgroup2 cgroup2 rw,nsdelegate\n");
     tu_put(r, "proc/self/cgroup", "0::/job/step\n");
     return r;
+}
+
+int tu_have_gpu(void) {
+    dp_dev *d;
+    if (dp_dev_open("cuda", 0, 0, &d) != DP_OK) {
+        fprintf(stderr, "skipped: %s\n", dp_last_error());
+        return 0;
+    }
+    fprintf(stderr, "device: %s\n", d->desc);
+    dp_dev_close(d);
+    return 1;
 }

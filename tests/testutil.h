@@ -32,6 +32,8 @@ const char *tu_fresh_dir(const char *name);
 /* A fresh fake root (tu_fresh_dir(name)) whose process is in the cgroup v2 group /job/step: its
  * proc/self/mountinfo and proc/self/cgroup, for the cgroup readers (core/cgroup.h). */
 const char *tu_fake_cgroup_v2(const char *name);
+/* 1 if GPU 0 opens (its description printed), else 0, printing why (a suite then exits 77, skipped). */
+int tu_have_gpu(void);
 /* 1 if haystack contains needle. */
 int tu_contains(const char *haystack, const char *needle);
 /* max |a-b| / max(max|b|, tiny) over n elements. */
