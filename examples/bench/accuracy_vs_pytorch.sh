@@ -69,16 +69,13 @@ read -r -a SEED_LIST <<<"$SEEDS" || true
 for s in "${SEED_LIST[@]}"; do need_uint --seeds "$s" 0; done
 need_uint --epochs "$EPOCHS" 1
 need_uint --threads "$THREADS" 1
-case "$ONLY" in ""|dptrain|pytorch) ;; *) die_usage "--only: expected dptrain or pytorch, got '$ONLY'" ;; esac
-RUN_DP=1 RUN_PT=1
-if [ "$ONLY" = pytorch ]; then RUN_DP=0; fi
-if [ "$ONLY" = dptrain ]; then RUN_PT=0; fi
+set_only "$ONLY"
 
 # ---- prerequisites: say everything that is missing at once
 missing=()
 DPTRAIN=${DPTRAIN:-$ROOT/build/dptrain}
 REF="$ROOT/examples/pytorch/lenet_reference.py"
-if [ $RUN_DP = 1 ]; then want_dptrain; fi
+want_dptrain
 if [ $RUN_PT = 1 ]; then need='import torch, numpy, matplotlib'; else need='import matplotlib'; fi
 find_python "$need"
 if [ -z "$PY" ]; then

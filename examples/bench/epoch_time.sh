@@ -71,16 +71,13 @@ need_uint --epochs "$EPOCHS" 2 "epoch 1 is dropped"
 need_uint --threads "$THREADS" 1
 need_uint --seed "$SEED" 0
 need_uint --wait-idle "$WAIT_IDLE" 0
-case "$ONLY" in ""|dptrain|pytorch) ;; *) die_usage "--only: expected dptrain or pytorch, got '$ONLY'" ;; esac
-RUN_DP=1 RUN_PT=1
-if [ "$ONLY" = pytorch ]; then RUN_DP=0; fi
-if [ "$ONLY" = dptrain ]; then RUN_PT=0; fi
+set_only "$ONLY"
 
 # ---- prerequisites: say everything that is missing at once
 missing=()
 DPTRAIN=${DPTRAIN:-$ROOT/build/dptrain}
 REF="$ROOT/examples/pytorch/lenet_reference.py"
-if [ $RUN_DP = 1 ]; then want_dptrain; fi
+want_dptrain
 if [ $RUN_PT = 1 ]; then find_python 'import torch, numpy'; else find_python ""; fi
 if [ -z "$PY" ]; then
     if [ $RUN_PT = 1 ]; then

@@ -16,9 +16,17 @@ need_mpirun() {
     command -v mpirun > /dev/null || { echo "$(_args_prog): mpirun not found (apt-get install openmpi-bin)" >&2; exit 1; }
 }
 
-# want_dptrain: adds $DPTRAIN to `missing` unless it is executable (for scripts with --only pytorch)
+# set_only ONLY: RUN_DP and RUN_PT from --only ("": both, dptrain or pytorch), else a usage error
+set_only() {
+    case "$1" in ""|dptrain|pytorch) ;; *) die_usage "--only: expected dptrain or pytorch, got '$1'" ;; esac
+    RUN_DP=1 RUN_PT=1
+    if [ "$1" = pytorch ]; then RUN_DP=0; fi
+    if [ "$1" = dptrain ]; then RUN_PT=0; fi
+}
+
+# want_dptrain: with RUN_DP=1, adds $DPTRAIN to `missing` unless it is executable (--only pytorch skips it)
 want_dptrain() {
-    [ -x "$DPTRAIN" ] || missing+=("dptrain binary: '$DPTRAIN' does not exist or is not executable. Build it (cmake -S . -B build && cmake --build build -j2), set DPTRAIN=/path/to/dptrain, or use --only pytorch.")
+    [ "${RUN_DP:-1}" = 0 ] || [ -x "$DPTRAIN" ] || missing+=("dptrain binary: '$DPTRAIN' does not exist or is not executable. Build it (cmake -S . -B build && cmake --build build -j2), set DPTRAIN=/path/to/dptrain, or use --only pytorch.")
 }
 
 # find_python CODE: PY is the first of $PYTHON (alone, when set: it is not second-guessed), python3,
