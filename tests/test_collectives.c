@@ -3,10 +3,11 @@
  * divide the ranks and counts large enough for the threaded paths, every element of every rank checked
  * bitwise against the canonical order (core/ordered.h). The table: the sim's ring and tree (orders of
  * their own: checked with small integers, which any order sums exactly), the sim's ordered all-reduce,
- * and the ordered sum's send/receive plan (core/ordered.h) run over host buffers, the plan MPI and NCCL
- * follow; with NCCL, the NCCL backend over the test double with host (CPU) devices, and over fake GPUs
- * (the double preloaded into this test: tests/CMakeLists.txt). Then the all-gather, bucket cuts, and
- * bad backend names. */
+ * the same on one fake GPU (sim/ring_device.c), the ordered sum's send/receive plan (core/ordered.h)
+ * run over host buffers, the plan MPI and NCCL follow, and, with NCCL, the NCCL backend through its
+ * test double over host (CPU) devices and over fake GPUs (the double preloaded into this test:
+ * tests/CMakeLists.txt). MPI runs the same checker in test_mpi_backend.c. Then the all-gather, bucket
+ * cuts, and bad backend names. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -34,15 +35,19 @@ typedef struct cc_backend {
     int exact;             /* its all-reduce adds in an order of its own: integer inputs */
     int max_w;
     int no_avg;            /* sums only (the NCCL backend: the executor scales) */
-    const char *device;    /* the NCCL rows: "cpu" or "fakegpu" */
+    const char *device;    /* the NCCL rows' devices ("cpu" or "fakegpu"), or the one device of the sim's replicas */
 } cc_backend;
+
+/* The NCCL rows: one device per rank; a sim row with a device holds every replica on that one device. */
+static int is_nccl(const cc_backend *be) { return be->device && !be->algorithm; }
 
 typedef struct {
     const cc_backend *be;
     int w;
     dp_backend_t b;        /* NULL: the plan on the host */
-    dp_dev *devs[8];
-    float *dbuf[8];        /* device buffers (NCCL rows) */
+    dp_dev *devs[8];       /* the devices opened: w (NCCL), 1 (the sim on a device) or none */
+    int n_devs;
+    float *dbuf[8];        /* rank i's device buffer, on dev(r, i) */
 } cc_run;
 
 static float **alloc_bufs(int n, size_t count) {
@@ -117,6 +122,8 @@ static int nccl_double_ready(void) {
 }
 #endif
 
+static dp_dev *dev(const cc_run *r, int i) { return r->devs[r->n_devs > 1 ? i : 0]; }
+
 static void cc_open(cc_run *r, const cc_backend *be, int w) {
     memset(r, 0, sizeof *r);
     r->be = be, r->w = w;
@@ -126,24 +133,27 @@ static void cc_open(cc_run *r, const cc_backend *be, int w) {
         return;
     }
     int ordinals[8];
-    for (int i = 0; i < w; i++) {
+    r->n_devs = is_nccl(be) ? w : 1;
+    for (int i = 0; i < r->n_devs; i++) {
         ordinals[i] = i;
         if (dp_dev_open(be->device, i, 0, &r->devs[i]) != DP_OK) fail_msg("%s: %s", be->name, dp_last_error());
     }
     dp_backend_config cfg = {.name = "nccl", .nthreads = 1, .timeout_s = 60, .dev = r->devs[0], .devs = r->devs,
                              .ordinals = ordinals, .n_devs = w};
+    if (!is_nccl(be)) cfg = (dp_backend_config){.name = "sim", .replicas = w, .nthreads = 1, .algorithm = be->algorithm,
+                                                .dev = r->devs[0]};
     if (dp_backend_create(&cfg, &r->b) != DP_OK) fail_msg("%s at %d ranks: %s", be->name, w, dp_last_error());
     size_t most = cc_counts[cc_n_counts - 1];
     if (dp_backend_reserve(r->b, most) != DP_OK) fail_msg("%s: %s", be->name, dp_last_error());
     for (int i = 0; i < w; i++)
-        if (r->devs[i]->alloc(r->devs[i], &r->dbuf[i], most, "test buffers") != DP_OK)
+        if (dev(r, i)->alloc(dev(r, i), &r->dbuf[i], most, "test buffers") != DP_OK)
             fail_msg("%s: %s", be->name, dp_last_error());
 }
 
 static void cc_close(cc_run *r) {
     if (r->b) dp_backend_destroy(r->b);
-    for (int i = 0; i < r->w; i++)
-        if (r->devs[i]) r->devs[i]->free(r->devs[i], r->dbuf[i]), dp_dev_close(r->devs[i]);
+    for (int i = 0; i < r->w && r->n_devs; i++) dev(r, i)->free(dev(r, i), r->dbuf[i]);
+    for (int i = 0; i < r->n_devs; i++) dp_dev_close(r->devs[i]);
 }
 
 /* One collective on the host buffers bufs (through the devices where the backend has them). */
@@ -157,11 +167,11 @@ static void cc_do(void *ctx, cc_op op, float *const *bufs, size_t n, int root) {
     float *const *on = bufs;
     if (r->be->device) {
         for (int i = 0; i < w; i++)
-            if (n && r->devs[i]->upload(r->devs[i], r->dbuf[i], bufs[i], n * sizeof(float)) != DP_OK)
+            if (n && dev(r, i)->upload(dev(r, i), r->dbuf[i], bufs[i], n * sizeof(float)) != DP_OK)
                 fail_msg("%s: %s", r->be->name, dp_last_error());
         on = r->dbuf;
         /* the backend queues on each device's collective stream: after the uploads, as the executor orders it */
-        for (int i = 0; i < w; i++)
+        for (int i = 0; i < r->n_devs; i++)
             if (r->devs[i]->coll_wait_main && r->devs[i]->coll_wait_main(r->devs[i]) != DP_OK)
                 fail_msg("%s: %s", r->be->name, dp_last_error());
     }
@@ -170,11 +180,13 @@ static void cc_do(void *ctx, cc_op op, float *const *bufs, size_t n, int root) {
                 : op == CC_REDUCE ? dp_reduce(r->b, on, n, DP_SUM, root)
                 : dp_broadcast(r->b, on, n, root);
     if (s != DP_OK) fail_msg("%s: %s", r->be->name, dp_last_error());
-    if (r->be->device)
-        for (int i = 0; i < w; i++)
-            if ((r->devs[i]->main_wait_coll && r->devs[i]->main_wait_coll(r->devs[i]) != DP_OK) ||
-                (n && r->devs[i]->download(r->devs[i], bufs[i], r->dbuf[i], n * sizeof(float)) != DP_OK))
-                fail_msg("%s: %s", r->be->name, dp_last_error());
+    if (!r->be->device) return;
+    for (int i = 0; i < r->n_devs; i++)
+        if (r->devs[i]->main_wait_coll && r->devs[i]->main_wait_coll(r->devs[i]) != DP_OK)
+            fail_msg("%s: %s", r->be->name, dp_last_error());
+    for (int i = 0; i < w; i++)
+        if (n && dev(r, i)->download(dev(r, i), bufs[i], r->dbuf[i], n * sizeof(float)) != DP_OK)
+            fail_msg("%s: %s", r->be->name, dp_last_error());
 }
 
 /* The backend at 1..max_w ranks, through the one conformance run (collcheck.h). */
@@ -196,13 +208,14 @@ static const cc_backend backends[] = {
     {.name = "sim ordered", .algorithm = "ordered", .threads = 1, .max_w = 8},
     {.name = "sim ordered, 3 threads", .algorithm = "ordered", .threads = 3, .max_w = 8},
     {.name = "ordered plan", .max_w = 8},
+    {.name = "sim ordered over fakegpu", .algorithm = "ordered", .device = "fakegpu", .no_avg = 1, .max_w = 8},
     {.name = "nccl double", .device = "cpu", .no_avg = 1, .max_w = 8},
     {.name = "nccl double over fakegpu", .device = "fakegpu", .no_avg = 1, .max_w = 8},
 };
 
 static void test_conformance(void **state) {
     const cc_backend *be = *state;
-    if (be->device) {
+    if (is_nccl(be)) {
 #if DP_HAVE_NCCL
         if (!nccl_double_ready()) {
             fprintf(stderr, "%s: the NCCL test double is not preloaded (LD_PRELOAD=.../libdp_nccl_double.so)\n",
@@ -214,6 +227,7 @@ static void test_conformance(void **state) {
         skip();
 #endif
     }
+    if (be->device && !strcmp(be->device, "fakegpu")) assert_int_equal(dp_fakegpu_register(), DP_OK);
     conformance(be);
 }
 
@@ -310,7 +324,7 @@ static void test_bad_backend_names(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
 #define ROW(i) {backends[i].name, test_conformance, NULL, NULL, (void *)&backends[i]}
-        ROW(0), ROW(1), ROW(2), ROW(3), ROW(4), ROW(5), ROW(6), ROW(7),
+        ROW(0), ROW(1), ROW(2), ROW(3), ROW(4), ROW(5), ROW(6), ROW(7), ROW(8),
         cmocka_unit_test(test_sim_counts_calls),
         cmocka_unit_test(test_allgather),
         cmocka_unit_test(test_order_independent_of_cuts),
