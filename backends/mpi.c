@@ -24,6 +24,7 @@
 
 #include "backends/backend.h"
 #include "backends/launch_env.h"
+#include "core/ordered.h"
 #include "core/timer.h"
 #include "core/treesum.h"
 
@@ -132,7 +133,8 @@ static dp_status ordered_start(mpi_impl *m, ordered_op *o, float *buf, size_t n,
     o->buf = buf, o->n = n, o->avg = avg, o->root = root;
     if (n / (size_t)P + 1 > (size_t)INT_MAX / (size_t)P)
         return dp_fail(DP_ERR_BACKEND, "mpi rank %d: %s of %zu floats: too large", m->rank, what, n);
-    const size_t lo = n * (size_t)m->rank / (size_t)P, mine = n * (size_t)(m->rank + 1) / (size_t)P - lo;
+    size_t lo, mine;
+    dp_shard(n, P, m->rank, &lo, &mine);
     o->counts = malloc(4 * (size_t)P * sizeof *o->counts);
     o->recv = malloc((mine * (size_t)P + 1) * sizeof *o->recv);
     if (!o->counts || !o->recv) {
@@ -140,10 +142,10 @@ static dp_status ordered_start(mpi_impl *m, ordered_op *o, float *buf, size_t n,
         return dp_fail(DP_ERR_NOMEM, "mpi rank %d: out of memory for a %s of %zu floats", m->rank, what, n);
     }
     o->displs = o->counts + P, o->rcounts = o->counts + 2 * P, o->rdispls = o->counts + 3 * P;
-    for (int k = 0; k < P; k++) {
-        const size_t a = n * (size_t)k / (size_t)P, b = n * (size_t)(k + 1) / (size_t)P;
-        o->counts[k] = (int)(b - a), o->displs[k] = (int)a;          /* shard k goes to rank k */
-        o->rcounts[k] = (int)mine, o->rdispls[k] = (int)(mine * (size_t)k); /* rank k's piece of mine */
+    for (int k = 0; k < P; k++) { /* shard k goes to rank k; rank k's piece of mine to slot k */
+        const dp_ordered_xfer x = dp_ordered_scatter(n, P, m->rank, k, mine);
+        o->counts[k] = (int)x.send_len, o->displs[k] = (int)x.send_lo;
+        o->rcounts[k] = (int)x.recv_len, o->rdispls[k] = (int)x.recv_lo;
     }
     int rc = MPI_Ialltoallv(buf, o->counts, o->displs, MPI_FLOAT, o->recv, o->rcounts, o->rdispls, MPI_FLOAT,
                             m->comm, &o->req);

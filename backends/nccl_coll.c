@@ -18,12 +18,8 @@
 #include <time.h>
 
 #include "backends/nccl_impl.h"
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
+#include "core/ordered.h"
+#include "core/timer.h"
 
 /* Each communicator's abort under a grace period of its own, naming it: aborts run one after the
  * other, and eight slow ones must not add up past one grace. */
@@ -79,10 +75,10 @@ ncclResult_t dp_nccl_poll(const nccl_impl *m, int *which) {
 
 /* Polled with yields of the core (NCCL's own threads may need it on a small host). */
 static dp_status settle_watched(nccl_impl *m, ncclResult_t r, const char *what) {
-    const double deadline = now_s() + m->timeout_s;
+    const double deadline = dp_now() + m->timeout_s;
     int which = -1; /* the communicator whose result failed; -1: the call's own result */
     for (long polls = 0; r == ncclInProgress; polls++) {
-        if (now_s() > deadline) {
+        if (dp_now() > deadline) {
             dp_status e = dp_fail(DP_ERR_BACKEND, "nccl: %s: %s did not complete within --timeout %.0f s (a rank died "
                                   "or is stuck); the communicator was aborted", m->who, what, m->timeout_s);
             if (!m->in_group) dp_nccl_abort(m);
@@ -135,12 +131,6 @@ dp_status dp_nccl_group_end(nccl_impl *m, const char *what) {
 
 static cudaStream_t stream_of(const nccl_local *x) { return (cudaStream_t)x->dev->kc.stream; }
 
-/* Shard k of n floats cut into w shards (the sim's and the MPI backend's cut). */
-static void shard(size_t n, int w, int k, size_t *lo, size_t *len) {
-    *lo = n * (size_t)k / (size_t)w;
-    *len = n * (size_t)(k + 1) / (size_t)w - *lo;
-}
-
 /* The receive buffers grow only here, at set-up: growing one mid-run would free and reallocate
  * device memory (cudaFree synchronises the device, outside every watch; and a recorded step may not
  * allocate at all). */
@@ -180,15 +170,13 @@ static dp_status ordered_sum(nccl_impl *m, float *const *bufs, size_t n, int roo
     DP_TRY(dp_nccl_group_start(m, what));
     for (int i = 0; i < m->n_local; i++) {
         const nccl_local *x = &m->loc[i];
-        size_t mlo, mlen;
-        shard(n, w, x->rank, &mlo, &mlen);
         for (int k = 0; k < w; k++) {
-            size_t lo, len;
-            shard(n, w, k, &lo, &len);
-            if (k != x->rank && len)
-                NCCL_GROUP_TRY(m, ncclSend(bufs[i] + lo, len, ncclFloat, k, x->comm, stream_of(x)), what);
-            if (k != x->rank && mlen)
-                NCCL_GROUP_TRY(m, ncclRecv(x->scratch + (size_t)k * piece, mlen, ncclFloat, k, x->comm, stream_of(x)),
+            if (k == x->rank) continue;
+            const dp_ordered_xfer p = dp_ordered_scatter(n, w, x->rank, k, piece);
+            if (p.send_len)
+                NCCL_GROUP_TRY(m, ncclSend(bufs[i] + p.send_lo, p.send_len, ncclFloat, k, x->comm, stream_of(x)), what);
+            if (p.recv_len)
+                NCCL_GROUP_TRY(m, ncclRecv(x->scratch + p.recv_lo, p.recv_len, ncclFloat, k, x->comm, stream_of(x)),
                                what);
         }
     }
@@ -197,7 +185,7 @@ static dp_status ordered_sum(nccl_impl *m, float *const *bufs, size_t n, int roo
     for (int i = 0; i < m->n_local; i++) {
         const nccl_local *x = &m->loc[i];
         size_t mlo, mlen;
-        shard(n, w, x->rank, &mlo, &mlen);
+        dp_shard(n, w, x->rank, &mlo, &mlen);
         float *v[w];
         for (int q = 0; q < w; q++) v[q] = q == x->rank ? bufs[i] + mlo : x->scratch + (size_t)q * piece;
         if (mlen) x->dev->k->tree_sum(&x->dev->kc, v, w, 0, mlen, 0);
@@ -207,17 +195,13 @@ static dp_status ordered_sum(nccl_impl *m, float *const *bufs, size_t n, int roo
     DP_TRY(dp_nccl_group_start(m, what));
     for (int i = 0; i < m->n_local; i++) {
         const nccl_local *x = &m->loc[i];
-        const int me = x->rank;
-        size_t mlo, mlen;
-        shard(n, w, me, &mlo, &mlen);
         for (int k = 0; k < w; k++) {
-            if (k == me) continue;
-            size_t lo, len;
-            shard(n, w, k, &lo, &len);
-            if ((root < 0 || k == root) && mlen)
-                NCCL_GROUP_TRY(m, ncclSend(bufs[i] + mlo, mlen, ncclFloat, k, x->comm, stream_of(x)), what);
-            if ((root < 0 || me == root) && len)
-                NCCL_GROUP_TRY(m, ncclRecv(bufs[i] + lo, len, ncclFloat, k, x->comm, stream_of(x)), what);
+            if (k == x->rank) continue;
+            const dp_ordered_xfer p = dp_ordered_gather(n, w, x->rank, k, root);
+            if (p.send_len)
+                NCCL_GROUP_TRY(m, ncclSend(bufs[i] + p.send_lo, p.send_len, ncclFloat, k, x->comm, stream_of(x)), what);
+            if (p.recv_len)
+                NCCL_GROUP_TRY(m, ncclRecv(bufs[i] + p.recv_lo, p.recv_len, ncclFloat, k, x->comm, stream_of(x)), what);
         }
     }
     return dp_nccl_group_end(m, what);

@@ -65,14 +65,20 @@ static void check_real_range(const char *flag, char open_c, double lo, double hi
     expect_code(flag, v, close_c == ')' ? 0 : 2);
 }
 
-static void test_help_ranges_match_parser(void **state) {
-    (void)state;
+/* --help's text (malloc'd): the flags, their ranges and their subcommands, one flag a line. */
+static char *usage_text(void) {
     char *text = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&text, &len);
     assert_non_null(f);
     dp_print_usage(f);
     fclose(f);
+    return text;
+}
+
+static void test_help_ranges_match_parser(void **state) {
+    (void)state;
+    char *text = usage_text();
     int checked = 0, lines = 0;
     for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
         if (strncmp(line, "  --", 4) != 0) continue;
@@ -158,12 +164,7 @@ static void test_numbers_strict(void **state) {
     }
 
     /* every numeric flag of --help, at its lower end, with the bad decorations */
-    char *text = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&text, &len);
-    assert_non_null(f);
-    dp_print_usage(f);
-    fclose(f);
+    char *text = usage_text();
     int flags = 0;
     for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
         const char *r = strstr(line, "range ");
@@ -245,12 +246,7 @@ static const struct { const char *flag, *value, *cmds; } used_by[] = {
 static void test_subcommand_flags(void **state) {
     (void)state;
     static const char *const cmds[] = {"train", "eval", "predict", "calibrate"};
-    char *text = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&text, &len);
-    assert_non_null(f);
-    dp_print_usage(f);
-    fclose(f);
+    char *text = usage_text();
     int listed = 0;
     for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
         char flag[64];

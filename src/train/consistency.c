@@ -6,8 +6,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <zlib.h>
 
+#include "core/crc.h"
 #include "train/settings.h"
 #include "train/trainer.h"
 
@@ -15,15 +15,7 @@ enum { H_MODEL, H_DATA, H_KINDS };
 static const char *const what[H_KINDS] = {"the model", "the data set"};
 #define FLAGS_BYTES 2048 /* the canonical flags text; each byte travels as one float (exact) */
 
-static uint32_t crc_of(uint32_t crc, const void *p, size_t n) {
-    const unsigned char *b = p;
-    while (n) {
-        uInt k = n > (1u << 30) ? (1u << 30) : (uInt)n;
-        crc = (uint32_t)crc32(crc, b, k);
-        b += k, n -= k;
-    }
-    return crc;
-}
+static uint32_t crc_of(uint32_t crc, const void *p, size_t n) { return dp_crc32(crc, p, n); }
 
 static uint32_t crc_str(uint32_t crc, const char *s) { return s ? crc_of(crc, s, strlen(s) + 1) : crc_of(crc, "", 1); }
 

@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <zlib.h>
 
+#include "core/crc.h"
 #include "core/printable.h"
 #include "dp_config.h"
 #include "io/atomic.h"
@@ -19,15 +19,6 @@
 #include "train/signals.h"
 #include "train/strategy.h"
 #include "train/trainer.h"
-
-static uint32_t crc_bytes(uLong crc, const unsigned char *b, size_t n) {
-    while (n) {
-        uInt k = n > (1u << 30) ? (1u << 30) : (uInt)n;
-        crc = crc32(crc, b, k);
-        b += k, n -= k;
-    }
-    return (uint32_t)crc;
-}
 
 dp_status dp_persist_setup(dp_trainer *t) {
     const dp_config *c = &t->cfg;
@@ -48,9 +39,8 @@ dp_status dp_persist_setup(dp_trainer *t) {
     }
     if (t->have_train && (c->checkpoint_dir || c->resume_path || c->save_path)) {
         const dp_dataset *d = &t->train;
-        uLong crc = crc32(0L, Z_NULL, 0);
-        crc = crc_bytes(crc, d->pixels, (size_t)d->n * d->c * d->h * d->w);
-        crc = crc_bytes(crc, d->labels, (size_t)d->n);
+        uint32_t crc = dp_crc32(0, d->pixels, (size_t)d->n * d->c * d->h * d->w);
+        crc = dp_crc32(crc, d->labels, (size_t)d->n);
         snprintf(t->data_crc, sizeof t->data_crc, "%08x", (unsigned)crc);
     }
     /* only what a killed writer left: pruning to --keep waits for a new checkpoint (the newest may be damaged) */
