@@ -45,6 +45,11 @@ void dp_nccl_abort(nccl_impl *m) {
     }
 }
 
+void dp_nccl_abort_unless_capturing(nccl_impl *m) {
+    if (m->b && m->b->capturing) dp_sidechan_fail(m->sc, dp_last_error());
+    else dp_nccl_abort(m);
+}
+
 static const char *last_of(const nccl_impl *m, int i, char *buf, size_t cap) {
     const char *last = m->loc[i].comm ? ncclGetLastError(m->loc[i].comm) : NULL;
     if (!last || !*last) return NULL;
@@ -85,7 +90,7 @@ static dp_status settle_watched(nccl_impl *m, ncclResult_t r, const char *what) 
         if (now_s() > deadline) {
             dp_status e = dp_fail(DP_ERR_BACKEND, "nccl: %s: %s did not complete within --timeout %.0f s (a rank died "
                                   "or is stuck); the communicator was aborted", m->who, what, m->timeout_s);
-            if (!m->in_group) dp_nccl_abort(m);
+            if (!m->in_group) dp_nccl_abort_unless_capturing(m);
             return e;
         }
         r = dp_nccl_poll(m, &which);
@@ -93,7 +98,7 @@ static dp_status settle_watched(nccl_impl *m, ncclResult_t r, const char *what) 
         if (r == ncclInProgress && dp_sidechan_poll(m->sc, why, sizeof why)) {
             dp_status e = dp_fail(DP_ERR_BACKEND, "nccl: %s: %s stopped because another rank failed: %s; the "
                                   "communicator was aborted", m->who, what, why);
-            if (!m->in_group) dp_nccl_abort(m);
+            if (!m->in_group) dp_nccl_abort_unless_capturing(m);
             return e;
         }
         if (r == ncclInProgress && polls > 64) {
@@ -109,7 +114,7 @@ static dp_status settle_watched(nccl_impl *m, ncclResult_t r, const char *what) 
         const int first = dp_sidechan_wait(m->sc, why, sizeof why, r == ncclRemoteError ? 2.0 : 0.0);
         dp_status e = dp_fail(DP_ERR_BACKEND, "nccl: %s: %s failed: %s%s%s%s", m->who, what, ncclGetErrorString(r),
                               last, first ? "; first failure: " : "", first ? why : "");
-        if (!m->in_group) dp_nccl_abort(m);
+        if (!m->in_group) dp_nccl_abort_unless_capturing(m);
         return e;
     }
     return DP_OK;

@@ -29,6 +29,7 @@ typedef struct {
 } nccl_local;
 
 typedef struct {
+    dp_backend_t b;  /* the backend this is the impl of (its capturing flag) */
     dp_launch l;     /* the process's launch: process l.rank of l.world */
     int n_local, first, world;
     nccl_local loc[DP_MAX_LOCAL_DEVICES];
@@ -55,6 +56,11 @@ dp_status dp_nccl_settle(nccl_impl *m, ncclResult_t r, const char *what);
 /* Ends every local communicator at once (the other ranks may be gone: nothing waits for them),
  * after the failure was recorded with dp_fail; tells the other processes through the side channel. */
 void dp_nccl_abort(nccl_impl *m);
+/* dp_nccl_abort, unless a step is being recorded into a graph (b->capturing): ncclCommAbort frees
+ * and synchronises, which CUDA refuses on a thread whose capture is open (and the capture is lost),
+ * so then only the other processes are told; the failure reaches the trainer once the recording
+ * has ended, and its teardown (backend.h: abort) aborts the communicators. */
+void dp_nccl_abort_unless_capturing(nccl_impl *m);
 /* NCCL's last message as ": message" (or ""): that of local communicator `which` (the one whose
  * result failed, dp_nccl_poll), else of the first that has one; with several local communicators
  * it names the communicator's rank. */
@@ -74,7 +80,7 @@ dp_status dp_nccl_group_end(nccl_impl *m, const char *what);
         if (g_ != DP_OK) {                                          \
             (m)->in_group = 0;                                      \
             (void)ncclGroupEnd();                                   \
-            dp_nccl_abort(m);                                       \
+            dp_nccl_abort_unless_capturing(m);                      \
             return g_;                                              \
         }                                                           \
     } while (0)
