@@ -330,9 +330,9 @@ static w2_result world2_run(const char *env) {
     w2_result w;
     memset(&w, 0, sizeof w);
     const char *ranks = "WORLD_SIZE=2 LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1";
-    w.rc = tu_sh(&out, "( %s %s RANK=0 LOCAL_RANK=0 CUDA_VISIBLE_DEVICES=0 MASTER_PORT=%d timeout -s KILL 120 '%s' "
+    w.rc = tu_sh(&out, "( %s %s RANK=0 LOCAL_RANK=0 CUDA_VISIBLE_DEVICES=0 MASTER_PORT=%d timeout -s KILL 900 '%s' "
                  "world2-child '%s' & p=$!; %s %s RANK=1 LOCAL_RANK=1 CUDA_VISIBLE_DEVICES=1 MASTER_PORT=%d timeout -s "
-                 "KILL 120 '%s' world2-child '%s'; b=$?; wait $p; a=$?; exit $((a * 16 + b)) ) 2>&1",
+                 "KILL 900 '%s' world2-child '%s'; b=$?; wait $p; a=$?; exit $((a * 16 + b)) ) 2>&1",
                  ranks, env, port, self, path0, ranks, env, port, self, path1);
     const char *paths[2] = {path0, path1};
     for (int r = 0; r < 2; r++) {
