@@ -422,6 +422,33 @@ static void test_abort_waits_for_the_capture_to_end(void **state) {
     w2_free(&w);
 }
 
+/* DPTRAIN_NCCL_GRAPHS=on with NCCL_GRAPH_MIXING_SUPPORT=0 is refused at start (eager collectives run
+ * between a graph's replays on the same communicator), as is a value that is neither on nor off. */
+static void test_graphs_setting_checked(void **state) {
+    (void)state;
+    hooks_or_skip();
+    static const char *const cases[][3] = {{"on", "0", "NCCL_GRAPH_MIXING_SUPPORT=0: with DPTRAIN_NCCL_GRAPHS=on"},
+                                           {"maybe", NULL, "DPTRAIN_NCCL_GRAPHS: 'maybe' is neither on nor off"}};
+    for (int i = 0; i < 2; i++) {
+        setenv("DPTRAIN_NCCL_GRAPHS", cases[i][0], 1);
+        if (cases[i][1]) setenv("NCCL_GRAPH_MIXING_SUPPORT", cases[i][1], 1);
+        dp_config c;
+        tr_base_config(&c, "lenet");
+        c.backend = "nccl", c.device = "fakegpu", c.replicas = 1, c.n_gpus = 1, c.gpus[0] = 0;
+        c.log_path = tu_path("graphs_setting.jsonl");
+        dp_trainer *t = NULL;
+        const dp_status s = dp_trainer_create(&c, &t);
+        char msg[DP_ERROR_MAX];
+        snprintf(msg, sizeof msg, "%s", s == DP_OK ? "" : dp_last_error());
+        dp_trainer_destroy(t);
+        unsetenv("DPTRAIN_NCCL_GRAPHS"), unsetenv("NCCL_GRAPH_MIXING_SUPPORT");
+        print_message("DPTRAIN_NCCL_GRAPHS=%s: %s\n", cases[i][0], msg);
+        if (s != DP_ERR_USAGE || !tu_contains(msg, cases[i][2]))
+            fail_msg("DPTRAIN_NCCL_GRAPHS=%s: status %d, '%s' (expected a usage error: %s)", cases[i][0], (int)s, msg,
+                     cases[i][2]);
+    }
+}
+
 /* The config line's value of "key":number (-1: absent). */
 static double config_value(const char *config, const char *key) {
     char pat[96];
@@ -628,6 +655,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_world_1_records_and_replays_graphs),
         cmocka_unit_test(test_world_2_records_collectives),
         cmocka_unit_test(test_abort_waits_for_the_capture_to_end),
+        cmocka_unit_test(test_graphs_setting_checked),
         cmocka_unit_test(test_warmup_measures_nccl_memory),
         cmocka_unit_test(test_resident_data_leaves_the_reserve),
         cmocka_unit_test(test_one_host_round_trip_a_step),
