@@ -112,6 +112,9 @@ struct dp_backend {
     const char *algorithm; /* how its all-reduce sums: "ordered", "ring", "tree" (sim), else its name */
     int ordered;           /* its sums follow the canonical order (data/chunks.h): bitwise across N */
     int capturable;        /* its collectives on a device may be recorded into a graph (exec/graph.h) */
+    int capturing;         /* set by exec/graph.c while a step is recorded: a failure then must not abort
+                              the communicators (the abort's frees would break the capture); the caller
+                              aborts after the recording ends (backend.h: abort) */
     int host_buffers;      /* its collectives move host memory (the CPU's processes share its bus) */
     char relaunch[64];     /* what runs the command again across its processes ("mpirun -np 4 "), or "" */
     /* nccl: the device memory its library took while its communicators were created and during

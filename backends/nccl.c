@@ -179,6 +179,27 @@ static const struct dp_backend_i nccl_iface = {
     .destroy = nccl_destroy,
 };
 
+/* DPTRAIN_NCCL_GRAPHS=on|off (default off): whether steps at two or more ranks, one GPU a
+ * process, are recorded as graphs with their collectives inside, as NCCL documents (thread-local
+ * capture, every rank recording the same steps, NCCL_GRAPH_MIXING_SUPPORT=1 because eager
+ * collectives, the metrics' and the checkpoint's, run on the same communicator between replays).
+ * Off until a run on several GPUs has shown it; tested through the NCCL test double over the fake
+ * GPU. `--gpus` with several GPUs stays eager: one host thread launching graphs on several devices
+ * may deadlock inside NCCL. */
+static dp_status graphs_wanted(int *on) {
+    *on = 0;
+    const char *v = getenv("DPTRAIN_NCCL_GRAPHS");
+    if (v && (strcmp(v, "on") == 0 || strcmp(v, "1") == 0)) *on = 1;
+    else if (v && *v && strcmp(v, "off") != 0 && strcmp(v, "0") != 0)
+        return dp_fail(DP_ERR_USAGE, "DPTRAIN_NCCL_GRAPHS: '%.40s' is neither on nor off; set it to on or off", v);
+    const char *mix = getenv("NCCL_GRAPH_MIXING_SUPPORT");
+    if (*on && mix && strcmp(mix, "0") == 0)
+        return dp_fail(DP_ERR_USAGE, "NCCL_GRAPH_MIXING_SUPPORT=0: with DPTRAIN_NCCL_GRAPHS=on eager collectives (the "
+                       "step metrics, checkpoints) run between a graph's replays on the same communicator, which NCCL "
+                       "supports only with mixing on; unset it, or set DPTRAIN_NCCL_GRAPHS=off");
+    return DP_OK;
+}
+
 /* The unique id from rank 0 to every rank: over TCP (or torchrun's agent store) under torchrun,
  * over MPI under any MPI launcher (mpirun, mpiexec, srun --mpi=pmix: main has refused the launches
  * this build's MPI cannot join, backends/launch_env.h). */
@@ -293,7 +314,7 @@ static dp_status init_comms(nccl_impl *m, const ncclUniqueId *id) {
     for (int i = 0; i < m->n_local; i++) {
         nccl_local *x = &m->loc[i];
         if (x->gpu >= 0 && cudaSetDevice(x->gpu) != cudaSuccess) {
-            m->in_group = 0;
+            dp_nccl_self.in_group = 0;
             (void)ncclGroupEnd();
             return dp_fail(DP_ERR_BACKEND, "nccl: %s: cudaSetDevice(%d) failed", m->who, x->gpu);
         }
@@ -336,14 +357,17 @@ dp_status dp_nccl_backend_create(const dp_backend_config *cfg, dp_backend_t *out
     }
     b->iface = &nccl_iface;
     b->impl = m;
+    m->b = b;
     m->creating = 1;
     m->loaded = *dp_nccl_loaded();
     /* capturable is set once the world is known: at one rank no step calls NCCL (every collective
-       returns before it), so the step is the sim's and records; at several, a non-blocking
-       communicator inside a recorded graph is untried, and nccl steps run eagerly */
+       returns before it), so the step is the sim's and records; at several, only with
+       DPTRAIN_NCCL_GRAPHS=on and one GPU a process (graphs_wanted) */
     b->algorithm = "nccl", b->ordered = 1, b->capturable = 0, b->host_buffers = m->loaded.host_memory;
     m->timeout_s = cfg->timeout_s > 0 ? cfg->timeout_s : 300;
-    dp_status s = take_devices(m, cfg);
+    int graphs = 0;
+    dp_status s = graphs_wanted(&graphs);
+    if (s == DP_OK) s = take_devices(m, cfg);
     if (s == DP_OK) s = dp_launch_from_env(&m->l);
     unsigned long long allowance = 0; /* a malformed DPTRAIN_NCCL_RESERVE_MIB is refused before any rendezvous */
     if (s == DP_OK) s = dp_nccl_allowance(2, nvls, getenv("DPTRAIN_NCCL_RESERVE_MIB"), &allowance);
@@ -380,7 +404,8 @@ dp_status dp_nccl_backend_create(const dp_backend_config *cfg, dp_backend_t *out
     if (s == DP_OK && readable && dp_nccl_device_used(m, after))
         for (int i = 0; i < m->n_local; i++)
             if (after[i] > before[i] && after[i] - before[i] > init_took) init_took = after[i] - before[i];
-    b->capturable = m->world == 1;
+    /* at one rank no step calls NCCL (every collective returns before it): the sim's step records */
+    b->capturable = m->world == 1 || (graphs && m->n_local == 1);
     /* every wait on the devices polls the watch, from the warm-up on (its waits too: a transfer
        that never ends must meet the deadline); at one rank there is nothing to watch (no NCCL
        call), and an unwatched wait blocks instead of polling. A failure removes it (release_devices). */

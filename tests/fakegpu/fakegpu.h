@@ -73,4 +73,11 @@ void dp_fakegpu_stream_write(const void *stream, void *dst, const void *src, siz
  * to, as a library's own buffers (NCCL's connections): mem_info reports it as used. */
 void dp_fakegpu_stream_charge(const void *stream, long long bytes);
 
+/* For the NCCL test double's device mode (tests/nccl_double/): fn(arg) run by the stream's worker
+ * once everything queued on it before has run, as cudaLaunchHostFunc (the arg's bytes are copied at
+ * the call); while the stream's device records a graph, the call is recorded and runs at each
+ * replay, in the recorded order. And whether the stream's device is recording a graph now. */
+void dp_fakegpu_stream_call(const void *stream, void (*fn)(void *arg), const void *arg, size_t bytes);
+int dp_fakegpu_stream_capturing(const void *stream);
+
 #endif
