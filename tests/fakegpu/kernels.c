@@ -65,7 +65,7 @@ static k_op *k_new(const dp_kctx *c, int kind, const char *name, int np) {
         fg_set_fail(s->g, DP_ERR_NOMEM, "fakegpu: out of host memory queueing %s", name);
         return NULL;
     }
-    o->op = (fg_op){.run = k_run, .what = name, .waits_for = -1};
+    o->op = (fg_op){.run = k_run, .what = name, .waits_for = -1, .launch = FG_KERNEL};
     o->g = s->g, o->stream = s->index, o->kind = kind, o->np = np;
     note_launcher(s->g, name);
     return o;
