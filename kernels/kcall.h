@@ -83,8 +83,10 @@ static inline void dp_kcall_run(const dp_kernels *k, const dp_kctx *c, const dp_
 static inline void dp_kcall_lanes_in_order(const dp_kernels *k, const dp_kctx *c, int n, const dp_kcall *const *calls) {
     for (int l = 0; l < n; l++) dp_kcall_run(k, c, calls[l]);
 }
-/* Whether two records are the same call of two lanes: the same entry and every scalar but the
- * lanes' own sample counts equal (what one lanes() launch may assume). */
+/* Whether two records can be call j of two lanes in one lanes() call: the same entry (and, for a
+ * convolution, the same dimensions). Every other scalar is each lane's own (its sample count, BN's
+ * update of the running statistics on lane 0 only); a device kernel that takes one from lane 0 for
+ * all checks that the lanes agree on it, else runs them one by one. */
 int dp_kcall_same(const dp_kcall *a, const dp_kcall *b);
 
 /* A lane's record (the recorder's kctx.stream). */

@@ -72,6 +72,8 @@ __global__ void xent_lanes_k(xent_lanes L, int K, float scale) {
 // The loss over n <= DP_CUDA_LANES lanes in one launch; 0 for another kind.
 extern "C" int dp_cuda_lanes_loss(const dp_kctx *c, int n, const dp_kcall *const *calls) {
     if (calls[0]->kind != DP_KC_XENT) return 0;
+    for (int l = 1; l < n; l++) // the classes and the gradient's scale: lane 0's for all
+        if (calls[l]->i[1] != calls[0]->i[1] || calls[l]->f[0] != calls[0]->f[0]) return 0;
     xent_lanes L = {};
     for (int l = 0; l < n; l++) {
         const dp_kcall *a = calls[l];

@@ -1,6 +1,7 @@
 // pool.cu: max pooling (PyTorch's window rule and NaN propagation, argmax per output) and global
 // average pooling on the GPU, twins of kernels/cpu/pool.c.
 #include <math.h>
+#include <string.h>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/pool_index.h"
@@ -106,7 +107,9 @@ static int out_size(int in, int k, int s, int p) { return (in + 2 * p - k) / s +
 extern "C" int dp_cuda_lanes_pool(const dp_kctx *c, int n, const dp_kcall *const *calls) {
     const int kind = calls[0]->kind;
     if (kind != DP_KC_MAXPOOL_FWD && kind != DP_KC_MAXPOOL_BWD) return 0;
-    const int *i = calls[0]->i; // batch, ch, h, w, k, stride, pad (, oh, ow): the same for every lane but batch
+    const int *i = calls[0]->i; // batch, ch, h, w, k, stride, pad (, oh, ow): lane 0's for all but batch
+    for (int l = 1; l < n; l++)
+        if (memcmp(calls[l]->i + 1, i + 1, 8 * sizeof *i) != 0) return 0;
     const int fwd = kind == DP_KC_MAXPOOL_FWD;
     const int oh = fwd ? out_size(i[2], i[4], i[5], i[6]) : i[7], ow = fwd ? out_size(i[3], i[4], i[5], i[6]) : i[8];
     if (oh <= 0 || ow <= 0) return 1;

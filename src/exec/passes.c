@@ -212,9 +212,21 @@ static dp_status reduce_sums(dp_executor *ex, int i) {
         ex->ptrs[r] = v[0];
     }
     if (ex->sync_bn) DP_TRY(dp_exec_allreduce(ex, ex->ptrs, n));
-    for (int r = 0; r < ex->n_local; r++)
-        for (int l = 1; l < na; l++)
-            ex->k->copy(&dp_exec_dev(ex, r)->kc, n, ex->rep[r].slots[0].acts.sync[i], ex->rep[r].slots[l].acts.sync[i]);
+    for (int r = 0; r < ex->n_local; r++) {
+        const dp_dev *d = dp_exec_dev(ex, r);
+        if (batched(ex) && na > 2) { /* the copies to the other slots as one lanes() call */
+            dp_kcall rec[na];
+            const dp_kcall *calls[na];
+            for (int l = 1; l < na; l++) {
+                rec[l] = (dp_kcall){.kind = DP_KC_COPY, .z = n};
+                rec[l].p[0] = ex->rep[r].slots[0].acts.sync[i], rec[l].p[1] = ex->rep[r].slots[l].acts.sync[i];
+                calls[l - 1] = &rec[l];
+            }
+            d->k->lanes(&d->kc, na - 1, calls);
+            continue;
+        }
+        for (int l = 1; l < na; l++) ex->k->copy(&d->kc, n, ex->rep[r].slots[0].acts.sync[i], ex->rep[r].slots[l].acts.sync[i]);
+    }
     return DP_OK;
 }
 
