@@ -19,8 +19,8 @@ const char *dp_kcall_name(int kind) {
 }
 
 int dp_kcall_same(const dp_kcall *a, const dp_kcall *b) {
-    return a->kind == b->kind &&
-           ((a->kind != DP_KC_CONV_FWD && a->kind != DP_KC_CONV_BWD) || memcmp(&a->dims, &b->dims, sizeof a->dims) == 0);
+    const int conv = a->kind == DP_KC_CONV_FWD || a->kind == DP_KC_CONV_BWD;
+    return a->kind == b->kind && (!conv || memcmp(&a->dims, &b->dims, sizeof a->dims) == 0);
 }
 
 /* ---- the recorder */

@@ -63,7 +63,9 @@ static inline void dp_kcall_run(const dp_kernels *k, const dp_kctx *c, const dp_
     case DP_KC_BN_STATS:
         k->bn_stats(c, i[0], i[1], DP_KF(0), a->count, a->f[0], a->f[1], i[2], DP_KF(1), DP_KF(2), DP_KF(3), DP_KF(4));
         break;
-    case DP_KC_BN_APPLY: k->bn_apply(c, i[0], i[1], i[2], DP_KF(0), DP_KF(1), DP_KF(2), DP_KF(3), DP_KF(4), DP_KF(5)); break;
+    case DP_KC_BN_APPLY:
+        k->bn_apply(c, i[0], i[1], i[2], DP_KF(0), DP_KF(1), DP_KF(2), DP_KF(3), DP_KF(4), DP_KF(5));
+        break;
     case DP_KC_BN_BWD_SUMS:
         k->bn_backward_sums(c, i[0], i[1], i[2], DP_KF(0), DP_KF(1), DP_KF(2), DP_KF(3), DP_KF(4), DP_KF(5));
         break;

@@ -475,7 +475,8 @@ static void test_lanes(void **state) {
         float *hx = host_rand(ni, 2), *hg = host_rand(no, 1);
         for (int k = 0; k < NB; k++) { /* k = 0: lane by lane, 1: lanes() */
             x[k][l] = dev(hx, ni * 4), g[k][l] = dev(hg, no * 4), y[k][l] = dev(NULL, no * 4);
-            dx[k][l] = dev(NULL, ni * 4), lo[k][l] = dev(NULL, (size_t)batch[l] * OUT * 4), am[k][l] = dev(NULL, no * 4);
+            dx[k][l] = dev(NULL, ni * 4), lo[k][l] = dev(NULL, (size_t)batch[l] * OUT * 4);
+            am[k][l] = dev(NULL, no * 4);
             dlo[k][l] = dev(NULL, (size_t)batch[l] * OUT * 4), loss[k][l] = dev(NULL, 4), hits[k][l] = dev(NULL, 4);
         }
         int32_t hl[8];

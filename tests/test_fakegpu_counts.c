@@ -2,9 +2,9 @@
  * (tests/fakegpu/): the kernels and copies the host launches, the nodes the replayed graphs run,
  * and the host waits, per optimizer step, for DDP at --chunks 1 and 8, --replicas 1, 4 and 8, DP
  * at --replicas 4, and the NCCL backend through its test double at world 2 (two fake GPUs in this
- * process, as test_nccl_fakegpu.c runs them), and LeNet-BN at --chunks 8. Each case prints one line and is held to the bounds
- * in `cases` below: a change that makes a step launch more, or wait more, fails here and must
- * say why in the bound it raises. Nothing is timed.
+ * process, as test_nccl_fakegpu.c runs them), and LeNet-BN at --chunks 8. Each case prints one
+ * line and is held to the bounds in `cases` below: a change that makes a step launch more, or wait
+ * more, fails here and must say why in the bound it raises. Nothing is timed.
  *
  * A step's cost is taken from a run of 12 steps less one of 4, over 8 steps, so that set-up, the
  * first step's recording, the evaluation and the teardown cancel out. */

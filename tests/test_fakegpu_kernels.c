@@ -274,7 +274,8 @@ static void test_lanes(void **state) {
     dp_dev *D = fgt_open(NULL);
     enum { L = 5, CH = 3, H = 9, W = 8, OH = 4, OW = 4, OUT = 7 };
     const int batch[L] = {4, 1, 3, 4, 0};
-    pair x[L], y[L], am[L], g[L], dx[L], lo[L], lin_w = mk(D, (size_t)OUT * CH * OH * OW, 1), lin_b = mk(D, OUT, 1);
+    pair x[L], y[L], am[L], g[L], dx[L], lo[L];
+    pair lin_w = mk(D, (size_t)OUT * CH * OH * OW, 1), lin_b = mk(D, OUT, 1);
     dp_kcall_rec rec[L] = {0};
     for (int l = 0; l < L; l++) {
         const size_t ni = (size_t)batch[l] * CH * H * W, no = (size_t)batch[l] * CH * OH * OW;

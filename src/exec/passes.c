@@ -121,7 +121,8 @@ static dp_status flush_dev(dp_executor *ex, int i) {
     }
     const int n = slot_rec(ex, lo)->n;
     for (int j = 0; aligned && j < n; j++)
-        for (int q = lo + 1; aligned && q < hi; q++) aligned = dp_kcall_same(&slot_rec(ex, lo)->calls[j], &slot_rec(ex, q)->calls[j]);
+        for (int q = lo + 1; aligned && q < hi; q++)
+            aligned = dp_kcall_same(&slot_rec(ex, lo)->calls[j], &slot_rec(ex, q)->calls[j]);
     const dp_kcall *calls[ns];
     for (int j = 0; aligned && j < n; j++) {
         for (int q = lo; q < hi; q++) calls[q - lo] = &slot_rec(ex, q)->calls[j];
@@ -225,7 +226,8 @@ static dp_status reduce_sums(dp_executor *ex, int i) {
             d->k->lanes(&d->kc, na - 1, calls);
             continue;
         }
-        for (int l = 1; l < na; l++) ex->k->copy(&d->kc, n, ex->rep[r].slots[0].acts.sync[i], ex->rep[r].slots[l].acts.sync[i]);
+        for (int l = 1; l < na; l++)
+            ex->k->copy(&d->kc, n, ex->rep[r].slots[0].acts.sync[i], ex->rep[r].slots[l].acts.sync[i]);
     }
     return DP_OK;
 }
