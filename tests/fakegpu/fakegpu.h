@@ -46,6 +46,15 @@ unsigned long dp_fakegpu_allocs(void);
 /* The graphs replayed so far (replay: one launch of a recorded step), over every fakegpu device. */
 unsigned long dp_fakegpu_replays(void);
 
+/* Kernels and copies (upload, copy, zero; not the NCCL double's writes) queued so far, over every
+ * fakegpu device of the process: by the host, one launch each (eager), and by graph replays, one
+ * graph node each (what a recorded step holds, run again by each replay). */
+typedef struct {
+    unsigned long kernels, copies;             /* launched eagerly */
+    unsigned long graph_kernels, graph_copies; /* run as nodes of replayed graphs */
+} dp_fakegpu_launch_counts;
+dp_fakegpu_launch_counts dp_fakegpu_launches(void);
+
 /* Queues on d's stream (a device's main stream, or its collective view's) an operation that never
  * ends, as a GPU kernel that spins for ever: everything queued behind it, and every wait, drain,
  * free or close that needs it, blocks for good. For tests of what ends such a process (the NCCL
