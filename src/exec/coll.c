@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "core/timer.h"
-#include "exec/executor.h"
+#include "exec/executor_impl.h"
 
 /* Event index of the main stream's end of backward: the last one. */
 static int bwd_end_event(const dp_executor *ex) { return 2 * ex->coll_cap; }
@@ -118,9 +118,32 @@ dp_status dp_exec_scatter(dp_executor *ex, const float *const *send, float *cons
     return coll_end(ex, dp_scatter(ex->backend, send, recv, n, root));
 }
 
-dp_status dp_exec_allreduce_start(dp_executor *ex, float *const *bufs, size_t n, dp_req *req) {
+dp_status dp_exec_allreduce_start(dp_executor *ex, float *const *bufs, size_t n, dp_req *req, int ready_node,
+                                  int more_backward) {
+    const double t0 = dp_now();
+    dp_coll_trace *tr = ex->backend->trace;
     DP_TRY(coll_begin(ex, DP_COLL_ALLREDUCE, 1));
-    return coll_issued(ex, dp_allreduce_start(ex->backend, bufs, n, DP_SUM, req));
+    if (tr) tr->ready_node = ready_node;
+    dp_status st = coll_issued(ex, dp_allreduce_start(ex->backend, bufs, n, DP_SUM, req));
+    if (tr) tr->ready_node = -1;
+    DP_TRY(st);
+    if (more_backward) ex->comm_overlap_s += dp_now() - t0; /* backward work remained to hide it */
+    return DP_OK;
+}
+
+void dp_exec_comm_reset(dp_executor *ex) {
+    memset(&ex->backend->stats, 0, sizeof ex->backend->stats);
+    ex->comm_overlap_s = 0, ex->coll_hidden_s = 0;
+    memset(ex->coll_s, 0, sizeof ex->coll_s);
+}
+
+void dp_exec_comm_read(const dp_executor *ex, dp_comm_stats *stats, double *hidden_s) {
+    *stats = ex->backend->stats;
+    *hidden_s = ex->comm_overlap_s;
+    if (!ex->coll_timed) return;
+    /* what the collective stream's events measured, not the host's enqueueing */
+    for (int k = 0; k < DP_COLL_KINDS; k++) stats->seconds[k] = ex->coll_s[k];
+    *hidden_s = ex->coll_hidden_s;
 }
 
 dp_status dp_exec_wait_all(dp_executor *ex, const dp_req *reqs, int n) {

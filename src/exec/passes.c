@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "core/timer.h"
-#include "exec/executor.h"
+#include "exec/executor_impl.h"
 
 /* Runs the body for every active slot q = (replica r, slot l) of every local replica, in
  * parallel over slots (the executor must be named ex), between the fork and the join of the

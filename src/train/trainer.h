@@ -33,7 +33,7 @@ typedef struct dp_trainer {
     int world;                /* replicas over all processes */
     int cores;                /* the cores --threads defaults from (default_threads) */
     char cores_from[640];     /* which limit gave them, for the config line */
-    dp_executor ex;           /* how the device runs the replicas (exec/executor.h) */
+    dp_executor *ex;          /* how the device runs the replicas (exec/executor.h) */
     const struct dp_strategy_s *strategy; /* DDP or DP (strategy.h) */
     void *strategy_state;
     dp_sampler sampler;
@@ -43,7 +43,6 @@ typedef struct dp_trainer {
     long step;                /* optimizer steps done */
     int epoch;                /* current epoch, from 1 */
     dp_reporter report;
-    float **metric_bufs;      /* (n_local) [loss_sum, correct, count, stop, SIGTERM] per replica */
     /* the stop request all-reduced with the last step's metrics (a signal: SIGINT or SIGTERM; 0:
        none), valid until read */
     int stop_folded, stop_folded_valid;
