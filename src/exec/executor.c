@@ -360,6 +360,12 @@ dp_status dp_exec_stage(dp_executor *ex, const dp_batch *b, const dp_batch **out
     return DP_OK;
 }
 
+dp_status dp_exec_begin_micro(dp_executor *ex, const dp_sampler *sp, const dp_batch *bt, int b, dp_micro_info *mi,
+                              const dp_batch **out) {
+    DP_TRY(dp_exec_assign(ex, sp, bt, b, mi));
+    return dp_exec_stage(ex, bt, out);
+}
+
 dp_status dp_exec_zero_grads(dp_executor *ex) {
     const int lanes = ex->lanes_clear ? 1 : ex->n_lanes;
     const long total = (long)ex->n_local * lanes;

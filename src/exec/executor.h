@@ -127,6 +127,10 @@ dp_status dp_exec_assign(dp_executor *ex, const dp_sampler *sp, const dp_batch *
  * the device (resident) only their indices go up and the device gathers the batch. */
 dp_status dp_exec_stage(dp_executor *ex, const dp_batch *b, const dp_batch **out);
 
+/* Both, as a micro-step begins: batch b's lanes assigned (*mi), its batches staged (*out). */
+dp_status dp_exec_begin_micro(dp_executor *ex, const dp_sampler *sp, const dp_batch *bt, int b, dp_micro_info *mi,
+                              const dp_batch **out);
+
 /* Pinned staging `slot` (0..DP_EXEC_STAGES-1: a copy of h_stage / h_idx; DP_EXEC_STAGES:
  * h_metrics_up) of device i: before the host writes it, ready returns once the uploads queued from
  * it last have run (an event query, a wait only if they have not); after queueing uploads from
@@ -192,8 +196,8 @@ void dp_exec_set_lane_sums(dp_executor *ex, int r, float loss, int32_t hits);
 /* After a NaN/Inf loss sum: the global rank of a local replica with a non-finite lane loss (the lanes
  * fetched from the device for it), -1 when another process's was. */
 dp_status dp_exec_nonfinite_rank(dp_executor *ex, int *rank);
-/* The step's collectives' event times into coll_s and coll_hidden_s (waits for the collective
- * stream, whose work the step has already waited for where it reads a result). */
+/* The step's collectives' event times into the comm meter (waits for the collective stream, whose
+ * work the step has already waited for where it reads a result). */
 dp_status dp_exec_collect_coll_times(dp_executor *ex);
 dp_status dp_exec_coll_timing_start(dp_executor *ex);
 void dp_exec_coll_timing_free(dp_executor *ex);

@@ -5,6 +5,24 @@
 
 #include "exec/executor.h"
 
+/* The one owner of the run's communication statistics (coll.c; read by dp_exec_comm_read): the
+ * backend's calls, bytes and host-timed seconds (backend->stats; a replayed graph adds what its
+ * recording added, graph.c), the seconds of all-reduces started while backward work remained, and
+ * an async device's collectives timed by events on the collective stream (eager runs; a replayed
+ * graph's are not): a pair per collective this step, and the main stream's end of backward; their
+ * seconds, and the part of the overlapped ones before that end, summed per kind over the epoch.
+ * timed: these replace the backend's host seconds. */
+typedef struct {
+    double overlap_s;         /* host seconds of all-reduces issued while backward work remained */
+    int timed;
+    void *ev;
+    int n, cap;
+    unsigned char *kind, *overlap;
+    int bwd_end_recorded;
+    double s[DP_COLL_KINDS], hidden_s;
+    int drained;              /* n when a download last waited for every collective of the step */
+} dp_comm_meter;
+
 struct dp_executor {
     dp_dev *dev;              /* replica 0's device (every replica's, unless multi_dev) */
     int multi_dev;            /* the replicas are on different devices, one each */
@@ -49,7 +67,6 @@ struct dp_executor {
        pinned host memory their host-known values go up from, and where the sums come down to */
     float **d_metrics, **h_metrics_up, *h_metrics_down;
     float **step_bufs;        /* (n_local) DP_STEP_METRICS floats each: dp_exec_step_sums' */
-    int coll_drained;         /* coll_n when a download last waited for every collective of the step */
     size_t hc_floats;
     /* multi_dev: replica 0's parameters and BN buffers on each other replica's device, which
        evaluation reads (dp_exec_eval_weights); NULL elsewhere */
@@ -58,19 +75,9 @@ struct dp_executor {
        (q, 1, i) seconds summed over the run; NULL: not timing */
     double *node_s;
     long node_runs, node_samples;
-    double comm_overlap_s;    /* seconds of collectives issued while backward work remained */
     char slot_error[512];     /* the first failure's message on a thread of the passes' team */
     dp_status stretch_status; /* a lane fork's or join's failure in the current stretch (passes.c) */
-    /* An async device's collectives timed by events on the collective stream (eager runs; a
-       replayed graph's are not): a pair per collective this step, and the main stream's end of
-       backward; their seconds, and the part of the overlapped ones before that end, summed per
-       kind over the epoch. coll_timed: these replace the backend's host seconds. */
-    int coll_timed;
-    void *coll_ev;
-    int coll_n, coll_cap;
-    unsigned char *coll_kind, *coll_overlap;
-    int bwd_end_recorded;
-    double coll_s[DP_COLL_KINDS], coll_hidden_s;
+    dp_comm_meter comm;       /* the communication statistics (coll.c) */
 };
 
 /* Allocated and freed with the executor (stepmetrics.c, coll.c). */

@@ -86,7 +86,7 @@ dp_status dp_exec_step_metrics(dp_executor *ex, float *const *bufs, size_t n, in
     DP_TRY(ex->dev->download(ex->dev, ex->h_metrics_down, ex->d_metrics[0], n * sizeof(float)));
     for (int r = 0; r < ex->n_local; r++) memcpy(bufs[r], ex->h_metrics_down, n * sizeof(float));
     /* what the step's timed collectives waited for is done */
-    ex->coll_drained = ex->coll_n;
+    ex->comm.drained = ex->comm.n;
     return DP_OK;
 }
 

@@ -97,6 +97,6 @@ static void ddp_free(const dp_step_ctx *c, void *state) {
     free(s);
 }
 
-const dp_strategy dp_strategy_ddp = {.name = "ddp", .title = "DDP", .contiguous_sampler = 0, .accumulate = 1, .sync_bn = 1,
-                                     .loss_on_master = 0, .largest_collective = ddp_largest, .alloc = ddp_alloc,
-                                     .micro_step = ddp_micro, .finish = ddp_finish, .free = ddp_free};
+const dp_strategy dp_strategy_ddp = {.name = "ddp", .title = "DDP", .largest_collective = ddp_largest,
+                                     .alloc = ddp_alloc, .micro_step = ddp_micro, .finish = ddp_finish,
+                                     .free = ddp_free};

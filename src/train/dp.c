@@ -258,8 +258,8 @@ static dp_status dp_finish(const dp_step_ctx *c, void *state) {
 
 static size_t dp_largest(const dp_model *m) { return m->params.n; }
 
-const dp_strategy dp_strategy_dp = {.name = "dp", .title = "DP", .contiguous_sampler = 1, .accumulate = 0, .sync_bn = 0,
-                                    .loss_on_master = 1, .largest_collective = dp_largest, .alloc = dp_alloc_state,
-                                    .micro_step = dp_micro, .finish = dp_finish, .free = dp_free_state};
-
-const dp_strategy *dp_strategy_of(dp_mode m) { return m == DP_MODE_DP ? &dp_strategy_dp : &dp_strategy_ddp; }
+const dp_strategy dp_strategy_dp = {.name = "dp", .title = "DP", .contiguous_sampler = 1, .loss_on_master = 1,
+                                    .no_accumulate = "DataParallel has no no_sync",
+                                    .no_sync_bn = "DataParallel has no SyncBatchNorm",
+                                    .largest_collective = dp_largest, .alloc = dp_alloc_state, .micro_step = dp_micro,
+                                    .finish = dp_finish, .free = dp_free_state};

@@ -32,9 +32,8 @@ dp_step_ctx dp_train_step_ctx(dp_trainer *t) {
 
 dp_status dp_train_micro(dp_trainer *t, const dp_batch *batches, int b, float lr, dp_step_metrics *m) {
     dp_micro_info mi = {0};
-    DP_TRY(dp_exec_assign(t->ex, &t->sampler, batches, b, &mi));
     const dp_batch *db;
-    DP_TRY(dp_exec_stage(t->ex, batches, &db));
+    DP_TRY(dp_exec_begin_micro(t->ex, &t->sampler, batches, b, &mi, &db));
     dp_step_sums sums = {0};
     dp_step_ctx c = dp_train_step_ctx(t);
     c.b = db, c.hb = batches, c.mi = &mi, c.lr = lr, c.sums = &sums;

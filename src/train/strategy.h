@@ -40,8 +40,8 @@ typedef struct dp_strategy_s {
     const char *title;    /* "DDP", "DP": in messages */
     /* the rules the trainer and the options follow without asking which strategy */
     int contiguous_sampler; /* each replica's share is a contiguous block (nn.DataParallel's scatter) */
-    int accumulate;       /* --accumulate K > 1 is possible */
-    int sync_bn;          /* --sync-bn is possible */
+    const char *no_accumulate; /* why --accumulate K > 1 is refused (NULL: it is possible) */
+    const char *no_sync_bn;    /* why --sync-bn is refused (NULL: it is possible) */
     int loss_on_master;   /* the loss is computed on global replica 0 over the whole batch */
     /* the largest host sum a step's collectives make (dp_backend_reserve): every bucket (DDP) or
        the whole gradient (DP) */
