@@ -223,7 +223,7 @@ dp_status dp_exec_optimizer_step(dp_executor *ex, int r, const dp_sgd *o, float 
  * the slots, where backward starts. */
 dp_status dp_exec_logits(dp_executor *ex, int r, float *dst);
 dp_status dp_exec_set_dlogits(dp_executor *ex, int r, const float *src);
-/* The loss (softmax cross-entropy, the model's) of n rows of logits with int32 labels, all on
+/* The loss (the model's head, nn/head.h) of n rows of logits with int32 labels, all on
  * replica r's device: *loss the sum, *hits the correct, dlogits (n x classes) the gradient of
  * scale x the sum. */
 dp_status dp_exec_loss(dp_executor *ex, int r, int n, const float *logits, const int32_t *labels, float scale,

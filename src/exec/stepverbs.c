@@ -71,6 +71,6 @@ dp_status dp_exec_set_dlogits(dp_executor *ex, int r, const float *src) {
 dp_status dp_exec_loss(dp_executor *ex, int r, int n, const float *logits, const int32_t *labels, float scale,
                        float *dlogits, float *loss, int32_t *hits) {
     const dp_dev *d = dp_exec_dev(ex, r);
-    d->k->softmax_xent(&d->kc, n, ex->model->n_classes, logits, labels, scale, dlogits, loss, hits);
+    ex->model->head->loss(d->k, &d->kc, n, ex->model->n_classes, logits, labels, scale, dlogits, loss, hits);
     return DP_OK;
 }

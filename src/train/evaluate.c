@@ -64,13 +64,10 @@ dp_status dp_evaluate(dp_trainer *t, const dp_dataset *d, dp_step_metrics *m, lo
             /* the loss on the host, from the logits: the CPU kernel, the same bits for any device's logits */
             int32_t hits;
             const dp_kctx hc = {.nthreads = 1};
-            dp_cpu_kernels.softmax_xent(&hc, n, K, logits, ey, 0.0f, NULL, &sr[2 * (size_t)K + (size_t)c], &hits);
+            md->head->loss(&dp_cpu_kernels, &hc, n, K, logits, ey, 0.0f, NULL, &sr[2 * (size_t)K + (size_t)c], &hits);
             /* the slots of a replica share its counters: whole numbers, exact in any order */
             for (int i = 0; i < n; i++) {
-                const float *z = logits + (size_t)i * K;
-                int best = 0;
-                for (int k = 1; k < K; k++)
-                    if (z[k] > z[best]) best = k;
+                const int best = md->head->predict(logits + (size_t)i * K, K);
                 int y = ey[i];
 #pragma omp atomic
                 sr[K + y] += 1.0f;
