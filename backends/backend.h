@@ -99,6 +99,7 @@ struct dp_backend_i {
 
 struct dp_backend {
     const struct dp_backend_i *iface;
+    const struct dp_backend_kind *kind; /* its row of the backend table (backend_kind.h), set by dp_backend_create */
     void *impl;
     dp_comm_stats stats;
     dp_coll_trace *trace; /* NULL: not recording (the default; one branch per call) */
@@ -111,6 +112,9 @@ struct dp_backend {
     const char *algorithm; /* how its all-reduce sums: "ordered", "ring", "tree" (sim), else its name */
     int ordered;           /* its sums follow the canonical order (data/chunks.h): bitwise across N */
     int capturable;        /* its collectives on a device may be recorded into a graph (exec/graph.h) */
+    int capturing;         /* set by exec/graph.c while a step is recorded: a failure then must not abort
+                              the communicators (the abort's frees would break the capture); the caller
+                              aborts after the recording ends (backend.h: abort) */
     int host_buffers;      /* its collectives move host memory (the CPU's processes share its bus) */
     char relaunch[64];     /* what runs the command again across its processes ("mpirun -np 4 "), or "" */
     /* nccl: the device memory its library took while its communicators were created and during
@@ -144,7 +148,8 @@ typedef struct {
 } dp_backend_config;
 
 /* Which devices a backend computes on, from --device (NULL: not given), --gpu (-1: not given) and --gpus (n_gpus
- * ordinals; 0: not given): nccl one GPU per process (--gpu alone, else the launch says which) or the listed GPUs of
+ * ordinals; 0: not given), as its row of the backend table says (backend_kind.h: default_device, devices_ok,
+ * takes_gpus): nccl one GPU per process (--gpu alone, else the launch says which) or the listed GPUs of
  * this machine, one replica each; mpi the CPU; sim one device. Refused, with what to use, when
  * the flags ask for something else (--gpus with another backend than nccl, a GPU the machine
  * does not have). *device receives the kind, ordinals[0..*n) the devices to open (at most
@@ -155,6 +160,9 @@ dp_status dp_backend_device(const char *backend, const char *device_flag, int gp
  * DP_ERR_USAGE / DP_ERR_UNSUPPORTED and a message that says how to get it. */
 dp_status dp_backend_create(const dp_backend_config *cfg, dp_backend_t *out);
 void dp_backend_destroy(dp_backend_t b);
+/* 1 when every replica of the run is in this process: the backend's kind keeps them all here (sim), or
+ * this process drives the whole world (nccl --gpus alone, one MPI rank). */
+int dp_backend_in_process(dp_backend_t b);
 /* "sim (cpu), mpi: not built, nccl: not built" for --version. */
 void dp_backend_describe(char *buf, size_t n);
 

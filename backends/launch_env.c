@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backends/backend_kind.h"
 #include "core/printable.h"
 #include "core/parse_num.h"
 #include "dp_config.h"
@@ -300,40 +301,13 @@ static const char *mpi_cannot_join(dp_launch_kind k, dp_mpi_family fam, const ch
 
 dp_status dp_launch_check(const dp_launch *l, const char *backend, dp_mpi_family fam) {
     if (l->kind == DP_LAUNCH_SINGLE || l->world == 1) return DP_OK;
+    const dp_backend_kind *k = dp_backend_kind_find(backend);
+    if (!k || !k->joins_launch) return DP_OK; /* an unknown name: creating it says so */
     const int n = l->world; /* 0: unknown, more than one */
     char replicas[32] = "N";
     if (n > 0) snprintf(replicas, sizeof replicas, "%d", n);
     char why[320];
-    const char *cannot = mpi_cannot_join(l->kind, fam, replicas, why, sizeof why);
-    if (strcmp(backend, "sim") == 0) {
-        const char *use;
-        if (l->kind == DP_LAUNCH_TORCHRUN || fam == DP_MPI_NONE)
-            use = "--backend nccl under torchrun";
-        else if (cannot && l->kind == DP_LAUNCH_SLURM)
-            use = "--backend mpi or --backend nccl under srun --mpi=pmix";
-        else if (cannot)
-            use = "--backend mpi or --backend nccl under the mpirun of this dptrain's MPI";
-        else
-            use = "--backend mpi or --backend nccl";
-        return dp_fail(DP_ERR_USAGE, "%s (%s) but --backend sim runs in one process; use %s, or one process with "
-                       "--backend sim --replicas %s", l->seen, l->what, use, replicas);
-    }
-    if (strcmp(backend, "mpi") == 0) {
-        if (fam == DP_MPI_NONE) return DP_OK; /* the registry says the backend is not built */
-        if (cannot) return dp_fail(DP_ERR_USAGE, "%s (%s) but --backend mpi cannot join it: %s", l->seen, l->what, why);
-        return DP_OK;
-    }
-    if (strcmp(backend, "nccl") == 0) {
-        if (!DP_HAVE_NCCL || l->kind == DP_LAUNCH_TORCHRUN) return DP_OK; /* torchrun: over TCP or its store */
-        if (fam == DP_MPI_NONE)
-            return dp_fail(DP_ERR_USAGE, "%s (%s) but --backend nccl hands NCCL's unique id around over MPI or torchrun's "
-                           "variables, and this build has no MPI; launch with torchrun (or set RANK, WORLD_SIZE, "
-                           "LOCAL_RANK, MASTER_ADDR, MASTER_PORT)", l->seen, l->what);
-        if (cannot)
-            return dp_fail(DP_ERR_USAGE, "%s (%s) but --backend nccl hands NCCL's unique id around over MPI, and %s",
-                           l->seen, l->what, why);
-    }
-    return DP_OK;
+    return k->joins_launch(l, fam, replicas, mpi_cannot_join(l->kind, fam, replicas, why, sizeof why));
 }
 
 /* A rank indexes the GPUs it sees with its local rank. With CUDA_VISIBLE_DEVICES set per rank to

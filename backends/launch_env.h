@@ -64,8 +64,8 @@ dp_status dp_launch_from_env(dp_launch *l);
 const char *dp_launch_name(dp_launch_kind k);
 
 /* Whether a multi-process launch can be served by backend ("sim", "mpi", "nccl") of a build whose
- * MPI is fam and that has NCCL or not: DP_OK when it joins (or when the launch is of one process),
- * else DP_ERR_USAGE with one line saying what was seen and what to use. */
+ * MPI is fam, as the backend's row says (backend_kind.h: joins_launch): DP_OK when it joins (or when
+ * the launch is of one process), else DP_ERR_USAGE with one line saying what was seen and what to use. */
 dp_status dp_launch_check(const dp_launch *l, const char *backend, dp_mpi_family fam);
 
 /* The MPI family this build links (DP_MPI_NONE without MPI). */

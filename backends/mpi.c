@@ -6,7 +6,10 @@
  * buckets start the all-to-all when they complete, so it proceeds while backward goes on.
  * Every wait polls with a deadline (--timeout): a rank that died makes the others fail with a
  * message naming the collective, instead of hanging in it. */
+#include "backends/backend_kind.h"
 #include "dp_config.h"
+
+#include <string.h>
 
 #if DP_HAVE_MPI
 
@@ -21,6 +24,7 @@
 
 #include "backends/backend.h"
 #include "backends/launch_env.h"
+#include "core/ordered.h"
 #include "core/timer.h"
 #include "core/treesum.h"
 
@@ -129,7 +133,8 @@ static dp_status ordered_start(mpi_impl *m, ordered_op *o, float *buf, size_t n,
     o->buf = buf, o->n = n, o->avg = avg, o->root = root;
     if (n / (size_t)P + 1 > (size_t)INT_MAX / (size_t)P)
         return dp_fail(DP_ERR_BACKEND, "mpi rank %d: %s of %zu floats: too large", m->rank, what, n);
-    const size_t lo = n * (size_t)m->rank / (size_t)P, mine = n * (size_t)(m->rank + 1) / (size_t)P - lo;
+    size_t lo, mine;
+    dp_shard(n, P, m->rank, &lo, &mine);
     o->counts = malloc(4 * (size_t)P * sizeof *o->counts);
     o->recv = malloc((mine * (size_t)P + 1) * sizeof *o->recv);
     if (!o->counts || !o->recv) {
@@ -137,10 +142,10 @@ static dp_status ordered_start(mpi_impl *m, ordered_op *o, float *buf, size_t n,
         return dp_fail(DP_ERR_NOMEM, "mpi rank %d: out of memory for a %s of %zu floats", m->rank, what, n);
     }
     o->displs = o->counts + P, o->rcounts = o->counts + 2 * P, o->rdispls = o->counts + 3 * P;
-    for (int k = 0; k < P; k++) {
-        const size_t a = n * (size_t)k / (size_t)P, b = n * (size_t)(k + 1) / (size_t)P;
-        o->counts[k] = (int)(b - a), o->displs[k] = (int)a;          /* shard k goes to rank k */
-        o->rcounts[k] = (int)mine, o->rdispls[k] = (int)(mine * (size_t)k); /* rank k's piece of mine */
+    for (int k = 0; k < P; k++) { /* shard k goes to rank k; rank k's piece of mine to slot k */
+        const dp_ordered_xfer x = dp_ordered_scatter(n, P, m->rank, k, mine);
+        o->counts[k] = (int)x.send_len, o->displs[k] = (int)x.send_lo;
+        o->rcounts[k] = (int)x.recv_len, o->rdispls[k] = (int)x.recv_lo;
     }
     int rc = MPI_Ialltoallv(buf, o->counts, o->displs, MPI_FLOAT, o->recv, o->rcounts, o->rdispls, MPI_FLOAT,
                             m->comm, &o->req);
@@ -289,7 +294,7 @@ static const struct dp_backend_i mpi_iface = {
     .destroy = mpi_destroy,
 };
 
-dp_status dp_mpi_backend_create(const dp_backend_config *cfg, dp_backend_t *out) {
+static dp_status mpi_create(const dp_backend_config *cfg, dp_backend_t *out) {
     dp_backend_t b = calloc(1, sizeof *b);
     mpi_impl *m = calloc(1, sizeof *m);
     if (!b || !m) {
@@ -343,3 +348,31 @@ dp_status dp_mpi_backend_create(const dp_backend_config *cfg, dp_backend_t *out)
 }
 
 #endif
+
+/* Host memory only: its replicas compute on the CPU. */
+static dp_status mpi_devices_ok(const dp_device_request *r, int *ordinals, int *n) {
+    (void)ordinals, (void)n;
+    if (r->device_flag && strcmp(r->device_flag, "cpu") != 0)
+        return dp_fail(DP_ERR_USAGE, "--device %s: --backend mpi moves host memory, so its replicas compute on the CPU "
+                       "(drop --device; GPUs across processes are --backend nccl)", r->device_flag);
+    return DP_OK;
+}
+
+static dp_status mpi_joins_launch(const dp_launch *l, dp_mpi_family fam, const char *replicas, const char *mpi_cannot) {
+    (void)replicas;
+    if (fam == DP_MPI_NONE) return DP_OK; /* not built: creating it says so */
+    if (mpi_cannot) return dp_fail(DP_ERR_USAGE, "%s (%s) but --backend mpi cannot join it: %s", l->seen, l->what, mpi_cannot);
+    return DP_OK;
+}
+
+const dp_backend_kind dp_mpi_backend = {
+    .name = "mpi",
+    .built = DP_HAVE_MPI,
+    .how_to_get = "install libopenmpi-dev openmpi-bin and rebuild",
+    .describe = "cpu",
+#if DP_HAVE_MPI
+    .create = mpi_create,
+#endif
+    .devices_ok = mpi_devices_ok,
+    .joins_launch = mpi_joins_launch,
+};

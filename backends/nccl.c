@@ -1,4 +1,4 @@
-/* nccl.c: the NCCL backend (issue #8, #17): set-up, the watch on the device's waits, and tear-down;
+/* nccl.c: the NCCL backend: set-up, the watch on the device's waits, and tear-down;
  * the collectives are in nccl_coll.c (nccl_impl.h says what the two share). A process drives one
  * GPU, launched plainly (one process, one GPU), by torchrun (RANK, WORLD_SIZE, LOCAL_RANK,
  * MASTER_ADDR, MASTER_PORT: the unique id goes over TCP or torchrun's agent store,
@@ -11,7 +11,7 @@
  * The communicators are non-blocking (ncclConfig_t.blocking = 0): every NCCL call that returns
  * ncclInProgress is polled with ncclCommGetAsyncError until done, and after --timeout seconds the
  * communicators are aborted with a message naming the ranks and the collective, never a silent
- * hang. Not yet run on a GPU (no GPU session had device time left for it): see docs/gpu.md. */
+ * hang. What was run and measured on GPUs: docs/gpu.md. */
 #include "dp_config.h"
 
 #if DP_HAVE_NCCL
@@ -179,6 +179,27 @@ static const struct dp_backend_i nccl_iface = {
     .destroy = nccl_destroy,
 };
 
+/* DPTRAIN_NCCL_GRAPHS=on|off (default off): whether steps at two or more ranks, one GPU a
+ * process, are recorded as graphs with their collectives inside, as NCCL documents (thread-local
+ * capture, every rank recording the same steps, NCCL_GRAPH_MIXING_SUPPORT=1 because eager
+ * collectives, the metrics' and the checkpoint's, run on the same communicator between replays).
+ * Off until a run on several GPUs has shown it; tested through the NCCL test double over the fake
+ * GPU. `--gpus` with several GPUs stays eager: one host thread launching graphs on several devices
+ * may deadlock inside NCCL. */
+static dp_status graphs_wanted(int *on) {
+    *on = 0;
+    const char *v = getenv("DPTRAIN_NCCL_GRAPHS");
+    if (v && (strcmp(v, "on") == 0 || strcmp(v, "1") == 0)) *on = 1;
+    else if (v && *v && strcmp(v, "off") != 0 && strcmp(v, "0") != 0)
+        return dp_fail(DP_ERR_USAGE, "DPTRAIN_NCCL_GRAPHS: '%.40s' is neither on nor off; set it to on or off", v);
+    const char *mix = getenv("NCCL_GRAPH_MIXING_SUPPORT");
+    if (*on && mix && strcmp(mix, "0") == 0)
+        return dp_fail(DP_ERR_USAGE, "NCCL_GRAPH_MIXING_SUPPORT=0: with DPTRAIN_NCCL_GRAPHS=on eager collectives (the "
+                       "step metrics, checkpoints) run between a graph's replays on the same communicator, which NCCL "
+                       "supports only with mixing on; unset it, or set DPTRAIN_NCCL_GRAPHS=off");
+    return DP_OK;
+}
+
 /* The unique id from rank 0 to every rank: over TCP (or torchrun's agent store) under torchrun,
  * over MPI under any MPI launcher (mpirun, mpiexec, srun --mpi=pmix: main has refused the launches
  * this build's MPI cannot join, backends/launch_env.h). */
@@ -245,7 +266,7 @@ static void pci_of(int gpu, char *buf, size_t cap) {
 static void check_placement(const nccl_impl *m) {
     dp_cpuset mine;
     char msg[1024], id[32];
-    if (dp_nccl_is_double() || dp_cpuset_of_self(&mine) <= 0) return;
+    if (m->loaded.is_double || dp_cpuset_of_self(&mine) <= 0) return;
     const int rank = m->l.rank * m->n_local;
     if ((m->l.world != 1 || m->n_local > 1) && dp_binding_check(rank, &mine, msg, sizeof msg))
         fprintf(stderr, "dptrain: %s\n", msg);
@@ -293,7 +314,7 @@ static dp_status init_comms(nccl_impl *m, const ncclUniqueId *id) {
     for (int i = 0; i < m->n_local; i++) {
         nccl_local *x = &m->loc[i];
         if (x->gpu >= 0 && cudaSetDevice(x->gpu) != cudaSuccess) {
-            m->in_group = 0;
+            dp_nccl_self.in_group = 0;
             (void)ncclGroupEnd();
             return dp_fail(DP_ERR_BACKEND, "nccl: %s: cudaSetDevice(%d) failed", m->who, x->gpu);
         }
@@ -305,7 +326,7 @@ static dp_status init_comms(nccl_impl *m, const ncclUniqueId *id) {
 /* The devices: the trainer's (one, or one per --gpus ordinal), each of them CUDA's, or any
  * under the test double (its ranks move host memory). */
 static dp_status take_devices(nccl_impl *m, const dp_backend_config *cfg) {
-    const int host = dp_nccl_moves_host_memory();
+    const int host = m->loaded.host_memory;
     m->n_local = cfg->n_devs > 0 ? cfg->n_devs : 1;
     if (m->n_local > DP_MAX_LOCAL_DEVICES)
         return dp_fail(DP_ERR_USAGE, "--gpus: at most %d GPUs per process", DP_MAX_LOCAL_DEVICES);
@@ -336,13 +357,17 @@ dp_status dp_nccl_backend_create(const dp_backend_config *cfg, dp_backend_t *out
     }
     b->iface = &nccl_iface;
     b->impl = m;
+    m->b = b;
     m->creating = 1;
+    m->loaded = *dp_nccl_loaded();
     /* capturable is set once the world is known: at one rank no step calls NCCL (every collective
-       returns before it), so the step is the sim's and records; at several, a non-blocking
-       communicator inside a recorded graph is untried, and nccl steps run eagerly */
-    b->algorithm = "nccl", b->ordered = 1, b->capturable = 0, b->host_buffers = dp_nccl_moves_host_memory();
+       returns before it), so the step is the sim's and records; at several, only with
+       DPTRAIN_NCCL_GRAPHS=on and one GPU a process (graphs_wanted) */
+    b->algorithm = "nccl", b->ordered = 1, b->capturable = 0, b->host_buffers = m->loaded.host_memory;
     m->timeout_s = cfg->timeout_s > 0 ? cfg->timeout_s : 300;
-    dp_status s = take_devices(m, cfg);
+    int graphs = 0;
+    dp_status s = graphs_wanted(&graphs);
+    if (s == DP_OK) s = take_devices(m, cfg);
     if (s == DP_OK) s = dp_launch_from_env(&m->l);
     unsigned long long allowance = 0; /* a malformed DPTRAIN_NCCL_RESERVE_MIB is refused before any rendezvous */
     if (s == DP_OK) s = dp_nccl_allowance(2, nvls, getenv("DPTRAIN_NCCL_RESERVE_MIB"), &allowance);
@@ -379,7 +404,8 @@ dp_status dp_nccl_backend_create(const dp_backend_config *cfg, dp_backend_t *out
     if (s == DP_OK && readable && dp_nccl_device_used(m, after))
         for (int i = 0; i < m->n_local; i++)
             if (after[i] > before[i] && after[i] - before[i] > init_took) init_took = after[i] - before[i];
-    b->capturable = m->world == 1;
+    /* at one rank no step calls NCCL (every collective returns before it): the sim's step records */
+    b->capturable = m->world == 1 || (graphs && m->n_local == 1);
     /* every wait on the devices polls the watch, from the warm-up on (its waits too: a transfer
        that never ends must meet the deadline); at one rank there is nothing to watch (no NCCL
        call), and an unwatched wait blocks instead of polling. A failure removes it (release_devices). */
@@ -393,7 +419,7 @@ dp_status dp_nccl_backend_create(const dp_backend_config *cfg, dp_backend_t *out
     /* the start-time memory check counts what NCCL allocates later, on every GPU it uses: the
        measurement where the devices can say, else (host memory under the test double) nothing */
     const dp_dev *home = m->loc[0].home;
-    if (s == DP_OK && !(home->caps & DP_CAP_HOST_MEMORY) && (known || !dp_nccl_moves_host_memory())) {
+    if (s == DP_OK && !(home->caps & DP_CAP_HOST_MEMORY) && (known || !m->loaded.host_memory)) {
         const char *override = getenv("DPTRAIN_NCCL_RESERVE_MIB");
         s = known ? dp_nccl_allowance_measured(m->world, nvls, measured, override, &allowance)
                   : dp_nccl_allowance(m->world, nvls, override, &allowance);

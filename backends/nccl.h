@@ -11,16 +11,19 @@ dp_status dp_nccl_precheck(int *gpu);
  * and the launch is one process per node (several processes there would drive the same GPUs);
  * DP_ERR_USAGE naming the GPU or the launch otherwise. */
 dp_status dp_nccl_precheck_gpus(const int *gpus, int n);
-/* Whether the NCCL loaded moves host memory: only its test double does (tests/nccl_double/,
- * loaded with LD_PRELOAD), and then `--device cpu` takes NCCL's collectives, so that CI runs
- * the backend with several ranks without a GPU. */
+/* Which NCCL this process loaded: the real one, or its test double (tests/nccl_double/, loaded
+ * with LD_PRELOAD). Looked up once per process (dp_nccl_loaded); the backend keeps the answer
+ * (nccl_impl.h: loaded). */
+typedef struct {
+    int is_double;   /* the test double: no proxy thread, and its GPUs may be stand-ins, so the
+                        placement checks (launch_affinity.h) are not run */
+    int host_memory; /* it moves host memory (only the double does): then `--device cpu` takes NCCL's
+                        collectives, so that CI runs the backend with several ranks without a GPU */
+    int gpus;        /* how many GPUs the double says this machine has (DP_NCCL_DOUBLE_GPUS, default
+                        8); -1 with the real NCCL */
+} dp_nccl_which;
+const dp_nccl_which *dp_nccl_loaded(void);
+/* dp_nccl_loaded()->host_memory, for the GPU plugin's table (gpu_plugin.h). */
 int dp_nccl_moves_host_memory(void);
-
-/* Whether the NCCL in this process is the test double (tests/nccl_double/): no proxy thread, and
- * its GPUs may be stand-ins, so the placement checks (launch_affinity.h) are not run. */
-int dp_nccl_is_double(void);
-/* How many GPUs the test double says this machine has (DP_NCCL_DOUBLE_GPUS, default 8); -1 with
- * the real NCCL. */
-int dp_nccl_double_gpus(void);
 
 #endif

@@ -7,6 +7,7 @@
 
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,21 +16,34 @@
 #include "backends/nccl.h"
 #include "core/printable.h"
 
-/* The test double (tests/nccl_double/) says it moves host memory; real NCCL has no such symbol. */
-int dp_nccl_moves_host_memory(void) {
-    int (*f)(void) = NULL;
-    *(void **)&f = dlsym(RTLD_DEFAULT, "dp_nccl_double_host_memory");
-    return f && f();
+/* The test double's symbols, which real NCCL does not have (dptrain's own names differ from them, so
+ * that these lookups cannot find dptrain's functions). Looked up once: a preloaded library does not
+ * come or go while the process runs. */
+static dp_nccl_which loaded;
+static pthread_once_t loaded_once = PTHREAD_ONCE_INIT;
+
+static void look_up(void) {
+    int (*host)(void) = NULL, (*gpus)(void) = NULL;
+    *(void **)&host = dlsym(RTLD_DEFAULT, "dp_nccl_double_host_memory");
+    *(void **)&gpus = dlsym(RTLD_DEFAULT, "dp_nccl_double_gpu_count");
+    loaded.is_double = host != NULL;
+    loaded.host_memory = host && host();
+    loaded.gpus = gpus ? gpus() : -1;
 }
 
-int dp_nccl_is_double(void) { return dlsym(RTLD_DEFAULT, "dp_nccl_double_host_memory") != NULL; }
+const dp_nccl_which *dp_nccl_loaded(void) {
+    pthread_once(&loaded_once, look_up);
+    return &loaded;
+}
+
+int dp_nccl_moves_host_memory(void) { return dp_nccl_loaded()->host_memory; }
 
 dp_status dp_nccl_precheck(int *gpu) {
     dp_launch l;
     DP_TRY(dp_launch_from_env(&l));
     /* the test double: its ranks move host memory, or stage CUDA memory through it, so every rank
        may share --gpu's device (0 unless given), which real NCCL refuses */
-    if (dp_nccl_moves_host_memory()) {
+    if (dp_nccl_loaded()->host_memory) {
         if (*gpu < 0) *gpu = 0;
         return DP_OK;
     }
@@ -44,14 +58,6 @@ dp_status dp_nccl_precheck(int *gpu) {
     return dp_launch_pick_gpu(&l, n, visible, gpu);
 }
 
-/* The double's own count (a symbol real NCCL does not have; dptrain's name differs from it, so
- * that this lookup cannot find this function). */
-int dp_nccl_double_gpus(void) {
-    int (*f)(void) = NULL;
-    *(void **)&f = dlsym(RTLD_DEFAULT, "dp_nccl_double_gpu_count");
-    return f ? f() : -1;
-}
-
 dp_status dp_nccl_precheck_gpus(const int *gpus, int n) {
     dp_launch l;
     DP_TRY(dp_launch_from_env(&l));
@@ -64,8 +70,8 @@ dp_status dp_nccl_precheck_gpus(const int *gpus, int n) {
     const char *visible = getenv("CUDA_VISIBLE_DEVICES");
     char where[160], shown[96];
     if (visible) visible = dp_printable(visible, shown, sizeof shown); /* the messages quote it */
-    if (dp_nccl_moves_host_memory()) {
-        have = dp_nccl_double_gpus();
+    if (dp_nccl_loaded()->host_memory) {
+        have = dp_nccl_loaded()->gpus;
         snprintf(where, sizeof where, "the NCCL test double says this machine has %d GPU%s (DP_NCCL_DOUBLE_GPUS)", have,
                  have == 1 ? "" : "s");
     } else {

@@ -10,6 +10,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/timer.h"
+
 struct dp_nccl_watchdog {
     pthread_t thread;
     pthread_mutex_t mu;
@@ -23,20 +25,14 @@ struct dp_nccl_watchdog {
     double since;     /* when it entered it */
 };
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static void *watch(void *arg) {
     dp_nccl_watchdog *w = arg;
     pthread_mutex_lock(&w->mu);
     while (!w->stop) {
-        if (w->what && now_s() - w->since > w->limit_now) {
+        if (w->what && dp_now() - w->since > w->limit_now) {
             /* the main thread cannot end this call itself: say so and end the process */
             fprintf(stderr, "dptrain: nccl: %s: %s has not returned after %.0f s (%s); the watchdog ends this "
-                    "rank\n", w->who, w->what, now_s() - w->since,
+                    "rank\n", w->who, w->what, dp_now() - w->since,
                     w->limit_now < w->limit_s ? "a grace period" : "--timeout and a grace period");
             fflush(stderr);
             _exit(1);
@@ -71,7 +67,7 @@ dp_status dp_nccl_watchdog_start(const char *who, double deadline_s, double grac
 static void enter(dp_nccl_watchdog *w, const char *what, double limit) {
     if (!w) return;
     pthread_mutex_lock(&w->mu);
-    w->what = what, w->since = now_s(), w->limit_now = limit;
+    w->what = what, w->since = dp_now(), w->limit_now = limit;
     pthread_mutex_unlock(&w->mu);
 }
 void dp_nccl_watchdog_enter(dp_nccl_watchdog *w, const char *what) { enter(w, what, w ? w->limit_s : 0); }

@@ -1,87 +1,91 @@
-/* registry.c: backend names -> constructors, and the thin wrappers that keep the
- * communication statistics in one place for every backend. */
+/* registry.c: the backend table (backend_kind.h) -> constructors and device policy, and the thin
+ * wrappers that keep the communication statistics in one place for every backend. */
 #include <stdio.h>
 #include <string.h>
 
-#include "backends/backend.h"
-#include "backends/gpu_plugin.h"
+#include "backends/backend_kind.h"
 #include "core/timer.h"
-#include "dp_config.h"
+#include "dp_backends.h"
 
-dp_status dp_sim_backend_create(const dp_backend_config *cfg, dp_backend_t *out);
-#if DP_HAVE_MPI
-dp_status dp_mpi_backend_create(const dp_backend_config *cfg, dp_backend_t *out);
-#endif
+#define X(n) extern const dp_backend_kind dp_##n##_backend;
+DP_BACKEND_KINDS
+#undef X
+
+#define X(n) &dp_##n##_backend,
+static const dp_backend_kind *const kinds[] = {DP_BACKEND_KINDS};
+#undef X
+#define N_KINDS ((int)(sizeof kinds / sizeof kinds[0]))
+
+#define X(n) #n,
+const char *const dp_backend_names[] = {DP_BACKEND_KINDS NULL};
+#undef X
+
+const dp_backend_kind *dp_backend_kind_find(const char *name) {
+    for (int i = 0; name && i < N_KINDS; i++)
+        if (strcmp(kinds[i]->name, name) == 0) return kinds[i];
+    return NULL;
+}
+
+/* "sim, mpi or nccl" */
+static void names_text(char *buf, size_t cap) {
+    buf[0] = '\0';
+    for (int i = 0; i < N_KINDS; i++) {
+        const size_t at = strlen(buf);
+        snprintf(buf + at, cap - at, "%s%s", i == 0 ? "" : i == N_KINDS - 1 ? " or " : ", ", kinds[i]->name);
+    }
+}
+
+static dp_status not_built(const dp_backend_kind *k) {
+    return dp_fail(DP_ERR_UNSUPPORTED, "--backend %s: not compiled into this build (%s)", k->name, k->how_to_get);
+}
 
 dp_status dp_backend_device(const char *backend, const char *device_flag, int gpu_flag, const int *gpus, int n_gpus,
                             const char **device, int *ordinals, int *n) {
     *device = device_flag ? device_flag : "cpu", ordinals[0] = gpu_flag >= 0 ? gpu_flag : 0, *n = 1;
-    if (device_flag && strcmp(device_flag, "cpu") != 0 && backend && strcmp(backend, "mpi") == 0)
-        return dp_fail(DP_ERR_USAGE, "--device %s: --backend mpi moves host memory, so its replicas compute on the CPU "
-                       "(drop --device; GPUs across processes are --backend nccl)", device_flag);
-    const int nccl = backend && strcmp(backend, "nccl") == 0;
-    if (n_gpus && !nccl)
-        return dp_fail(DP_ERR_USAGE, "--gpus is for --backend nccl (one process driving several GPUs)");
-    if (!nccl) return DP_OK;
-#if DP_HAVE_NCCL /* one GPU per process (the launch says which), or the listed ones */
-    const dp_gpu_plugin *p; /* the backend is in the GPU plugin: loaded now */
-    DP_TRY(dp_gpu_plugin_get("--backend nccl", &p));
-    const int on_cpu = device_flag && strcmp(device_flag, "cpu") == 0;
-    if (on_cpu && !p->nccl_moves_host_memory())
-        return dp_fail(DP_ERR_USAGE, "--device cpu: --backend nccl moves GPU memory (drop --device, or use --backend "
-                       "sim or mpi for the CPU)");
-    if (n_gpus > DP_MAX_LOCAL_DEVICES) return dp_fail(DP_ERR_USAGE, "--gpus: at most %d GPUs", DP_MAX_LOCAL_DEVICES);
-    if (n_gpus) {
-        DP_TRY(p->nccl_precheck_gpus(gpus, n_gpus));
-        for (int i = 0; i < n_gpus; i++) ordinals[i] = gpus[i];
-        *n = n_gpus;
-    } else {
-        ordinals[0] = gpu_flag; /* -1: not given, the launch decides */
-        DP_TRY(p->nccl_precheck(ordinals));
+    const dp_backend_kind *k = dp_backend_kind_find(backend);
+    const dp_device_request r = {.device_flag = device_flag, .gpu_flag = gpu_flag, .gpus = gpus, .n_gpus = n_gpus};
+    if (k && k->devices_ok) DP_TRY(k->devices_ok(&r, ordinals, n));
+    if (n_gpus && !(k && k->takes_gpus)) {
+        const char *with = "nccl"; /* the backend that takes --gpus */
+        for (int i = 0; i < N_KINDS; i++)
+            if (kinds[i]->takes_gpus) with = kinds[i]->name;
+        return dp_fail(DP_ERR_USAGE, "--gpus is for --backend %s (one process driving several GPUs)", with);
     }
-    if (!device_flag) *device = "cuda"; /* a test device (fakegpu) stays what was asked */
+    if (k && !device_flag && k->default_device) *device = k->default_device;
     return DP_OK;
-#else
-    (void)gpus;
-    return dp_fail(DP_ERR_UNSUPPORTED, "--backend nccl: not compiled into this build (needs the CUDA toolkit and "
-                   "NCCL at build time; set NCCL_ROOT and rebuild)");
-#endif
 }
 
 dp_status dp_backend_create(const dp_backend_config *cfg, dp_backend_t *out) {
     *out = NULL;
     const char *name = cfg->name ? cfg->name : "sim";
-    if (strcmp(name, "sim") == 0) return dp_sim_backend_create(cfg, out);
-    if (strcmp(name, "mpi") == 0) {
-#if DP_HAVE_MPI
-        return dp_mpi_backend_create(cfg, out);
-#else
-        return dp_fail(DP_ERR_UNSUPPORTED,
-                       "--backend mpi: not compiled into this build (install libopenmpi-dev openmpi-bin and rebuild)");
-#endif
+    const dp_backend_kind *k = dp_backend_kind_find(name);
+    if (!k) {
+        char names[128];
+        names_text(names, sizeof names);
+        return dp_fail(DP_ERR_USAGE, "--backend: unknown backend '%s' (expected %s)", name, names);
     }
-    if (strcmp(name, "nccl") == 0) {
-#if DP_HAVE_NCCL
-        const dp_gpu_plugin *p;
-        DP_TRY(dp_gpu_plugin_get("--backend nccl", &p));
-        return p->nccl_create(cfg, out);
-#else
-        return dp_fail(DP_ERR_UNSUPPORTED, "--backend nccl: not compiled into this build (needs the CUDA toolkit and "
-                                           "NCCL at build time; set NCCL_ROOT and rebuild)");
-#endif
-    }
-    return dp_fail(DP_ERR_USAGE, "--backend: unknown backend '%s' (expected sim, mpi or nccl)", name);
+    if (!k->built) return not_built(k);
+    DP_TRY(k->create(cfg, out));
+    (*out)->kind = k;
+    return DP_OK;
 }
 
-void dp_backend_destroy(dp_backend_t b) {
-    if (b) b->iface->destroy(b);
+int dp_backend_in_process(dp_backend_t b) {
+    return (b->kind && b->kind->in_process) || b->iface->n_local(b) == b->iface->world_size(b);
 }
 
 void dp_backend_describe(char *buf, size_t n) {
     /* from what was compiled: nothing here loads the GPU plugin */
-    snprintf(buf, n, "sim (%s), mpi (%s), nccl (%s)", DP_HAVE_CUDA ? "cpu, cuda" : "cpu", DP_HAVE_MPI ? "cpu" : "not built",
-             DP_HAVE_NCCL ? "cuda, one process per GPU or several GPUs per process; loaded on use from "
-                            DP_GPU_PLUGIN_FILE : "not built");
+    buf[0] = '\0';
+    for (int i = 0; i < N_KINDS; i++) {
+        const size_t at = strlen(buf);
+        snprintf(buf + at, n - at, "%s%s (%s)", i ? ", " : "", kinds[i]->name,
+                 kinds[i]->built ? kinds[i]->describe : "not built");
+    }
+}
+
+void dp_backend_destroy(dp_backend_t b) {
+    if (b) b->iface->destroy(b);
 }
 
 static void record(dp_backend_t b, dp_coll_kind kind, double bytes, double t0, double t1) {

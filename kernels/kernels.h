@@ -23,6 +23,8 @@ typedef struct {
                        may drive several GPUs: nccl --gpus) */
 } dp_kctx;
 
+struct dp_kcall; /* kernels/kcall.h */
+
 typedef struct dp_kernels {
     const char *device; /* "cpu", "cuda" */
 
@@ -90,6 +92,11 @@ typedef struct dp_kernels {
        labels[idx[i]] */
     void (*gather_batch)(const dp_kctx *c, int n, int ch, int hw, const uint8_t *pixels, const uint8_t *labels,
                          const int32_t *idx, const float *lut, float *x, int32_t *y);
+    /* the same call of n lanes (kernels/kcall.h: one entry and shapes, each lane's own pointers and
+       sample count) as one launch where the device has such a kernel, the lane a grid dimension;
+       each lane's sums are its call's own, so the bits are those of the calls made one by one, in
+       lane order (which is what the CPU's does) */
+    void (*lanes)(const dp_kctx *c, int n, const struct dp_kcall *const *calls);
 } dp_kernels;
 
 extern const dp_kernels dp_cpu_kernels;

@@ -24,38 +24,37 @@ static const fw_key keys[] = {
 #undef F
 #define N_KEYS (sizeof keys / sizeof *keys)
 
+typedef struct {
+    dp_framework *f;
+    int have[N_KEYS], have_name;
+} fw_read;
+
+static dp_status framework_line(dp_sf_reader *r, void *ctx) {
+    fw_read *fr = ctx;
+    size_t i = 0;
+    while (i < N_KEYS && strcmp(r->w[0], keys[i].key) != 0) i++;
+    if (i < N_KEYS) {
+        double us = 0;
+        DP_TRY(dp_sf_real(r, 1, 0, MAX_US, &us));
+        *(double *)((char *)fr->f + keys[i].off) = us * 1e-6, fr->have[i] = 1;
+        return DP_OK;
+    }
+    if (strcmp(r->w[0], "name") == 0) {
+        fr->have_name = 1;
+        return dp_sf_name(r, 1, fr->f->name, sizeof fr->f->name);
+    }
+    return dp_fail(DP_ERR_FORMAT, "%s:%d: unknown key '%s' (expected name, ddp_step_us, ddp_bucket_us, "
+                   "dp_step_us, dp_device_us, dp_tensor_us)", r->origin, r->line, r->w[0]);
+}
+
 dp_status dp_framework_parse(const char *text, const char *origin, dp_framework *f) {
     memset(f, 0, sizeof *f);
     snprintf(f->path, sizeof f->path, "%s", origin);
-    int have[N_KEYS] = {0}, have_name = 0;
-    dp_sf_reader r;
-    dp_sf_init(&r, text, origin);
-    dp_status s;
-    while ((s = dp_sf_next(&r)) == DP_OK) {
-        if (r.n != 2) {
-            s = dp_fail(DP_ERR_FORMAT, "%s:%d: expected 'key value  # source'", origin, r.line);
-            break;
-        }
-        size_t i = 0;
-        while (i < N_KEYS && strcmp(r.w[0], keys[i].key) != 0) i++;
-        double us = 0;
-        if (i < N_KEYS) {
-            s = dp_sf_real(&r, 1, 0, MAX_US, &us);
-            if (s == DP_OK) *(double *)((char *)f + keys[i].off) = us * 1e-6, have[i] = 1;
-        } else if (strcmp(r.w[0], "name") == 0) {
-            s = dp_sf_name(&r, 1, f->name, sizeof f->name), have_name = 1;
-        } else {
-            s = dp_fail(DP_ERR_FORMAT, "%s:%d: unknown key '%s' (expected name, ddp_step_us, ddp_bucket_us, "
-                        "dp_step_us, dp_device_us, dp_tensor_us)", origin, r.line, r.w[0]);
-        }
-        if (s == DP_OK) s = dp_sf_once(&r, r.w[0]);
-        if (s != DP_OK) break;
-    }
-    dp_sf_free(&r);
-    if (s != DP_DONE) return s;
-    if (!have_name) return dp_fail(DP_ERR_FORMAT, "%s: no 'name' line; add 'name NAME'", origin);
+    fw_read fr = {.f = f};
+    DP_TRY(dp_sf_read_pairs(text, origin, framework_line, &fr));
+    if (!fr.have_name) return dp_fail(DP_ERR_FORMAT, "%s: no 'name' line; add 'name NAME'", origin);
     for (size_t i = 0; i < N_KEYS; i++)
-        if (!have[i])
+        if (!fr.have[i])
             return dp_fail(DP_ERR_FORMAT, "%s: no '%s' line; every per-step cost is needed (measure them with "
                            "examples/bench/framework_costs.sh)", origin, keys[i].key);
     return DP_OK;

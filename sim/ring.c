@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "core/arena.h"
+#include "core/ordered.h"
 #include "core/treesum.h"
 
 /* The ring's chunk of an element follows its address: blocks of SIM_BLOCK floats counted
@@ -85,12 +86,6 @@ void sim_reduce(float *const *bufs, int n_rep, size_t n, int root, int nthreads)
     }
 }
 
-/* Shard k of n floats when cut into n_rep shards. */
-static void shard(size_t n, int n_rep, int k, size_t *lo, size_t *len) {
-    *lo = n * (size_t)k / (size_t)n_rep;
-    *len = n * (size_t)(k + 1) / (size_t)n_rep - *lo;
-}
-
 /* Shard k's owner adds the pieces with the fixed tree. The tree works in place over the
  * replicas' buffers (the sim's stand-in for the owner's receive buffers): the sum ends in
  * bufs[0], the others' pieces are overwritten, as a reduce-scatter leaves them unspecified. */
@@ -98,7 +93,7 @@ static void ordered_shards(float *const *bufs, int n_rep, size_t n, int nthreads
 #pragma omp parallel for num_threads(nthreads) schedule(static) if (nthreads > 1)
     for (int k = 0; k < n_rep; k++) {
         size_t lo, len;
-        shard(n, n_rep, k, &lo, &len);
+        dp_shard(n, n_rep, k, &lo, &len);
         dp_tree_sum(bufs, n_rep, lo, len, 0);
         /* all-gather (root < 0) or gather to root of the finished shard */
         for (int r = root < 0 ? 1 : root; r < (root < 0 ? n_rep : root + 1); r++)

@@ -7,7 +7,7 @@
 
 #include <stddef.h>
 
-#include "core/device.h"
+#include "kernels/device.h"
 
 /* Sum over the N buffers, result in all of them. An element of chunk c is added in the order
  * c+1, c+2, ..., c (mod N), the same on every replica, so all end bitwise equal; the chunk

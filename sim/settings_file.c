@@ -128,3 +128,19 @@ dp_status dp_sf_name(const dp_sf_reader *r, int i, char *dst, size_t n) {
     memcpy(dst, r->w[i], strlen(r->w[i]) + 1);
     return DP_OK;
 }
+
+dp_status dp_sf_read_pairs(const char *text, const char *origin, dp_status (*line)(dp_sf_reader *r, void *ctx),
+                           void *ctx) {
+    dp_sf_reader r;
+    dp_sf_init(&r, text, origin);
+    dp_status s;
+    while ((s = dp_sf_next(&r)) == DP_OK) {
+        if (r.n != 2) {
+            s = dp_fail(DP_ERR_FORMAT, "%s:%d: expected 'key value  # source'", origin, r.line);
+            break;
+        }
+        if ((s = line(&r, ctx)) != DP_OK || (s = dp_sf_once(&r, r.w[0])) != DP_OK) break;
+    }
+    dp_sf_free(&r);
+    return s == DP_DONE ? DP_OK : s;
+}

@@ -33,6 +33,11 @@ void dp_sf_free(dp_sf_reader *r);
 /* The next line with words: DP_OK with r->w[0..n) set; DP_DONE at the end; DP_ERR_FORMAT for a
  * line longer than DP_SF_MAX_LINE or of more than DP_SF_MAX_WORDS words. */
 dp_status dp_sf_next(dp_sf_reader *r);
+/* Reads every line of text as 'key value  # source' through line(r, ctx), each key at most once
+ * (checked after line() has accepted the key, so an unknown key is named as such): DP_OK at the end,
+ * else the first failure. */
+dp_status dp_sf_read_pairs(const char *text, const char *origin, dp_status (*line)(dp_sf_reader *r, void *ctx),
+                           void *ctx);
 /* Refuses the current line when `id` (at most 63 characters) was given on an earlier one. */
 dp_status dp_sf_once(dp_sf_reader *r, const char *id);
 /* Refuses the current line unless it has min..max words; `form` shows the expected line. */

@@ -5,8 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backends/backend.h"
-#include "core/device.h"
+#include "backends/backend_kind.h"
+#include "dp_config.h"
+#include "kernels/device.h"
 #include "sim/ring.h"
 
 typedef struct {
@@ -121,7 +122,7 @@ static const struct dp_backend_i sim_iface = {
     .destroy = sim_destroy,
 };
 
-dp_status dp_sim_backend_create(const dp_backend_config *cfg, dp_backend_t *out) {
+static dp_status sim_create(const dp_backend_config *cfg, dp_backend_t *out) {
     if (cfg->replicas < 1)
         return dp_fail(DP_ERR_USAGE, "--replicas: must be at least 1 (got %d)", cfg->replicas);
     int algo = ALGO_ORDERED;
@@ -154,3 +155,27 @@ dp_status dp_sim_backend_create(const dp_backend_config *cfg, dp_backend_t *out)
     *out = b;
     return DP_OK;
 }
+
+/* It runs in one process: a launch of several is N separate trainings; say what joins it. */
+static dp_status sim_joins_launch(const dp_launch *l, dp_mpi_family fam, const char *replicas, const char *mpi_cannot) {
+    const char *use;
+    if (l->kind == DP_LAUNCH_TORCHRUN || fam == DP_MPI_NONE)
+        use = "--backend nccl under torchrun";
+    else if (mpi_cannot && l->kind == DP_LAUNCH_SLURM)
+        use = "--backend mpi or --backend nccl under srun --mpi=pmix";
+    else if (mpi_cannot)
+        use = "--backend mpi or --backend nccl under the mpirun of this dptrain's MPI";
+    else
+        use = "--backend mpi or --backend nccl";
+    return dp_fail(DP_ERR_USAGE, "%s (%s) but --backend sim runs in one process; use %s, or one process with "
+                   "--backend sim --replicas %s", l->seen, l->what, use, replicas);
+}
+
+const dp_backend_kind dp_sim_backend = {
+    .name = "sim",
+    .built = 1,
+    .describe = DP_HAVE_CUDA ? "cpu, cuda" : "cpu",
+    .in_process = 1,
+    .create = sim_create,
+    .joins_launch = sim_joins_launch,
+};

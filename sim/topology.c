@@ -147,7 +147,8 @@ static const num_key num_keys[] = {
 #undef F
 
 /* One line of a topology file (its key not seen before). */
-static dp_status topology_line(const dp_sf_reader *r, dp_topology *t) {
+static dp_status topology_line(dp_sf_reader *r, void *ctx) {
+    dp_topology *t = ctx;
     const char *key = r->w[0], *val = r->w[1];
     double d = 0;
     int ki, is_bw = 0;
@@ -186,20 +187,7 @@ dp_status dp_topology_parse(const char *text, const char *origin, dp_topology *t
     memset(t, 0, sizeof *t);
     snprintf(t->device, sizeof t->device, "device");
     t->devices = 8;
-    dp_sf_reader r;
-    dp_sf_init(&r, text, origin);
-    dp_status s;
-    while ((s = dp_sf_next(&r)) == DP_OK) {
-        if (r.n != 2) {
-            s = dp_fail(DP_ERR_FORMAT, "%s:%d: expected 'key value  # source'", origin, r.line);
-            break;
-        }
-        if ((s = topology_line(&r, t)) != DP_OK) break;
-        /* after the key is known (an unknown one is named as such), before a second one counts */
-        if ((s = dp_sf_once(&r, r.w[0])) != DP_OK) break;
-    }
-    dp_sf_free(&r);
-    if (s != DP_DONE) return s;
+    DP_TRY(dp_sf_read_pairs(text, origin, topology_line, t));
     for (int i = 0; i < DP_TOPO_KINDS; i++)
         if (t->kind_latency_s[i] > 0 && !t->kind_bw[i])
             return dp_fail(DP_ERR_FORMAT, "%s: %s_latency_us without %s_bandwidth_GBps (give both, or neither to use the "

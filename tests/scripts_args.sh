@@ -43,81 +43,50 @@ usage_one() {
 }
 E=$ROOT/examples
 
-# ---- every shell script: a missing value (last on the line), an unknown flag, a bad number
-usage --rounds "$E/bench/ab_builds.sh" --rounds
-usage --bogus "$E/bench/ab_builds.sh" --bogus
+# ---- every shell script: a missing value (last on the line) of the flag named, and an unknown flag
+for row in bench/ab_builds.sh:--rounds bench/accuracy_vs_pytorch.sh:--epochs bench/bitwise_replicas.sh:--epochs \
+           bench/cpu_speed.sh:--rounds bench/cpu_shapes.sh:--rounds bench/determinism_cost.sh:--rounds \
+           bench/epoch_time.sh:--rounds bench/gpu_vs_pytorch.sh:--rounds bench/mpi_vs_sim.sh:--ns \
+           bench/predict_vs_measured.sh:--ns bench/sim_overhead.sh:--replicas bench/framework_costs.sh:--python \
+           gpu/check.sh:--rounds gpu/multigpu.sh:--steps gpu/record_profiles.sh:--build gpu/transfer_check.sh:--build \
+           gpu/nccl_memory.sh:--build reports/plots.sh:--out reports/framework_check.sh:--framework \
+           $(cd "$E" && printf '%s:--out ' reports/0*.sh); do
+    usage "${row#*:}" "$E/${row%%:*}" "${row#*:}"
+    usage --bogus "$E/${row%%:*}" --bogus
+done
+usage --bogus "$ROOT/tests/reports_smoke.sh" --bogus
+# ---- and a bad number, choice or path
 usage --rounds "$E/bench/ab_builds.sh" --rounds 0
 usage --epochs "$E/bench/ab_builds.sh" --epochs x
-usage --epochs "$E/bench/accuracy_vs_pytorch.sh" --epochs
-usage --bogus "$E/bench/accuracy_vs_pytorch.sh" --bogus
 usage --seeds "$E/bench/accuracy_vs_pytorch.sh" --seeds "1 x"
-usage --epochs "$E/bench/bitwise_replicas.sh" --epochs
-usage --bogus "$E/bench/bitwise_replicas.sh" --bogus
 usage --threads "$E/bench/bitwise_replicas.sh" --threads 0
-usage --rounds "$E/bench/cpu_speed.sh" --rounds
-usage --bogus "$E/bench/cpu_speed.sh" --bogus
 usage --rounds "$E/bench/cpu_speed.sh" --rounds 0
 usage --sections "$E/bench/cpu_speed.sh" --sections foo
-usage --rounds "$E/bench/cpu_shapes.sh" --rounds
-usage --bogus "$E/bench/cpu_shapes.sh" --bogus
 usage --epochs "$E/bench/cpu_shapes.sh" --epochs 1
 usage --cores "$E/bench/cpu_shapes.sh" --cores x
 usage --torch-threads "$E/bench/cpu_shapes.sh" --torch-threads 0
-usage --rounds "$E/bench/determinism_cost.sh" --rounds
-usage --bogus "$E/bench/determinism_cost.sh" --bogus
 usage --rounds "$E/bench/determinism_cost.sh" --rounds x
-usage --rounds "$E/bench/epoch_time.sh" --rounds
-usage --bogus "$E/bench/epoch_time.sh" --bogus
 usage --epochs "$E/bench/epoch_time.sh" --epochs 1
-usage --rounds "$E/bench/gpu_vs_pytorch.sh" --rounds
-usage --bogus "$E/bench/gpu_vs_pytorch.sh" --bogus
 usage --rounds "$E/bench/gpu_vs_pytorch.sh" --rounds 0
 usage bogus "$E/bench/gpu_vs_pytorch.sh" --cases lenet,bogus
 usage --cases "$E/bench/gpu_vs_pytorch.sh" --cases --out "$TMP/x"
-usage --ns "$E/bench/mpi_vs_sim.sh" --ns
-usage --bogus "$E/bench/mpi_vs_sim.sh" --bogus
 usage --ns "$E/bench/mpi_vs_sim.sh" --ns "1 0"
 usage --epochs "$E/bench/mpi_vs_sim.sh" --epochs x
-usage --ns "$E/bench/predict_vs_measured.sh" --ns
-usage --bogus "$E/bench/predict_vs_measured.sh" --bogus
 usage --ns "$E/bench/predict_vs_measured.sh" --ns 0
 usage --topology "$E/bench/predict_vs_measured.sh" --topology "$TMP/none"
-usage --replicas "$E/bench/sim_overhead.sh" --replicas
-usage --bogus "$E/bench/sim_overhead.sh" --bogus
 usage --replicas "$E/bench/sim_overhead.sh" --replicas 0
-usage --rounds "$E/gpu/check.sh" --rounds
-usage --bogus "$E/gpu/check.sh" --bogus
+usage --reps "$E/bench/framework_costs.sh" --reps 0
 usage --rounds "$E/gpu/check.sh" --rounds 0
 usage bogus "$E/gpu/check.sh" --phases env,bogus
-usage --build "$E/gpu/record_profiles.sh" --build
-usage --bogus "$E/gpu/multigpu.sh" --bogus
 usage --gpus "$E/gpu/multigpu.sh" --gpus 1
-usage --steps "$E/gpu/multigpu.sh" --steps
-usage --bogus "$E/gpu/record_profiles.sh" --bogus
 usage --device-name "$E/gpu/record_profiles.sh" --device-name ../x
 usage --out "$E/gpu/record_profiles.sh" --out
-usage --build "$E/gpu/transfer_check.sh" --build
-usage --bogus "$E/gpu/transfer_check.sh" --bogus
 usage --out "$E/gpu/transfer_check.sh" --out ""
-usage --build "$E/gpu/nccl_memory.sh" --build
-usage --bogus "$E/gpu/nccl_memory.sh" --bogus
 usage --epochs "$E/gpu/nccl_memory.sh" --epochs 0
-for r in "$E"/reports/0*.sh; do
-    usage --out "$r" --out
-    usage --bogus "$r" --bogus
-    usage --data "$r" --data "$TMP/none"
-done
-usage --bogus "$ROOT/tests/reports_smoke.sh" --bogus
+for r in "$E"/reports/0*.sh; do usage --data "$r" --data "$TMP/none"; done
 usage 999 "$ROOT/tests/reports_smoke.sh" 999
-usage --bogus "$E/reports/plots.sh" --bogus
-usage --out "$E/reports/plots.sh" --out
 usage --data "$E/reports/plots.sh" --data "$TMP/none"
-usage --framework "$E/reports/framework_check.sh" --framework
-usage --bogus "$E/reports/framework_check.sh" --bogus
 usage --out "$E/reports/framework_check.sh" --out ""
-usage --python "$E/bench/framework_costs.sh" --python
-usage --bogus "$E/bench/framework_costs.sh" --bogus
-usage --reps "$E/bench/framework_costs.sh" --reps 0
 
 # ---- every Python program: argparse's types and checks, one line, before torch or numpy is loaded
 usage --reps "$PY" "$E/bench/framework_costs.py" --reps x

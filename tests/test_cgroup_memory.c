@@ -11,49 +11,28 @@
 #include "core/cgroup.h"
 #include "testutil.h"
 
-/* root/<rel> with the text; parent directories made. */
-static void put(const char *root, const char *rel, const char *text) {
-    char path[1024];
-    snprintf(path, sizeof path, "%s/%s", root, rel);
-    for (char *p = path + strlen(root) + 1; (p = strchr(p, '/')); p++) {
-        *p = '\0';
-        mkdir(path, 0755);
-        *p = '/';
-    }
-    tu_write_file(path, text, strlen(text));
-}
-
-static const char *fresh_root(const char *name) {
-    const char *r = tu_path(name);
-    tu_sh(NULL, "rm -rf '%s'", r);
-    assert_int_equal(mkdir(r, 0755), 0);
-    return r;
-}
 
 /* v2: the job's group has the limit, the step's below it none; reclaimable cache is not "used". */
 static void test_v2_nested(void **state) {
     (void)state;
-    const char *r = fresh_root("cg2");
-    put(r, "proc/self/mountinfo", "25 1 0:22 / / rw - ext4 /dev/sda1 rw\n"
-                                  "41 31 0:38 / /sys/fs/cgroup rw,relatime - cgroup2 cgroup2 rw,nsdelegate\n");
-    put(r, "proc/self/cgroup", "0::/job/step\n");
-    put(r, "sys/fs/cgroup/cgroup.controllers", "memory\n"); /* the root has no memory.max */
-    put(r, "sys/fs/cgroup/job/memory.max", "1073741824\n");
-    put(r, "sys/fs/cgroup/job/memory.current", "209715200\n");
-    put(r, "sys/fs/cgroup/job/memory.stat", "anon 104857600\nfile 104857600\ninactive_file 52428800\n");
-    put(r, "sys/fs/cgroup/job/step/memory.max", "max\n");
-    put(r, "sys/fs/cgroup/job/step/memory.current", "209715200\n");
+    const char *r = tu_fake_cgroup_v2("cg2");
+    tu_put(r, "sys/fs/cgroup/cgroup.controllers", "memory\n"); /* the root has no memory.max */
+    tu_put(r, "sys/fs/cgroup/job/memory.max", "1073741824\n");
+    tu_put(r, "sys/fs/cgroup/job/memory.current", "209715200\n");
+    tu_put(r, "sys/fs/cgroup/job/memory.stat", "anon 104857600\nfile 104857600\ninactive_file 52428800\n");
+    tu_put(r, "sys/fs/cgroup/job/step/memory.max", "max\n");
+    tu_put(r, "sys/fs/cgroup/job/step/memory.current", "209715200\n");
     char where[512];
     unsigned long long room = dp_cgroup_headroom(r, where, sizeof where);
     assert_int_equal(room, 1073741824ull - 209715200ull + 52428800ull);
     assert_string_equal(where, "/sys/fs/cgroup/job/memory.max");
     /* a tighter limit on the step wins; over it, 1 byte of room, never a wrapped huge number */
-    put(r, "sys/fs/cgroup/job/step/memory.max", "104857600\n");
+    tu_put(r, "sys/fs/cgroup/job/step/memory.max", "104857600\n");
     assert_int_equal(dp_cgroup_headroom(r, where, sizeof where), 1);
     assert_string_equal(where, "/sys/fs/cgroup/job/step/memory.max");
     /* no limit anywhere: 0 */
-    put(r, "sys/fs/cgroup/job/step/memory.max", "max\n");
-    put(r, "sys/fs/cgroup/job/memory.max", "max\n");
+    tu_put(r, "sys/fs/cgroup/job/step/memory.max", "max\n");
+    tu_put(r, "sys/fs/cgroup/job/memory.max", "max\n");
     assert_int_equal(dp_cgroup_headroom(r, NULL, 0), 0);
 }
 
@@ -61,21 +40,21 @@ static void test_v2_nested(void **state) {
  * view), the parent's limit tighter than the child's; "no limit" is a huge number. */
 static void test_v1_nested(void **state) {
     (void)state;
-    const char *r = fresh_root("cg1");
-    put(r, "proc/self/mountinfo", "32 31 0:29 / /sys/fs/cgroup/cpu rw - cgroup cgroup rw,cpu\n"
+    const char *r = tu_fresh_dir("cg1");
+    tu_put(r, "proc/self/mountinfo", "32 31 0:29 / /sys/fs/cgroup/cpu rw - cgroup cgroup rw,cpu\n"
                                   "35 31 0:32 /slurm /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory\n");
-    put(r, "proc/self/cgroup", "5:cpu:/\n4:memory:/slurm/uid_1/job_7/step_0\n0::/\n");
-    put(r, "sys/fs/cgroup/memory/memory.limit_in_bytes", "9223372036854771712\n");
-    put(r, "sys/fs/cgroup/memory/uid_1/memory.limit_in_bytes", "9223372036854771712\n");
-    put(r, "sys/fs/cgroup/memory/uid_1/job_7/memory.limit_in_bytes", "2147483648\n");
-    put(r, "sys/fs/cgroup/memory/uid_1/job_7/memory.usage_in_bytes", "1073741824\n");
-    put(r, "sys/fs/cgroup/memory/uid_1/job_7/memory.stat", "cache 0\ntotal_inactive_file 0\n");
-    put(r, "sys/fs/cgroup/memory/uid_1/job_7/step_0/memory.limit_in_bytes", "4294967296\n");
-    put(r, "sys/fs/cgroup/memory/uid_1/job_7/step_0/memory.usage_in_bytes", "536870912\n");
+    tu_put(r, "proc/self/cgroup", "5:cpu:/\n4:memory:/slurm/uid_1/job_7/step_0\n0::/\n");
+    tu_put(r, "sys/fs/cgroup/memory/memory.limit_in_bytes", "9223372036854771712\n");
+    tu_put(r, "sys/fs/cgroup/memory/uid_1/memory.limit_in_bytes", "9223372036854771712\n");
+    tu_put(r, "sys/fs/cgroup/memory/uid_1/job_7/memory.limit_in_bytes", "2147483648\n");
+    tu_put(r, "sys/fs/cgroup/memory/uid_1/job_7/memory.usage_in_bytes", "1073741824\n");
+    tu_put(r, "sys/fs/cgroup/memory/uid_1/job_7/memory.stat", "cache 0\ntotal_inactive_file 0\n");
+    tu_put(r, "sys/fs/cgroup/memory/uid_1/job_7/step_0/memory.limit_in_bytes", "4294967296\n");
+    tu_put(r, "sys/fs/cgroup/memory/uid_1/job_7/step_0/memory.usage_in_bytes", "536870912\n");
     char where[512];
     assert_int_equal(dp_cgroup_headroom(r, where, sizeof where), 1073741824ull);
     assert_string_equal(where, "/sys/fs/cgroup/memory/uid_1/job_7/memory.limit_in_bytes");
-    put(r, "sys/fs/cgroup/memory/uid_1/job_7/memory.usage_in_bytes", "3147483648\n");
+    tu_put(r, "sys/fs/cgroup/memory/uid_1/job_7/memory.usage_in_bytes", "3147483648\n");
     assert_int_equal(dp_cgroup_headroom(r, NULL, 0), 1);
 }
 

@@ -190,6 +190,14 @@ static void test_refused_before_anything(void **state) {
     if (rc != 2 || !tu_contains(out, "--predict: topology 'nvlinkk'") || tu_contains(out, "dptrain-data"))
         fail_msg("exit %d:\n%s", rc, out);
     free(out);
+    /* so do the tests' fault injections, read by the command line, not by the trainer once the data is in */
+    setenv("DPTRAIN_INJECT_NAN_STEP", "7x", 1);
+    rc = tu_run_dptrain(&out, "--dataset mnist --data /nonexistent/dptrain-data");
+    unsetenv("DPTRAIN_INJECT_NAN_STEP");
+    if (rc != 2 || !tu_contains(out, "DPTRAIN_INJECT_NAN_STEP='7x' is not a step number") ||
+        tu_contains(out, "dptrain-data"))
+        fail_msg("exit %d:\n%s", rc, out);
+    free(out);
 
     expect(2, "calibrate --device cuda", "calibrate: --device is for train, eval and predict, not calibrate");
     expect(2, "calibrate --epochs 3", "calibrate: --epochs is for train, not calibrate");

@@ -10,77 +10,53 @@
 #include "core/cpu_count.h"
 #include "testutil.h"
 
-/* root/<rel> with the text; parent directories made. */
-static void put(const char *root, const char *rel, const char *text) {
-    char path[1024];
-    snprintf(path, sizeof path, "%s/%s", root, rel);
-    for (char *p = path + strlen(root) + 1; (p = strchr(p, '/')); p++) {
-        *p = '\0';
-        mkdir(path, 0755);
-        *p = '/';
-    }
-    tu_write_file(path, text, strlen(text));
-}
 
-static const char *fresh_root(const char *name) {
-    const char *r = tu_path(name);
-    tu_sh(NULL, "rm -rf '%s'", r);
-    assert_int_equal(mkdir(r, 0755), 0);
-    return r;
-}
-
-static const char *v2_root(void) {
-    const char *r = fresh_root("cpu2");
-    put(r, "proc/self/mountinfo", "25 1 0:22 / / rw - ext4 /dev/sda1 rw\n"
-                                  "41 31 0:38 / /sys/fs/cgroup rw,relatime - cgroup2 cgroup2 rw,nsdelegate\n");
-    put(r, "proc/self/cgroup", "0::/job/step\n");
-    return r;
-}
-
+/* v2: each row writes one level's cpu.max, then the cores, the quota (-1: not checked) and the source
+ * (NULL: not checked) the levels written so far give, with a mask of 16 cores. */
 static void test_v2_quota(void **state) {
     (void)state;
-    const char *r = v2_root();
-    dp_cpu_count c;
-    /* no cpu.max anywhere: the mask */
-    dp_cpu_count_find(r, 16, &c);
-    assert_int_equal(c.cores, 16);
-    assert_int_equal(c.quota, 0);
-    assert_string_equal(c.source, "affinity mask");
-    put(r, "sys/fs/cgroup/job/step/cpu.max", "max 100000\n");
-    dp_cpu_count_find(r, 16, &c);
-    assert_int_equal(c.cores, 16);
-    /* 1.5 cores' time: 2 threads (rounded up) */
-    put(r, "sys/fs/cgroup/job/cpu.max", "150000 100000\n");
-    dp_cpu_count_find(r, 16, &c);
-    assert_int_equal(c.cores, 2);
-    assert_int_equal(c.quota, 2);
-    assert_string_equal(c.source, "cgroup quota /sys/fs/cgroup/job/cpu.max (150000 / 100000 us)");
-    /* the tighter level wins, wherever it is */
-    put(r, "sys/fs/cgroup/job/step/cpu.max", "50000 100000\n");
-    dp_cpu_count_find(r, 16, &c);
-    assert_int_equal(c.cores, 1);
-    assert_string_equal(c.source, "cgroup quota /sys/fs/cgroup/job/step/cpu.max (50000 / 100000 us)");
-    /* a quota above the mask: the mask */
-    put(r, "sys/fs/cgroup/job/step/cpu.max", "max 100000\n");
-    put(r, "sys/fs/cgroup/job/cpu.max", "3200000 100000\n");
-    dp_cpu_count_find(r, 16, &c);
-    assert_int_equal(c.cores, 16);
-    assert_int_equal(c.quota, 32);
-    assert_string_equal(c.source, "affinity mask");
-    /* exactly 4 cores' time: 4 */
-    put(r, "sys/fs/cgroup/job/cpu.max", "400000 100000\n");
-    dp_cpu_count_find(r, 16, &c);
-    assert_int_equal(c.cores, 4);
+    static const struct {
+        const char *level, *cpu_max;
+        int cores, quota;
+        const char *source;
+    } rows[] = {
+        {NULL, NULL, 16, 0, "affinity mask"}, /* no cpu.max anywhere: the mask */
+        {"job/step", "max 100000\n", 16, -1, NULL},
+        /* 1.5 cores' time: 2 threads (rounded up) */
+        {"job", "150000 100000\n", 2, 2, "cgroup quota /sys/fs/cgroup/job/cpu.max (150000 / 100000 us)"},
+        /* the tighter level wins, wherever it is */
+        {"job/step", "50000 100000\n", 1, -1, "cgroup quota /sys/fs/cgroup/job/step/cpu.max (50000 / 100000 us)"},
+        /* a quota above the mask: the mask */
+        {"job/step", "max 100000\n", 2, -1, NULL},
+        {"job", "3200000 100000\n", 16, 32, "affinity mask"},
+        /* exactly 4 cores' time: 4 */
+        {"job", "400000 100000\n", 4, -1, NULL},
+    };
+    const char *r = tu_fake_cgroup_v2("cpu2");
+    for (size_t i = 0; i < sizeof rows / sizeof *rows; i++) {
+        if (rows[i].level) {
+            char rel[128];
+            snprintf(rel, sizeof rel, "sys/fs/cgroup/%s/cpu.max", rows[i].level);
+            tu_put(r, rel, rows[i].cpu_max);
+        }
+        dp_cpu_count c;
+        dp_cpu_count_find(r, 16, &c);
+        if (c.cores != rows[i].cores || (rows[i].quota >= 0 && c.quota != rows[i].quota) ||
+            (rows[i].source && strcmp(c.source, rows[i].source) != 0))
+            fail_msg("row %zu (%s/cpu.max = %s): %d cores, quota %d, \"%s\"; expected %d, %d, \"%s\"", i,
+                     rows[i].level ? rows[i].level : "-", rows[i].cpu_max ? rows[i].cpu_max : "-", c.cores, c.quota,
+                     c.source, rows[i].cores, rows[i].quota, rows[i].source ? rows[i].source : "");
+    }
 }
 
 /* garbage is no quota, never 0 cores or a wrapped number */
 static void test_v2_garbage(void **state) {
     (void)state;
-    const char *r = v2_root();
+    const char *r = tu_fake_cgroup_v2("cpu2");
     const char *bad[] = {"", "\n", "abc 100000\n", "150000\n", "150000 0\n", "-5 100000\n", "150000 100000x\n",
                          "0 100000\n", "99999999999999999999 100000\n"};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
-        put(r, "sys/fs/cgroup/job/cpu.max", bad[i]);
+        tu_put(r, "sys/fs/cgroup/job/cpu.max", bad[i]);
         dp_cpu_count c;
         dp_cpu_count_find(r, 8, &c);
         assert_int_equal(c.cores, 8);
@@ -91,22 +67,22 @@ static void test_v2_garbage(void **state) {
 /* v1: the cpu controller's mount (cpu,cpuacct), the parent's quota; -1 is none */
 static void test_v1_quota(void **state) {
     (void)state;
-    const char *r = fresh_root("cpu1");
-    put(r, "proc/self/mountinfo", "32 31 0:29 / /sys/fs/cgroup/cpu,cpuacct rw - cgroup cgroup rw,cpu,cpuacct\n"
+    const char *r = tu_fresh_dir("cpu1");
+    tu_put(r, "proc/self/mountinfo", "32 31 0:29 / /sys/fs/cgroup/cpu,cpuacct rw - cgroup cgroup rw,cpu,cpuacct\n"
                                   "35 31 0:32 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory\n");
-    put(r, "proc/self/cgroup", "5:cpu,cpuacct:/docker/abc\n4:memory:/docker/abc\n0::/\n");
-    put(r, "sys/fs/cgroup/cpu,cpuacct/docker/abc/cpu.cfs_quota_us", "-1\n");
-    put(r, "sys/fs/cgroup/cpu,cpuacct/docker/abc/cpu.cfs_period_us", "100000\n");
+    tu_put(r, "proc/self/cgroup", "5:cpu,cpuacct:/docker/abc\n4:memory:/docker/abc\n0::/\n");
+    tu_put(r, "sys/fs/cgroup/cpu,cpuacct/docker/abc/cpu.cfs_quota_us", "-1\n");
+    tu_put(r, "sys/fs/cgroup/cpu,cpuacct/docker/abc/cpu.cfs_period_us", "100000\n");
     dp_cpu_count c;
     dp_cpu_count_find(r, 64, &c);
     assert_int_equal(c.cores, 64);
-    put(r, "sys/fs/cgroup/cpu,cpuacct/docker/cpu.cfs_quota_us", "250000\n");
-    put(r, "sys/fs/cgroup/cpu,cpuacct/docker/cpu.cfs_period_us", "100000\n");
+    tu_put(r, "sys/fs/cgroup/cpu,cpuacct/docker/cpu.cfs_quota_us", "250000\n");
+    tu_put(r, "sys/fs/cgroup/cpu,cpuacct/docker/cpu.cfs_period_us", "100000\n");
     dp_cpu_count_find(r, 64, &c);
     assert_int_equal(c.cores, 3);
     assert_string_equal(c.source, "cgroup quota /sys/fs/cgroup/cpu,cpuacct/docker/cpu.cfs_quota_us (250000 / 100000 us)");
     /* a quota without its period is no quota */
-    put(r, "sys/fs/cgroup/cpu,cpuacct/docker/cpu.cfs_period_us", "none\n");
+    tu_put(r, "sys/fs/cgroup/cpu,cpuacct/docker/cpu.cfs_period_us", "none\n");
     dp_cpu_count_find(r, 64, &c);
     assert_int_equal(c.cores, 64);
 }
@@ -114,7 +90,7 @@ static void test_v1_quota(void **state) {
 /* no cgroup files at all, and the real system: at least one core */
 static void test_missing_and_real(void **state) {
     (void)state;
-    const char *r = fresh_root("cpu0");
+    const char *r = tu_fresh_dir("cpu0");
     dp_cpu_count c;
     dp_cpu_count_find(r, 6, &c);
     assert_int_equal(c.cores, 6);

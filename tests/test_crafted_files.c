@@ -136,48 +136,35 @@ static void craft_entries(const char *path, long entries, int name_len, const ch
     assert_int_equal(k, hl);
 }
 
+typedef struct {
+    const char *path;
+    long data_limit_mib;
+} read_job;
+
+/* In the child: ulimit -d (what is in use now plus data_limit_mib, if given), then dp_st_read. */
+static dp_status read_limited(void *arg) {
+    const read_job *j = arg;
+    if (j->data_limit_mib) {
+        FILE *st = fopen("/proc/self/status", "r");
+        char line[256];
+        unsigned long long kb = 0;
+        while (st && fgets(line, sizeof line, st))
+            if (sscanf(line, "VmData: %llu kB", &kb) == 1) break;
+        if (st) fclose(st);
+        struct rlimit rl = {.rlim_cur = kb * 1024 + ((rlim_t)j->data_limit_mib << 20),
+                            .rlim_max = kb * 1024 + ((rlim_t)j->data_limit_mib << 20)};
+        if (setrlimit(RLIMIT_DATA, &rl) != 0) _exit(99);
+    }
+    dp_st_file f;
+    dp_status s = dp_st_read(j->path, &f);
+    if (s == DP_OK) dp_st_free(&f);
+    return s;
+}
+
 /* In a child: reads path with dp_st_read and reports the status, its message and its peak memory. */
 static dp_status read_in_child(const char *path, char *msg, size_t cap, long *maxrss_kib, long data_limit_mib) {
-    int fds[2];
-    assert_int_equal(pipe(fds), 0);
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        close(fds[0]);
-        if (data_limit_mib) { /* ulimit -d: what is in use now plus data_limit_mib */
-            FILE *st = fopen("/proc/self/status", "r");
-            char line[256];
-            unsigned long long kb = 0;
-            while (st && fgets(line, sizeof line, st))
-                if (sscanf(line, "VmData: %llu kB", &kb) == 1) break;
-            if (st) fclose(st);
-            struct rlimit rl = {.rlim_cur = kb * 1024 + ((rlim_t)data_limit_mib << 20),
-                                .rlim_max = kb * 1024 + ((rlim_t)data_limit_mib << 20)};
-            if (setrlimit(RLIMIT_DATA, &rl) != 0) _exit(99);
-        }
-        dp_st_file f;
-        dp_status s = dp_st_read(path, &f);
-        if (s == DP_OK) dp_st_free(&f);
-        char out[DP_ERROR_MAX + 8];
-        int n = snprintf(out, sizeof out, "%d %s", (int)s, s == DP_OK ? "" : dp_last_error());
-        if (write(fds[1], out, (size_t)n) != n) _exit(98);
-        _exit(0);
-    }
-    close(fds[1]);
-    char buf[DP_ERROR_MAX + 8];
-    size_t got = 0;
-    for (ssize_t r; (r = read(fds[0], buf + got, sizeof buf - 1 - got)) > 0;) got += (size_t)r;
-    buf[got] = '\0';
-    close(fds[0]);
-    int st;
-    struct rusage ru;
-    assert_int_equal(wait4(pid, &st, 0, &ru), pid);
-    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) fail_msg("the child ended with status 0x%x: %s", st, buf);
-    *maxrss_kib = ru.ru_maxrss;
-    int code = atoi(buf);
-    const char *sp = strchr(buf, ' ');
-    snprintf(msg, cap, "%s", sp ? sp + 1 : "");
-    return (dp_status)code;
+    read_job j = {path, data_limit_mib};
+    return tu_status_in_child(read_limited, &j, msg, cap, maxrss_kib);
 }
 
 /* The reported file: 105 MB, a 100 MiB header of 1.36 M empty entries. It passed the size limits

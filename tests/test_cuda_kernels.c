@@ -13,7 +13,8 @@
  * include ResNet-18-sized ones above cuDNN's threshold (conv_cudnn.cu: 1M multiply-adds per
  * sample), so cuDNN's plans and its im2col fallbacks run; the loss runs a batch of 300 (two of
  * its tiles). A failed library call is reported by the device's wait and does not outlive the
- * device. Exits 77 (skipped) without a CUDA device. */
+ * device. lanes() (several lanes' recorded calls in one launch, in groups of 16) computes each lane's
+ * bits as that lane's call alone does. Exits 77 (skipped) without a CUDA device. */
 #include "testutil.h"
 
 #include <cuda_runtime_api.h>
@@ -27,6 +28,7 @@
 #include "core/rng.h"
 #include "dp_config.h"
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/kcall.h"
 #include "kernels/kernels.h"
 
 static const dp_kernels *G = &dp_cuda_kernels, *C = &dp_cpu_kernels;
@@ -452,6 +454,82 @@ static int close_device(void **state) {
     return 0;
 }
 
+/* lanes(): 20 lanes (two launches of 16 and 4) of uneven sizes, the last empty, recorded with the
+ * recording table: relu, max pool, add, linear (no one-launch kernel: lane by lane), the loss, relu
+ * backward, max pool backward and copy, against the same calls made lane by lane on the same stream:
+ * bitwise. */
+static void test_lanes(void **state) {
+    (void)state;
+    enum { L = 20, CH = 3, H = 9, W = 8, OH = 4, OW = 4, OUT = 7, NB = 2 };
+    const size_t fi = (size_t)CH * OH * OW;
+    float *w = host_rand((size_t)OUT * fi, 1), *b = host_rand(OUT, 1);
+    float *dw = dev(w, (size_t)OUT * fi * 4), *db = dev(b, OUT * 4);
+    float *x[NB][L], *y[NB][L], *g[NB][L], *dx[NB][L], *lo[NB][L], *dlo[NB][L], *loss[NB][L];
+    int32_t *am[NB][L], *hits[NB][L], *lab[L];
+    int batch[L];
+    dp_kcall_rec rec[L];
+    memset(rec, 0, sizeof rec);
+    for (int l = 0; l < L; l++) {
+        batch[l] = l == L - 1 ? 0 : 1 + l % 5;
+        const size_t ni = (size_t)batch[l] * CH * H * W, no = (size_t)batch[l] * CH * OH * OW;
+        float *hx = host_rand(ni, 2), *hg = host_rand(no, 1);
+        for (int k = 0; k < NB; k++) { /* k = 0: lane by lane, 1: lanes() */
+            x[k][l] = dev(hx, ni * 4), g[k][l] = dev(hg, no * 4), y[k][l] = dev(NULL, no * 4);
+            dx[k][l] = dev(NULL, ni * 4), lo[k][l] = dev(NULL, (size_t)batch[l] * OUT * 4);
+            am[k][l] = dev(NULL, no * 4);
+            dlo[k][l] = dev(NULL, (size_t)batch[l] * OUT * 4), loss[k][l] = dev(NULL, 4), hits[k][l] = dev(NULL, 4);
+        }
+        int32_t hl[8];
+        for (int i = 0; i < batch[l]; i++) hl[i] = (int32_t)dp_rng_below(&rng, OUT);
+        lab[l] = dev(hl, (size_t)batch[l] * 4);
+        free(hx), free(hg);
+        for (int k = 0; k < NB; k++) {
+            const dp_kctx rk = {.stream = &rec[l], .device = D->kc.device};
+            const dp_kctx *R = k ? &rk : &D->kc;
+            const dp_kernels *K = k ? &dp_kcall_recorder : G;
+            K->relu_forward(R, ni, x[k][l], x[k][l]);
+            K->maxpool_forward(R, batch[l], CH, H, W, 2, 2, 0, x[k][l], y[k][l], am[k][l]);
+            K->add(R, no, y[k][l], g[k][l], y[k][l]);
+            K->linear_forward(R, batch[l], (int)fi, OUT, y[k][l], dw, db, lo[k][l]);
+            K->softmax_xent(R, batch[l], OUT, lo[k][l], lab[l], 0.25f, dlo[k][l], loss[k][l], hits[k][l]);
+            K->relu_backward(R, no, y[k][l], g[k][l], g[k][l]);
+            K->maxpool_backward(R, batch[l], CH, H, W, 2, 2, 0, OH, OW, g[k][l], am[k][l], dx[k][l]);
+            K->copy(R, ni, dx[k][l], x[k][l]);
+        }
+        assert_int_equal(rec[l].n, 8);
+    }
+    for (int j = 0; j < 8; j++) {
+        const dp_kcall *calls[L];
+        for (int l = 0; l < L; l++) calls[l] = &rec[l].calls[j];
+        G->lanes(&D->kc, L, calls);
+    }
+    for (int l = 0; l < L; l++) {
+        const size_t ni = (size_t)batch[l] * CH * H * W, no = (size_t)batch[l] * CH * OH * OW;
+        const struct {
+            const char *what;
+            void *const *p;
+            size_t n;
+        } out[] = {{"x", (void *const *)x, ni}, {"y", (void *const *)y, no}, {"g", (void *const *)g, no},
+                   {"dx", (void *const *)dx, ni}, {"argmax", (void *const *)am, no},
+                   {"linear", (void *const *)lo, (size_t)batch[l] * OUT},
+                   {"loss gradient", (void *const *)dlo, (size_t)batch[l] * OUT}, {"loss", (void *const *)loss, 1},
+                   {"hits", (void *const *)hits, 1}};
+        for (size_t o = 0; o < sizeof out / sizeof out[0]; o++) {
+            float *a = back(out[o].p[l], out[o].n), *c = back(out[o].p[L + l], out[o].n);
+            char what[64];
+            snprintf(what, sizeof what, "lanes: lane %d's %s", l, out[o].what);
+            same(what, "lanes() against the lane's own calls", a, c, out[o].n);
+            free(a), free(c);
+        }
+        for (int k = 0; k < NB; k++)
+            cudaFree(x[k][l]), cudaFree(y[k][l]), cudaFree(g[k][l]), cudaFree(dx[k][l]), cudaFree(lo[k][l]),
+                cudaFree(am[k][l]), cudaFree(dlo[k][l]), cudaFree(loss[k][l]), cudaFree(hits[k][l]);
+        cudaFree(lab[l]);
+        dp_kcall_rec_free(&rec[l]);
+    }
+    free(w), free(b), cudaFree(dw), cudaFree(db);
+}
+
 int main(void) {
     int n = 0;
     if (cudaGetDeviceCount(&n) != cudaSuccess || n < 1) {
@@ -463,6 +541,7 @@ int main(void) {
         cmocka_unit_test(test_elementwise), cmocka_unit_test(test_pooling), cmocka_unit_test(test_batchnorm),
         cmocka_unit_test(test_linear), cmocka_unit_test(test_loss), cmocka_unit_test(test_conv2d),
         cmocka_unit_test(test_gather_batch), cmocka_unit_test(test_errors_stay_with_their_device),
+        cmocka_unit_test(test_lanes),
     };
     return cmocka_run_group_tests(tests, open_device, close_device);
 }

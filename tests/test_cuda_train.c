@@ -199,7 +199,7 @@ static dp_status run_stopped(dp_config *c, char *msg, size_t n) {
     return s;
 }
 
-/* A gradient made +Inf at step 3 while the loss stays finite (DPTRAIN_INJECT_INF_GRAD_STEP): the
+/* A gradient made +Inf at step 3 while the loss stays finite (dp_test_hooks.inf_grad_step): the
  * device checks the gradients where they are, in the step's metrics, and the run ends as the
  * CPU's, whose SGD step checks them: with --on-nan skip the step is skipped (on the fake GPU the
  * parameters, momentum and losses are bitwise the CPU's), without it the run stops with the CPU's
@@ -207,12 +207,11 @@ static dp_status run_stopped(dp_config *c, char *msg, size_t n) {
  * nothing: a run with the fault makes as many host round trips as one without. */
 static void nonfinite_gradients_like_cpu(int dp_semantics) {
     const char *what = dp_semantics ? "DP" : "DDP";
-    unsetenv("DPTRAIN_INJECT_INF_GRAD_STEP"); /* a failed case before may have left it */
     dp_config c;
     unsigned long waits[2] = {0, 0};
     for (int fault = 0; fault < 2; fault++) { /* the same run, without and with the fault */
-        if (fault) setenv("DPTRAIN_INJECT_INF_GRAD_STEP", "3", 1);
         base_config(&c, "lenet", "cpu");
+        c.test.inf_grad_step = fault ? 3 : 0;
         c.replicas = 2, c.max_steps = 6, c.on_nan_skip = 1, c.mode = dp_semantics ? DP_MODE_DP : DP_MODE_DDP;
         tr_result cpu = tr_run(&c);
         c.device = GPU;
@@ -233,11 +232,10 @@ static void nonfinite_gradients_like_cpu(int dp_semantics) {
         fail_msg("%s: %lu host waits with the fault, %lu without: the check waited", what, waits[1], waits[0]);
     char cpu_msg[DP_ERROR_MAX], gpu_msg[DP_ERROR_MAX];
     base_config(&c, "lenet", "cpu");
-    c.replicas = 2, c.max_steps = 6, c.mode = dp_semantics ? DP_MODE_DP : DP_MODE_DDP;
+    c.replicas = 2, c.max_steps = 6, c.mode = dp_semantics ? DP_MODE_DP : DP_MODE_DDP, c.test.inf_grad_step = 3;
     const dp_status cs = run_stopped(&c, cpu_msg, sizeof cpu_msg);
     c.device = GPU;
     const dp_status gs = run_stopped(&c, gpu_msg, sizeof gpu_msg);
-    unsetenv("DPTRAIN_INJECT_INF_GRAD_STEP");
     if (cs != DP_ERR_NUMERIC || !strstr(cpu_msg, "step 3: the all-reduced gradients hold NaN or Inf"))
         fail_msg("%s, the CPU: status %d: %s", what, (int)cs, cpu_msg);
     if (gs != cs || strcmp(gpu_msg, cpu_msg) != 0)

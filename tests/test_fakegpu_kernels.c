@@ -1,13 +1,16 @@
 /* Every entry of the fake GPU's kernel table (tests/fakegpu/kernels.c) against the CPU table
  * called directly with the same arguments (nthreads 1): bitwise equal, with the calls queued on
  * the device's streams behind random delays. The arguments a launch copies are changed right
- * after each call (the conv dims, tree_sum's vector array), which must not matter. */
+ * after each call (the conv dims, tree_sum's vector array), which must not matter. lanes() runs
+ * the recorded calls of several lanes (kernels/kcall.h) as one launch, bitwise the CPU's calls one
+ * by one. */
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
 
 #include "core/rng.h"
 #include "fakegpu_util.h"
+#include "kernels/kcall.h"
 #include "kernels/kernels.h"
 
 static const dp_kernels *const C = &dp_cpu_kernels;
@@ -263,11 +266,67 @@ static void test_gather_batch(void **state) {
     fgt_close(D);
 }
 
+/* lanes(): 5 lanes of uneven sizes (the last with no samples) recorded with the recording table,
+ * one call of each kind the layers make between a pool and a linear layer, each lanes() call one
+ * launch that computes each lane's call as the CPU does. */
+static void test_lanes(void **state) {
+    (void)state;
+    dp_dev *D = fgt_open(NULL);
+    enum { L = 5, CH = 3, H = 9, W = 8, OH = 4, OW = 4, OUT = 7 };
+    const int batch[L] = {4, 1, 3, 4, 0};
+    pair x[L], y[L], am[L], g[L], dx[L], lo[L];
+    pair lin_w = mk(D, (size_t)OUT * CH * OH * OW, 1), lin_b = mk(D, OUT, 1);
+    dp_kcall_rec rec[L] = {0};
+    for (int l = 0; l < L; l++) {
+        const size_t ni = (size_t)batch[l] * CH * H * W, no = (size_t)batch[l] * CH * OH * OW;
+        x[l] = mk(D, ni, 2), y[l] = mk(D, no, 0), am[l] = mk_int(D, no, 1), g[l] = mk(D, no, 1), dx[l] = mk(D, ni, 0);
+        lo[l] = mk(D, (size_t)batch[l] * OUT, 0);
+        const dp_kctx rk = {.stream = &rec[l], .device = D->kc.device}, *R = &rk;
+        const dp_kernels *K = &dp_kcall_recorder;
+        K->relu_forward(R, ni, x[l].d, x[l].d); /* in place, as a fused layer may */
+        K->maxpool_forward(R, batch[l], CH, H, W, 2, 2, 0, x[l].d, y[l].d, id(am[l]));
+        K->add(R, no, y[l].d, g[l].d, y[l].d);
+        K->linear_forward(R, batch[l], CH * OH * OW, OUT, y[l].d, lin_w.d, lin_b.d, lo[l].d);
+        K->relu_backward(R, no, y[l].d, g[l].d, g[l].d);
+        K->maxpool_backward(R, batch[l], CH, H, W, 2, 2, 0, OH, OW, g[l].d, id(am[l]), dx[l].d);
+        K->copy(R, ni, dx[l].d, x[l].d);
+        C->relu_forward(&cc, ni, x[l].h, x[l].h);
+        C->maxpool_forward(&cc, batch[l], CH, H, W, 2, 2, 0, x[l].h, y[l].h, ih(am[l]));
+        C->add(&cc, no, y[l].h, g[l].h, y[l].h);
+        C->linear_forward(&cc, batch[l], CH * OH * OW, OUT, y[l].h, lin_w.h, lin_b.h, lo[l].h);
+        C->relu_backward(&cc, no, y[l].h, g[l].h, g[l].h);
+        C->maxpool_backward(&cc, batch[l], CH, H, W, 2, 2, 0, OH, OW, g[l].h, ih(am[l]), dx[l].h);
+        C->copy(&cc, ni, dx[l].h, x[l].h);
+        assert_int_equal(rec[l].n, 7);
+    }
+    const dp_fakegpu_launch_counts before = dp_fakegpu_launches();
+    for (int j = 0; j < rec[0].n; j++) {
+        const dp_kcall *calls[L];
+        for (int l = 0; l < L; l++) calls[l] = &rec[l].calls[j];
+        for (int l = 1; l < L; l++)
+            if (!dp_kcall_same(calls[0], calls[l])) fail_msg("call %d: lane %d's record is not lane 0's call", j, l);
+        D->k->lanes(&D->kc, L, calls);
+    }
+    const unsigned long launched = dp_fakegpu_launches().kernels - before.kernels;
+    print_message("7 calls of %d lanes: %lu launches\n", L, launched);
+    assert_int_equal(launched, 7);
+    for (int l = 0; l < L; l++) {
+        same(D, "lanes: relu, pool, copy (x)", x[l]), same(D, "lanes: pool, add (y)", y[l]);
+        same(D, "lanes: argmax", am[l]), same(D, "lanes: relu backward", g[l]), same(D, "lanes: pool backward", dx[l]);
+        same(D, "lanes: linear", lo[l]);
+        drop(D, x[l]), drop(D, y[l]), drop(D, am[l]), drop(D, g[l]), drop(D, dx[l]), drop(D, lo[l]);
+        dp_kcall_rec_free(&rec[l]);
+    }
+    drop(D, lin_w), drop(D, lin_b);
+    fgt_close(D);
+}
+
 int main(void) {
     dp_rng_seed(&rng, 23, 23);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_elementwise_sgd_tree), cmocka_unit_test(test_pooling), cmocka_unit_test(test_batchnorm),
         cmocka_unit_test(test_linear_and_loss), cmocka_unit_test(test_conv2d), cmocka_unit_test(test_gather_batch),
+        cmocka_unit_test(test_lanes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,7 +1,7 @@
 /* Launch detection and refusal (backends/launch_env.h): every launcher's variables parsed (torchrun,
  * Open MPI, MVAPICH, MPICH/Intel MPI's PMI, PMIx, Slurm srun), malformed values named, the innermost
  * launcher winning, the Slurm batch-script rule; which backend joins which launch for each MPI
- * family; and the built dptrain, run under each launcher's variables with a backend that does not
+ * family; the backend table those answers come from (backends/backend_kind.h); and the built dptrain, run under each launcher's variables with a backend that does not
  * join, exiting 2 with one line before anything is trained or written. */
 #include "testutil.h"
 
@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "backends/backend_kind.h"
 #include "backends/launch_affinity.h"
 #include "backends/launch_env.h"
 #include "dp_config.h"
@@ -527,6 +528,58 @@ static void test_binding_under_4_cpus_warned(void **state) {
     assert_int_equal(dp_binding_check(0, &mine, msg, sizeof msg), 0);
 }
 
+/* The backend table: its rows in the order the messages list them, what each says of its backend,
+ * and the registry's answers from them (an unknown name, a backend left out of the build, the
+ * devices a backend refuses). */
+static void test_backend_table(void **state) {
+    (void)state;
+    static const char *const order[] = {"sim", "mpi", "nccl", NULL};
+    for (int i = 0; order[i] || dp_backend_names[i]; i++) {
+        if (!order[i] || !dp_backend_names[i] || strcmp(order[i], dp_backend_names[i]) != 0)
+            fail_msg("backend %d: '%s', expected '%s'", i, dp_backend_names[i] ? dp_backend_names[i] : "(end)",
+                     order[i] ? order[i] : "(end)");
+        const dp_backend_kind *k = dp_backend_kind_find(order[i]);
+        assert_non_null(k);
+        assert_string_equal(k->name, order[i]);
+        assert_non_null(k->built ? (const void *)k->create : (const void *)k->how_to_get);
+    }
+    const dp_backend_kind *sim = dp_backend_kind_find("sim"), *mpi = dp_backend_kind_find("mpi"),
+                          *nccl = dp_backend_kind_find("nccl");
+    assert_null(dp_backend_kind_find("gloo"));
+    assert_true(sim->built && sim->in_process && !sim->takes_gpus && !sim->default_device);
+    assert_int_equal(mpi->built, DP_HAVE_MPI);
+    assert_true(!mpi->in_process && !mpi->takes_gpus && !mpi->default_device);
+    assert_int_equal(nccl->built, DP_HAVE_NCCL);
+    assert_true(!nccl->in_process && nccl->takes_gpus);
+    assert_string_equal(nccl->default_device, "cuda");
+
+    dp_backend_t b = NULL;
+    const dp_backend_config gloo = {.name = "gloo"};
+    assert_int_equal(dp_backend_create(&gloo, &b), DP_ERR_USAGE);
+    assert_null(b);
+    assert_string_equal(dp_last_error(), "--backend: unknown backend 'gloo' (expected sim, mpi or nccl)");
+    const char *device;
+    int ordinals[DP_MAX_LOCAL_DEVICES], n;
+    const int gpus[2] = {0, 1};
+    assert_int_equal(dp_backend_device("sim", NULL, -1, gpus, 2, &device, ordinals, &n), DP_ERR_USAGE);
+    assert_string_equal(dp_last_error(), "--gpus is for --backend nccl (one process driving several GPUs)");
+    assert_int_equal(dp_backend_device("mpi", "cuda", -1, NULL, 0, &device, ordinals, &n), DP_ERR_USAGE);
+    assert_true(tu_contains(dp_last_error(), "--device cuda: --backend mpi moves host memory"));
+    assert_int_equal(dp_backend_device("sim", NULL, 3, NULL, 0, &device, ordinals, &n), DP_OK);
+    assert_string_equal(device, "cpu");
+    assert_int_equal(ordinals[0], 3);
+    assert_int_equal(n, 1);
+    if (!DP_HAVE_NCCL) { /* left out: said at the device choice and at creation, with how to get it */
+        const dp_backend_config c = {.name = "nccl"};
+        assert_int_equal(dp_backend_device("nccl", NULL, -1, NULL, 0, &device, ordinals, &n), DP_ERR_UNSUPPORTED);
+        assert_string_equal(dp_last_error(), "--backend nccl: not compiled into this build (needs the CUDA toolkit "
+                                             "and NCCL at build time; set NCCL_ROOT and rebuild)");
+        assert_int_equal(dp_backend_create(&c, &b), DP_ERR_UNSUPPORTED);
+        assert_string_equal(dp_last_error(), "--backend nccl: not compiled into this build (needs the CUDA toolkit "
+                                             "and NCCL at build time; set NCCL_ROOT and rebuild)");
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_each_launcher),
@@ -542,6 +595,7 @@ int main(void) {
         cmocka_unit_test(test_numa_mismatch_warned),
         cmocka_unit_test(test_binding_under_4_cpus_warned),
         cmocka_unit_test(test_cli_refuses),
+        cmocka_unit_test(test_backend_table),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

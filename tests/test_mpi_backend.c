@@ -1,7 +1,9 @@
-/* The MPI backend for real: mpirun -np N dptrain --backend mpi against the sim backend (same
- * seed: bitwise the same parameters, for N = 2 and 4 against one replica, for N = 3 against
- * three), ranks started with different flags (refused at once,
- * naming the ranks), and a rank killed mid-run (the others exit with a message, no hang). */
+/* The MPI backend for real: its collectives at 1, 2, 3 and 5 ranks through the conformance checker
+ * every backend runs (tests/collcheck.h: this program again under mpirun, each rank checking its own
+ * result bitwise against the canonical order); mpirun -np N dptrain --backend mpi against the sim
+ * backend (same seed: bitwise the same parameters, for N = 2 and 4 against one replica, for N = 3
+ * against three), ranks started with different flags (refused at once, naming the ranks), and a rank
+ * killed mid-run (the others exit with a message, no hang). */
 #include "testutil.h"
 
 #include <stdio.h>
@@ -9,7 +11,10 @@
 #include <string.h>
 #include <sys/time.h>
 #include <time.h>
+#include <unistd.h>
 
+#include "backends/backend.h"
+#include "collcheck.h"
 #include "io/checkpoint.h"
 
 #define MPIRUN "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 " \
@@ -48,6 +53,44 @@ static void compare_backends(int n, const char *extra, int sim_n) {
         fail_msg("mpi -np %d %s vs sim --replicas %d %s: relative difference %.3g, expected bitwise equality", n, extra,
                  sim_n, extra, tu_rel_diff(pa, pb, na));
     free(pa), free(pb);
+}
+
+static void mpi_run(void *ctx, cc_op op, float *const *bufs, size_t n, int root) {
+    dp_backend_t b = ctx;
+    const dp_status s = op == CC_SUM ? dp_allreduce(b, bufs, n, DP_SUM)
+                      : op == CC_AVG ? dp_allreduce(b, bufs, n, DP_AVG)
+                      : op == CC_REDUCE ? dp_reduce(b, bufs, n, DP_SUM, root)
+                      : dp_broadcast(b, bufs, n, root);
+    if (s != DP_OK) fail_msg("mpi: %s", dp_last_error());
+}
+
+/* One rank of the conformance run (this program under mpirun, argv[1] "conformance"): exit 0 if every
+ * collective's result on this rank is the canonical order's (collcheck.h exits non-zero otherwise). */
+static int conformance_rank(int argc, char **argv) {
+    dp_backend_config cfg = {.name = "mpi", .nthreads = 1, .timeout_s = 60, .argc = &argc, .argv = &argv};
+    dp_backend_t b;
+    if (dp_backend_create(&cfg, &b) != DP_OK) {
+        fprintf(stderr, "%s\n", dp_last_error());
+        return 1;
+    }
+    cc_conformance("mpi", dp_backend_world(b), dp_backend_rank(b, 0), 1, 0, mpi_run, b);
+    dp_backend_destroy(b);
+    return 0;
+}
+
+static void test_mpi_conformance(void **state) {
+    (void)state;
+    static const int worlds[] = {1, 2, 3, 5};
+    char self[4096];
+    const ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+    assert_true(len > 0);
+    self[len] = '\0';
+    for (int i = 0; i < 4; i++) {
+        char *out;
+        const int rc = sh(&out, "timeout 300 env " MPIRUN " %d %s conformance", worlds[i], self);
+        if (rc) fail_msg("mpirun -np %d, the conformance run: exit %d:\n%s", worlds[i], rc, out);
+        free(out);
+    }
 }
 
 /* The ordered all-reduce adds in the canonical order: -np 2 and 4 equal one replica. */
@@ -116,7 +159,8 @@ static void test_hung_rank_times_out(void **state) {
     free(out);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    if (argc == 2 && strcmp(argv[1], "conformance") == 0) return conformance_rank(argc, argv);
     char *out;
     if (sh(&out, "command -v mpirun") != 0) {
         free(out);
@@ -125,6 +169,7 @@ int main(void) {
     }
     free(out);
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_mpi_conformance),
         cmocka_unit_test(test_mpi_matches_sim_2),
         cmocka_unit_test(test_mpi_matches_sim_3),
         cmocka_unit_test(test_mpi_matches_sim_4),

@@ -12,6 +12,7 @@
 #include "exec/devices.h"
 #include "kernels/device.h"
 #include "dp_config.h"
+#include "ranks.h"
 #include "testutil.h"
 
 #if DP_HAVE_NCCL
@@ -21,30 +22,13 @@
 /* Two ranks with torchrun's variables, both on GPU 0, then the GPU sim's two replicas: the
  * checkpoints' tensors bitwise equal. */
 static void two_ranks_on_gpu0_equal_the_sim(const char *tag, const char *flags) {
-    const char *lib = getenv("DP_NCCL_DOUBLE"), *dptrain = getenv("DPTRAIN");
-    assert_non_null(lib), assert_non_null(dptrain);
-    char dir[512], *out = NULL;
+    char dir[512];
     snprintf(dir, sizeof dir, "%s", tu_path(tag));
-    tu_sh(&out,
-          "mkdir -p %s && cd %s && pids= && for r in 0 1; do RANK=$r WORLD_SIZE=2 LOCAL_RANK=$r LOCAL_WORLD_SIZE=2 "
-          "MASTER_ADDR=127.0.0.1 MASTER_PORT=%d LD_PRELOAD=%s timeout -s KILL 300 %s train --backend nccl --device "
-          "cuda --gpu 0 %s %s --save nccl.ckpt > rank$r.log 2>&1 & pids=\"$pids $!\"; done; r=0; for p in $pids; do "
-          "wait $p; echo \"rank $r exit $?\"; r=$((r+1)); done",
-          dir, dir, tu_free_port(), lib, dptrain, DATA, flags);
-    if (!out || !strstr(out, "rank 0 exit 0") || !strstr(out, "rank 1 exit 0")) {
-        char *logs = NULL;
-        tu_sh(&logs, "cat %s/rank0.log %s/rank1.log", dir, dir);
-        fail_msg("%s: two ranks on GPU 0: %s\n%s", tag, out ? out : "", logs ? logs : "");
-    }
-    free(out);
-    const int rc = tu_run_dptrain(&out, "train --backend sim --device cuda --replicas 2 %s %s --save %s/sim.ckpt", DATA,
-                                  flags, dir);
-    if (rc != 0) fail_msg("%s: the GPU sim: exit %d:\n%s", tag, rc, out ? out : "");
-    free(out);
-    char a[600], b[600];
-    snprintf(a, sizeof a, "%s/nccl.ckpt", dir), snprintf(b, sizeof b, "%s/sim.ckpt", dir);
-    const char *diff = tu_ckpt_diff(a, b);
-    if (diff) fail_msg("%s: nccl on one GPU through the double against the GPU sim: %s", tag, diff);
+    int codes[2];
+    const rk_launch l = {.dir = dir, .n = 2, .log = "rank", .timeout_s = 300};
+    rk_run(&l, codes, "train --backend nccl --device cuda --gpu 0 %s %s --save nccl.ckpt", DATA, flags);
+    rk_expect_all_ok(&l, codes);
+    rk_expect_equal_to_sim(dir, tag, "--device cuda --replicas 2 %s %s", DATA, flags);
 }
 
 /* One process driving two replicas on GPU 0 (`--gpus 0,1` under the test-only device map
@@ -55,26 +39,17 @@ static void two_ranks_on_gpu0_equal_the_sim(const char *tag, const char *flags) 
  * executor (a collective that does not wait for the compute before it, or compute that does not
  * wait for it) is then a race on the GPU, which the host-synchronous mode hides. */
 static void gpus_on_gpu0_equal_the_sim(const char *tag, const char *flags) {
-    const char *lib = getenv("DP_NCCL_DOUBLE"), *dptrain = getenv("DPTRAIN");
-    assert_non_null(lib), assert_non_null(dptrain);
     char dir[512], *out = NULL;
     snprintf(dir, sizeof dir, "%s", tu_path(tag));
     const int rc = tu_sh(&out,
                          "mkdir -p %s && DPTRAIN_TEST_DEVICE_MAP=0,0 DP_NCCL_DOUBLE_DEVICE=1 LD_PRELOAD=%s timeout -s KILL "
                          "300 %s train --backend nccl --device cuda --gpus 0,1 %s %s --save %s/nccl.ckpt 2>&1",
-                         dir, lib, dptrain, DATA, flags, dir);
+                         dir, rk_double(), getenv("DPTRAIN"), DATA, flags, dir);
     if (rc != 0 || !out || !strstr(out, "nccl test double: device mode"))
         fail_msg("%s: --gpus 0,1 on GPU 0 through the device double: exit %d (the device mode must be used):\n%s", tag,
                  rc, out ? out : "");
     free(out);
-    const int sr = tu_run_dptrain(&out, "train --backend sim --device cuda --replicas 2 %s %s --save %s/sim.ckpt", DATA,
-                                  flags, dir);
-    if (sr != 0) fail_msg("%s: the GPU sim: exit %d:\n%s", tag, sr, out ? out : "");
-    free(out);
-    char a[600], b[600];
-    snprintf(a, sizeof a, "%s/nccl.ckpt", dir), snprintf(b, sizeof b, "%s/sim.ckpt", dir);
-    const char *diff = tu_ckpt_diff(a, b);
-    if (diff) fail_msg("%s: --gpus 0,1 on one GPU through the device double against the GPU sim: %s", tag, diff);
+    rk_expect_equal_to_sim(dir, tag, "--device cuda --replicas 2 %s %s", DATA, flags);
 }
 
 static void test_device_double_ddp(void **state) {
@@ -108,13 +83,7 @@ static void test_sync_bn(void **state) {
 }
 
 int main(void) {
-    dp_dev *d;
-    if (dp_dev_open("cuda", 0, 0, &d) != DP_OK) {
-        fprintf(stderr, "skipped: %s\n", dp_last_error());
-        return 77;
-    }
-    fprintf(stderr, "device: %s\n", d->desc);
-    dp_dev_close(d);
+    if (!tu_have_gpu()) return 77;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ddp),
         cmocka_unit_test(test_dp),

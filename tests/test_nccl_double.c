@@ -16,87 +16,42 @@
 #include <unistd.h>
 
 #include "dp_config.h"
+#include "ranks.h"
 #include "testutil.h"
 
 #if DP_HAVE_NCCL
 #include <nccl.h>
 
-static const char *lib(void) {
-    const char *p = getenv("DP_NCCL_DOUBLE");
-    assert_non_null(p);
-    return p;
-}
-
-/* Runs world dptrain ranks with torchrun's variables and the double; each rank's output in
- * DIR/rankR.log and its exit status in codes[r]. The ranks run under `timeout` (a hang fails
- * the test, never the CI job). Returns the seconds the slowest rank took. */
 /* Whether a message places the failure in the run: a step, an epoch's evaluation, the final one. */
 static int placed(const char *log) {
     return tu_contains(log, "(epoch ") || tu_contains(log, "(evaluating epoch ") ||
            tu_contains(log, "(the final evaluation)");
 }
 
+/* world nccl ranks in DIR with the double (tests/ranks.h); returns the seconds the slowest took. */
 static double run_ranks(const char *dir, int world, const char *fault, int codes[], const char *args_fmt, ...) {
     char args[2048];
     va_list ap;
     va_start(ap, args_fmt);
     vsnprintf(args, sizeof args, args_fmt, ap);
     va_end(ap);
-    char *out = NULL;
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    tu_sh(&out,
-          "mkdir -p %s && cd %s && pids= && for r in $(seq 0 %d); do "
-          "RANK=$r WORLD_SIZE=%d LOCAL_RANK=$r LOCAL_WORLD_SIZE=%d MASTER_ADDR=127.0.0.1 MASTER_PORT=%d "
-          "LD_PRELOAD=%s ASAN_OPTIONS=verify_asan_link_order=0:$ASAN_OPTIONS %s%s "
-          "timeout -s KILL 240 %s train --backend nccl --device cpu --no-progress %s > rank$r.log 2>&1 & "
-          "pids=\"$pids $!\"; done; r=0; for p in $pids; do wait $p; echo \"rank $r exit $?\"; r=$((r+1)); done",
-          dir, dir, world - 1, world, world, tu_free_port(), lib(), fault ? "DP_NCCL_DOUBLE_FAULT=" : "", fault ? fault : "",
-          getenv("DPTRAIN"), args);
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    for (int r = 0; r < world; r++) {
-        char key[32];
-        snprintf(key, sizeof key, "rank %d exit ", r);
-        const char *at = out ? strstr(out, key) : NULL;
-        codes[r] = at ? atoi(at + strlen(key)) : -1;
-    }
-    free(out);
-    return (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    const rk_launch l = {.dir = dir, .n = world, .log = "rank", .fault = fault, .timeout_s = 240};
+    return rk_run(&l, codes, "train --backend nccl --device cpu --no-progress %s", args);
 }
 
-static char *rank_log(const char *dir, int r) {
-    char *out = NULL;
-    tu_sh(&out, "cat %s/rank%d.log", dir, r);
-    return out;
-}
+static char *rank_log(const char *dir, int r) { return rk_log(dir, "rank", r); }
 
 static void expect_all_ok(const char *dir, int world, const int codes[]) {
-    int bad = 0;
-    for (int r = 0; r < world; r++) bad |= codes[r] != 0;
-    for (int r = 0; r < world && bad; r++) {
-        char *log = rank_log(dir, r);
-        fprintf(stderr, "rank %d of %d exited %d:\n%s\n", r, world, codes[r], log ? log : "");
-        free(log);
-    }
-    assert_false(bad);
+    const rk_launch l = {.dir = dir, .n = world, .log = "rank"};
+    rk_expect_all_ok(&l, codes);
 }
 
 #define DATA "--dataset synthetic --samples 384 --batch-size 64 --seed 5 --threads 1"
 
 /* DIR/nccl.ckpt, written by the nccl ranks, against the sim with `world` replicas and the same
- * flags (written to DIR/sim.ckpt): bitwise. */
+ * flags: bitwise. */
 static void expect_equal_to_sim(const char *dir, int world, const char *flags) {
-    char *out = NULL;
-    int rc = tu_run_dptrain(&out, "train --backend sim --replicas %d --no-progress %s %s --save %s/sim.ckpt",
-                            world, DATA, flags, dir);
-    if (rc != 0) fprintf(stderr, "%s\n", out ? out : "");
-    assert_int_equal(rc, 0);
-    free(out);
-    char a[600], b[600];
-    snprintf(a, sizeof a, "%s/nccl.ckpt", dir), snprintf(b, sizeof b, "%s/sim.ckpt", dir);
-    const char *diff = tu_ckpt_diff(a, b);
-    if (diff) fprintf(stderr, "%s, %d ranks, %s: %s\n", dir, world, flags, diff);
-    assert_null(diff);
+    rk_expect_equal_to_sim(dir, dir, "--replicas %d --no-progress %s %s", world, DATA, flags);
 }
 
 /* nccl with `world` ranks against the sim with as many replicas, the same flags: bitwise. */
@@ -139,7 +94,7 @@ static void launched_equals_sim(const char *tag, const char *launch, const char 
     int rc = tu_sh(&out, "mkdir -p %s && cd %s && rm -f run.jsonl && LD_PRELOAD=%s timeout -s KILL 240 %s %s %s "
                          "--backend nccl --device cpu --no-progress %s --epochs 1 --save nccl.ckpt && grep -q "
                          "'\"event\":\"final\"' run.jsonl",
-                   dir, dir, lib(), launch, getenv("DPTRAIN"), args, DATA);
+                   dir, dir, rk_double(), launch, getenv("DPTRAIN"), args, DATA);
     if (rc != 0) fprintf(stderr, "%s\n", out ? out : "");
     assert_int_equal(rc, 0);
     free(out);
@@ -180,7 +135,7 @@ static void test_mpirun_init_failure_is_named(void **state) {
                          "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe --bind-to none "
                          "-np 2 -x LD_PRELOAD -x DP_NCCL_DOUBLE_FAULT %s train --backend nccl --device cpu --no-progress "
                          "%s --epochs 1 --timeout 30",
-                   dir, dir, lib(), getenv("DPTRAIN"), DATA);
+                   dir, dir, rk_double(), getenv("DPTRAIN"), DATA);
     clock_gettime(CLOCK_MONOTONIC, &t1);
     const double took = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
     if (!tu_contains(out, "injected fault in ncclCommInitRankConfig")) fprintf(stderr, "%s\n", out ? out : "");
@@ -390,7 +345,7 @@ typedef struct {
 
 static api load(void) {
     api a;
-    a.h = dlopen(lib(), RTLD_NOW | RTLD_LOCAL);
+    a.h = dlopen(rk_double(), RTLD_NOW | RTLD_LOCAL);
     assert_non_null(a.h);
     *(void **)&a.get_id = dlsym(a.h, "ncclGetUniqueId");
     *(void **)&a.init = dlsym(a.h, "ncclCommInitRankConfig");

@@ -75,8 +75,8 @@ static void test_sync_bn_on_2_and_4_fake_gpus(void **state) {
     gpus_equal_sim("lenet-bn", 4, DP_MODE_DDP, 1, 1);
 }
 
-/* `--gpus 0,1,2`: each GPU's backward kernels and optimizer step are queued by a host thread of its
- * own (a thread per GPU), no thread queues them on two GPUs, and the run stays bitwise the sim's
+/* `--gpus 0,1,2`: each GPU's backward kernels, optimizer step and NCCL calls are queued by a host
+ * thread of its own (a thread per GPU), no thread queues them on two GPUs, and the run stays bitwise the sim's
  * (the tests above). With one host thread driving every GPU, each kernel kind came from that one
  * thread on all three. Evaluation's forward passes stay on the calling thread: only kernels that
  * evaluation does not launch are checked. */
@@ -90,8 +90,32 @@ static void test_a_host_thread_per_gpu(void **state) {
     for (int i = 0; i < NG; i++) c.gpus[i] = i;
     c.log_path = tu_path("threads.jsonl");
     dp_trainer *t = NULL;
+    void (*reset)(void) = NULL;
+    int (*nccl_threads)(int, pthread_t *, int) = NULL;
+    *(void **)&reset = dlsym(RTLD_DEFAULT, "dp_nccl_double_rank_threads_reset");
+    *(void **)&nccl_threads = dlsym(RTLD_DEFAULT, "dp_nccl_double_rank_threads");
+    assert_non_null(reset), assert_non_null(nccl_threads);
+    reset();
     FGT_OK(dp_trainer_create(&c, &t));
     FGT_OK(dp_trainer_train(t));
+    /* each GPU's NCCL calls (its communicator's, rank g here) from one thread of its own, the one
+       that queues its optimizer step: no NCCL group spans GPUs. From the caller's thread, one thread
+       made every rank's calls. */
+    pthread_t nt[NG][8], sgd[8];
+    int nn[NG];
+    for (int g = 0; g < NG; g++) {
+        nn[g] = nccl_threads(g, nt[g], 8);
+        const int ns = dp_fakegpu_launch_threads(t->devs[g], "sgd", sgd, 8);
+        print_message("NCCL calls of GPU %d: issued by %d host thread%s\n", g, nn[g], nn[g] == 1 ? "" : "s");
+        if (nn[g] != 1) fail_msg("GPU %d's NCCL calls came from %d host threads (one expected)", g, nn[g]);
+        int same = 0;
+        for (int i = 0; i < ns && i < 8; i++) same |= pthread_equal(sgd[i], nt[g][0]);
+        if (!same) fail_msg("GPU %d's NCCL calls came from a thread that does not queue its kernels", g);
+    }
+    for (int g = 0; g < NG; g++)
+        for (int h = g + 1; h < NG; h++)
+            if (pthread_equal(nt[g][0], nt[h][0]))
+                fail_msg("one host thread made the NCCL calls of GPU %d and of GPU %d (a thread per GPU expected)", g, h);
     static const char *const kernels[] = {"conv2d_backward", "linear_backward", "sgd"};
     for (int k = 0; k < 3; k++) {
         pthread_t ids[NG][8];
@@ -171,14 +195,13 @@ static unsigned long allocs_during(int steps) {
 static void test_scratch_reserved_at_start(void **state) {
     (void)state;
     hooks_or_skip();
-    unsetenv("DPTRAIN_TEST_RESERVE_FLOATS");
     const unsigned long few = allocs_during(2), more = allocs_during(10);
     print_message("device allocations: %lu in a run of 2 steps, %lu in one of 10\n", few, more);
     if (more != few) fail_msg("%lu device allocations in 8 more steps (%lu over 2 steps, %lu over 10)", more - few, few, more);
 
-    setenv("DPTRAIN_TEST_RESERVE_FLOATS", "8", 1);
     dp_config c;
     sums_config(&c, 4);
+    c.test.reserve_floats = 8;
     c.log_path = tu_path("short_reserve.jsonl");
     dp_trainer *t = NULL;
     dp_status s = dp_trainer_create(&c, &t);
@@ -188,7 +211,6 @@ static void test_scratch_reserved_at_start(void **state) {
     char msg[1024];
     snprintf(msg, sizeof msg, "%s", s == DP_OK ? "" : dp_last_error());
     dp_trainer_destroy(t);
-    unsetenv("DPTRAIN_TEST_RESERVE_FLOATS");
     print_message("a reserve of 8 floats: %s\n", msg);
     if (s != DP_ERR_INTERNAL || !tu_contains(msg, "the all-reduce of") || !tu_contains(msg, "reserved at start"))
         fail_msg("a reserve of 8 floats: status %d, %lu device allocations during the run, '%s' (expected an internal "
@@ -215,6 +237,214 @@ static void test_world_1_records_and_replays_graphs(void **state) {
     if (replays < (unsigned long)one.max_steps / 2)
         fail_msg("nccl at world 1: %lu graph replays in %ld steps (the steps ran eagerly)", replays, one.max_steps);
     tr_free(&a), tr_free(&b);
+}
+
+/* ---- world 2, one fake GPU a process, steps recorded with their collectives (DPTRAIN_NCCL_GRAPHS) */
+
+/* What a rank of world2_run writes for the parent: its counts, then replica 0's parameters and
+ * momentum. */
+typedef struct {
+    unsigned long host_waits, double_syncs, replays, aborts_in_capture;
+    size_t n;
+    int status;
+    char msg[1024];
+} w2_head;
+
+/* The double's count of a hook (NULL where the double lacks it: 0). */
+static unsigned long double_count(const char *name) {
+    unsigned long (*f)(void) = NULL;
+    *(void **)&f = dlsym(RTLD_DEFAULT, name);
+    return f ? f() : 0;
+}
+
+/* A rank of world 2 launched torchrun-style by world2_run: lenet on fake GPU 0 of its own, the
+ * double in device mode where DP_NCCL_DOUBLE_DEVICE=1; what it saw into `out`. */
+static int world2_child(const char *out) {
+    void (*dev)(void (*)(const void *, void (*)(void *), const void *, size_t), int (*)(const void *)) = NULL;
+    *(void **)&dev = dlsym(RTLD_DEFAULT, "dp_nccl_double_set_device_hooks");
+    void (*set)(void *(*)(const void *), void (*)(const void *), void (*)(const void *, void *, const void *, size_t)) =
+        NULL;
+    *(void **)&set = dlsym(RTLD_DEFAULT, "dp_nccl_double_set_hooks");
+    if (!set || !dev || dp_fakegpu_register() != DP_OK) return 3;
+    set(dp_fakegpu_host_address, dp_fakegpu_stream_sync, dp_fakegpu_stream_write);
+    dev(dp_fakegpu_stream_call, dp_fakegpu_stream_capturing);
+    dp_config c;
+    tr_base_config(&c, "lenet");
+    c.backend = "nccl", c.device = "fakegpu", c.replicas = 1, c.n_gpus = 1, c.gpus[0] = 0;
+    c.timeout_s = 20;
+    char log[64];
+    snprintf(log, sizeof log, "world2-%s.jsonl", getenv("RANK") ? getenv("RANK") : "x");
+    c.log_path = tu_path(log);
+    w2_head h;
+    memset(&h, 0, sizeof h);
+    const unsigned long w0 = dp_fakegpu_host_waits(), r0 = dp_fakegpu_replays(), s0 = double_count("dp_nccl_double_host_syncs");
+    dp_trainer *t = NULL;
+    dp_status s = dp_trainer_create(&c, &t);
+    if (s == DP_OK) s = dp_trainer_train(t);
+    if (t) s = dp_trainer_close(t, s);
+    float *params = NULL, *mom = NULL;
+    h.aborts_in_capture = double_count("dp_nccl_double_aborts_in_capture");
+    if (s == DP_OK) {
+        h.n = t->model.params.n;
+        params = malloc(h.n * sizeof(float)), mom = malloc(h.n * sizeof(float));
+        const dp_dev *d = dp_exec_replica(t->ex, 0)->dev;
+        if (!params || !mom || d->download(d, params, dp_exec_replica(t->ex, 0)->params, h.n * sizeof(float)) != DP_OK ||
+            d->download(d, mom, dp_exec_replica(t->ex, 0)->momentum, h.n * sizeof(float)) != DP_OK)
+            s = DP_ERR_INTERNAL;
+    }
+    /* counted before the test's own downloads */
+    h.host_waits = dp_fakegpu_host_waits() - w0 - (s == DP_OK ? 2 : 0), h.replays = dp_fakegpu_replays() - r0;
+    h.double_syncs = double_count("dp_nccl_double_host_syncs") - s0;
+    h.status = (int)s;
+    if (s != DP_OK) snprintf(h.msg, sizeof h.msg, "%s", dp_last_error());
+    FILE *f = fopen(out, "wb");
+    if (!f || fwrite(&h, sizeof h, 1, f) != 1 ||
+        (s == DP_OK && (fwrite(params, sizeof *params, h.n, f) != h.n || fwrite(mom, sizeof *mom, h.n, f) != h.n)) ||
+        fclose(f))
+        s = DP_ERR_IO;
+    dp_trainer_destroy(t);
+    free(params), free(mom);
+    return s == DP_OK ? 0 : 1;
+}
+
+typedef struct {
+    w2_head h[2];
+    float *params[2], *mom[2];
+    int rc;
+} w2_result;
+
+/* Two ranks of this program (world2_child) launched torchrun-style with the environment `env`. */
+static w2_result world2_run(const char *env) {
+    char self[4096];
+    const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    assert_true(n > 0);
+    self[n] = '\0';
+    const int port = 20000 + (int)(getpid() * 7919u % 9000u) + (int)(time(NULL) % 900);
+    char *out = NULL;
+    const char *f0 = tu_path("world2-0.bin"), *f1 = tu_path("world2-1.bin");
+    char path0[4096], path1[4096];
+    snprintf(path0, sizeof path0, "%s", f0), snprintf(path1, sizeof path1, "%s", f1);
+    unlink(path0), unlink(path1);
+    w2_result w;
+    memset(&w, 0, sizeof w);
+    const char *ranks = "WORLD_SIZE=2 LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1";
+    w.rc = tu_sh(&out, "( %s %s RANK=0 LOCAL_RANK=0 CUDA_VISIBLE_DEVICES=0 MASTER_PORT=%d timeout -s KILL 900 '%s' "
+                 "world2-child '%s' & p=$!; %s %s RANK=1 LOCAL_RANK=1 CUDA_VISIBLE_DEVICES=1 MASTER_PORT=%d timeout -s "
+                 "KILL 900 '%s' world2-child '%s'; b=$?; wait $p; a=$?; exit $((a * 16 + b)) ) 2>&1",
+                 ranks, env, port, self, path0, ranks, env, port, self, path1);
+    const char *paths[2] = {path0, path1};
+    for (int r = 0; r < 2; r++) {
+        FILE *f = fopen(paths[r], "rb");
+        if (!f || fread(&w.h[r], sizeof w.h[r], 1, f) != 1) {
+            if (f) fclose(f);
+            fail_msg("world 2 (%s): rank %d wrote no result (exit %d):\n%s", env, r, w.rc, out ? out : "");
+        }
+        if (w.h[r].status == 0) {
+            w.params[r] = malloc(w.h[r].n * sizeof(float)), w.mom[r] = malloc(w.h[r].n * sizeof(float));
+            assert_non_null(w.params[r]), assert_non_null(w.mom[r]);
+            if (fread(w.params[r], sizeof(float), w.h[r].n, f) != w.h[r].n ||
+                fread(w.mom[r], sizeof(float), w.h[r].n, f) != w.h[r].n)
+                fail_msg("world 2 (%s): rank %d's result is short", env, r);
+        }
+        fclose(f);
+    }
+    if (w.rc != 0 && w.h[0].status == 0 && w.h[1].status == 0)
+        fail_msg("world 2 (%s): exit %d:\n%s", env, w.rc, out ? out : "");
+    free(out);
+    return w;
+}
+
+static void w2_free(w2_result *w) {
+    for (int r = 0; r < 2; r++) free(w->params[r]), free(w->mom[r]);
+}
+
+/* Both ranks bitwise equal to the CPU sim's two replicas: parameters and momentum. */
+static void w2_assert_sim(const w2_result *w, const tr_result *sim, const char *what) {
+    for (int r = 0; r < 2; r++) {
+        if (w->h[r].status != 0) fail_msg("%s: rank %d failed: %s", what, r, w->h[r].msg);
+        if (w->h[r].n != sim->n || memcmp(w->params[r], sim->params, sim->n * sizeof(float)) != 0 ||
+            memcmp(w->mom[r], sim->momentum, sim->n * sizeof(float)) != 0)
+            fail_msg("%s: rank %d's parameters or momentum differ from the sim's", what, r);
+    }
+}
+
+/* World 2 at one fake GPU a process, the double in device mode (its groups run in stream order,
+ * recorded into the step graphs): with DPTRAIN_NCCL_GRAPHS=on the steps are recorded and replayed
+ * with their collectives, bitwise equal to the CPU sim's two replicas, and the host waits less a
+ * step than eagerly (there, the double holds the host at each group until its stream is done). */
+static void test_world_2_records_collectives(void **state) {
+    (void)state;
+    hooks_or_skip();
+    dp_config sim;
+    tr_base_config(&sim, "lenet");
+    sim.device = "cpu", sim.replicas = 2;
+    tr_result a = tr_run(&sim);
+    w2_result eager = world2_run("DPTRAIN_NCCL_GRAPHS=off");
+    w2_assert_sim(&eager, &a, "world 2, eager");
+    w2_result graphs = world2_run("DPTRAIN_NCCL_GRAPHS=on DP_NCCL_DOUBLE_DEVICE=1");
+    w2_assert_sim(&graphs, &a, "world 2, graphs on");
+    const double steps = (double)sim.max_steps;
+    for (int r = 0; r < 2; r++) {
+        const double we = (double)(eager.h[r].host_waits + eager.h[r].double_syncs) / steps,
+                     wg = (double)(graphs.h[r].host_waits + graphs.h[r].double_syncs) / steps;
+        print_message("rank %d: eager %.2f host waits a step (%lu device, %lu in the double), %lu replays; graphs on "
+                      "%.2f (%lu, %lu), %lu replays in %ld steps\n", r, we, eager.h[r].host_waits,
+                      eager.h[r].double_syncs, eager.h[r].replays, wg, graphs.h[r].host_waits,
+                      graphs.h[r].double_syncs, graphs.h[r].replays, sim.max_steps);
+        if (graphs.h[r].replays < (unsigned long)sim.max_steps / 2)
+            fail_msg("world 2, graphs on: rank %d replayed %lu graphs in %ld steps (the steps ran eagerly)", r,
+                     graphs.h[r].replays, sim.max_steps);
+        if (eager.h[r].replays != 0) fail_msg("world 2, eager: rank %d replayed %lu graphs", r, eager.h[r].replays);
+        if (wg >= we) fail_msg("world 2: rank %d waits %.2f times a step with graphs, %.2f eagerly", r, wg, we);
+    }
+    w2_free(&eager), w2_free(&graphs), tr_free(&a);
+}
+
+/* An NCCL call that fails while its step is being recorded (the double's capture-error fault on
+ * rank 1): the communicators are not aborted inside the open capture (ncclCommAbort's frees and
+ * synchronisations would break it on CUDA) but after it, by the teardown; both ranks end with the
+ * failure named. Aborting at once counted an abort inside the capture. */
+static void test_abort_waits_for_the_capture_to_end(void **state) {
+    (void)state;
+    hooks_or_skip();
+    w2_result w = world2_run("DPTRAIN_NCCL_GRAPHS=on DP_NCCL_DOUBLE_DEVICE=1 DP_NCCL_DOUBLE_FAULT=capture-error@1:2");
+    for (int r = 0; r < 2; r++)
+        print_message("rank %d: status %d, %lu aborts inside a capture: %s\n", r, w.h[r].status,
+                      w.h[r].aborts_in_capture, w.h[r].msg);
+    if (w.h[1].status == 0 || !tu_contains(w.h[1].msg, "injected fault") || w.h[0].status == 0)
+        fail_msg("the injected fault during the capture did not end both ranks (statuses %d, %d): %s", w.h[0].status,
+                 w.h[1].status, w.h[1].msg);
+    if (w.h[0].aborts_in_capture || w.h[1].aborts_in_capture)
+        fail_msg("ncclCommAbort ran while a capture was open (%lu on rank 0, %lu on rank 1)", w.h[0].aborts_in_capture,
+                 w.h[1].aborts_in_capture);
+    w2_free(&w);
+}
+
+/* DPTRAIN_NCCL_GRAPHS=on with NCCL_GRAPH_MIXING_SUPPORT=0 is refused at start (eager collectives run
+ * between a graph's replays on the same communicator), as is a value that is neither on nor off. */
+static void test_graphs_setting_checked(void **state) {
+    (void)state;
+    hooks_or_skip();
+    static const char *const cases[][3] = {{"on", "0", "NCCL_GRAPH_MIXING_SUPPORT=0: with DPTRAIN_NCCL_GRAPHS=on"},
+                                           {"maybe", NULL, "DPTRAIN_NCCL_GRAPHS: 'maybe' is neither on nor off"}};
+    for (int i = 0; i < 2; i++) {
+        setenv("DPTRAIN_NCCL_GRAPHS", cases[i][0], 1);
+        if (cases[i][1]) setenv("NCCL_GRAPH_MIXING_SUPPORT", cases[i][1], 1);
+        dp_config c;
+        tr_base_config(&c, "lenet");
+        c.backend = "nccl", c.device = "fakegpu", c.replicas = 1, c.n_gpus = 1, c.gpus[0] = 0;
+        c.log_path = tu_path("graphs_setting.jsonl");
+        dp_trainer *t = NULL;
+        const dp_status s = dp_trainer_create(&c, &t);
+        char msg[DP_ERROR_MAX];
+        snprintf(msg, sizeof msg, "%s", s == DP_OK ? "" : dp_last_error());
+        dp_trainer_destroy(t);
+        unsetenv("DPTRAIN_NCCL_GRAPHS"), unsetenv("NCCL_GRAPH_MIXING_SUPPORT");
+        print_message("DPTRAIN_NCCL_GRAPHS=%s: %s\n", cases[i][0], msg);
+        if (s != DP_ERR_USAGE || !tu_contains(msg, cases[i][2]))
+            fail_msg("DPTRAIN_NCCL_GRAPHS=%s: status %d, '%s' (expected a usage error: %s)", cases[i][0], (int)s, msg,
+                     cases[i][2]);
+    }
 }
 
 /* The config line's value of "key":number (-1: absent). */
@@ -416,10 +646,14 @@ static void test_slow_aborts_each_get_the_grace(void **state) {
 int main(int argc, char **argv) {
     if (argc == 2 && strcmp(argv[1], "teardown-child") == 0) return teardown_child();
     if (argc == 2 && strcmp(argv[1], "slow-abort-child") == 0) return slow_abort_child();
+    if (argc == 3 && strcmp(argv[1], "world2-child") == 0) return world2_child(argv[2]);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_teardown_hang_ends_within_the_grace),
         cmocka_unit_test(test_scratch_reserved_at_start),
         cmocka_unit_test(test_world_1_records_and_replays_graphs),
+        cmocka_unit_test(test_world_2_records_collectives),
+        cmocka_unit_test(test_abort_waits_for_the_capture_to_end),
+        cmocka_unit_test(test_graphs_setting_checked),
         cmocka_unit_test(test_warmup_measures_nccl_memory),
         cmocka_unit_test(test_resident_data_leaves_the_reserve),
         cmocka_unit_test(test_one_host_round_trip_a_step),

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "dp_config.h"
+#include "ranks.h"
 #include "testutil.h"
 
 #if DP_HAVE_NCCL
@@ -24,71 +25,30 @@
 
 #define DATA "--dataset synthetic --samples 384 --batch-size 64 --seed 5 --threads 1"
 
-static const char *lib(void) {
-    const char *p = getenv("DP_NCCL_DOUBLE");
-    assert_non_null(p);
-    return p;
-}
-
 /* One dptrain process in DIR with the double preloaded (env: more variables, may be ""). */
 static int run_one(char **out, const char *dir, const char *env, const char *args) {
     return tu_sh(out,
                  "mkdir -p %s && cd %s && %s LD_PRELOAD=%s ASAN_OPTIONS=verify_asan_link_order=0:$ASAN_OPTIONS "
                  "timeout -s KILL 240 %s train --backend nccl --device cpu --no-progress %s 2>&1",
-                 dir, dir, env, lib(), getenv("DPTRAIN"), args);
+                 dir, dir, env, rk_double(), getenv("DPTRAIN"), args);
 }
 
-/* `procs` processes with torchrun's variables, process p with --gpus gpus[p]; each one's output
- * in DIR/procP.log, its exit status in codes[p]. Returns the seconds the slowest took. */
+/* `procs` processes with torchrun's variables (tests/ranks.h), process p with --gpus gpus[p]; each
+ * one's output in DIR/procP.log, its exit status in codes[p]. Returns the seconds the slowest took. */
 static double run_procs(const char *dir, int procs, const char *const *gpus, const char *fault, int codes[],
                         const char *args) {
-    char cmd[8192];
-    int n = snprintf(cmd, sizeof cmd, "mkdir -p %s && cd %s || exit 1; pids=; ", dir, dir);
-    const int port = tu_free_port();
-    for (int p = 0; p < procs; p++)
-        n += snprintf(cmd + n, sizeof cmd - (size_t)n,
-                      "RANK=%d WORLD_SIZE=%d LOCAL_RANK=%d LOCAL_WORLD_SIZE=%d MASTER_ADDR=127.0.0.1 MASTER_PORT=%d "
-                      "LD_PRELOAD=%s ASAN_OPTIONS=verify_asan_link_order=0:$ASAN_OPTIONS %s%s timeout -s KILL 240 "
-                      "%s train --backend nccl --device cpu --no-progress --gpus %s %s > proc%d.log 2>&1 & "
-                      "pids=\"$pids $!\"; ",
-                      p, procs, p, procs, port, lib(), fault ? "DP_NCCL_DOUBLE_FAULT=" : "", fault ? fault : "",
-                      getenv("DPTRAIN"), gpus[p], args, p);
-    snprintf(cmd + n, sizeof cmd - (size_t)n,
-             "p=0; for q in $pids; do wait $q; echo \"proc $p exit $?\"; p=$((p+1)); done");
-    char *out = NULL;
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    tu_sh(&out, "%s", cmd);
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    for (int p = 0; p < procs; p++) {
-        char key[32];
-        snprintf(key, sizeof key, "proc %d exit ", p);
-        const char *at = out ? strstr(out, key) : NULL;
-        codes[p] = at ? atoi(at + strlen(key)) : -1;
-    }
-    free(out);
-    return (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    char each[8][64];
+    const char *each_p[8];
+    for (int p = 0; p < procs; p++) snprintf(each[p], sizeof each[p], "--gpus %s", gpus[p]), each_p[p] = each[p];
+    const rk_launch l = {.dir = dir, .n = procs, .log = "proc", .fault = fault, .timeout_s = 240, .each = each_p};
+    return rk_run(&l, codes, "train --backend nccl --device cpu --no-progress %s", args);
 }
 
-static char *proc_log(const char *dir, int p) {
-    char *out = NULL;
-    tu_sh(&out, "cat %s/proc%d.log", dir, p);
-    return out;
-}
+static char *proc_log(const char *dir, int p) { return rk_log(dir, "proc", p); }
 
-/* DIR/nccl.ckpt against the sim's `replicas` with the same flags (DIR/sim.ckpt): bitwise. */
+/* DIR/nccl.ckpt against the sim's `replicas` with the same flags: bitwise. */
 static void expect_equal_to_sim(const char *dir, int replicas, const char *flags) {
-    char *out = NULL;
-    int rc = tu_run_dptrain(&out, "train --backend sim --replicas %d --no-progress %s %s --save %s/sim.ckpt",
-                            replicas, DATA, flags, dir);
-    if (rc != 0) fprintf(stderr, "%s\n", out ? out : "");
-    assert_int_equal(rc, 0);
-    free(out);
-    char a[600], b[600];
-    snprintf(a, sizeof a, "%s/nccl.ckpt", dir), snprintf(b, sizeof b, "%s/sim.ckpt", dir);
-    const char *diff = tu_ckpt_diff(a, b);
-    if (diff) fprintf(stderr, "%s, %d replicas, %s: %s\n", dir, replicas, flags, diff);
-    assert_null(diff);
+    rk_expect_equal_to_sim(dir, dir, "--replicas %d --no-progress %s %s", replicas, DATA, flags);
 }
 
 static const char *gpu_list(int n) {
@@ -188,7 +148,7 @@ static void refused(const char *env, const char *backend_args, const char *expec
     snprintf(dir, sizeof dir, "%s", tu_path("usage"));
     const int rc = tu_sh(&out, "mkdir -p %s && cd %s && %s LD_PRELOAD=%s ASAN_OPTIONS=verify_asan_link_order=0:"
                          "$ASAN_OPTIONS timeout -s KILL 60 %s train %s " DATA " --epochs 1 --no-progress 2>&1",
-                         dir, dir, env, lib(), getenv("DPTRAIN"), backend_args);
+                         dir, dir, env, rk_double(), getenv("DPTRAIN"), backend_args);
     int lines = 0;
     for (const char *p = out; p && *p; p++) lines += *p == '\n';
     const int ok = rc == 2 && lines == 1 && tu_contains(out, expect);
@@ -224,7 +184,7 @@ static void test_old_nccl_is_refused(void **state) {
     const int rc = tu_sh(&out, "mkdir -p %s && cd %s && DP_NCCL_DOUBLE_VERSION=21804 LD_PRELOAD=%s ASAN_OPTIONS="
                          "verify_asan_link_order=0:$ASAN_OPTIONS timeout -s KILL 60 %s train --backend nccl --device cpu "
                          DATA " --epochs 1 --no-progress 2>&1",
-                         dir, dir, lib(), getenv("DPTRAIN"));
+                         dir, dir, rk_double(), getenv("DPTRAIN"));
     const int ok = rc != 0 && tu_contains(out, "the libnccl loaded is 2.18.4; dptrain needs NCCL 2.19 or newer");
     if (!ok) fprintf(stderr, "exit %d:\n%s\n", rc, out ? out : "");
     free(out);
@@ -256,7 +216,7 @@ typedef struct {
 
 static api load(void) {
     api a;
-    a.h = dlopen(lib(), RTLD_NOW | RTLD_LOCAL);
+    a.h = dlopen(rk_double(), RTLD_NOW | RTLD_LOCAL);
     assert_non_null(a.h);
     *(void **)&a.get_id = dlsym(a.h, "ncclGetUniqueId");
     *(void **)&a.init = dlsym(a.h, "ncclCommInitRankConfig");

@@ -1,6 +1,7 @@
 /* --help against the parser: every flag --help lists with a numeric range is parsed at both
  * ends of that range (accepted) and just outside them (refused, exit code 2), so the stated
- * ranges cannot drift from the accepted ones; value flags state their default. */
+ * ranges cannot drift from the accepted ones; value flags state their default. The settings
+ * table each of them comes from reaches the log, checkpoints and the ranks' check as its rows say. */
 #include "testutil.h"
 
 #include <math.h>
@@ -11,6 +12,8 @@
 
 #include "cli/options.h"
 #include "core/parse_num.h"
+#include "train/settings.h"
+#include "trainrun.h"
 
 /* Parses "dptrain --dataset synthetic --device cuda <flag> <value>" (--gpu needs a GPU run); returns
  * the exit code main would use. */
@@ -62,14 +65,20 @@ static void check_real_range(const char *flag, char open_c, double lo, double hi
     expect_code(flag, v, close_c == ')' ? 0 : 2);
 }
 
-static void test_help_ranges_match_parser(void **state) {
-    (void)state;
+/* --help's text (malloc'd): the flags, their ranges and their subcommands, one flag a line. */
+static char *usage_text(void) {
     char *text = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&text, &len);
     assert_non_null(f);
     dp_print_usage(f);
     fclose(f);
+    return text;
+}
+
+static void test_help_ranges_match_parser(void **state) {
+    (void)state;
+    char *text = usage_text();
     int checked = 0, lines = 0;
     for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
         if (strncmp(line, "  --", 4) != 0) continue;
@@ -155,12 +164,7 @@ static void test_numbers_strict(void **state) {
     }
 
     /* every numeric flag of --help, at its lower end, with the bad decorations */
-    char *text = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&text, &len);
-    assert_non_null(f);
-    dp_print_usage(f);
-    fclose(f);
+    char *text = usage_text();
     int flags = 0;
     for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
         const char *r = strstr(line, "range ");
@@ -242,12 +246,7 @@ static const struct { const char *flag, *value, *cmds; } used_by[] = {
 static void test_subcommand_flags(void **state) {
     (void)state;
     static const char *const cmds[] = {"train", "eval", "predict", "calibrate"};
-    char *text = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&text, &len);
-    assert_non_null(f);
-    dp_print_usage(f);
-    fclose(f);
+    char *text = usage_text();
     int listed = 0;
     for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
         char flag[64];
@@ -357,6 +356,136 @@ static void test_cli_exit_code(void **state) {
     free(out);
 }
 
+/* The settings table (train/settings.c) is the only list of settings: every row shows up where
+ * its columns say and nowhere else. --help has each flag's line with the default the row states;
+ * a real run's config line has the keys of the rows with a log place, in their order, and its
+ * checkpoint the "dptrain.arg.<key>" records of the rows with a checkpoint place, in their order
+ * (those that must match to resume first); the ranks' check quotes the rows with a place there;
+ * a companion run drops the rows marked as the run's files. A new setting is one row: this test
+ * then checks it in each list without being edited. */
+static const char *after_key(const char *text, const char *quoted) {
+    const char *p = strstr(text, quoted);
+    return p ? p + strlen(quoted) : NULL;
+}
+
+static void test_settings_table(void **state) {
+    (void)state;
+    assert_true(dp_n_settings <= DP_SETTINGS_MAX);
+    /* --help */
+    FILE *f = tmpfile();
+    assert_non_null(f);
+    dp_print_usage(f);
+    static char help[1 << 16];
+    rewind(f);
+    help[fread(help, 1, sizeof help - 1, f)] = '\0';
+    fclose(f);
+    for (int i = 0; i < dp_n_settings; i++) {
+        const dp_setting *s = &dp_settings[i];
+        char head[64], def[160], line[1024];
+        snprintf(head, sizeof head, "\n  --%s%s%s ", s->name, s->meta ? " " : "", s->meta ? s->meta : "");
+        const char *at = strstr(help, head);
+        if (!at) fail_msg("--help has no line for --%s", s->name);
+        const char *end = strchr(at + 1, '\n');
+        snprintf(line, sizeof line, "%.*s", (int)(end - at - 1), at + 1);
+        dp_setting_default_text(s, def, sizeof def);
+        char want[200];
+        snprintf(want, sizeof want, "(default %s)", def);
+        if (*def ? !tu_contains(line, want) : tu_contains(line, "(default "))
+            fail_msg("--help for --%s: expected %s: %s", s->name, *def ? want : "no default", line);
+    }
+    /* the log and a checkpoint of one short run */
+    dp_config c;
+    tr_base_config(&c, "lenet");
+    c.max_steps = 1;
+    char ckpt[600];
+    snprintf(ckpt, sizeof ckpt, "%s", tu_path("settings_table.safetensors"));
+    c.save_path = ckpt;
+    tr_result r = tr_run(&c);
+    f = fopen(ckpt, "rb");
+    assert_non_null(f);
+    unsigned char len8[8];
+    assert_int_equal(fread(len8, 1, 8, f), 8);
+    size_t hlen = 0;
+    for (int b = 7; b >= 0; b--) hlen = hlen << 8 | len8[b];
+    char *hdr = calloc(hlen + 1, 1);
+    assert_non_null(hdr);
+    assert_int_equal(fread(hdr, 1, hlen, f), hlen);
+    fclose(f);
+    remove(ckpt);
+    char flags[2048] = "";
+    dp_consistency_flags(&c, flags, sizeof flags);
+    const char *last_log = r.config, *last_ckpt = hdr;
+    int unchecked_seen = 0;
+    for (dp_settings_list list = DP_LIST_LOG; list <= DP_LIST_CONS; list++) {
+        dp_settings_cursor cur = DP_SETTINGS_CURSOR(list);
+        int n = 0;
+        for (const dp_setting *s; (s = dp_settings_next(&cur, NULL));) {
+            n++;
+            char key[96];
+            if (list == DP_LIST_LOG) { /* "batch_size": after the previous row's key */
+                snprintf(key, sizeof key, "\"%s\":", dp_setting_key(s));
+                for (char *p = key; *p; p++) *p = *p == '-' ? '_' : *p;
+                const char *at = after_key(last_log, key);
+                if (!at) fail_msg("the config line lacks %s, or has it before the row before it: %s", key, r.config);
+                last_log = at;
+            } else if (list == DP_LIST_CKPT) {
+                snprintf(key, sizeof key, "\"dptrain.arg.%s\":", dp_setting_key(s));
+                const char *at = after_key(last_ckpt, key);
+                if (!at) fail_msg("the checkpoint lacks %s, or has it out of order", key);
+                last_ckpt = at;
+                if (!s->resume) unchecked_seen = 1;
+                else if (unchecked_seen) fail_msg("%s must match to resume but follows one that need not", key);
+            } else {
+                snprintf(key, sizeof key, " --%s%s", s->name, s->kind == DP_K_SET ? "\n" : "");
+                if (!tu_contains(flags, key)) fail_msg("the ranks' check lacks --%s:\n%s", s->name, flags);
+            }
+        }
+        int want = 0;
+        for (int i = 0; i < dp_n_settings; i++) want += dp_setting_pos(&dp_settings[i], list) != 0;
+        assert_int_equal(n, want);
+    }
+    /* and the rows without a place are in none of them */
+    for (int i = 0; i < dp_n_settings; i++) {
+        const dp_setting *s = &dp_settings[i];
+        char key[96];
+        snprintf(key, sizeof key, "\"%s\":", dp_setting_key(s));
+        for (char *p = key; *p; p++) *p = *p == '-' ? '_' : *p;
+        /* keys the trainer writes itself (the program's version, the device it opened) are not the rows' */
+        const int own = strcmp(s->name, "device") == 0 || strcmp(s->name, "version") == 0;
+        if (!s->log && !own && tu_contains(r.config, key))
+            fail_msg("--%s has no log place but the config line has %s", s->name, key);
+        snprintf(key, sizeof key, "\"dptrain.arg.%s\":", dp_setting_key(s));
+        if (!s->ckpt && tu_contains(hdr, key)) fail_msg("--%s has no checkpoint place but the checkpoint has it", s->name);
+        snprintf(key, sizeof key, "with --%s ", s->name);
+        char key2[96];
+        snprintf(key2, sizeof key2, "with --%s\n", s->name);
+        if (!s->cons && (tu_contains(flags, key) || tu_contains(flags, key2)))
+            fail_msg("--%s has no place in the ranks' check but it is there:\n%s", s->name, flags);
+    }
+    /* the run's own files, dropped for a companion run */
+    dp_config d;
+    dp_config_defaults(&d);
+    for (int i = 0; i < dp_n_settings; i++) {
+        const dp_setting *s = &dp_settings[i];
+        if (!s->files) continue;
+        if (s->kind == DP_K_STRING) *(const char **)(void *)((char *)&d + s->off) = "x";
+        else if (s->kind == DP_K_INT) *(int *)(void *)((char *)&d + s->off) = 7;
+    }
+    d.save_every = 5, d.save_every_epochs = 2;
+    dp_settings_drop_files(&d);
+    for (int i = 0; i < dp_n_settings; i++) {
+        const dp_setting *s = &dp_settings[i];
+        if (!s->files) continue;
+        if (s->kind == DP_K_STRING && *(const char **)(void *)((char *)&d + s->off))
+            fail_msg("--%s survives dp_settings_drop_files", s->name);
+        if (s->kind == DP_K_INT && *(int *)(void *)((char *)&d + s->off))
+            fail_msg("--%s survives dp_settings_drop_files", s->name);
+    }
+    assert_int_equal(d.save_every + d.save_every_epochs, 0);
+    free(hdr);
+    tr_free(&r);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_help_ranges_match_parser),
@@ -365,6 +494,7 @@ int main(void) {
         cmocka_unit_test(test_subcommand_flags),
         cmocka_unit_test(test_gpu_needs_a_gpu_run),
         cmocka_unit_test(test_log_file_and_dashdash),
+        cmocka_unit_test(test_settings_table),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

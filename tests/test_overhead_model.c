@@ -18,7 +18,7 @@
 #include "sim/calibrate.h"
 #include "sim/model.h"
 #include "sim/framework.h"
-#include "exec/profile_run.h"
+#include "sim/profile_run.h"
 
 #define EPS 1e-12
 

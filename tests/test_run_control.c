@@ -160,34 +160,23 @@ static void test_checkpoint_dir_locked(void **state) {
 
 enum { OTHER_UID = 65534, ME_UID = 65533 };
 
+typedef struct {
+    uid_t uid;
+    const char *dir;
+} lock_job;
+
+static dp_status lock_as_child(void *arg) {
+    const lock_job *j = arg;
+    if (setgroups(0, NULL) != 0 || setgid(j->uid) != 0 || setuid(j->uid) != 0) _exit(99);
+    umask(022); /* a user's usual umask: the lock's mode must not depend on it */
+    int fd;
+    return dp_ckpt_dir_lock("--checkpoint", j->dir, &fd);
+}
+
 /* In a child running as uid: dp_ckpt_dir_lock(dir), released at once; its status, message into msg. */
 static dp_status lock_as(uid_t uid, const char *dir, char *msg, size_t cap) {
-    int fds[2];
-    assert_int_equal(pipe(fds), 0);
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        close(fds[0]);
-        if (setgroups(0, NULL) != 0 || setgid(uid) != 0 || setuid(uid) != 0) _exit(99);
-        umask(022); /* a user's usual umask: the lock's mode must not depend on it */
-        int fd;
-        dp_status s = dp_ckpt_dir_lock("--checkpoint", dir, &fd);
-        char out[DP_ERROR_MAX + 8];
-        int n = snprintf(out, sizeof out, "%d %s", (int)s, s == DP_OK ? "" : dp_last_error());
-        _exit(write(fds[1], out, (size_t)n) == n ? 0 : 98);
-    }
-    close(fds[1]);
-    char buf[DP_ERROR_MAX + 8];
-    size_t got = 0;
-    for (ssize_t r; (r = read(fds[0], buf + got, sizeof buf - 1 - got)) > 0;) got += (size_t)r;
-    buf[got] = '\0';
-    close(fds[0]);
-    int st;
-    assert_int_equal(waitpid(pid, &st, 0), pid);
-    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) fail_msg("the child ended with status 0x%x", st);
-    const char *sp = strchr(buf, ' ');
-    snprintf(msg, cap, "%s", sp ? sp + 1 : "");
-    return (dp_status)atoi(buf);
+    lock_job j = {uid, dir};
+    return tu_status_in_child(lock_as_child, &j, msg, cap, NULL);
 }
 
 /* A lock file as an older dptrain or a finished run under umask 022 left it: 0644, another user's. */

@@ -6,6 +6,8 @@
 #include <sys/socket.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <stdint.h>
 #include <time.h>
@@ -13,7 +15,9 @@
 #include <math.h>
 #include <zlib.h>
 
+#include "exec/devices.h"
 #include "io/safetensors.h"
+#include "kernels/device.h"
 
 const char *tu_path(const char *name) {
     static char buf[8][512];
@@ -162,4 +166,69 @@ const char *tu_ckpt_diff(const char *a, const char *b) {
     }
     dp_st_free(&fa), dp_st_free(&fb);
     return r;
+}
+
+dp_status tu_status_in_child(dp_status (*fn)(void *), void *arg, char *msg, size_t cap, long *maxrss_kib) {
+    int fds[2];
+    assert_int_equal(pipe(fds), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        close(fds[0]);
+        const dp_status s = fn(arg);
+        char out[DP_ERROR_MAX + 8];
+        int n = snprintf(out, sizeof out, "%d %s", (int)s, s == DP_OK ? "" : dp_last_error());
+        _exit(write(fds[1], out, (size_t)n) == n ? 0 : 98);
+    }
+    close(fds[1]);
+    char buf[DP_ERROR_MAX + 8];
+    size_t got = 0;
+    for (ssize_t r; (r = read(fds[0], buf + got, sizeof buf - 1 - got)) > 0;) got += (size_t)r;
+    buf[got] = '\0';
+    close(fds[0]);
+    int st;
+    struct rusage ru;
+    assert_int_equal(wait4(pid, &st, 0, &ru), pid);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) fail_msg("the child ended with status 0x%x: %s", st, buf);
+    if (maxrss_kib) *maxrss_kib = ru.ru_maxrss;
+    const char *sp = strchr(buf, ' ');
+    snprintf(msg, cap, "%s", sp ? sp + 1 : "");
+    return (dp_status)atoi(buf);
+}
+
+void tu_put(const char *root, const char *rel, const char *text) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s", root, rel);
+    for (char *p = path + strlen(root) + 1; (p = strchr(p, '/')); p++) {
+        *p = '\0';
+        mkdir(path, 0755);
+        *p = '/';
+    }
+    tu_write_file(path, text, strlen(text));
+}
+
+const char *tu_fresh_dir(const char *name) {
+    const char *r = tu_path(name);
+    tu_sh(NULL, "rm -rf '%s'", r);
+    assert_int_equal(mkdir(r, 0755), 0);
+    return r;
+}
+
+const char *tu_fake_cgroup_v2(const char *name) {
+    const char *r = tu_fresh_dir(name);
+    tu_put(r, "proc/self/mountinfo", "25 1 0:22 / / rw - ext4 /dev/sda1 rw\n"
+                                     "41 31 0:38 / /sys/fs/cgroup rw,relatime - cgroup2 cgroup2 rw,nsdelegate\n");
+    tu_put(r, "proc/self/cgroup", "0::/job/step\n");
+    return r;
+}
+
+int tu_have_gpu(void) {
+    dp_dev *d;
+    if (dp_dev_open("cuda", 0, 0, &d) != DP_OK) {
+        fprintf(stderr, "skipped: %s\n", dp_last_error());
+        return 0;
+    }
+    fprintf(stderr, "device: %s\n", d->desc);
+    dp_dev_close(d);
+    return 1;
 }

@@ -42,6 +42,7 @@ EOF
 
 die() { echo "$PROG: $*" >&2; exit 1; }
 . "$ROOT/examples/lib/args.sh"
+. "$ROOT/examples/bench/lib.sh"
 
 SEEDS="0 1 2" EPOCHS=10 THREADS=2 DATA="" OUT="$ROOT/out/accuracy" PLOT="" ONLY="" REUSE=0
 while [ $# -gt 0 ]; do
@@ -68,24 +69,15 @@ read -r -a SEED_LIST <<<"$SEEDS" || true
 for s in "${SEED_LIST[@]}"; do need_uint --seeds "$s" 0; done
 need_uint --epochs "$EPOCHS" 1
 need_uint --threads "$THREADS" 1
-case "$ONLY" in ""|dptrain|pytorch) ;; *) die_usage "--only: expected dptrain or pytorch, got '$ONLY'" ;; esac
-RUN_DP=1 RUN_PT=1
-if [ "$ONLY" = pytorch ]; then RUN_DP=0; fi
-if [ "$ONLY" = dptrain ]; then RUN_PT=0; fi
+set_only "$ONLY"
 
 # ---- prerequisites: say everything that is missing at once
 missing=()
 DPTRAIN=${DPTRAIN:-$ROOT/build/dptrain}
 REF="$ROOT/examples/pytorch/lenet_reference.py"
-if [ $RUN_DP = 1 ] && [ ! -x "$DPTRAIN" ]; then
-    missing+=("dptrain binary: '$DPTRAIN' does not exist or is not executable. Build it (cmake -S . -B build && cmake --build build -j2), set DPTRAIN=/path/to/dptrain, or use --only pytorch.")
-fi
+want_dptrain
 if [ $RUN_PT = 1 ]; then need='import torch, numpy, matplotlib'; else need='import matplotlib'; fi
-PY=""
-for cand in ${PYTHON:+"$PYTHON"} python3 /usr/bin/python3; do
-    if command -v "$cand" >/dev/null 2>&1 && "$cand" -c "$need" >/dev/null 2>&1; then PY=$cand; break; fi
-    if [ -n "${PYTHON:-}" ]; then break; fi   # an explicit PYTHON is not second-guessed
-done
+find_python "$need"
 if [ -z "$PY" ]; then
     pkgs="python3-matplotlib"
     if [ $RUN_PT = 1 ]; then pkgs="python3-torch python3-numpy python3-matplotlib"; fi
@@ -93,14 +85,8 @@ if [ -z "$PY" ]; then
 fi
 [ -f "$REF" ] || missing+=("$REF (the PyTorch reference) is missing from the checkout.")
 DATADIR=${DATA:-/usr/share/datasets/fashion-mnist}
-for f in train-images-idx3-ubyte train-labels-idx1-ubyte t10k-images-idx3-ubyte t10k-labels-idx1-ubyte; do
-    [ -f "$DATADIR/$f.gz" ] || [ -f "$DATADIR/$f" ] || missing+=("$DATADIR/$f(.gz): Fashion-MNIST is not there (apt-get install dataset-fashion-mnist, or --data DIR).")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-    echo "$PROG: cannot run, missing:" >&2
-    printf '  - %s\n' "${missing[@]}" >&2
-    exit 1
-fi
+want_fashion_mnist "$DATADIR"
+fail_missing
 
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)

@@ -9,6 +9,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 DPTRAIN=${DPTRAIN:-$ROOT/build/dptrain}
 EPOCHS=1 THREADS=2 OUT="$ROOT/out/bitwise" EXTRA=""
 . "$ROOT/examples/lib/args.sh"
+. "$ROOT/examples/bench/lib.sh"
 
 usage() {
     echo "usage: $(basename "$0") [--epochs E] [--threads T] [--out DIR] [--extra 'FLAGS']"
@@ -27,7 +28,7 @@ done
 need_uint --epochs "$EPOCHS" 1
 need_uint --threads "$THREADS" 1
 need_nonempty --out "$OUT"
-[ -x "$DPTRAIN" ] || { echo "$(basename "$0"): no dptrain at $DPTRAIN: build first" >&2; exit 1; }
+need_dptrain
 mkdir -p "$OUT"
 
 # The checkpoint's tensor bytes (dptrain's DPCKPT01 layout: all of it; safetensors: after the

@@ -19,8 +19,8 @@ that fit in N, each once; on 2 cores 1x1, 1x2, 2x1), and "1 x default": one proc
 --backend mpi (skipped, and said, without mpirun). Each round runs every shape once in turn and
 PyTorch 2.x once; the table gives the median s/epoch over epochs 2.. of every round, min-max, and
 each against the best shape. PyTorch: before the rounds, torch.set_num_threads(T) for T in
---torch-threads, 2 epochs each (examples/pytorch/cpu_reference.py, the same training); the fastest T
-runs in the rounds.
+--torch-threads, each in the default layout and with --channels-last, 2 epochs each
+(examples/pytorch/cpu_reference.py, the same training); the fastest pair runs in the rounds.
 
 Options:
   -r, --rounds R          rounds (default 3)
@@ -119,12 +119,12 @@ if [ $SKIP_TORCH = 0 ]; then
         TORCH_VER=""
     fi
 fi
-torch_run() {  # threads epochs log
+torch_run() {  # threads epochs log [--channels-last]
     OMP_NUM_THREADS=$1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1 "$TORCH_PY" \
         "$ROOT/examples/pytorch/cpu_reference.py" lenet --data "$DATA" --epochs "$2" --threads "$1" --seed 0 \
-        --log "$3" >"${3%.jsonl}.txt" 2>&1
+        --log "$3" ${4:+"$4"} >"${3%.jsonl}.txt" 2>&1
 }
-TORCH_T=""
+TORCH_T="" TORCH_LAYOUT=""
 if [ -n "$TORCH_VER" ]; then
     if [ -z "$TORCH_THREADS" ]; then
         for ((t = 1; t < N; t *= 2)); do TORCH_THREADS+="$t "; done
@@ -132,11 +132,16 @@ if [ -n "$TORCH_VER" ]; then
     fi
     best=""
     for t in ${TORCH_THREADS//,/ }; do
-        log="$OUT/torch-try-t$t.jsonl"
-        torch_run "$t" 2 "$log" || { echo "$PROG: PyTorch with $t threads failed (see ${log%.jsonl}.txt)" >&2; continue; }
-        s=$(epoch_s "$log" | head -1)
-        [ -n "$s" ] || continue
-        if [ -z "$best" ] || awk -v a="$s" -v b="$best" 'BEGIN { exit !(a < b) }'; then best=$s TORCH_T=$t; fi
+        for layout in "" --channels-last; do
+            log="$OUT/torch-try-t$t${layout:+-cl}.jsonl"
+            torch_run "$t" 2 "$log" "$layout" ||
+                { echo "$PROG: PyTorch with $t threads ${layout:-(default layout)} failed (see ${log%.jsonl}.txt)" >&2; continue; }
+            s=$(epoch_s "$log" | head -1)
+            [ -n "$s" ] || continue
+            if [ -z "$best" ] || awk -v a="$s" -v b="$best" 'BEGIN { exit !(a < b) }'; then
+                best=$s TORCH_T=$t TORCH_LAYOUT=$layout
+            fi
+        done
     done
     [ -n "$TORCH_T" ] || TORCH_NOTE="PyTorch $TORCH_VER failed at every thread count (see torch-try-*.txt in --out)"
 fi
@@ -169,7 +174,7 @@ for ((r = 1; r <= ROUNDS; r++)); do
         run_shape "$p" "$t" "$r"
     done
     if [ -n "$TORCH_T" ]; then
-        torch_run "$TORCH_T" "$EPOCHS" "$OUT/torch-r$r.jsonl" && epoch_s "$OUT/torch-r$r.jsonl" >>"$OUT/s-torch"
+        torch_run "$TORCH_T" "$EPOCHS" "$OUT/torch-r$r.jsonl" "$TORCH_LAYOUT" && epoch_s "$OUT/torch-r$r.jsonl" >>"$OUT/s-torch"
     fi
 done
 
@@ -208,7 +213,7 @@ MD="$OUT/cpu_shapes.md"
     done
     if [ -s "$OUT/s-torch" ]; then
         read -r m lo hi <<<"$(stats "$OUT/s-torch")"
-        echo "| PyTorch $TORCH_VER, 1 x $TORCH_T (its best of ${TORCH_THREADS% }) | $m ($lo-$hi) | $(awk -v a="$m" -v b="$best" 'BEGIN { printf "%.2f", a / b }') |"
+        echo "| PyTorch $TORCH_VER, 1 x $TORCH_T${TORCH_LAYOUT:+, channels-last} (its best of ${TORCH_THREADS% }, each in both layouts) | $m ($lo-$hi) | $(awk -v a="$m" -v b="$best" 'BEGIN { printf "%.2f", a / b }') |"
     fi
     echo
     [ -z "$TORCH_NOTE" ] || { echo "$TORCH_NOTE."; echo; }

@@ -11,6 +11,7 @@ DPTRAIN=${DPTRAIN:-$ROOT/build/dptrain}
 BASE=${BASE:-}
 ROUNDS=3 THREADS=2 RESNET_STEPS=3 OUT="$ROOT/out/determinism-cost"
 . "$ROOT/examples/lib/args.sh"
+. "$ROOT/examples/bench/lib.sh"
 
 usage() {
     echo "usage: BASE=OLD_DPTRAIN $(basename "$0") [--rounds R] [--threads T] [--resnet-steps S] [--out DIR]"
@@ -31,7 +32,7 @@ need_uint --threads "$THREADS" 1
 need_uint --resnet-steps "$RESNET_STEPS" 1
 need_nonempty --out "$OUT"
 [ -n "$BASE" ] && [ -x "$BASE" ] || die_usage "BASE: '$BASE' is not an executable; set BASE to the dptrain binary to compare with"
-[ -x "$DPTRAIN" ] || { echo "$(basename "$0"): no dptrain at $DPTRAIN: build first" >&2; exit 1; }
+need_dptrain
 mkdir -p "$OUT"
 rm -f "$OUT"/lenet-base.txt "$OUT"/lenet-this.txt "$OUT"/resnet-base.txt "$OUT"/resnet-this.txt
 

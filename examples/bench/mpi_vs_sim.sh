@@ -11,6 +11,7 @@ DPTRAIN=${DPTRAIN:-$ROOT/build/dptrain}
 DATA=()
 ROUNDS=2 EPOCHS=3 THREADS=2 NS="1 2" OUT="$ROOT/out/mpi-vs-sim"
 . "$ROOT/examples/lib/args.sh"
+. "$ROOT/examples/bench/lib.sh"
 usage() { echo "usage: $(basename "$0") [--rounds R] [--epochs E>=2] [--threads T per machine] [--ns \"1 2\"] [--data DIR (Fashion-MNIST)] [--out DIR]"; }
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -30,8 +31,8 @@ need_uint --threads "$THREADS" 1
 need_uints --ns "$NS" 1
 NS=${NS//,/ }
 need_nonempty --out "$OUT"
-[ -x "$DPTRAIN" ] || { echo "$(basename "$0"): no dptrain at $DPTRAIN: build first" >&2; exit 1; }
-command -v mpirun > /dev/null || { echo "$(basename "$0"): mpirun not found (apt-get install openmpi-bin)" >&2; exit 1; }
+need_dptrain
+need_mpirun
 mkdir -p "$OUT"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 common=(train --epochs "$EPOCHS" --batch-size 64 --no-progress "${DATA[@]}")

@@ -14,6 +14,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 DPTRAIN=${DPTRAIN:-$ROOT/build/dptrain}
 ROUNDS=5 EPOCHS=3 THREADS=2 NS="1 2" OUT="$ROOT/out/predict-vs-measured" TOPO="" REPORT_ONLY=0 NS_SET=0
 . "$ROOT/examples/lib/args.sh"
+. "$ROOT/examples/bench/lib.sh"
 usage() { echo "usage: $(basename "$0") [--rounds R] [--epochs E>=2] [--threads T] [--ns \"1 2\"] [--topology FILE (skip calibration)] [--out DIR] [--report-only (the table of DIR's earlier run)]"; }
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -35,8 +36,8 @@ need_uints --ns "$NS" 1
 NS=${NS//,/ }
 need_nonempty --out "$OUT"
 if [ "$REPORT_ONLY" = 0 ]; then
-    [ -x "$DPTRAIN" ] || { echo "$(basename "$0"): no dptrain at $DPTRAIN: build first" >&2; exit 1; }
-    command -v mpirun > /dev/null || { echo "$(basename "$0"): mpirun not found (apt-get install openmpi-bin)" >&2; exit 1; }
+    need_dptrain
+    need_mpirun
     mkdir -p "$OUT"
     export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
     MPIRUN=(mpirun --oversubscribe --bind-to none)

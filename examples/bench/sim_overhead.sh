@@ -10,6 +10,7 @@ DPTRAIN=${DPTRAIN:-$ROOT/build/dptrain}
 BENCH_AR=${BENCH_AR:-$ROOT/build/bench_allreduce}
 ROUNDS=3 EPOCHS=3 THREADS=2 REPLICAS=4 OUT="$ROOT/out/sim-overhead"
 . "$ROOT/examples/lib/args.sh"
+. "$ROOT/examples/bench/lib.sh"
 
 usage() {
     echo "usage: $(basename "$0") [--rounds R] [--epochs E (>=2)] [--threads T] [--replicas N] [--out DIR]"
@@ -31,8 +32,8 @@ need_uint --epochs "$EPOCHS" 2 "epoch 1 is dropped"
 need_uint --threads "$THREADS" 1
 need_uint --replicas "$REPLICAS" 1
 need_nonempty --out "$OUT"
-[ -x "$DPTRAIN" ] || { echo "$(basename "$0"): no dptrain at $DPTRAIN: build first (cmake -S . -B build && cmake --build build)" >&2; exit 1; }
-[ -x "$BENCH_AR" ] || { echo "$(basename "$0"): no bench_allreduce at $BENCH_AR: build first" >&2; exit 1; }
+need_built dptrain "$DPTRAIN" "(cmake -S . -B build && cmake --build build)"
+need_built bench_allreduce "$BENCH_AR"
 mkdir -p "$OUT"
 
 configs=("1 ddp" "$REPLICAS ddp" "$REPLICAS dp")

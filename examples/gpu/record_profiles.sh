@@ -2,7 +2,7 @@
 # record_profiles.sh: the overhead model's compute profiles of this machine's GPU, one per model,
 # to ship next to the presets (issue #9): sim/presets/<device>-<model>.profile, which
 # `--compute <device>` finds for that model. Each node's forward and backward are timed with CUDA
-# events (src/exec/profile_run.c); synthetic data, so no data set is needed. Rows: the batches a
+# events (sim/profile_run.c); synthetic data, so no data set is needed. Rows: the batches a
 # device runs when a global batch of 64 (LeNet) or 256 (ResNet-18) is split over 1, 2, 4, 8 GPUs.
 #   examples/gpu/record_profiles.sh [--device-name h100] [--build build-gpu] [--out sim/presets]
 set -euo pipefail

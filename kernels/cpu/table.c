@@ -9,6 +9,7 @@
 #include "kernels/cpu/loss.h"
 #include "kernels/cpu/pool.h"
 #include "kernels/cpu/sgd.h"
+#include "kernels/kcall.h"
 #include "kernels/kernels.h"
 
 static void conv_fwd(const dp_kctx *c, const dp_conv2d_dims *d, int batch, const float *x, const float *w,
@@ -121,6 +122,11 @@ static void gather(const dp_kctx *c, int n, int ch, int hw, const uint8_t *pixel
     }
 }
 
+/* the lanes one after the other, in order: the reference the devices' one-launch kernels equal */
+static void lanes(const dp_kctx *c, int n, const dp_kcall *const *calls) {
+    dp_kcall_lanes_in_order(&dp_cpu_kernels, c, n, calls);
+}
+
 const dp_kernels dp_cpu_kernels = {
     .device = "cpu",
     .conv2d_workspace_floats = conv2d_workspace_floats,
@@ -148,4 +154,5 @@ const dp_kernels dp_cpu_kernels = {
     .lane_metrics = lane_metrics,
     .nonfinite = nonfinite,
     .gather_batch = gather,
+    .lanes = lanes,
 };

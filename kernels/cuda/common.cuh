@@ -31,6 +31,10 @@ static inline unsigned dp_blocks(size_t n) {
     return (unsigned)(b < 65535 * 32 ? (b ? b : 1) : 65535 * 32);
 }
 
+// lanes() (kernels/kcall.h): the most lanes one launch takes (its per-lane arguments go by value,
+// within the 4 KB a kernel's parameters may take); more are launched in groups of this many.
+#define DP_CUDA_LANES 16
+
 // Grid-stride loop over [0, n).
 #define DP_FOR(i, n) for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n); i += (size_t)gridDim.x * blockDim.x)
 

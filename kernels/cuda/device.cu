@@ -10,6 +10,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/timer.h"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_kernels.h"
 
@@ -132,12 +133,6 @@ static dp_status cuda_zero(const dp_dev *d, void *p, size_t bytes) {
     return DP_OK;
 }
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 #define WAIT_SPIN_S 200e-6      // a watched wait spins this long before napping
 #define WAIT_WATCH_EVERY_S 1e-3 // and runs the watch this often
 
@@ -151,13 +146,13 @@ static dp_status cuda_wait(const dp_dev *d) {
            WAIT_SPIN_S before napping (a nap of 20 us is ~70 us with Linux's timer slack), and run
            the watch (NCCL's error query per communicator, a poll of the side channel) once a
            WAIT_WATCH_EVERY_S, not every round: a short wait never calls it */
-        const double t0 = now_s();
+        const double t0 = dp_now();
         double next_watch = WAIT_WATCH_EVERY_S;
         for (;;) {
             cudaError_t e = cudaStreamQuery(stream_of(d));
             if (e == cudaSuccess) break;
             if (e != cudaErrorNotReady) return fail_cuda(d, "waiting for the stream (cudaStreamQuery)", e);
-            const double waited = now_s() - t0;
+            const double waited = dp_now() - t0;
             if (waited >= next_watch) {
                 DP_TRY(md->watch(md->watch_ctx, waited));
                 next_watch = waited + WAIT_WATCH_EVERY_S;
@@ -297,9 +292,9 @@ static dp_status cuda_event_wait(const dp_dev *d, void *events, int i) {
         CHECK(d, cudaEventSynchronize(ev));
         return DP_OK;
     }
-    const double t0 = now_s();
+    const double t0 = dp_now();
     while ((e = cudaEventQuery(ev)) == cudaErrorNotReady) {
-        DP_TRY(md->watch(md->watch_ctx, now_s() - t0));
+        DP_TRY(md->watch(md->watch_ctx, dp_now() - t0));
         struct timespec nap = {0, 20000};
         nanosleep(&nap, NULL);
     }

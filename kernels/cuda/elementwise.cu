@@ -2,6 +2,10 @@
 // arithmetic of each element is the CPU twin's (kernels/cpu/activation.c, sgd.c, core/treesum.c).
 #include "kernels/cuda/common.cuh"
 
+extern "C" {
+#include "kernels/kcall.h"
+}
+
 __global__ void relu_fwd_k(size_t n, const float *x, float *y) {
     DP_FOR(i, n) y[i] = x[i] < 0.0f ? 0.0f : x[i]; // keeps NaN and -0, as the CPU twin and PyTorch
 }
@@ -10,6 +14,57 @@ __global__ void relu_bwd_k(size_t n, const float *y, const float *dy, float *dx)
 }
 __global__ void add_k(size_t n, const float *a, const float *b, float *y) {
     DP_FOR(i, n) y[i] = a[i] + b[i];
+}
+
+// The lanes of one element-wise call in one launch (lanes.cu): lane blockIdx.y, its own extent
+// and pointers, each element's arithmetic the one-lane kernel's.
+struct ew_lanes {
+    size_t n[DP_CUDA_LANES];
+    const float *a[DP_CUDA_LANES], *b[DP_CUDA_LANES];
+    float *y[DP_CUDA_LANES];
+};
+__global__ void relu_fwd_lanes_k(ew_lanes L) {
+    const int l = blockIdx.y;
+    const float *x = L.a[l];
+    DP_FOR(i, L.n[l]) L.y[l][i] = x[i] < 0.0f ? 0.0f : x[i];
+}
+__global__ void relu_bwd_lanes_k(ew_lanes L) {
+    const int l = blockIdx.y;
+    DP_FOR(i, L.n[l]) L.y[l][i] = L.a[l][i] > 0.0f ? L.b[l][i] : 0.0f;
+}
+__global__ void add_lanes_k(ew_lanes L) {
+    const int l = blockIdx.y;
+    DP_FOR(i, L.n[l]) L.y[l][i] = L.a[l][i] + L.b[l][i];
+}
+__global__ void copy_lanes_k(ew_lanes L) {
+    const int l = blockIdx.y;
+    DP_FOR(i, L.n[l]) L.y[l][i] = L.a[l][i];
+}
+
+// relu forward and backward, add and copy over n <= DP_CUDA_LANES lanes in one launch; 0 for
+// another kind. Pointers by the entries' order: relu_forward (x, y), relu_backward (y, dy, dx),
+// add (a, b, y), copy (x, y).
+extern "C" int dp_cuda_lanes_elementwise(const dp_kctx *c, int n, const dp_kcall *const *calls) {
+    const int kind = calls[0]->kind;
+    if (kind != DP_KC_RELU_FWD && kind != DP_KC_RELU_BWD && kind != DP_KC_ADD && kind != DP_KC_COPY) return 0;
+    const int three = kind == DP_KC_RELU_BWD || kind == DP_KC_ADD;
+    ew_lanes L = {};
+    size_t most = 0;
+    for (int l = 0; l < n; l++) {
+        const dp_kcall *a = calls[l];
+        L.n[l] = a->z, L.a[l] = (const float *)a->p[0];
+        L.b[l] = three ? (const float *)a->p[1] : NULL, L.y[l] = (float *)a->p[three ? 2 : 1];
+        most = a->z > most ? a->z : most;
+    }
+    if (!most) return 1;
+    const dim3 grid(dp_blocks(most), (unsigned)n);
+    cudaStream_t s = dp_stream(c);
+    if (kind == DP_KC_RELU_FWD) relu_fwd_lanes_k<<<grid, DP_CUDA_THREADS, 0, s>>>(L);
+    else if (kind == DP_KC_RELU_BWD) relu_bwd_lanes_k<<<grid, DP_CUDA_THREADS, 0, s>>>(L);
+    else if (kind == DP_KC_ADD) add_lanes_k<<<grid, DP_CUDA_THREADS, 0, s>>>(L);
+    else copy_lanes_k<<<grid, DP_CUDA_THREADS, 0, s>>>(L);
+    DP_LAUNCHED("element-wise lanes");
+    return 1;
 }
 
 extern "C" void dp_cuda_relu_forward(const dp_kctx *c, size_t n, const float *x, float *y) {

@@ -5,10 +5,15 @@
 
 #include "kernels/cuda/common.cuh"
 
+extern "C" {
+#include "kernels/kcall.h"
+}
+
 #define XENT_TILE 256
 
-__global__ void xent_k(int batch, int K, const float *z, const int32_t *labels, float scale, float *dz, float *loss,
-                       int32_t *correct) {
+// One call's loss, by a block of XENT_TILE threads.
+__device__ __forceinline__ void xent_block(int batch, int K, const float *z, const int32_t *labels, float scale,
+                                           float *dz, float *loss, int32_t *correct) {
     __shared__ double li[XENT_TILE];
     __shared__ int hit[XENT_TILE];
     double total = 0.0;
@@ -44,6 +49,40 @@ __global__ void xent_k(int batch, int K, const float *z, const int32_t *labels, 
         __syncthreads();
     }
     if (threadIdx.x == 0) *loss = (float)total, *correct = ok;
+}
+
+__global__ void xent_k(int batch, int K, const float *z, const int32_t *labels, float scale, float *dz, float *loss,
+                       int32_t *correct) {
+    xent_block(batch, K, z, labels, scale, dz, loss, correct);
+}
+
+// The lanes of one loss call in one launch (lanes.cu): a block a lane, each its call's block.
+struct xent_lanes {
+    int batch[DP_CUDA_LANES];
+    const float *z[DP_CUDA_LANES];
+    const int32_t *labels[DP_CUDA_LANES];
+    float *dz[DP_CUDA_LANES], *loss[DP_CUDA_LANES];
+    int32_t *correct[DP_CUDA_LANES];
+};
+__global__ void xent_lanes_k(xent_lanes L, int K, float scale) {
+    const int l = blockIdx.x;
+    xent_block(L.batch[l], K, L.z[l], L.labels[l], scale, L.dz[l], L.loss[l], L.correct[l]);
+}
+
+// The loss over n <= DP_CUDA_LANES lanes in one launch; 0 for another kind.
+extern "C" int dp_cuda_lanes_loss(const dp_kctx *c, int n, const dp_kcall *const *calls) {
+    if (calls[0]->kind != DP_KC_XENT) return 0;
+    for (int l = 1; l < n; l++) // the classes and the gradient's scale: lane 0's for all
+        if (calls[l]->i[1] != calls[0]->i[1] || calls[l]->f[0] != calls[0]->f[0]) return 0;
+    xent_lanes L = {};
+    for (int l = 0; l < n; l++) {
+        const dp_kcall *a = calls[l];
+        L.batch[l] = a->i[0], L.z[l] = (const float *)a->p[0], L.labels[l] = (const int32_t *)a->p[1];
+        L.dz[l] = (float *)a->p[2], L.loss[l] = (float *)a->p[3], L.correct[l] = (int32_t *)a->p[4];
+    }
+    xent_lanes_k<<<(unsigned)n, XENT_TILE, 0, dp_stream(c)>>>(L, calls[0]->i[1], calls[0]->f[0]);
+    DP_LAUNCHED("softmax cross-entropy lanes");
+    return 1;
 }
 
 extern "C" void dp_cuda_softmax_xent(const dp_kctx *c, int batch, int classes, const float *logits,

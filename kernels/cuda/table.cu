@@ -37,6 +37,7 @@ void dp_cuda_lane_metrics(const dp_kctx *, int, float *, const int32_t *, float 
 void dp_cuda_nonfinite(const dp_kctx *, size_t, const float *, float *);
 void dp_cuda_gather_batch(const dp_kctx *, int, int, int, const uint8_t *, const uint8_t *, const int32_t *,
                           const float *, float *, int32_t *);
+void dp_cuda_lanes(const dp_kctx *, int, const struct dp_kcall *const *);
 
 const dp_kernels dp_cuda_kernels = {
     "cuda",
@@ -65,5 +66,6 @@ const dp_kernels dp_cuda_kernels = {
     dp_cuda_lane_metrics,
     dp_cuda_nonfinite,
     dp_cuda_gather_batch,
+    dp_cuda_lanes,
 };
 }

@@ -8,9 +8,8 @@
 
 #include "backends/launch_env.h"
 #include "cli/options.h"
-#include "io/atomic.h"
-#include "sim/calibrate.h"
-#include "cli/predict.h"
+#include "cli/test_hooks.h"
+#include "sim/predict.h"
 #include "train/trainer.h"
 
 /* OpenMP threads spin at barriers and between parallel regions (libgomp: 300000 iterations by
@@ -28,24 +27,6 @@ __attribute__((constructor(101))) static void bound_openmp_spinning(void) {
     setenv("GOMP_SPINCOUNT", "3000", 1);
 }
 
-/* `dptrain calibrate`: the backend's all-reduce sweep, a topology file for the model. */
-static int calibrate(const dp_config *c) {
-    dp_backend_config bc = {.name = c->backend, .replicas = c->replicas, .nthreads = c->threads > 0 ? c->threads : 1,
-                            .algorithm = c->allreduce_algo, .timeout_s = c->timeout_s, .argc = c->argc,
-                            .argv = c->argv};
-    dp_backend_t b = NULL;
-    dp_status s = dp_backend_create(&bc, &b);
-    /* before the sweep, not after: only rank 0 writes the file */
-    if (s == DP_OK && c->calibrate_out && dp_backend_rank(b, 0) == 0) s = dp_check_output_file("--out", c->calibrate_out);
-    if (s == DP_OK) s = dp_calibrate(b, strcmp(c->backend, "sim") == 0 ? "sim" : "host", c->calibrate_out, stdout);
-    if (s != DP_OK) {
-        fprintf(stderr, "dptrain: %s\n", dp_last_error());
-        if (b) b->failed = 1;
-    }
-    dp_backend_destroy(b);
-    return dp_exit_code(s);
-}
-
 int main(int argc, char **argv) {
     /* a closed stdout (`dptrain | head`, a dead mpirun forwarder) is an EPIPE the reporter
      * turns into a message and a clean stop, not a silent kill */
@@ -54,6 +35,7 @@ int main(int argc, char **argv) {
     dp_config_defaults(&cfg);
     dp_action action;
     dp_status s = dp_parse_args(argc, argv, &cfg, &action);
+    if (s == DP_OK && action == DP_ACTION_RUN) s = dp_test_hooks_from_env(&cfg.test);
     if (s != DP_OK) {
         fprintf(stderr, "dptrain: %s\n", dp_last_error());
         return dp_exit_code(s);
@@ -77,7 +59,7 @@ int main(int argc, char **argv) {
     }
     cfg.argc = &argc;
     cfg.argv = &argv;
-    if (cfg.calibrate) return calibrate(&cfg);
+    if (cfg.calibrate) return dp_exit_code(dp_predict_calibrate(&cfg));
     /* --predict / --save-profile / --compute: the overhead model after the run, or instead of one;
        its files are checked before any data is read (a typo must not cost the loading, let alone
        the training run), on the rank that will run it */
@@ -96,7 +78,7 @@ int main(int argc, char **argv) {
     if (s == DP_OK) {
         const int model = dp_trainer_holds_rank0(t);
         s = dp_trainer_train(t);
-        if (s == DP_OK && model && !t->stop_signal) s = dp_trainer_predict(t);
+        if (s == DP_OK && model && !t->stop_signal) s = dp_predict_run(t);
         s = dp_trainer_close(t, s);
     }
     if (s != DP_OK) {

@@ -1,6 +1,6 @@
-/* options.c: the command line -> dp_config. One table lists every flag with its kind, range,
- * default and help text; the parser, its error messages and --help are all generated from it,
- * so the ranges --help states are exactly the ones the parser accepts. */
+/* options.c: the command line -> dp_config. The settings table (train/settings.c) lists every
+ * flag with its kind, range, default and help text; the parser, its error messages and --help are
+ * all generated from it, so the ranges --help states are exactly the ones the parser accepts. */
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
@@ -11,232 +11,25 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "backends/backend.h"
+#include "backends/backend_kind.h"
 #include "cli/options.h"
 #include "core/parse_num.h"
-#include "data/chunks.h"
 #include "dp_config.h"
 #include "io/atomic.h"
 #include "kernels/kernels.h"
 #include "nn/model.h"
-#include "report/predict_report.h"
+#include "sim/predict.h"
+#include "train/settings.h"
 #include "train/strategy.h"
 
-typedef enum {
-    K_INT,      /* int field, integer range [lo, hi] */
-    K_LONG,     /* long field */
-    K_U64,      /* uint64_t field, integer range */
-    K_FLOAT,    /* float field, real range with open/closed ends */
-    K_DOUBLE,   /* double field */
-    K_INDEX,    /* int field: index of the value in choices */
-    K_CHOICE,   /* const char * field: one of choices */
-    K_STRING,   /* const char * field, anything */
-    K_SET,      /* no value: stores `set` into an int field */
-    K_SPECIAL,  /* parsed by its own function (shape, lr-steps, model, dataset, help, version) */
-} opt_kind;
-
-typedef struct {
-    const char *name, *meta;  /* "epochs", "E" */
-    opt_kind kind;
-    double lo, hi;            /* numeric range */
-    int lo_open, hi_open;     /* reals: the bound itself is excluded */
-    long long ilo, ihi;       /* integer range (a double cannot hold 2^63-1) */
-    int pow2;                 /* integers: powers of two only */
-    const char *const *choices;
-    size_t off;               /* offsetof(dp_config, field) */
-    int set;                  /* K_SET: the value stored */
-    const char *def;          /* the default, as --help shows it (NULL: none) */
-    const char *help;
-    const char *section;      /* starts a new --help section when set */
-    unsigned cmds;            /* the subcommands that read it (CMD_*); any other refuses it */
-} opt_spec;
-
 #define OFF(f) offsetof(dp_config, f)
-
-/* The subcommands, as bits of opt_spec.cmds: a flag is accepted only by the subcommands whose
- * code reads it, so that `calibrate --device cuda` or `predict --save F` is refused, not ignored. */
-enum { CMD_TRAIN = 1, CMD_EVAL = 2, CMD_PREDICT = 4, CMD_CALIBRATE = 8, CMD_ALL = 15 };
 static const char *const cmd_names[] = {"train", "eval", "predict", "calibrate"};
-#define T_ CMD_TRAIN
-#define TP_ (CMD_TRAIN | CMD_PREDICT)
-#define TE_ (CMD_TRAIN | CMD_EVAL)
-#define TEP_ (CMD_TRAIN | CMD_EVAL | CMD_PREDICT)
-#define TEC_ (CMD_TRAIN | CMD_EVAL | CMD_CALIBRATE)
-static const char *const datasets[] = {"fashion-mnist", "mnist", "cifar10", "synthetic", NULL};
-static const char *const backends[] = {"sim", "mpi", "nccl", NULL};
-static const char *const modes[] = {"ddp", "dp", NULL};
-static const char *const scales[] = {"none", "linear", NULL};
-static const char *const algos[] = {"ordered", "ring", "tree", NULL};
-static const char *const nan_modes[] = {"stop", "skip", NULL};
-static const char *const devices[] = {"cpu", "cuda", NULL};
 
-/* Limits of the flags with their own parsers, shared by the parser and the help text. */
-#define SHAPE_MAX_C 3
-#define SHAPE_MAX_HW 1024
-#define LR_STEP_MAX 1000000
-#define STR_(x) #x
-#define STR(x) STR_(x)
-
-enum { S_MODEL = 1, S_DATASET, S_SHAPE, S_LR_STEPS, S_SAVE_EVERY, S_GPUS, S_HELP, S_VERSION };
-
-static const opt_spec opts[] = {
-    {"model", "M", K_SPECIAL, .set = S_MODEL, .def = "lenet", .help = "the network", .section = "model and data",
-     .cmds = TEP_},
-    {"dataset", "D", K_SPECIAL, .set = S_DATASET, .choices = datasets, .def = "fashion-mnist", .help = "the data set",
-     .cmds = TEP_},
-    {"data", "DIR", K_STRING, .off = OFF(data.dir), .def = "/usr/share/datasets/<dataset>",
-     .help = "directory of the data files", .cmds = TEP_},
-    {"shape", "CxHxW", K_SPECIAL, .set = S_SHAPE, .def = "3x32x32",
-     .help = "synthetic: sample shape, C 1.." STR(SHAPE_MAX_C) ", H and W 1.." STR(SHAPE_MAX_HW), .cmds = TEP_},
-    {"classes", "K", K_INT, .ilo = 2, .ihi = 256, .off = OFF(data.n_classes), .def = "10",
-     .help = "synthetic: classes", .cmds = TEP_},
-    {"samples", "N", K_INT, .ilo = 1, .ihi = 100000000, .off = OFF(data.samples), .def = "10000",
-     .help = "synthetic: training samples (test set N/5)", .cmds = TEP_},
-    {"augment", NULL, K_SET, .off = OFF(augment), .set = 1, .help = "random affine (28x28) or crop+flip (32x32)",
-     .cmds = TP_},
-    {"no-shuffle", NULL, K_SET, .off = OFF(shuffle), .set = 0, .help = "keep file order", .cmds = T_},
-    {"drop-last", NULL, K_SET, .off = OFF(drop_last), .set = 1, .help = "drop samples so that every batch is full",
-     .cmds = TP_},
-    {"workers", "W", K_INT, .ilo = 0, .ihi = 64, .off = OFF(workers),
-     .def = "auto: 0 on the CPU with every core computing (threads_used >= cores), else 1",
-     .help = "loader threads; 0 = the compute threads fill each batch between steps", .cmds = TP_},
-    {"epochs", "E", K_INT, .ilo = 1, .ihi = 100000, .off = OFF(epochs), .def = "10", .help = "epochs to train",
-     .section = "optimisation (torch.optim.SGD semantics)", .cmds = T_},
-    {"max-steps", "S", K_LONG, .ilo = 0, .ihi = 1000000000, .off = OFF(max_steps), .def = "0: no limit",
-     .help = "stop after S optimizer steps", .cmds = T_},
-    {"batch-size", "B", K_INT, .ilo = 1, .ihi = 1 << 20, .off = OFF(batch_size), .def = "64",
-     .help = "global batch over all replicas", .cmds = TEP_},
-    {"lr", "X", K_FLOAT, 0, 100, 1, 0, .off = OFF(lr), .def = "0.01", .help = "learning rate", .cmds = T_},
-    {"momentum", "X", K_FLOAT, 0, 1, 0, 1, .off = OFF(momentum), .def = "0.9", .help = "SGD momentum", .cmds = TP_},
-    {"weight-decay", "X", K_FLOAT, 0, 1, 0, 0, .off = OFF(weight_decay), .def = "0", .help = "L2 penalty", .cmds = TP_},
-    {"nesterov", NULL, K_SET, .off = OFF(nesterov), .set = 1, .help = "Nesterov momentum (needs --momentum above 0)",
-     .cmds = TP_},
-    {"lr-steps", "E1,E2", K_SPECIAL, .set = S_LR_STEPS,
-     .help = "multiply the LR by --lr-gamma after these epochs, increasing, range 1.." STR(LR_STEP_MAX), .cmds = T_},
-    {"lr-gamma", "X", K_FLOAT, 0, 1, 1, 0, .off = OFF(lr_gamma), .def = "0.1",
-     .help = "factor at each --lr-steps epoch", .cmds = T_},
-    {"lr-scale", "S", K_INDEX, .choices = scales, .off = OFF(lr_scale_linear), .def = "none",
-     .help = "LR scaling, linear = times global batch / --lr-ref-batch", .cmds = T_},
-    {"lr-ref-batch", "B", K_INT, .ilo = 1, .ihi = 1 << 20, .off = OFF(lr_ref_batch), .def = "64",
-     .help = "reference batch of --lr-scale", .cmds = T_},
-    {"warmup-epochs", "X", K_DOUBLE, 0, 10000, .off = OFF(warmup_epochs), .def = "0",
-     .help = "linear LR warm-up over X epochs", .cmds = T_},
-    {"seed", "S", K_U64, .ilo = 0, .ihi = INT64_MAX, .off = OFF(seed), .def = "0",
-     .help = "initialisation, order and augmentation", .cmds = T_},
-    {"backend", "NAME", K_CHOICE, .choices = backends, .off = OFF(backend), .def = "sim",
-     .help = "where replicas run (sim: all in this process; mpi: one per MPI rank, mpirun or srun --mpi=pmix; nccl: one "
-             "per GPU, a process per GPU under torchrun --no-python or mpirun, or several GPUs in one process with "
-             "--gpus; a launch the backend does not join is refused)",
-     .section = "parallelism", .cmds = CMD_ALL},
-    {"replicas", "N", K_INT, .ilo = 1, .ihi = 1024, .off = OFF(replicas), .def = "1", .help = "sim: logical replicas",
-     .cmds = CMD_ALL},
-    {"device", "D", K_CHOICE, .choices = devices, .off = OFF(device), .def = "cpu",
-     .help = "sim and nccl: where the replicas compute (cuda: every replica on one GPU with sim)", .cmds = TEP_},
-    {"gpu", "I", K_INT, .ilo = 0, .ihi = 1023, .off = OFF(gpu), .def = "0",
-     .help = "--device cuda, or --backend nccl in one process: which GPU (under a launcher each process takes its local rank's)",
-     .cmds = TEP_},
-    {"gpus", "I,J,...", K_SPECIAL, .set = S_GPUS,
-     .help = "nccl: this process drives these GPUs, one replica each, with one NCCL communicator per GPU (DDP or "
-             "DataParallel within one process); under a launcher every process lists as many, one process per node; "
-             "distinct ordinals 0..1023, at most " STR(DP_MAX_LOCAL_DEVICES), .cmds = TE_},
-    {"tf32", NULL, K_SET, .off = OFF(tf32), .set = 1,
-     .help = "--device cuda: let cuBLAS and cuDNN use TF32 (faster, 10 fewer mantissa bits; off: fp32 like the CPU)",
-     .cmds = TEP_},
-    {"no-graph", NULL, K_SET, .off = OFF(graphs), .set = 0,
-     .help = "--device cuda: launch every kernel each step instead of replaying the step as one CUDA graph",
-     .cmds = TEP_},
-    {"mode", "M", K_INDEX, .choices = modes, .off = OFF(mode), .def = "ddp",
-     .help = "DistributedDataParallel or DataParallel semantics", .cmds = TP_},
-    {"bucket-mb", "X", K_DOUBLE, 0, 4096, 1, 0, .off = OFF(bucket_mb), .def = "25", .help = "DDP gradient bucket size",
-     .cmds = TP_},
-    {"no-overlap", NULL, K_SET, .off = OFF(overlap), .set = 0,
-     .help = "DDP: all-reduce after backward instead of during it", .cmds = T_},
-    {"accumulate", "K", K_INT, .ilo = 1, .ihi = 1024, .off = OFF(accumulate), .def = "1",
-     .help = "micro-batches per optimizer step (DDP no_sync)", .cmds = T_},
-    {"sync-bn", NULL, K_SET, .off = OFF(sync_bn), .set = 1, .help = "BatchNorm statistics over the global batch",
-     .cmds = T_},
-    {"allreduce", "ALG", K_CHOICE, .choices = algos, .off = OFF(allreduce_algo), .def = "ordered",
-     .help = "sim: all-reduce algorithm (ordered: the fixed tree that makes any replica count give the same bits)",
-     .cmds = TEC_},
-    {"chunks", "C", K_INT, .ilo = 1, .ihi = DP_CHUNKS_MAX, .pow2 = 1, .off = OFF(chunks), .def = STR(DP_CHUNKS_DEFAULT),
-     .help = "gradients are summed in C fixed chunks of each step: bitwise equal results for every replica "
-             "count dividing C", .cmds = TP_},
-    {"threads", "T", K_INT, .ilo = 1, .ihi = 1024, .off = OFF(threads), .def = "the usable cores: the affinity mask and the cgroup CPU quota, shared among the ranks on a machine",
-     .help = "compute threads; a training step uses at most one per lane (replicas x lanes: --chunks C over the "
-             "replicas), more stay idle (the log's config line: threads_used, cores, cores_from)",
-     .cmds = CMD_ALL},
-    {"timeout", "S", K_DOUBLE, 0, 86400, 1, 0, .off = OFF(timeout_s), .def = "300",
-     .help = "mpi: seconds to wait for a dead rank", .cmds = TEC_},
-    {"log-file", "FILE", K_STRING, .off = OFF(log_path),
-     .help = "JSON lines: config, step, epoch, final events", .section = "output", .cmds = TEP_},
-    /* the old spelling: torchrun 2 reads --log after the program as an ambiguous abbreviation of its
-       own --log-dir / --logs-specs and stops before starting anything (tests/test_torchrun.c) */
-    {"log", "FILE", K_STRING, .off = OFF(log_path),
-     .help = "the same as --log-file (torchrun takes --log for one of its own flags: use --log-file there)",
-     .cmds = TEP_},
-    {"save", "FILE", K_STRING, .off = OFF(save_path), .help = "write a checkpoint (safetensors) at the end of training",
-     .cmds = T_},
-    {"load", "FILE", K_STRING, .off = OFF(load_path),
-     .help = "eval: the checkpoint to evaluate (train: the same as --init-from, with a note)", .cmds = TE_},
-    {"progress", NULL, K_SET, .off = OFF(progress), .set = 1, .help = "progress bar even when not on a terminal",
-     .cmds = TE_},
-    {"no-progress", NULL, K_SET, .off = OFF(progress), .set = 0,
-     .help = "no progress bar (default: on a terminal, not under mpirun)", .cmds = TE_},
-    {"quiet", NULL, K_SET, .off = OFF(quiet), .set = 1, .help = "no console output", .cmds = TEP_},
-    {"checkpoint", "DIR", K_STRING, .off = OFF(checkpoint_dir),
-     .help = "write checkpoints into DIR (created if missing, its parent must exist); Ctrl-C or SIGTERM finishes the "
-             "step, writes one and exits 130 / 143 printing the resume command (a second Ctrl-C exits at once)",
-     .section = "checkpoints and failures (docs/reliability.md)", .cmds = T_},
-    {"save-every", "N|Ne", K_SPECIAL, .set = S_SAVE_EVERY, .def = "1e with --checkpoint",
-     .help = "a checkpoint every N optimizer steps, or every N epochs with Ne; N 1..1000000000", .cmds = T_},
-    {"keep", "K", K_INT, .ilo = 1, .ihi = 1000000, .off = OFF(keep), .def = "3", .help = "checkpoints kept in DIR",
-     .cmds = T_},
-    {"resume", "DIR|FILE", K_STRING, .off = OFF(resume_path),
-     .help = "continue from the newest good checkpoint in DIR (damaged ones skipped with a warning) or from FILE, "
-             "bitwise as if the run never stopped when --chunks, the device and CPU kernels are the same and the "
-             "replica count is the same or divides --chunks (else a note says which differs); implies --checkpoint "
-             "DIR; a new or empty DIR starts the run there "
-             "(one command line starts or continues it)", .cmds = T_},
-    {"init-from", "FILE", K_STRING, .off = OFF(init_path),
-     .help = "initial weights and BN statistics from a safetensors state_dict (PyTorch's names: a dptrain "
-             "checkpoint or one PyTorch wrote); epochs and momentum start afresh", .cmds = T_},
-    {"on-nan", "A", K_INDEX, .choices = nan_modes, .off = OFF(on_nan_skip), .def = "stop",
-     .help = "a NaN/Inf loss or gradient: stop (the last checkpoint stays the newest) or skip the step without "
-             "updating (counted in the epoch line and log)", .cmds = T_},
-    {"predict", "T1,T2", K_STRING, .off = OFF(predict_topos), .section = "overhead model (docs/overhead-model.md)",
-     .help = "after training: DP and DDP on 1, 2, 4, 8 devices of each topology (presets pcie4, pcie4-p2p, "
-             "nvlink3, nvlink4, ib, host, or a topology file)", .cmds = TP_},
-    {"topology", "T1,T2", K_STRING, .off = OFF(predict_topos), .help = "dptrain predict: the same as --predict",
-     .cmds = TP_},
-    {"save-profile", "FILE", K_STRING, .off = OFF(save_profile), .help = "write the measured per-node compute profile",
-     .cmds = TP_},
-    {"compute", "FILE", K_STRING, .off = OFF(compute_profile),
-     .help = "predict with a saved profile's compute (a path, or a device name next to the presets)", .cmds = TP_},
-    {"measured-epoch", "S", K_DOUBLE, 0, 1e9, 1, 0, .off = OFF(measured_epoch_s), .def = "none",
-     .help = "dptrain predict: another framework's measured epoch on one device, in seconds: DP and DDP are predicted "
-             "from it (with --framework and --compute)", .cmds = CMD_PREDICT},
-    {"measured-step", "S", K_DOUBLE, 0, 1e9, 1, 0, .off = OFF(measured_step_s), .def = "none",
-     .help = "dptrain predict: the same as a step, in seconds (give this or --measured-epoch)", .cmds = CMD_PREDICT},
-    {"measured-batch", "B", K_INT, .ilo = 1, .ihi = 1 << 24, .off = OFF(measured_batch), .def = "--batch-size",
-     .help = "dptrain predict: the batch of the measured run", .cmds = CMD_PREDICT},
-    {"framework", "FILE", K_STRING, .off = OFF(framework),
-     .help = "dptrain predict: the measured framework's DP and DDP per-step costs (a .framework file, or a name "
-             "next to the presets: pytorch-cpu)", .cmds = CMD_PREDICT},
-    {"plot", "FILE", K_STRING, .off = OFF(plot_path), .help = "plot of predicted speedup against devices: F.svg, or F.png",
-     .cmds = TP_},
-    {"out", "FILE", K_STRING, .off = OFF(calibrate_out), .help = "dptrain calibrate: the topology file to write",
-     .cmds = CMD_CALIBRATE},
-    {"help", NULL, K_SPECIAL, .set = S_HELP, .help = "this text (also -h)", .cmds = CMD_ALL},
-    {"version", NULL, K_SPECIAL, .set = S_VERSION, .help = "version, backends and devices compiled in",
-     .cmds = CMD_ALL},
-};
-#define N_OPTS ((int)(sizeof opts / sizeof *opts))
-
-static int is_integer(opt_kind k) { return k == K_INT || k == K_LONG || k == K_U64; }
-static int is_real(opt_kind k) { return k == K_FLOAT || k == K_DOUBLE; }
+static int is_integer(dp_setting_kind k) { return k == DP_K_INT || k == DP_K_LONG || k == DP_K_U64; }
+static int is_real(dp_setting_kind k) { return k == DP_K_FLOAT || k == DP_K_DOUBLE; }
 
 /* "1..100000" or "(0, 100]": what --help shows and what a bad value's message quotes. */
-static void range_text(const opt_spec *o, char *buf, size_t cap) {
+static void range_text(const dp_setting *o, char *buf, size_t cap) {
     if (is_integer(o->kind)) snprintf(buf, cap, "%lld..%lld%s", o->ilo, o->ihi, o->pow2 ? ", a power of two" : "");
     else if (is_real(o->kind))
         snprintf(buf, cap, "%s%g, %g%s", o->lo_open ? "(" : "[", o->lo, o->hi, o->hi_open ? ")" : "]");
@@ -251,7 +44,7 @@ static void choices_text(const char *const *c, char *buf, size_t cap) {
     }
 }
 
-static dp_status parse_integer(const opt_spec *o, const char *s, long long *out) {
+static dp_status parse_integer(const dp_setting *o, const char *s, long long *out) {
     char r[64];
     long long v = 0;
     if (dp_parse_ll(s, &v) != 0 || v < o->ilo || v > o->ihi || (o->pow2 && (v & (v - 1)))) {
@@ -262,7 +55,7 @@ static dp_status parse_integer(const opt_spec *o, const char *s, long long *out)
     return DP_OK;
 }
 
-static dp_status parse_real(const opt_spec *o, const char *s, double *out) {
+static dp_status parse_real(const dp_setting *o, const char *s, double *out) {
     char r[64];
     double v = 0;
     int ok = dp_parse_double(s, &v) == 0 && (o->lo_open ? v > o->lo : v >= o->lo) &&
@@ -296,10 +89,10 @@ static dp_status one_of(const char *flag, const char *v, const char *const *allo
 static dp_status parse_shape(const char *s, dp_data_spec *d) {
     long long c = 0, h = 0, w = 0;
     const char *p = s;
-    if (!strchr(s, 'x') || next_item(&p, 'x', 1, SHAPE_MAX_C, &c) || !strchr(p, 'x') ||
-        next_item(&p, 'x', 1, SHAPE_MAX_HW, &h) || strchr(p, 'x') || next_item(&p, 'x', 1, SHAPE_MAX_HW, &w))
-        return dp_fail(DP_ERR_USAGE, "--shape: expected CxHxW with C in 1..%d and H, W in 1..%d, got '%s'", SHAPE_MAX_C,
-                       SHAPE_MAX_HW, s);
+    if (!strchr(s, 'x') || next_item(&p, 'x', 1, DP_SHAPE_MAX_C, &c) || !strchr(p, 'x') ||
+        next_item(&p, 'x', 1, DP_SHAPE_MAX_HW, &h) || strchr(p, 'x') || next_item(&p, 'x', 1, DP_SHAPE_MAX_HW, &w))
+        return dp_fail(DP_ERR_USAGE, "--shape: expected CxHxW with C in 1..%d and H, W in 1..%d, got '%s'", DP_SHAPE_MAX_C,
+                       DP_SHAPE_MAX_HW, s);
     d->c = (int)c, d->h = (int)h, d->w = (int)w;
     return DP_OK;
 }
@@ -310,7 +103,7 @@ static dp_status parse_lr_steps(const char *s, dp_config *c) {
     if (!*s) return dp_fail(DP_ERR_USAGE, "--lr-steps: empty list");
     while (*p) {
         long long v = 0;
-        if (next_item(&p, ',', 1, LR_STEP_MAX, &v) || (c->n_lr_steps && v <= c->lr_steps[c->n_lr_steps - 1]) ||
+        if (next_item(&p, ',', 1, DP_LR_STEP_MAX, &v) || (c->n_lr_steps && v <= c->lr_steps[c->n_lr_steps - 1]) ||
             c->n_lr_steps == DP_MAX_LR_STEPS)
             return dp_fail(DP_ERR_USAGE,
                            "--lr-steps: expected up to %d increasing epoch numbers separated by commas (e.g. 10,20), "
@@ -360,8 +153,8 @@ void dp_print_usage(FILE *f) {
                "      all-reduce latency and bandwidth over a sweep of sizes; writes a topology file\n"
                "A subcommand takes the flags it reads; another is refused, naming the subcommands it is for.\n"
                "Under a launcher (torchrun, mpirun) a \"--\" may come before the subcommand or its flags.\n");
-    for (int i = 0; i < N_OPTS; i++) {
-        const opt_spec *o = &opts[i];
+    for (int i = 0; i < dp_n_settings; i++) {
+        const dp_setting *o = &dp_settings[i];
         if (o->section) fprintf(f, "\n%s:\n", o->section);
         char left[64], range[320] = "", list[256];
         snprintf(left, sizeof left, "--%s%s%s", o->name, o->meta ? " " : "", o->meta ? o->meta : "");
@@ -372,13 +165,15 @@ void dp_print_usage(FILE *f) {
         } else if (o->choices) {
             choices_text(o->choices, list, sizeof list);
             snprintf(range, sizeof range, ": %s", list);
-        } else if (o->kind == K_SPECIAL && o->set == S_MODEL) {
+        } else if (o->kind == DP_K_SPECIAL && o->set == DP_S_MODEL) {
             snprintf(range, sizeof range, ": %s", dp_model_names());
-        } else if (o->kind == K_SPECIAL && o->set == S_LR_STEPS) {
+        } else if (o->kind == DP_K_SPECIAL && o->set == DP_S_LR_STEPS) {
             snprintf(range, sizeof range, ", at most %d of them", DP_MAX_LR_STEPS);
         }
         fprintf(f, "  %-20s %s%s", left, o->help, range);
-        if (o->def) fprintf(f, " (default %s)", o->def);
+        char def[128];
+        dp_setting_default_text(o, def, sizeof def);
+        if (*def) fprintf(f, " (default %s)", def);
         fputc('\n', f);
     }
 }
@@ -394,7 +189,7 @@ void dp_print_version(FILE *f) {
 }
 
 /* Stores one flag's value; *action set by --help / --version. */
-static dp_status apply(const opt_spec *o, const char *v, dp_config *c, dp_action *action) {
+static dp_status apply(const dp_setting *o, const char *v, dp_config *c, dp_action *action) {
     char *field = (char *)c + o->off;
     char flag[64];
     snprintf(flag, sizeof flag, "--%s", o->name);
@@ -402,36 +197,36 @@ static dp_status apply(const opt_spec *o, const char *v, dp_config *c, dp_action
     double dv;
     int k = 0;
     switch (o->kind) {
-    case K_INT: DP_TRY(parse_integer(o, v, &iv)); *(int *)(void *)field = (int)iv; break;
-    case K_LONG: DP_TRY(parse_integer(o, v, &iv)); *(long *)(void *)field = (long)iv; break;
-    case K_U64: DP_TRY(parse_integer(o, v, &iv)); *(uint64_t *)(void *)field = (uint64_t)iv; break;
-    case K_FLOAT: DP_TRY(parse_real(o, v, &dv)); *(float *)(void *)field = (float)dv; break;
-    case K_DOUBLE: DP_TRY(parse_real(o, v, &dv)); *(double *)(void *)field = dv; break;
-    case K_INDEX: DP_TRY(one_of(flag, v, o->choices, &k)); *(int *)(void *)field = k; break;
-    case K_CHOICE: DP_TRY(one_of(flag, v, o->choices, &k)); *(const char **)(void *)field = o->choices[k]; break;
-    case K_STRING: *(const char **)(void *)field = v; break;
-    case K_SET: *(int *)(void *)field = o->set; break;
-    case K_SPECIAL:
+    case DP_K_INT: DP_TRY(parse_integer(o, v, &iv)); *(int *)(void *)field = (int)iv; break;
+    case DP_K_LONG: DP_TRY(parse_integer(o, v, &iv)); *(long *)(void *)field = (long)iv; break;
+    case DP_K_U64: DP_TRY(parse_integer(o, v, &iv)); *(uint64_t *)(void *)field = (uint64_t)iv; break;
+    case DP_K_FLOAT: DP_TRY(parse_real(o, v, &dv)); *(float *)(void *)field = (float)dv; break;
+    case DP_K_DOUBLE: DP_TRY(parse_real(o, v, &dv)); *(double *)(void *)field = dv; break;
+    case DP_K_INDEX: DP_TRY(one_of(flag, v, o->choices, &k)); *(int *)(void *)field = k; break;
+    case DP_K_CHOICE: DP_TRY(one_of(flag, v, o->choices, &k)); *(const char **)(void *)field = o->choices[k]; break;
+    case DP_K_STRING: *(const char **)(void *)field = v; break;
+    case DP_K_SET: *(int *)(void *)field = o->set; break;
+    case DP_K_SPECIAL:
         switch (o->set) {
-        case S_MODEL:
+        case DP_S_MODEL:
             if (!dp_model_known(v))
                 return dp_fail(DP_ERR_USAGE, "--model: unknown model '%s' (expected one of: %s)", v, dp_model_names());
             c->model = v;
             break;
-        case S_DATASET:
+        case DP_S_DATASET:
             if (!dp_dataset_known(v)) {
                 char list[256];
-                choices_text(datasets, list, sizeof list);
+                choices_text(o->choices, list, sizeof list);
                 return dp_fail(DP_ERR_USAGE, "--dataset: unknown data set '%s' (expected one of: %s)", v, list);
             }
             c->data.name = v;
             break;
-        case S_SHAPE: DP_TRY(parse_shape(v, &c->data)); break;
-        case S_LR_STEPS: DP_TRY(parse_lr_steps(v, c)); break;
-        case S_SAVE_EVERY: DP_TRY(parse_save_every(v, c)); break;
-        case S_GPUS: DP_TRY(parse_gpus(v, c)); break;
-        case S_HELP: *action = DP_ACTION_HELP; break;
-        case S_VERSION: *action = DP_ACTION_VERSION; break;
+        case DP_S_SHAPE: DP_TRY(parse_shape(v, &c->data)); break;
+        case DP_S_LR_STEPS: DP_TRY(parse_lr_steps(v, c)); break;
+        case DP_S_SAVE_EVERY: DP_TRY(parse_save_every(v, c)); break;
+        case DP_S_GPUS: DP_TRY(parse_gpus(v, c)); break;
+        case DP_S_HELP: *action = DP_ACTION_HELP; break;
+        case DP_S_VERSION: *action = DP_ACTION_VERSION; break;
         }
         break;
     }
@@ -440,10 +235,10 @@ static dp_status apply(const opt_spec *o, const char *v, dp_config *c, dp_action
 
 /* getopt's table, built from opts once (val = index + 256). */
 static const struct option *long_options(void) {
-    static struct option lo[N_OPTS + 1];
+    static struct option lo[DP_SETTINGS_MAX + 1];
     if (!lo[0].name)
-        for (int i = 0; i < N_OPTS; i++)
-            lo[i] = (struct option){opts[i].name, opts[i].meta ? required_argument : no_argument, 0, 256 + i};
+        for (int i = 0; i < dp_n_settings; i++)
+            lo[i] = (struct option){dp_settings[i].name, dp_settings[i].meta ? required_argument : no_argument, 0, 256 + i};
     return lo;
 }
 
@@ -472,12 +267,12 @@ dp_status dp_parse_args(int argc, char **argv, dp_config *c, dp_action *action) 
     opterr = 0;
     int argi = 1;
     if (is_dashdash(argc, argv, argi)) argi++;
-    unsigned cmd = CMD_TRAIN;
+    unsigned cmd = DP_CMD_TRAIN;
     if (argi < argc && argv[argi][0] != '-') {
         if (strcmp(argv[argi], "train") == 0) c->eval_only = 0;
-        else if (strcmp(argv[argi], "eval") == 0) c->eval_only = 1, cmd = CMD_EVAL;
-        else if (strcmp(argv[argi], "predict") == 0) c->predict_only = 1, cmd = CMD_PREDICT;
-        else if (strcmp(argv[argi], "calibrate") == 0) c->calibrate = 1, cmd = CMD_CALIBRATE;
+        else if (strcmp(argv[argi], "eval") == 0) c->eval_only = 1, cmd = DP_CMD_EVAL;
+        else if (strcmp(argv[argi], "predict") == 0) c->predict_only = 1, cmd = DP_CMD_PREDICT;
+        else if (strcmp(argv[argi], "calibrate") == 0) c->calibrate = 1, cmd = DP_CMD_CALIBRATE;
         else return dp_fail(DP_ERR_USAGE, "unknown command '%s' (expected train, eval, predict or calibrate; see "
                             "dptrain --help)", argv[argi]);
         argi++;
@@ -491,29 +286,29 @@ dp_status dp_parse_args(int argc, char **argv, dp_config *c, dp_action *action) 
             *action = DP_ACTION_HELP;
             return DP_OK;
         }
-        if (opt >= 256 && opt < 256 + N_OPTS) {
-            const opt_spec *o = &opts[opt - 256];
+        if (opt >= 256 && opt < 256 + dp_n_settings) {
+            const dp_setting *o = &dp_settings[opt - 256];
             if (!(o->cmds & cmd)) {
                 char list[64];
                 cmds_text(o->cmds, list, sizeof list);
-                const char *sub = cmd_names[cmd == CMD_TRAIN ? 0 : cmd == CMD_EVAL ? 1 : cmd == CMD_PREDICT ? 2 : 3];
+                const char *sub = cmd_names[cmd == DP_CMD_TRAIN ? 0 : cmd == DP_CMD_EVAL ? 1 : cmd == DP_CMD_PREDICT ? 2 : 3];
                 return dp_fail(DP_ERR_USAGE, "%s: --%s is for %s, not %s (it would do nothing here); leave it out", sub,
                                o->name, list, sub);
             }
             DP_TRY(apply(o, optarg, c, action));
             if (*action != DP_ACTION_RUN) return DP_OK;
-            if (o->off == OFF(log_path) && o->kind == K_STRING) log_flag = o->name[3] ? "--log-file" : "--log";
-            have_shape |= o->kind == K_SPECIAL && o->set == S_SHAPE;
-            have_classes |= o->off == OFF(data.n_classes) && o->kind == K_INT;
-            have_samples |= o->off == OFF(data.samples) && o->kind == K_INT;
-            have_data |= o->off == OFF(data.dir) && o->kind == K_STRING;
-            have_gpu |= o->off == OFF(gpu) && o->kind == K_INT;
+            if (o->off == OFF(log_path) && o->kind == DP_K_STRING) log_flag = o->name[3] ? "--log-file" : "--log";
+            have_shape |= o->kind == DP_K_SPECIAL && o->set == DP_S_SHAPE;
+            have_classes |= o->off == OFF(data.n_classes) && o->kind == DP_K_INT;
+            have_samples |= o->off == OFF(data.samples) && o->kind == DP_K_INT;
+            have_data |= o->off == OFF(data.dir) && o->kind == DP_K_STRING;
+            have_gpu |= o->off == OFF(gpu) && o->kind == DP_K_INT;
             continue;
         }
         if (opt == ':') {
             /* a known long option without its value */
-            if (optopt >= 256 && optopt < 256 + N_OPTS)
-                return dp_fail(DP_ERR_USAGE, "--%s: missing value (see dptrain --help)", opts[optopt - 256].name);
+            if (optopt >= 256 && optopt < 256 + dp_n_settings)
+                return dp_fail(DP_ERR_USAGE, "--%s: missing value (see dptrain --help)", dp_settings[optopt - 256].name);
             return dp_fail(DP_ERR_USAGE, "%s: missing value (see dptrain --help)", argv[optind - 1]);
         }
         if (optopt && optopt < 256)
@@ -554,21 +349,22 @@ dp_status dp_parse_args(int argc, char **argv, dp_config *c, dp_action *action) 
     const dp_strategy *strategy = dp_strategy_of(c->mode);
     if (c->predict_topos && !strategy->no_accumulate && c->accumulate > 1)
         return dp_fail(DP_ERR_USAGE, "--predict: the model predicts steps without --accumulate");
-    if (c->n_gpus && strcmp(c->backend, "nccl") != 0)
+    const dp_backend_kind *bk = dp_backend_kind_find(c->backend); /* a choice: there */
+    if (c->n_gpus && !bk->takes_gpus)
         return dp_fail(DP_ERR_USAGE, "--gpus is for --backend nccl (one process driving several GPUs); with --backend "
-                       "%s use %s", c->backend, strcmp(c->backend, "sim") == 0 ? "--device cuda --replicas N (N replicas "
+                       "%s use %s", c->backend, bk->in_process ? "--device cuda --replicas N (N replicas "
                        "on one GPU)" : "--backend nccl --gpus, or one GPU per process with --backend nccl");
     if (c->n_gpus && have_gpu) return dp_fail(DP_ERR_USAGE, "give --gpu or --gpus, not both");
-    /* --gpu names a GPU to compute on: with neither --device cuda nor --backend nccl there is none */
-    const int on_gpu = (c->device && strcmp(c->device, "cuda") == 0) || strcmp(c->backend, "nccl") == 0;
-    if (have_gpu && !on_gpu && strcmp(c->backend, "sim") == 0)
+    /* --gpu names a GPU to compute on: with neither --device cuda nor a backend that computes on one there is none */
+    const int on_gpu = (c->device && strcmp(c->device, "cuda") == 0) || bk->default_device;
+    if (have_gpu && !on_gpu && bk->in_process)
         return dp_fail(DP_ERR_USAGE, "--gpu %d: this run computes on the CPU (--device %s), so no GPU is used; add "
                        "--device cuda to compute on GPU %d, or leave --gpu out", c->gpu, c->device ? c->device : "cpu",
                        c->gpu);
     if (have_gpu && !on_gpu)
         return dp_fail(DP_ERR_USAGE, "--gpu %d: --backend %s computes on the CPU, so no GPU is used; leave --gpu out "
                        "(GPUs across processes: --backend nccl)", c->gpu, c->backend);
-    if (strcmp(c->backend, "sim") != 0 && c->replicas != 1)
+    if (!bk->in_process && c->replicas != 1)
         return dp_fail(DP_ERR_USAGE, "--replicas is for --backend sim; with %s the number of processes or devices "
                        "sets the replica count", c->backend);
     if (strategy->no_accumulate && c->accumulate > 1)

@@ -204,7 +204,7 @@ dp_status dp_exec_create(dp_executor **out, const dp_exec_config *c) {
     DP_TRY(dp_exec_host_reserve(ex, 4096));
     DP_TRY(dp_exec_coll_timing_start(ex));
     /* the clock around a node call times its work only where it runs as called (the CPU); a
-       GPU's profile comes from the timing run's events (exec/profile_run.c) */
+       GPU's profile comes from the timing run's events (sim/profile_run.c) */
     if (c->time_nodes && dp_exec_clock_times_work(ex))
         DP_ALLOC(ex->node_s, (size_t)ex->n_local * c->n_slots * 2 * c->model->n_nodes, "per-node times");
     return DP_OK;
@@ -271,6 +271,7 @@ int dp_exec_n_lanes(const dp_executor *ex) { return ex->n_lanes; }
 int dp_exec_max_local(const dp_executor *ex) { return ex->max_local; }
 int dp_exec_threads_used(const dp_executor *ex) { return ex->team; }
 int dp_exec_resident(const dp_executor *ex) { return ex->resident; }
+int dp_exec_in_process(const dp_executor *ex) { return dp_backend_in_process(ex->backend); }
 const dp_kernels *dp_exec_kernel_table(const dp_executor *ex) { return ex->k; }
 dp_replica *dp_exec_replica(dp_executor *ex, int r) { return &ex->rep[r]; }
 const int *dp_exec_bucket_nodes(const dp_executor *ex) { return ex->bucket_node; }

@@ -78,7 +78,8 @@ int dp_exec_holds_rank(const dp_executor *ex, int rank, int *r); /* 1 and *r: th
 int dp_exec_n_lanes(const dp_executor *ex);
 int dp_exec_max_local(const dp_executor *ex);
 int dp_exec_threads_used(const dp_executor *ex);      /* the team every parallel region of a step opens */
-int dp_exec_resident(const dp_executor *ex);          /* the training set lives on the device */
+int dp_exec_resident(const dp_executor *ex);
+int dp_exec_in_process(const dp_executor *ex);        /* every replica of the run is in this process */          /* the training set lives on the device */
 const dp_kernels *dp_exec_kernel_table(const dp_executor *ex);
 dp_replica *dp_exec_replica(dp_executor *ex, int r);  /* its arenas, slots and host copies */
 const int *dp_exec_bucket_nodes(const dp_executor *ex); /* (n_buckets) the node completing each bucket */

@@ -1,5 +1,6 @@
 #include "exec/graph.h"
 
+#include <stdio.h>
 #include <string.h>
 
 uint64_t dp_graph_key(uint64_t h, const int *v, int n) {
@@ -44,12 +45,16 @@ dp_status dp_graph_run(dp_graph_cache *c, const dp_dev *d, dp_backend_t b, int e
     }
     const dp_comm_stats before = b->stats;
     DP_TRY(d->capture_begin(d));
+    b->capturing = 1; /* the backend defers an abort until the recording has ended */
     dp_status st = fn(arg);
+    char why[DP_ERROR_MAX] = ""; /* fn's failure is the cause, not the unfinished recording's */
+    if (st != DP_OK) snprintf(why, sizeof why, "%s", dp_last_error());
     void *g = NULL;
     dp_status end = d->capture_end(d, &g); /* ends the recording whatever fn returned */
+    b->capturing = 0;
     if (st != DP_OK) {
         d->graph_free(d, g);
-        return st;
+        return end == DP_OK ? st : dp_fail(st, "%s", why);
     }
     DP_TRY(end);
     s->graph = g;

@@ -27,7 +27,7 @@ static dp_status host_coll(dp_executor *ex, float *const *bufs, size_t n, int br
     const struct dp_backend_i *b = ex->backend->iface;
     if (ex->dev->caps & DP_CAP_HOST_MEMORY)
         return broadcast ? b->broadcast(ex->backend, bufs, n, 0) : b->allreduce(ex->backend, bufs, n, DP_SUM);
-    if (ex->n_local == ex->world) { /* every replica here (sim, nccl --gpus): the backend's sums, on the host */
+    if (dp_backend_in_process(ex->backend)) { /* every replica here (sim, nccl --gpus): the backend's sums, on the host */
         if (!broadcast) dp_tree_sum(bufs, ex->n_local, 0, n, 0);
         for (int r = 1; r < ex->n_local; r++) memcpy(bufs[r], bufs[0], n * sizeof(float));
         return DP_OK;
@@ -45,7 +45,7 @@ static dp_status host_coll(dp_executor *ex, float *const *bufs, size_t n, int br
 }
 
 dp_status dp_exec_host_reserve(dp_executor *ex, size_t n) {
-    return (ex->dev->caps & DP_CAP_HOST_MEMORY) || ex->n_local == ex->world ? DP_OK : scratch_for(ex, n);
+    return (ex->dev->caps & DP_CAP_HOST_MEMORY) || dp_backend_in_process(ex->backend) ? DP_OK : scratch_for(ex, n);
 }
 
 dp_status dp_exec_host_allreduce(dp_executor *ex, float *const *bufs, size_t n) { return host_coll(ex, bufs, n, 0); }

@@ -3,14 +3,18 @@
  * synchronisation points, which are only the nodes with sums (BN) and, on the micro-step that
  * reduces, the nodes that complete gradient buckets: each stretch runs every active slot
  * through its nodes in parallel, over threads on the CPU (each slot single-threaded, into its
- * own arenas, so which thread runs which slot changes no result) or over the device's lane
- * streams between a fork from the main stream and a join back into it. */
+ * own arenas, so which thread runs which slot changes no result). On a device whose table runs
+ * lanes (dp_kernels.lanes), the slots' kernel calls are recorded (kernels/kcall.h) and each call
+ * of all the device's slots is issued as one lanes() call on its main stream at the end of the
+ * stretch, so a step's launches do not grow with the lanes; else over the device's lane streams
+ * between a fork from the main stream and a join back into it. */
 #include <omp.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "core/timer.h"
 #include "exec/executor_impl.h"
+#include "kernels/kcall.h"
 
 /* Runs the body for every active slot q = (replica r, slot l) of every local replica, in
  * parallel over slots (the executor must be named ex), between the fork and the join of the
@@ -53,15 +57,22 @@ static void keep_error(dp_executor *ex, dp_status s) {
  * Eagerly too: the lanes' small kernels overlap on the GPU. */
 static int slots_per_dev(const dp_executor *ex) { return ex->multi_dev ? ex->rep[0].n_active : n_slots(ex); }
 
+/* Whether the slots' calls are recorded and issued a call for all of a device's slots at a time:
+ * on a device whose table has lanes(), unless nodes are timed one by one (node_s). */
+static int batched(const dp_executor *ex) {
+    return (ex->dev->caps & DP_CAP_ASYNC) && ex->dev->k->lanes && !ex->node_s && slots_per_dev(ex) > 1;
+}
+
 static int lane_streams(const dp_executor *ex) {
     const int nq = slots_per_dev(ex);
-    if (!(ex->dev->caps & DP_CAP_LANES) || nq < 2) return 0;
+    if (!(ex->dev->caps & DP_CAP_LANES) || nq < 2 || batched(ex)) return 0;
     return nq < ex->dev->n_lanes ? nq : ex->dev->n_lanes;
 }
 
 /* Slot q (replica q / n_active) runs on its replica's device. */
 static const dp_kctx *slot_kc(const dp_executor *ex, int q) {
     const int n = lane_streams(ex), r = q / ex->rep[0].n_active;
+    if (batched(ex)) return &ex->rep[r].slots[q % ex->rep[0].n_active].rec_kc;
     const dp_dev *d = dp_exec_dev(ex, r);
     const int on_dev = ex->multi_dev ? q % ex->rep[0].n_active : q;
     return n ? &d->lane_kc[on_dev % n] : &d->kc;
@@ -81,16 +92,67 @@ static void note_stretch(dp_executor *ex, dp_status s) {
     if (ex->stretch_status == DP_OK) ex->stretch_status = s;
 }
 
-/* Before this thread's slots: its devices' lane streams wait for their main streams (fork); 1. */
+/* The slots q in [*lo, *hi) device i runs. */
+static void dev_slots(const dp_executor *ex, int i, int *lo, int *hi) {
+    *lo = ex->multi_dev ? i * ex->rep[0].n_active : 0;
+    *hi = ex->multi_dev ? *lo + ex->rep[0].n_active : n_slots(ex);
+}
+
+static dp_kcall_rec *slot_rec(dp_executor *ex, int q) {
+    return &ex->rep[q / ex->rep[0].n_active].slots[q % ex->rep[0].n_active].rec;
+}
+
+/* Device i's slots' recorded calls, issued on its main stream: call j of every slot as one lanes()
+ * call, slots in order. Where the records do not line up call by call (a slot that failed part
+ * way), each slot's calls run one by one instead, which is what the lanes would have run. */
+static dp_status flush_dev(dp_executor *ex, int i) {
+    const dp_dev *d = dp_exec_dev(ex, i);
+    int lo, hi;
+    dev_slots(ex, i, &lo, &hi);
+    const int ns = hi - lo;
+    int aligned = 1;
+    for (int q = lo; q < hi; q++) {
+        const dp_kcall_rec *r = slot_rec(ex, q);
+        if (r->out_of_memory) return dp_fail(DP_ERR_NOMEM, "out of memory recording a lane's kernel calls");
+        if (r->refused)
+            return dp_fail(DP_ERR_INTERNAL, "a layer called the kernel %s, which the lanes' recording does not take",
+                           r->refused);
+        aligned = aligned && r->n == slot_rec(ex, lo)->n;
+    }
+    const int n = slot_rec(ex, lo)->n;
+    for (int j = 0; aligned && j < n; j++)
+        for (int q = lo + 1; aligned && q < hi; q++)
+            aligned = dp_kcall_same(&slot_rec(ex, lo)->calls[j], &slot_rec(ex, q)->calls[j]);
+    const dp_kcall *calls[ns];
+    for (int j = 0; aligned && j < n; j++) {
+        for (int q = lo; q < hi; q++) calls[q - lo] = &slot_rec(ex, q)->calls[j];
+        d->k->lanes(&d->kc, ns, calls);
+    }
+    for (int q = lo; !aligned && q < hi; q++)
+        for (int j = 0; j < slot_rec(ex, q)->n; j++) dp_kcall_run(d->k, &d->kc, &slot_rec(ex, q)->calls[j]);
+    return DP_OK;
+}
+
+/* Before this thread's slots: its devices' lane streams wait for their main streams (fork), or
+ * their slots' records start empty; 1. */
 static int stretch_open(dp_executor *ex) {
+    for (int i = 0; batched(ex) && i < dp_exec_n_devs(ex); i++)
+        if (drives(ex, i)) {
+            int lo, hi;
+            dev_slots(ex, i, &lo, &hi);
+            for (int q = lo; q < hi; q++) dp_kcall_rec_reset(slot_rec(ex, q));
+        }
     const int n = lane_streams(ex);
     for (int i = 0; n && i < dp_exec_n_devs(ex); i++)
         if (drives(ex, i)) note_stretch(ex, dp_exec_dev(ex, i)->fork(dp_exec_dev(ex, i), n));
     return 1;
 }
 
-/* After them: the main streams wait for the lanes (join); 0, which ends FOR_SLOTS's one round. */
+/* After them: the main streams wait for the lanes (join), or the records are issued; 0, which ends
+ * FOR_SLOTS's one round. */
 static int stretch_close(dp_executor *ex) {
+    for (int i = 0; batched(ex) && i < dp_exec_n_devs(ex); i++)
+        if (drives(ex, i)) note_stretch(ex, flush_dev(ex, i));
     const int n = lane_streams(ex);
     for (int i = 0; n && i < dp_exec_n_devs(ex); i++)
         if (drives(ex, i)) note_stretch(ex, dp_exec_dev(ex, i)->join(dp_exec_dev(ex, i), n));
@@ -114,7 +176,7 @@ static dp_exec exec_of(const dp_executor *ex, int r, int l, const dp_batch *b, c
     x.training = 1;
     x.update_stats = l == 0;
     x.nthreads = 1;
-    x.k = ex->k;
+    x.k = batched(ex) ? &dp_kcall_recorder : ex->k;
     const dp_kctx *kc = slot_kc(ex, r * rep->n_active + l);
     x.stream = kc->stream;
     x.blas = kc->blas;
@@ -151,9 +213,22 @@ static dp_status reduce_sums(dp_executor *ex, int i) {
         ex->ptrs[r] = v[0];
     }
     if (ex->sync_bn) DP_TRY(dp_exec_allreduce(ex, ex->ptrs, n));
-    for (int r = 0; r < ex->n_local; r++)
+    for (int r = 0; r < ex->n_local; r++) {
+        const dp_dev *d = dp_exec_dev(ex, r);
+        if (batched(ex) && na > 2) { /* the copies to the other slots as one lanes() call */
+            dp_kcall rec[na];
+            const dp_kcall *calls[na];
+            for (int l = 1; l < na; l++) {
+                rec[l] = (dp_kcall){.kind = DP_KC_COPY, .z = n};
+                rec[l].p[0] = ex->rep[r].slots[0].acts.sync[i], rec[l].p[1] = ex->rep[r].slots[l].acts.sync[i];
+                calls[l - 1] = &rec[l];
+            }
+            d->k->lanes(&d->kc, na - 1, calls);
+            continue;
+        }
         for (int l = 1; l < na; l++)
-            ex->k->copy(&dp_exec_dev(ex, r)->kc, n, ex->rep[r].slots[0].acts.sync[i], ex->rep[r].slots[l].acts.sync[i]);
+            ex->k->copy(&d->kc, n, ex->rep[r].slots[0].acts.sync[i], ex->rep[r].slots[l].acts.sync[i]);
+    }
     return DP_OK;
 }
 
@@ -197,7 +272,7 @@ dp_status dp_exec_forward(dp_executor *ex, const dp_batch *b, const dp_micro_inf
             if (j < m->n_nodes) {
                 dp_node_forward_sums(m, j, &sl->acts, &x, in);
             } else { /* the lane's loss: its samples' losses summed in order, as a float */
-                m->head->loss(ex->k, slot_kc(ex, q_), sl->n, m->n_classes, sl->acts.out[m->output], b[r].y + sl->lo,
+                m->head->loss(x.k, slot_kc(ex, q_), sl->n, m->n_classes, sl->acts.out[m->output], b[r].y + sl->lo,
                               scale, sl->acts.dout[m->output], ex->d_lane_loss[r] + sl->lane,
                               ex->d_lane_correct[r] + sl->lane);
             }

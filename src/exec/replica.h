@@ -11,6 +11,7 @@
 #define DP_REPLICA_H
 
 #include "kernels/device.h"
+#include "kernels/kcall.h"
 #include "nn/model.h"
 
 typedef struct {
@@ -20,6 +21,10 @@ typedef struct {
     int32_t *eval_y;    /* its labels, on the host (evaluation's loss is computed there) */
     int lane;           /* the lane it runs in this micro-step */
     int lo, n;          /* that lane's samples in the replica's batch */
+    /* on a device that runs lanes in one launch: the slot's kernel calls, recorded (kernels/kcall.h),
+       and the kctx that names the record to the recording table */
+    dp_kcall_rec rec;
+    dp_kctx rec_kc;
 } dp_slot;
 
 typedef struct {

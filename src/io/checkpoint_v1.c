@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <zlib.h>
 
+#include "core/crc.h"
 #include "core/printable.h"
 #include "core/sysmem.h"
 
@@ -80,13 +80,7 @@ dp_status dp_checkpoint_v1_load(const char *path, const dp_model *m, float *para
     }
     uint32_t stored;
     memcpy(&stored, buf + size - 4, 4);
-    uLong crc = crc32(0L, Z_NULL, 0);
-    for (size_t off = 0, n = (size_t)size - 4; n;) {
-        uInt k = n > (1u << 30) ? (1u << 30) : (uInt)n;
-        crc = crc32(crc, buf + off, k);
-        off += k, n -= k;
-    }
-    if ((uint32_t)crc != stored) {
+    if (dp_crc32(0, buf, (size_t)size - 4) != stored) {
         s = dp_fail(DP_ERR_FORMAT, "%s: checkpoint is corrupt (CRC mismatch)", path);
         goto out;
     }

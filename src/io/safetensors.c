@@ -7,19 +7,14 @@
 #include <string.h>
 #include <zlib.h>
 
+#include "core/crc.h"
+
 static const char *dtype_name(dp_st_dtype d) { return d == DP_ST_I64 ? "I64" : "F32"; }
 
 static uint32_t crc_of(const dp_st_tensor *t, int n) {
-    uLong crc = crc32(0L, Z_NULL, 0);
-    for (int i = 0; i < n; i++) {
-        const unsigned char *b = t[i].data;
-        for (size_t left = t[i].nbytes; left;) {
-            uInt k = left > (1u << 30) ? (1u << 30) : (uInt)left;
-            crc = crc32(crc, b, k);
-            b += k, left -= k;
-        }
-    }
-    return (uint32_t)crc;
+    uint32_t crc = 0;
+    for (int i = 0; i < n; i++) crc = dp_crc32(crc, t[i].data, t[i].nbytes);
+    return crc;
 }
 
 char *dp_st_header_crc_slot(const char *hdr, size_t n) {

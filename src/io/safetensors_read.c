@@ -7,23 +7,15 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <zlib.h>
 
+#include "core/crc.h"
 #include "core/printable.h"
 #include "core/sysmem.h"
 #include "io/safetensors_scan.h"
 
 #define MAX_HEADER (100u << 20) /* the reference reader's limit */
 
-static uint32_t crc_buf(const unsigned char *b, size_t n) {
-    uLong crc = crc32(0L, Z_NULL, 0);
-    while (n) {
-        uInt k = n > (1u << 30) ? (1u << 30) : (uInt)n;
-        crc = crc32(crc, b, k);
-        b += k, n -= k;
-    }
-    return (uint32_t)crc;
-}
+static uint32_t crc_buf(const unsigned char *b, size_t n) { return dp_crc32(0, b, n); }
 
 /* Reads n bytes at off; a short read is the file shrinking under us or an I/O error. */
 static dp_status read_at(const char *path, int fd, void *dst, size_t n, off_t off) {

@@ -1,5 +1,6 @@
 /* config.h: everything a run is told, filled by the command line (src/cli/options.c) and read
- * by the trainer. Defaults come from dp_config_defaults. */
+ * by the trainer. Each setting's flag, default and destinations are its row of the settings
+ * table (train/settings.c); dp_config_defaults fills the defaults from it. */
 #ifndef DP_TRAIN_CONFIG_H
 #define DP_TRAIN_CONFIG_H
 
@@ -10,6 +11,15 @@
 #include "optim/schedule.h"
 
 typedef enum { DP_MODE_DDP = 0, DP_MODE_DP = 1 } dp_mode;
+
+/* The tests' fault injections and hooks: no flag sets them; the command line takes them from the
+ * environment (src/cli/test_hooks.h), a test program sets them in its config. 0: off. */
+typedef struct {
+    long nan_step;        /* DPTRAIN_INJECT_NAN_STEP=k: a NaN in step k's first input (resident data off) */
+    long inf_grad_step;   /* DPTRAIN_INJECT_INF_GRAD_STEP=k: +Inf in step k's gradients, the loss finite */
+    int eval_signal;      /* DPTRAIN_INJECT_SIGNAL_FINAL_EVAL=s: signal s raised as the final evaluation starts */
+    size_t reserve_floats; /* DPTRAIN_TEST_RESERVE_FLOATS=n: the backend's reserve sized wrongly, to show its guard */
+} dp_test_hooks;
 
 typedef struct {
     int eval_only;            /* `dptrain eval` */
@@ -73,6 +83,7 @@ typedef struct {
     const char *calibrate_out;   /* --out FILE: the topology file calibrate writes */
     int *argc;                /* for backends that take the command line (MPI_Init) */
     char ***argv;
+    dp_test_hooks test;       /* tests only: not a setting */
 } dp_config;
 
 void dp_config_defaults(dp_config *c);

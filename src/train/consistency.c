@@ -6,23 +6,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <zlib.h>
 
+#include "core/crc.h"
+#include "train/settings.h"
 #include "train/trainer.h"
 
 enum { H_MODEL, H_DATA, H_KINDS };
 static const char *const what[H_KINDS] = {"the model", "the data set"};
 #define FLAGS_BYTES 2048 /* the canonical flags text; each byte travels as one float (exact) */
 
-static uint32_t crc_of(uint32_t crc, const void *p, size_t n) {
-    const unsigned char *b = p;
-    while (n) {
-        uInt k = n > (1u << 30) ? (1u << 30) : (uInt)n;
-        crc = (uint32_t)crc32(crc, b, k);
-        b += k, n -= k;
-    }
-    return crc;
-}
+static uint32_t crc_of(uint32_t crc, const void *p, size_t n) { return dp_crc32(crc, p, n); }
 
 static uint32_t crc_str(uint32_t crc, const char *s) { return s ? crc_of(crc, s, strlen(s) + 1) : crc_of(crc, "", 1); }
 
@@ -49,48 +42,25 @@ static void fmt_float(char *out, size_t cap, double v) {
     }
 }
 
-/* One line per flag that changes the math or the collectives' shapes (not --log, --threads,
- * --workers): "with --lr 0.05" or "without --nesterov", as the message will quote it. */
-static void canonical_flags(const dp_config *c, char *buf, size_t cap) {
+/* One line per flag that changes the math or the collectives' shapes (the table's rows with a
+ * place in the ranks' check, settings.h; not --log, --threads, --workers): "with --lr 0.05" or
+ * "without --nesterov", as the message will quote it. */
+void dp_consistency_flags(const dp_config *c, char *buf, size_t cap) {
     size_t n = 0;
-    char v[64];
-#define LINE(...) n += (size_t)snprintf(buf + n, n < cap ? cap - n : 0, __VA_ARGS__)
-#define NUM(flag, x) (fmt_float(v, sizeof v, (x)), LINE("with %s %s\n", flag, v))
-#define BOOL(flag, x) LINE("%s %s\n", (x) ? "with" : "without", flag)
-    LINE("with --backend %s\n", c->backend);
-    LINE("with --model %s\n", c->model);
-    LINE("with --dataset %s\n", c->data.name);
-    LINE("with --epochs %d\n", c->epochs);
-    LINE("with --max-steps %ld\n", c->max_steps);
-    LINE("with --batch-size %d\n", c->batch_size);
-    NUM("--lr", c->lr);
-    NUM("--momentum", c->momentum);
-    NUM("--weight-decay", c->weight_decay);
-    BOOL("--nesterov", c->nesterov);
-    if (c->n_lr_steps) {
-        LINE("with --lr-steps ");
-        for (int i = 0; i < c->n_lr_steps; i++) LINE("%s%d", i ? "," : "", c->lr_steps[i]);
-        LINE("\n");
-    } else {
-        LINE("without --lr-steps\n");
+    char v[160];
+    dp_settings_cursor cur = DP_SETTINGS_CURSOR(DP_LIST_CONS);
+    for (const dp_setting *s; (s = dp_settings_next(&cur, NULL));) {
+        dp_setting_value x;
+        dp_setting_get(s, c, &x);
+        if (s->kind == DP_K_SET || !dp_setting_given(s, c)) {
+            n += (size_t)snprintf(buf + n, n < cap ? cap - n : 0, "%s --%s\n",
+                                  dp_setting_given(s, c) ? "with" : "without", s->name);
+            continue;
+        }
+        if (x.type == DP_SV_REAL) fmt_float(v, sizeof v, x.r);
+        else dp_setting_text(s, c, v, sizeof v);
+        n += (size_t)snprintf(buf + n, n < cap ? cap - n : 0, "with --%s %s\n", s->name, v);
     }
-    NUM("--lr-gamma", c->lr_gamma);
-    LINE("with --lr-scale %s\n", c->lr_scale_linear ? "linear" : "none");
-    LINE("with --lr-ref-batch %d\n", c->lr_ref_batch);
-    NUM("--warmup-epochs", c->warmup_epochs);
-    LINE("with --seed %llu\n", (unsigned long long)c->seed);
-    BOOL("--no-shuffle", !c->shuffle);
-    BOOL("--drop-last", c->drop_last);
-    BOOL("--augment", c->augment);
-    LINE("with --mode %s\n", c->mode == DP_MODE_DDP ? "ddp" : "dp");
-    NUM("--bucket-mb", c->bucket_mb);
-    BOOL("--no-overlap", !c->overlap);
-    LINE("with --accumulate %d\n", c->accumulate);
-    BOOL("--sync-bn", c->sync_bn);
-    LINE("with --chunks %d\n", c->chunks);
-#undef LINE
-#undef NUM
-#undef BOOL
 }
 
 /* The first line where a and b differ (copied into la / lb without the newline); 0 if none.
@@ -119,7 +89,7 @@ dp_status dp_check_consistency(dp_trainer *t) {
     if (dp_exec_n_local(t->ex) == t->world) return DP_OK; /* one process: nothing can differ */
     char text[FLAGS_BYTES];
     memset(text, 0, sizeof text);
-    canonical_flags(&t->cfg, text, sizeof text - 1);
+    dp_consistency_flags(&t->cfg, text, sizeof text - 1);
     uint32_t h[H_KINDS];
     hashes(t, h);
     /* bytes as floats, hashes as 16-bit halves: exact through any float collective */

@@ -103,7 +103,7 @@ static dp_status scatter_input(const dp_step_ctx *c, dp_state *s, const dp_batch
     dp_executor *ex = c->ex;
     const int n_local = dp_exec_n_local(ex);
     const size_t per = dp_shape_size(c->model->input), share = (size_t)dp_exec_max_local(ex) * per;
-    const int all_here = n_local == c->world && dp_exec_n_devs(ex) == 1;
+    const int all_here = dp_exec_in_process(ex) && dp_exec_n_devs(ex) == 1;
     const float *send[n_local];
     float *recv[n_local];
     for (int r = 0; r < n_local; r++) {

@@ -1,15 +1,13 @@
 /* persist.c: a run's checkpoints: what they record (position, settings, a CRC-32 of the training
  * data), writing them from rank 0, choosing the newest good one on --resume and restoring it on
  * every replica, and the collective stop decision of SIGINT/SIGTERM. */
-#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <zlib.h>
 
-#include "core/parse_num.h"
+#include "core/crc.h"
 #include "core/printable.h"
 #include "dp_config.h"
 #include "io/atomic.h"
@@ -17,47 +15,20 @@
 #include "io/ckpt_dir.h"
 #include "kernels/kernels.h"
 #include "optim/sgd.h"
+#include "train/settings.h"
 #include "train/signals.h"
 #include "train/strategy.h"
 #include "train/trainer.h"
-
-static int holds_rank0(const dp_trainer *t) {
-    for (int r = 0; r < dp_exec_n_local(t->ex); r++)
-        if (dp_exec_rank(t->ex, r) == 0) return 1;
-    return 0;
-}
-
-static uint32_t crc_bytes(uLong crc, const unsigned char *b, size_t n) {
-    while (n) {
-        uInt k = n > (1u << 30) ? (1u << 30) : (uInt)n;
-        crc = crc32(crc, b, k);
-        b += k, n -= k;
-    }
-    return (uint32_t)crc;
-}
 
 dp_status dp_persist_setup(dp_trainer *t) {
     const dp_config *c = &t->cfg;
     t->next_epoch = t->start_epoch = 1;
     atomic_init(&t->nonfinite, 0);
     t->sgd.nonfinite = &t->nonfinite;
-    /* the tests' fault injections, read as any number a user types (core/parse_num.h) */
-    const char *inj = getenv("DPTRAIN_INJECT_NAN_STEP"), *inf = getenv("DPTRAIN_INJECT_INF_GRAD_STEP");
-    const char *sig = getenv("DPTRAIN_INJECT_SIGNAL_FINAL_EVAL");
-    long long step = 0, inf_step = 0, signo = 0;
-    char shown[64];
-    if (inj && (dp_parse_ll(inj, &step) != 0 || step < 0 || step > LONG_MAX))
-        return dp_fail(DP_ERR_USAGE, "DPTRAIN_INJECT_NAN_STEP='%s' is not a step number",
-                       dp_printable(inj, shown, sizeof shown));
-    if (inf && (dp_parse_ll(inf, &inf_step) != 0 || inf_step < 0 || inf_step > LONG_MAX))
-        return dp_fail(DP_ERR_USAGE, "DPTRAIN_INJECT_INF_GRAD_STEP='%s' is not a step number",
-                       dp_printable(inf, shown, sizeof shown));
-    if (sig && (dp_parse_ll(sig, &signo) != 0 || signo < 0 || signo > 64))
-        return dp_fail(DP_ERR_USAGE, "DPTRAIN_INJECT_SIGNAL_FINAL_EVAL='%s' is not a signal number",
-                       dp_printable(sig, shown, sizeof shown));
-    t->inject_nan_step = (long)step;
-    t->inject_inf_grad_step = (long)inf_step;
-    t->inject_eval_signal = (int)signo;
+    /* the tests' fault injections (config.h: dp_test_hooks) */
+    t->inject_nan_step = c->test.nan_step;
+    t->inject_inf_grad_step = c->test.inf_grad_step;
+    t->inject_eval_signal = c->test.eval_signal;
     DP_ALLOC(t->stop_bufs, dp_exec_n_local(t->ex), "stop flags");
     for (int r = 0; r < dp_exec_n_local(t->ex); r++) DP_ALLOC(t->stop_bufs[r], 2, "stop flags");
     if (c->on_nan_skip && t->model.buffers.n) {
@@ -67,13 +38,12 @@ dp_status dp_persist_setup(dp_trainer *t) {
     }
     if (t->have_train && (c->checkpoint_dir || c->resume_path || c->save_path)) {
         const dp_dataset *d = &t->train;
-        uLong crc = crc32(0L, Z_NULL, 0);
-        crc = crc_bytes(crc, d->pixels, (size_t)d->n * d->c * d->h * d->w);
-        crc = crc_bytes(crc, d->labels, (size_t)d->n);
+        uint32_t crc = dp_crc32(0, d->pixels, (size_t)d->n * d->c * d->h * d->w);
+        crc = dp_crc32(crc, d->labels, (size_t)d->n);
         snprintf(t->data_crc, sizeof t->data_crc, "%08x", (unsigned)crc);
     }
     /* only what a killed writer left: pruning to --keep waits for a new checkpoint (the newest may be damaged) */
-    if (c->checkpoint_dir && holds_rank0(t)) {
+    if (c->checkpoint_dir && dp_trainer_holds_rank0(t)) {
         /* before anything in it is read or removed: a second run (a requeued job while the first
            still runs) is refused instead of pruning the first one's temporary files */
         DP_TRY(dp_ckpt_dir_lock("--checkpoint", c->checkpoint_dir, &t->ckpt_lock_fd));
@@ -94,68 +64,60 @@ dp_status dp_persist_setup(dp_trainer *t) {
     return DP_OK;
 }
 
-enum { N_CHECKED = 23, N_INFO = 14, N_META = N_CHECKED + N_INFO };
-
 /* Whether this run sums in the canonical order (data/chunks.h): bitwise equal to every replica
  * count that divides --chunks. */
 static int canonical(const dp_trainer *t) { return t->sampler.plan.canonical && t->backend->ordered; }
 
-/* The settings a checkpoint records: the first N_CHECKED must be equal to resume (they change the
- * math or the data), the rest may differ (how the same math is spread over replicas and threads). */
-static int settings(const dp_trainer *t, dp_st_meta *m, char (*v)[128]) {
-    const dp_config *c = &t->cfg;
-    int k = 0;
-#define SET(name, ...) (snprintf(v[k], 128, __VA_ARGS__), m[k].key = "dptrain.arg." name, m[k].value = v[k], k++)
-    SET("model", "%s", t->model.name);
-    SET("dataset", "%s", t->train.name);
-    SET("shape", "%dx%dx%d", t->train.c, t->train.h, t->train.w);
-    SET("classes", "%d", t->train.n_classes);
-    SET("samples", "%d", t->train.n);
-    snprintf(v[k], 128, "%s", t->data_crc), m[k].key = "dptrain.train_data_crc32", m[k].value = v[k], k++;
-    SET("batch-size", "%d", c->batch_size);
-    SET("accumulate", "%d", c->accumulate);
-    SET("lr", "%.9g", c->lr);
-    SET("momentum", "%.9g", c->momentum);
-    SET("weight-decay", "%.9g", c->weight_decay);
-    SET("nesterov", "%d", c->nesterov);
-    char steps[128] = "";
-    for (int i = 0; i < c->n_lr_steps; i++)
-        snprintf(steps + strlen(steps), sizeof steps - strlen(steps), "%s%d", i ? "," : "", c->lr_steps[i]);
-    SET("lr-steps", "%s", steps);
-    SET("lr-gamma", "%.9g", c->lr_gamma);
-    SET("lr-scale", "%s", c->lr_scale_linear ? "linear" : "none");
-    SET("lr-ref-batch", "%d", c->lr_ref_batch);
-    SET("warmup-epochs", "%.9g", c->warmup_epochs);
-    SET("seed", "%llu", (unsigned long long)c->seed);
-    SET("shuffle", "%d", c->shuffle);
-    SET("drop-last", "%d", c->drop_last);
-    SET("augment", "%d", c->augment);
-    SET("mode", "%s", c->mode == DP_MODE_DDP ? "ddp" : "dp");
-    SET("sync-bn", "%d", c->sync_bn);
-    /* informational */
-    SET("epochs", "%d", c->epochs);
-    SET("backend", "%s", c->backend);
-    SET("replicas", "%d", t->world);
-    SET("threads", "%d", c->threads);
-    SET("workers", "%d", c->workers);
-    SET("bucket-mb", "%.9g", c->bucket_mb);
-    SET("overlap", "%d", c->overlap);
-    SET("chunks", "%d", c->chunks);
-    SET("allreduce", "%s", c->allreduce_algo);
-    SET("on-nan", "%s", c->on_nan_skip ? "skip" : "stop");
-    snprintf(v[k], 128, "%s", DP_VERSION), m[k].key = "dptrain.version", m[k].value = v[k], k++;
-    /* what decides, with the above, whether a resumed run is bitwise the uninterrupted one (note_inexact) */
-    snprintf(v[k], 128, "%s", c->device ? c->device : "cpu"), m[k].key = "dptrain.device", m[k].value = v[k], k++;
-    snprintf(v[k], 128, "%s", dp_cpu_kernel_variant()), m[k].key = "dptrain.cpu_kernels", m[k].value = v[k], k++;
-    snprintf(v[k], 128, "%d", canonical(t)), m[k].key = "dptrain.canonical_order", m[k].value = v[k], k++;
-#undef SET
-    return k;
+/* A checkpoint's settings records, with room for their text. */
+typedef struct {
+    dp_st_meta m[DP_SETTINGS_MAX + 5];
+    char key[DP_SETTINGS_MAX + 5][64], val[DP_SETTINGS_MAX + 5][128];
+    int n, n_checked;
+} ckpt_settings;
+
+static void put_row(ckpt_settings *r, const dp_setting *s, const dp_config *eff) {
+    snprintf(r->key[r->n], sizeof r->key[r->n], "dptrain.arg.%s", dp_setting_key(s));
+    dp_setting_text(s, eff, r->val[r->n], sizeof r->val[r->n]);
+    r->m[r->n] = (dp_st_meta){.key = r->key[r->n], .value = r->val[r->n]};
+    r->n++;
+    r->n_checked += s->resume;
 }
+
+#define PUT(r, k, ...) (snprintf((r)->val[(r)->n], 128, __VA_ARGS__), \
+                        (r)->m[(r)->n] = (dp_st_meta){.key = (k), .value = (r)->val[(r)->n]}, (r)->n++)
+
+/* The settings a checkpoint records: the table's rows with a checkpoint place (settings.h), with
+ * the training data's CRC after the data's own. The first n_checked must be equal to resume (they
+ * change the math or the data), the rest may differ (how the same math is spread over replicas and
+ * threads); the last four records decide, with the above, whether a resumed run is bitwise the
+ * uninterrupted one (note_inexact). */
+static void settings(const dp_trainer *t, ckpt_settings *r) {
+    const dp_config *c = &t->cfg;
+    /* the values as this run took them: the model and training data it loaded, its replica count */
+    dp_config eff = *c;
+    eff.model = t->model.name;
+    eff.data.name = t->train.name;
+    eff.data.c = t->train.c, eff.data.h = t->train.h, eff.data.w = t->train.w;
+    eff.data.n_classes = t->train.n_classes;
+    eff.data.samples = t->train.n;
+    eff.replicas = t->world;
+    r->n = r->n_checked = 0;
+    dp_settings_cursor cur = DP_SETTINGS_CURSOR(DP_LIST_CKPT);
+    for (const dp_setting *s; (s = dp_settings_next(&cur, "samples"));) put_row(r, s, &eff);
+    PUT(r, "dptrain.train_data_crc32", "%s", t->data_crc);
+    r->n_checked++;
+    for (const dp_setting *s; (s = dp_settings_next(&cur, NULL));) put_row(r, s, &eff);
+    PUT(r, "dptrain.version", "%s", DP_VERSION);
+    PUT(r, "dptrain.device", "%s", c->device ? c->device : "cpu");
+    PUT(r, "dptrain.cpu_kernels", "%s", dp_cpu_kernel_variant());
+    PUT(r, "dptrain.canonical_order", "%d", canonical(t));
+}
+#undef PUT
 
 dp_status dp_persist_save(dp_trainer *t, const char *flag, const char *path) {
     const dp_step_ctx sc = dp_train_step_ctx(t);
     DP_TRY(t->strategy->finish(&sc, t->strategy_state)); /* DP: replica 0 must hold the master's weights (collective) */
-    if (!holds_rank0(t)) return DP_OK;
+    if (!dp_trainer_holds_rank0(t)) return DP_OK;
     dp_replica *r0 = NULL;
     for (int r = 0; r < dp_exec_n_local(t->ex); r++)
         if (dp_exec_rank(t->ex, r) == 0) r0 = dp_exec_replica(t->ex, r);
@@ -169,13 +131,12 @@ dp_status dp_persist_save(dp_trainer *t, const char *flag, const char *path) {
     if (!dp_all_finite(r0->h_params, t->model.params.n) || !dp_all_finite(r0->h_buffers, t->model.buffers.n))
         return dp_fail(DP_ERR_NUMERIC, "%s %s: not written: the parameters hold NaN or Inf at step %ld%s%s", flag, path,
                        t->step, t->last_ckpt[0] ? "; the last good checkpoint is " : "", t->last_ckpt);
-    dp_st_meta meta[N_META];
-    char vals[N_META][128];
-    int n = settings(t, meta, vals);
+    ckpt_settings set;
+    settings(t, &set);
     dp_train_pos pos = {.epoch = t->next_epoch, .next_batch = t->next_batch, .step = t->step, .skipped = t->skipped,
                         .bn_batches = t->bn_batches};
     dp_status s = dp_checkpoint_save(flag, path, &t->model, r0->h_params, r0->h_buffers,
-                                     t->cfg.momentum > 0 ? r0->h_momentum : NULL, &pos, meta, n);
+                                     t->cfg.momentum > 0 ? r0->h_momentum : NULL, &pos, set.m, set.n);
     if (s != DP_OK) {
         char msg[DP_ERROR_MAX];
         snprintf(msg, sizeof msg, "%s", dp_last_error());
@@ -256,16 +217,15 @@ static void note_inexact(const dp_trainer *t, const char *path, const dp_ckpt_re
 /* Rank 0: the checkpoint to continue from, loaded into replica r0. */
 static dp_status load_newest(dp_trainer *t, dp_replica *r0, dp_train_pos *pos) {
     const char *src = t->cfg.resume_path;
-    dp_st_meta meta[N_META];
-    char vals[N_META][128];
-    settings(t, meta, vals);
+    ckpt_settings set;
+    settings(t, &set);
     float *mom = t->cfg.momentum > 0 ? r0->h_momentum : NULL;
     dp_ckpt_recorded rec[N_EXACT];
     for (int i = 0; i < N_EXACT; i++) rec[i].key = exact_keys[i];
     struct stat st;
     if (stat(src, &st) != 0) return dp_fail(DP_ERR_USAGE, "--resume %s: no such file or directory", src);
     if (!S_ISDIR(st.st_mode)) {
-        DP_TRY(dp_checkpoint_load_resume(src, &t->model, r0->h_params, r0->h_buffers, mom, pos, meta, N_CHECKED, rec,
+        DP_TRY(dp_checkpoint_load_resume(src, &t->model, r0->h_params, r0->h_buffers, mom, pos, set.m, set.n_checked, rec,
                                          N_EXACT));
         snprintf(t->last_ckpt, sizeof t->last_ckpt, "%s", src);
         note_inexact(t, src, rec);
@@ -277,7 +237,7 @@ static dp_status load_newest(dp_trainer *t, dp_replica *r0, dp_train_pos *pos) {
     dp_status s = DP_ERR_USAGE;
     int damaged = 0;
     for (int i = 0; i < n; i++) {
-        s = dp_checkpoint_load_resume(paths[i], &t->model, r0->h_params, r0->h_buffers, mom, pos, meta, N_CHECKED,
+        s = dp_checkpoint_load_resume(paths[i], &t->model, r0->h_params, r0->h_buffers, mom, pos, set.m, set.n_checked,
                                       rec, N_EXACT);
         if (s == DP_OK) {
             snprintf(t->last_ckpt, sizeof t->last_ckpt, "%s", paths[i]);

@@ -25,38 +25,9 @@
 #include "report/progress.h"
 #include "exec/devices.h"
 #include "exec/memory.h"
+#include "train/settings.h"
 #include "train/signals.h"
 #include "train/strategy.h"
-
-void dp_config_defaults(dp_config *c) {
-    memset(c, 0, sizeof *c);
-    c->model = "lenet";
-    c->data.name = "fashion-mnist";
-    c->data.c = 3, c->data.h = 32, c->data.w = 32;
-    c->data.n_classes = 10;
-    c->data.samples = 10000;
-    c->epochs = 10;
-    c->batch_size = 64;
-    c->lr = 0.01f;
-    c->momentum = 0.9f;
-    c->lr_gamma = 0.1f;
-    c->lr_ref_batch = 64;
-    c->workers = -1; /* auto (setup) */
-    c->gpu = -1;     /* not given: 0, or the launch's choice with nccl */
-    c->shuffle = 1;
-    c->backend = "sim";
-    c->device = NULL; /* cpu, or cuda with --backend nccl */
-    c->graphs = 1;
-    c->replicas = 1;
-    c->mode = DP_MODE_DDP;
-    c->bucket_mb = 25.0;
-    c->overlap = 1;
-    c->accumulate = 1;
-    c->allreduce_algo = "ordered";
-    c->chunks = DP_CHUNKS_DEFAULT;
-    c->timeout_s = 300;
-    c->progress = -1;
-}
 
 static dp_status load_data(dp_trainer *t) {
     dp_config *c = &t->cfg;
@@ -200,15 +171,14 @@ int dp_trainer_holds_rank0(const dp_trainer *t) {
 /* The longest sum the backend runs on device buffers, for its receive buffers (backend.h: reserve),
  * which must not grow mid-run: DP reduces the whole gradient, DDP a bucket at a time; SyncBN its
  * nodes' sums; every step its metrics; the evaluation eval_floats (0: not known yet). A test hook
- * (DPTRAIN_TEST_RESERVE_FLOATS) sizes it wrongly on purpose, to show the backend's guard. */
+ * (config.h: dp_test_hooks.reserve_floats) sizes it wrongly on purpose, to show the backend's guard. */
 static size_t largest_sum(const dp_trainer *t, size_t eval_floats) {
     size_t n = DP_EXEC_METRICS > eval_floats ? DP_EXEC_METRICS : eval_floats;
     const size_t coll = t->strategy->largest_collective(&t->model);
     n = coll > n ? coll : n;
     for (int i = 0; t->cfg.sync_bn && i < t->model.n_nodes; i++)
         n = t->model.nodes[i].sync_floats > n ? t->model.nodes[i].sync_floats : n;
-    const char *hook = getenv("DPTRAIN_TEST_RESERVE_FLOATS");
-    return hook ? strtoul(hook, NULL, 10) : n;
+    return t->cfg.test.reserve_floats ? t->cfg.test.reserve_floats : n;
 }
 
 static dp_status setup(dp_trainer *t) {
@@ -273,7 +243,7 @@ static dp_status setup(dp_trainer *t) {
                                .lane_batch = lp.lane_batch, .max_local = lp.max_local, .graphs = c->graphs,
                                .time_nodes = timing, .train = t->have_train ? &t->train : NULL,
                                /* the NaN test hook writes into the host's batch */
-                               .resident = !c->augment && !getenv("DPTRAIN_INJECT_NAN_STEP")};
+                               .resident = !c->augment && !c->test.nan_step};
     DP_TRY(dp_exec_create(&t->ex, &xc));
     t->backend->threads = dp_exec_threads_used(t->ex); /* its sums' regions the same size as the step's */
     DP_TRY(dp_exec_host_reserve(t->ex, dp_evaluate_floats(t, &t->test))); /* not mid-run (a free waits) */
@@ -352,19 +322,43 @@ static int canonical_order(const dp_trainer *t) {
 }
 
 /* Strings go through dp_json_str: a path or name may hold any byte. */
+/* The settings the table puts in the log (settings.h), in its order, through the one named `through`. */
+static void log_settings(dp_json *b, const dp_config *c, dp_settings_cursor *at, const char *through) {
+    for (const dp_setting *s; (s = dp_settings_next(at, through));) {
+        char key[64];
+        snprintf(key, sizeof key, "%s", dp_setting_key(s));
+        for (char *p = key; *p; p++) *p = *p == '-' ? '_' : *p;
+        dp_setting_value v;
+        dp_setting_get(s, c, &v);
+        switch (v.type) {
+        case DP_SV_INT: dp_json_int(b, key, v.i); break;
+        case DP_SV_UINT: dp_json_uint(b, key, v.u); break;
+        case DP_SV_REAL: dp_json_real(b, key, "%.9g", v.r); break;
+        case DP_SV_STR: dp_json_str(b, key, v.s); break;
+        }
+    }
+}
+
 static dp_status log_config(dp_trainer *t) {
     const dp_config *c = &t->cfg;
     size_t n_params = 0; /* real parameters, not the arena's alignment padding */
     for (int i = 0; i < t->model.params.n_tensors; i++) n_params += t->model.params.tensors[i].s.count;
+    /* the settings as this run took them: the model and data set it loaded, the backend it opened */
+    dp_config eff = *c;
+    eff.model = t->model.name;
+    eff.data.name = t->test.name;
+    eff.data.dir = strcmp(c->data.name, "synthetic") == 0 ? "" : c->data.dir;
+    eff.backend = dp_backend_name(t->backend);
+    eff.allreduce_algo = t->backend->algorithm;
+    dp_settings_cursor cur = DP_SETTINGS_CURSOR(DP_LIST_LOG);
     dp_json b = dp_json_begin("config");
     dp_json_str(&b, "version", DP_VERSION);
-    dp_json_str(&b, "model", t->model.name);
+    log_settings(&b, &eff, &cur, "model");
     dp_json_uint(&b, "params", n_params);
-    dp_json_str(&b, "dataset", t->test.name);
-    dp_json_str(&b, "data", strcmp(c->data.name, "synthetic") == 0 ? "" : c->data.dir);
+    log_settings(&b, &eff, &cur, "data");
     dp_json_int(&b, "train_samples", t->have_train ? t->train.n : 0);
     dp_json_int(&b, "test_samples", t->test.n);
-    dp_json_str(&b, "backend", dp_backend_name(t->backend));
+    log_settings(&b, &eff, &cur, "backend");
     char devices[1024] = "";
     for (int i = 0; i < t->n_devs; i++) { /* one line per device opened: the same text for --device cpu */
         const size_t at = strlen(devices);
@@ -373,26 +367,15 @@ static dp_status log_config(dp_trainer *t) {
     }
     dp_json_str(&b, "device", devices);
     dp_json_int(&b, "world", t->world);
-    dp_json_str(&b, "mode", t->strategy->name);
-    dp_json_int(&b, "batch_size", c->batch_size);
-    dp_json_int(&b, "epochs", c->epochs);
-    dp_json_real(&b, "lr", "%.9g", c->lr);
-    dp_json_real(&b, "momentum", "%.9g", c->momentum);
-    dp_json_real(&b, "weight_decay", "%.9g", c->weight_decay);
-    dp_json_int(&b, "nesterov", c->nesterov);
-    dp_json_uint(&b, "seed", (unsigned long long)c->seed);
-    dp_json_int(&b, "threads", c->threads);
+    log_settings(&b, &eff, &cur, "threads");
     dp_json_int(&b, "threads_used", dp_exec_threads_used(t->ex));
     dp_json_int(&b, "cores", t->cores);
-    dp_json_int(&b, "workers", c->workers);
+    log_settings(&b, &eff, &cur, "workers");
     dp_json_int(&b, "lanes", dp_exec_n_lanes(t->ex));
     dp_json_int(&b, "buckets", t->model.params.n_buckets);
-    dp_json_int(&b, "accumulate", c->accumulate);
-    dp_json_int(&b, "sync_bn", c->sync_bn);
-    dp_json_int(&b, "overlap", c->overlap);
+    log_settings(&b, &eff, &cur, "overlap");
     dp_json_str(&b, "cores_from", t->cores_from);
-    dp_json_str(&b, "allreduce", t->backend->algorithm);
-    dp_json_int(&b, "chunks", c->chunks);
+    log_settings(&b, &eff, &cur, NULL);
     dp_json_int(&b, "canonical_order", canonical_order(t));
     dp_json_int(&b, "data_on_device", dp_exec_resident(t->ex));
     const dp_backend_t be = t->backend;

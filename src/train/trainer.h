@@ -96,6 +96,8 @@ void dp_trainer_destroy(dp_trainer *t);
 dp_status dp_train_micro(dp_trainer *t, const dp_batch *batches, int b, float lr, dp_step_metrics *m);
 /* Fails, naming the ranks, when processes were started with different flags, model or data. */
 dp_status dp_check_consistency(dp_trainer *t);
+/* The flags every rank must share, one "with --lr 0.05" / "without --nesterov" line each. */
+void dp_consistency_flags(const dp_config *c, char *buf, size_t cap);
 /* persist.c: the checkpoints of a run. Which settings a checkpoint records and checks on resume. */
 dp_status dp_persist_setup(dp_trainer *t);
 /* Writes a checkpoint continuing at (next_epoch, next_batch) into --checkpoint DIR (path NULL) or

@@ -157,3 +157,36 @@ void fg_capture_discard(fg_dev *g) {
     free_recs(g->rec, g->n_rec);
     g->rec = NULL, g->n_rec = g->cap_rec = 0, g->capturing = 0;
 }
+
+/* ---- a host function in stream order (dp_fakegpu_stream_call), recorded like any op */
+
+typedef struct {
+    fg_op op;
+    void (*fn)(void *arg);
+    size_t bytes;
+    _Alignas(max_align_t) unsigned char arg[]; /* the caller's bytes, copied: a replay runs fn on them again */
+} call_op;
+
+static void call_run(fg_dev *g, fg_op *op, uint64_t arg) {
+    (void)g, (void)arg;
+    call_op *c = (call_op *)op;
+    c->fn(c->arg);
+}
+
+void dp_fakegpu_stream_call(const void *stream, void (*fn)(void *arg), const void *arg, size_t bytes) {
+    fg_stream *s = fg_stream_from(stream, "dp_fakegpu_stream_call");
+    call_op *c = malloc(sizeof *c + bytes);
+    if (!c) abort();
+    *c = (call_op){.op = {.run = call_run, .what = "a host function (dp_fakegpu_stream_call)", .waits_for = -1},
+                   .fn = fn, .bytes = bytes};
+    memcpy(c->arg, arg, bytes);
+    fg_submit(s->g, s->index, &c->op);
+}
+
+int dp_fakegpu_stream_capturing(const void *stream) {
+    fg_stream *s = fg_stream_from(stream, "dp_fakegpu_stream_capturing");
+    pthread_mutex_lock(&s->g->mu);
+    const int on = s->g->capturing;
+    pthread_mutex_unlock(&s->g->mu);
+    return on;
+}

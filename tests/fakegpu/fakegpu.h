@@ -46,6 +46,15 @@ unsigned long dp_fakegpu_allocs(void);
 /* The graphs replayed so far (replay: one launch of a recorded step), over every fakegpu device. */
 unsigned long dp_fakegpu_replays(void);
 
+/* Kernels and copies (upload, copy, zero; not the NCCL double's writes) queued so far, over every
+ * fakegpu device of the process: by the host, one launch each (eager), and by graph replays, one
+ * graph node each (what a recorded step holds, run again by each replay). */
+typedef struct {
+    unsigned long kernels, copies;             /* launched eagerly */
+    unsigned long graph_kernels, graph_copies; /* run as nodes of replayed graphs */
+} dp_fakegpu_launch_counts;
+dp_fakegpu_launch_counts dp_fakegpu_launches(void);
+
 /* Queues on d's stream (a device's main stream, or its collective view's) an operation that never
  * ends, as a GPU kernel that spins for ever: everything queued behind it, and every wait, drain,
  * free or close that needs it, blocks for good. For tests of what ends such a process (the NCCL
@@ -72,5 +81,12 @@ void dp_fakegpu_stream_write(const void *stream, void *dst, const void *src, siz
 /* Device memory taken (bytes > 0) or given back (< 0) outside alloc on the device a stream belongs
  * to, as a library's own buffers (NCCL's connections): mem_info reports it as used. */
 void dp_fakegpu_stream_charge(const void *stream, long long bytes);
+
+/* For the NCCL test double's device mode (tests/nccl_double/): fn(arg) run by the stream's worker
+ * once everything queued on it before has run, as cudaLaunchHostFunc (the arg's bytes are copied at
+ * the call); while the stream's device records a graph, the call is recorded and runs at each
+ * replay, in the recorded order. And whether the stream's device is recording a graph now. */
+void dp_fakegpu_stream_call(const void *stream, void (*fn)(void *arg), const void *arg, size_t bytes);
+int dp_fakegpu_stream_capturing(const void *stream);
 
 #endif

@@ -24,7 +24,10 @@ struct fg_op {
     uint64_t (*on_enqueue)(fg_dev *g, fg_op *op);
     const char *what;  /* names the operation in messages: "conv2d_forward", "upload" */
     int waits_for;     /* a wait marker: the stream it waits for; else -1 */
+    int launch;        /* what a GPU would be charged a launch for (dp_fakegpu_launches): FG_KERNEL, FG_COPY; else 0 */
 };
+
+enum { FG_KERNEL = 1, FG_COPY = 2 };
 
 /* A queued run of an op; the op is freed with it unless a graph owns it. */
 typedef struct fg_node {

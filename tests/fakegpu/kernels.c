@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "fg_internal.h"
+#include "kernels/kcall.h"
 
 enum {
     K_CONV_FWD, K_CONV_BWD, K_LIN_FWD, K_LIN_BWD, K_RELU_FWD, K_RELU_BWD, K_ADD, K_COPY, K_MAXPOOL_FWD,
@@ -40,6 +41,18 @@ typedef struct {
 static const dp_kernels *const C = &dp_cpu_kernels;
 static void k_run(fg_dev *g, fg_op *op, uint64_t arg);
 
+/* lanes(): every lane's call as one op, one launch, whose run runs them in lane order. The op
+ * holds the calls (each checked and copied as its own entry's) in place: the stream frees it
+ * whole. K_SLOT: the room one call takes (its pointers at most 11, as the layers' entries have). */
+#define K_SLOT ((sizeof(k_op) + 11 * sizeof(k_ptr) + 15) / 16 * 16)
+typedef struct {
+    fg_op op;
+    int n, cap;
+    _Alignas(16) unsigned char calls[];
+} lanes_op;
+/* the lanes op this thread is filling (lanes() below), or NULL: calls queue on their own */
+static _Thread_local lanes_op *filling;
+
 /* Which host thread queues kernel `name`: each pair once. */
 static void note_launcher(fg_dev *g, const char *name) {
     const pthread_t self = pthread_self();
@@ -60,12 +73,18 @@ static k_op *k_new(const dp_kctx *c, int kind, const char *name, int np) {
                 "lane_kc[i] or coll->kc whole)\n", name, c->device, s->g->ordinal);
         abort();
     }
-    k_op *o = calloc(1, sizeof *o + (size_t)np * sizeof(k_ptr));
+    if (filling && (np > 11 || filling->n == filling->cap)) {
+        fprintf(stderr, "fakegpu: lanes: %s takes %d pointers (a lane's call holds 11), or a lane queued two\n",
+                name, np);
+        abort();
+    }
+    k_op *o = filling ? memset(filling->calls + (size_t)filling->n++ * K_SLOT, 0, K_SLOT)
+                      : calloc(1, sizeof *o + (size_t)np * sizeof(k_ptr));
     if (!o) {
         fg_set_fail(s->g, DP_ERR_NOMEM, "fakegpu: out of host memory queueing %s", name);
         return NULL;
     }
-    o->op = (fg_op){.run = k_run, .what = name, .waits_for = -1};
+    o->op = (fg_op){.run = k_run, .what = name, .waits_for = -1, .launch = FG_KERNEL};
     o->g = s->g, o->stream = s->index, o->kind = kind, o->np = np;
     note_launcher(s->g, name);
     return o;
@@ -90,7 +109,9 @@ static void arg(k_op *o, int k, const char *name, const void *p, size_t off, siz
     fg_real(o->g, p, off, bytes, o->op.what, name);
 }
 
-static void submit(k_op *o) { fg_submit(o->g, o->stream, &o->op); }
+static void submit(k_op *o) {
+    if (!filling) fg_submit(o->g, o->stream, &o->op);
+}
 
 #define F4(n) ((size_t)(n) * sizeof(float))
 
@@ -429,6 +450,28 @@ static void nonfinite(const dp_kctx *c, size_t n, const float *x, float *flag) {
     submit(o);
 }
 
+static void lanes_run(fg_dev *g, fg_op *op, uint64_t unused) {
+    lanes_op *b = (lanes_op *)op;
+    for (int l = 0; l < b->n; l++) k_run(g, (fg_op *)(void *)(b->calls + (size_t)l * K_SLOT), unused);
+}
+
+static void lanes(const dp_kctx *c, int n, const dp_kcall *const *calls) {
+    fg_stream *s = fg_stream_from(c ? c->stream : NULL, "lanes");
+    lanes_op *b = calloc(1, sizeof *b + (size_t)n * K_SLOT);
+    if (!b) {
+        fg_set_fail(s->g, DP_ERR_NOMEM, "fakegpu: out of host memory queueing %d lanes of %s", n,
+                    dp_kcall_name(calls[0]->kind));
+        return;
+    }
+    b->cap = n;
+    b->op = (fg_op){.run = lanes_run, .what = dp_kcall_name(calls[0]->kind), .waits_for = -1, .launch = FG_KERNEL};
+    filling = b;
+    dp_kcall_lanes_in_order(&dp_fakegpu_kernels, c, n, calls); /* each call checked, copied into b */
+    filling = NULL;
+    if (b->n) fg_submit(s->g, s->index, &b->op);
+    else free(b); /* no lane had work: nothing to launch */
+}
+
 const dp_kernels dp_fakegpu_kernels = {
     .device = "fakegpu",
     .conv2d_workspace_floats = conv_ws,
@@ -456,4 +499,5 @@ const dp_kernels dp_fakegpu_kernels = {
     .lane_metrics = lane_metrics,
     .nonfinite = nonfinite,
     .gather_batch = gather,
+    .lanes = lanes,
 };

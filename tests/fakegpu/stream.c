@@ -82,9 +82,17 @@ static void set_fail_held(fg_dev *g, dp_status s, const char *fmt, ...) {
 
 /* ---- queues */
 
+static _Atomic unsigned long launched[2][3]; /* [owned: eager, else a replay's][fg_op.launch] */
+
+dp_fakegpu_launch_counts dp_fakegpu_launches(void) {
+    return (dp_fakegpu_launch_counts){.kernels = launched[1][FG_KERNEL], .copies = launched[1][FG_COPY],
+                                      .graph_kernels = launched[0][FG_KERNEL], .graph_copies = launched[0][FG_COPY]};
+}
+
 int fg_push(fg_dev *g, int si, fg_op *op, int owned) {
     fg_node *n = malloc(sizeof *n);
     if (!n) return -1;
+    if (op->launch) launched[owned != 0][op->launch]++;
     fg_stream *s = &g->s[si];
     n->next = NULL, n->op = op, n->owned = owned;
     n->arg = op->on_enqueue ? op->on_enqueue(g, op) : 0;

@@ -72,7 +72,8 @@ static dp_status queue(const dp_dev *d, const char *what, void (*run)(fg_dev *, 
                        const void *src, size_t bytes, size_t staged) {
     mv_op *o = malloc(sizeof *o + staged);
     if (!o) return dp_fail(DP_ERR_NOMEM, "fakegpu: out of host memory queueing %s of %zu bytes", what, bytes);
-    o->op = (fg_op){.run = run, .on_enqueue = run == upload_run ? upload_queued : NULL, .what = what, .waits_for = -1};
+    o->op = (fg_op){.run = run, .on_enqueue = run == upload_run ? upload_queued : NULL, .what = what, .waits_for = -1,
+                    .launch = strcmp(what, "NCCL's write") ? FG_COPY : 0};
     o->dst = dst, o->src = staged ? NULL : src, o->bytes = bytes;
     if (staged) memcpy(o->staged, src, bytes);
     fg_submit(fg_of(d), fg_stream_of(d), &o->op);

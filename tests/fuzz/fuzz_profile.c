@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "dp_config.h"
-#include "exec/profile_run.h"
+#include "sim/profile_run.h"
 #include "fuzz.h"
 #include "seed_files.h"
 #include "sim/model.h"

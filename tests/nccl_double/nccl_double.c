@@ -46,7 +46,10 @@
  *   abort-blocks@R:0 ncclCommAbort on rank R blocks for ever
  *   abort-slow@R:MS  ncclCommAbort on rank R takes MS milliseconds, then returns
  *   init@R:0         rank R's communicator fails to come up (ncclSystemError from its init)
- * DP_NCCL_DOUBLE_DEVICE=1: the device mode (below, before launch) for one process driving every rank.
+ *   capture-error@R:K the K-th operation rank R issues while its stream records a graph fails
+ * DP_NCCL_DOUBLE_DEVICE=1: the device mode (below, before launch) for one process driving every rank
+ * on CUDA; over the fake GPU (dp_nccl_double_set_device_hooks), groups run as host functions in
+ * their streams' order, recordable into the fake GPU's graphs, with ranks in any process (below).
  * DP_NCCL_DOUBLE_VERSION=N makes ncclGetVersion report N (21804: 2.18.4), for dptrain's version floor. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -55,6 +58,7 @@
 #include <fcntl.h>
 #include <nccl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -97,6 +101,7 @@ typedef struct {
     long index;
     char what[WHAT];
     int started, done;
+    int part_of;        /* 1 + q: the receive of rank q's part of an all-reduce (into the group's parts[q]) */
     /* sum: after every transfer of the group, rank-order sum of `parts` into buf */
 } op;
 
@@ -127,6 +132,9 @@ typedef struct group {
     float **parts;
     size_t sum_n;
     int sum_op; /* CUDA memory: 1 + the index of the op whose (staged) buffer the sum goes into */
+    const void *stream; /* the stream its calls were issued on */
+    int in_stream;      /* run by a host function in its stream's order (the device mode over the fake GPU) */
+    int *done_flag;     /* in_stream: set once its results are written */
     struct group *next;
 } group;
 
@@ -142,10 +150,14 @@ struct ncclComm {
     unsigned char connected[MAX_RANKS]; /* a send or receive with this peer was issued (the memory charge) */
     const void *charged_on;             /* the stream the charge was made on, and its bytes */
     long long charged;
+    const void *stream_seen; /* the stream of its last call (whether a capture is open on it, at an abort) */
+    long n_capture_ops;      /* its data-moving calls issued while their stream recorded a graph */
+    int users, dead;         /* stream functions running its groups; dead: destroyed, freed by the last user */
 };
 
-/* The group being built: each communicator's share of it. */
-static struct {
+/* The group being built: each communicator's share of it; one per thread, as NCCL's groups are
+ * (a process whose threads each drive one GPU builds a group on each). */
+static _Thread_local struct {
     int depth, n;
     group *g[MAX_COMMS];
     ncclComm_t comm[MAX_COMMS];
@@ -161,7 +173,7 @@ int dp_nccl_double_host_memory(void) { return 1; }
 static void *(*hook_host)(const void *device_ptr);
 static void (*hook_sync)(const void *stream);
 static void (*hook_write)(const void *stream, void *dst, const void *src, size_t bytes);
-static const void *issuing; /* the stream of the call being issued */
+static _Thread_local const void *issuing; /* the stream of the call being issued */
 
 void dp_nccl_double_set_hooks(void *(*host_address)(const void *), void (*stream_sync)(const void *),
                               void (*stream_write)(const void *, void *, const void *, size_t)) {
@@ -169,6 +181,55 @@ void dp_nccl_double_set_hooks(void *(*host_address)(const void *), void (*stream
 }
 
 static void *host_of(const void *p) { return hook_host && p ? hook_host(p) : (void *)p; }
+
+/* The device mode over the fake GPU (dp_nccl_double_set_device_hooks, DP_NCCL_DOUBLE_DEVICE=1): a
+ * group is queued on its stream as a host function (hook_call) that moves its bytes when the stream
+ * reaches it, as NCCL's kernels run, so a group issued while the stream records a graph is recorded
+ * and runs again at each replay; hook_capturing says whether a stream's device is recording. The
+ * stream functions run on the fake GPU's workers: one recursive mutex guards the double's state. */
+static void (*hook_call)(const void *stream, void (*fn)(void *), const void *arg, size_t bytes);
+static int (*hook_capturing)(const void *stream);
+static pthread_mutex_t dbl_mu = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
+#define LOCK() pthread_mutex_lock(&dbl_mu)
+#define UNLOCK() pthread_mutex_unlock(&dbl_mu)
+static _Atomic unsigned long aborts_in_capture, host_syncs;
+/* The times a group's start held the host until its stream's earlier work was done (the sync hook:
+ * the host path's one round trip a group, which the device mode does not make). */
+unsigned long dp_nccl_double_host_syncs(void) { return host_syncs; }
+
+void dp_nccl_double_set_device_hooks(void (*call)(const void *, void (*)(void *), const void *, size_t),
+                                     int (*capturing)(const void *)) {
+    hook_call = call, hook_capturing = capturing;
+}
+/* ncclCommAbort calls made while a graph was being recorded on the communicator's stream: CUDA
+ * refuses the frees and synchronisations an abort makes there (and the capture is lost). */
+unsigned long dp_nccl_double_aborts_in_capture(void) { return aborts_in_capture; }
+static int capturing(const void *stream) { return hook_capturing && stream && hook_capturing(stream); }
+
+/* The host threads that issued each rank's data-moving calls (up to 8 a rank), for a test that
+ * each GPU's calls come from a thread of its own (dp_nccl_double_rank_threads). */
+static pthread_t rank_threads[MAX_RANKS][8];
+static int n_rank_threads[MAX_RANKS];
+static void note_thread(int rank) {
+    const pthread_t me = pthread_self();
+    for (int i = 0; i < n_rank_threads[rank]; i++)
+        if (pthread_equal(rank_threads[rank][i], me)) return;
+    if (n_rank_threads[rank] < 8) rank_threads[rank][n_rank_threads[rank]++] = me;
+}
+/* The distinct threads (up to max) that issued rank's data-moving calls since the last reset; how many. */
+int dp_nccl_double_rank_threads(int rank, pthread_t *ids, int max) {
+    if (rank < 0 || rank >= MAX_RANKS) return 0;
+    LOCK();
+    const int n = n_rank_threads[rank];
+    for (int i = 0; i < n && i < max; i++) ids[i] = rank_threads[rank][i];
+    UNLOCK();
+    return n;
+}
+void dp_nccl_double_rank_threads_reset(void) {
+    LOCK();
+    memset(n_rank_threads, 0, sizeof n_rank_threads);
+    UNLOCK();
+}
 
 static void (*hook_charge)(const void *stream, long long bytes);
 void dp_nccl_double_set_memory_hook(void (*charge)(const void *stream, long long bytes)) { hook_charge = charge; }
@@ -197,6 +258,7 @@ static double now_s(void) {
 }
 
 static ncclResult_t fail(ncclComm_t c, ncclResult_t r, const char *fmt, ...) {
+    LOCK();
     if (c->async == ncclSuccess || c->async == ncclInProgress) {
         va_list ap;
         va_start(ap, fmt);
@@ -205,6 +267,7 @@ static ncclResult_t fail(ncclComm_t c, ncclResult_t r, const char *fmt, ...) {
         va_end(ap);
         c->async = r;
     }
+    UNLOCK();
     return r;
 }
 
@@ -517,9 +580,9 @@ static int start_head(ncclComm_t c) {
     group *g = c->head;
     const int cuda = !hook_sync && dbl_cuda_on();
     char err[256];
-    for (int i = 0; i < g->n && (hook_sync || cuda); i++) /* NCCL's work runs after what its stream queued before */
+    for (int i = 0; i < g->n && (hook_sync || cuda) && !g->in_stream; i++) /* NCCL's work runs after what its stream queued before */
         if (!g->ops[i].started && g->ops[i].stream && (i == 0 || g->ops[i].stream != g->ops[i - 1].stream)) {
-            if (hook_sync) hook_sync(g->ops[i].stream);
+            if (hook_sync) hook_sync(g->ops[i].stream), host_syncs++;
             else if (dbl_cuda_sync(g->ops[i].stream, err, sizeof err) < 0) {
                 fail(c, ncclUnhandledCudaError, "before %s: %s", g->ops[i].what, err);
                 return 0;
@@ -579,7 +642,8 @@ static void advance(ncclComm_t c, const struct pollfd *pf, const int *who, int n
         op *o = &g->ops[i];
         char err[256];
         if (!o->user) continue;
-        if (hook_write) hook_write(o->stream, o->user, o->buf, o->bytes);
+        if (g->in_stream) memcpy(host_of(o->user), o->buf, o->bytes); /* in its stream's order already */
+        else if (hook_write) hook_write(o->stream, o->user, o->buf, o->bytes);
         else if (dbl_cuda_up(o->user, o->buf, o->bytes, o->stream, err, sizeof err) < 0) {
             fail(c, ncclUnhandledCudaError, "%s: %s", o->what, err);
             return;
@@ -587,6 +651,7 @@ static void advance(ncclComm_t c, const struct pollfd *pf, const int *who, int n
     }
     c->head = g->next;
     if (!c->head) c->tail = NULL;
+    if (g->done_flag) *g->done_flag = 1;
     group_free(g);
 }
 
@@ -598,7 +663,11 @@ static void progress_all(int wait_ms) {
     static struct pollfd pf[MAX_COMMS * MAX_RANKS];
     static int who[MAX_COMMS * MAX_RANKS];
     static int inside; /* a hook that calls back into NCCL (a watch) must not re-enter this */
-    if (inside) return;
+    LOCK();
+    if (inside) {
+        UNLOCK();
+        return;
+    }
     inside = 1;
     int from[MAX_COMMS], count[MAX_COMMS], busy[MAX_COMMS], np = 0, waiting = 0;
     for (int k = 0; k < n_live; k++) {
@@ -613,6 +682,7 @@ static void progress_all(int wait_ms) {
     for (int k = 0; k < n_live; k++)
         if (busy[k] && ok(live[k])) advance(live[k], pf + from[k], who + from[k], count[k]);
     inside = 0;
+    UNLOCK();
 }
 
 static group *share_of(ncclComm_t c, int create);
@@ -688,7 +758,9 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t *out, int nranks, ncclUniqueId id
 ncclResult_t ncclCommGetAsyncError(ncclComm_t c, ncclResult_t *r) {
     if (!c || !r) return ncclInvalidArgument;
     progress_all(1);
+    LOCK();
     *r = c->async != ncclSuccess ? c->async : (c->head ? ncclInProgress : ncclSuccess);
+    UNLOCK();
     return ncclSuccess;
 }
 
@@ -721,6 +793,11 @@ static ncclResult_t add_op(ncclComm_t c, op o) {
         g->ops = ops, g->cap = cap;
     }
     g->ops[g->n++] = o;
+    LOCK();
+    note_thread(c->rank);
+    UNLOCK();
+    if (!g->stream) g->stream = issuing;
+    c->stream_seen = issuing;
     charge_connection(c, &o);
     return ncclSuccess;
 }
@@ -801,10 +878,122 @@ static ncclResult_t launch_on_device(int n) {
     return r;
 }
 
+/* ---- the device mode over the fake GPU (DP_NCCL_DOUBLE_DEVICE=1 with the device hooks) ----
+ * Each communicator's share of a group becomes a host function queued on the share's stream
+ * (run_share): when the stream reaches it, it puts a copy of the share in flight and progresses
+ * every communicator until that copy is done, reading send buffers and writing results in device
+ * memory directly (the stream's earlier work is done, its later work waits). Nothing is waited for
+ * on the host, the group end returns at once, and a share issued while its stream records a graph
+ * is recorded with it and moves its bytes again at each replay, in stream order with the eager
+ * ones: the mixing of captured and eager collectives on one communicator that
+ * NCCL_GRAPH_MIXING_SUPPORT=1 allows. */
+typedef struct {
+    ncclComm_t c;
+    const void *stream;
+    int n, has_sum;
+    float *sum_dst;
+    size_t sum_n;
+    op ops[]; /* as issued, before staging; part_of marks the all-reduce's receives of parts */
+} share_blob;
+
+static int on_streams(int n) {
+    const char *v = getenv("DP_NCCL_DOUBLE_DEVICE");
+    if (!hook_call || !hook_host || !v || strcmp(v, "1") != 0 || n < 1) return 0;
+    for (int k = 0; k < n; k++)
+        if (!grp.g[k]->n || !grp.g[k]->stream) return 0; /* an init's empty share, or host buffers */
+    return 1;
+}
+
+static int is_live(ncclComm_t c) {
+    for (int k = 0; k < n_live; k++)
+        if (live[k] == c) return 1;
+    return 0;
+}
+
+/* A fresh copy of the share in flight, with its own parts for a sum; NULL: out of memory. */
+static group *share_copy(const share_blob *b) {
+    group *g = calloc(1, sizeof *g);
+    if (!g) return NULL;
+    g->ops = malloc((size_t)b->n * sizeof *g->ops);
+    if (!g->ops) return free(g), NULL;
+    memcpy(g->ops, b->ops, (size_t)b->n * sizeof *g->ops);
+    g->n = g->cap = b->n, g->stream = b->stream, g->in_stream = 1;
+    if (b->has_sum) {
+        g->parts = calloc(MAX_RANKS, sizeof *g->parts);
+        if (!g->parts) return group_free(g), NULL;
+        for (int q = 0; q < b->c->world; q++)
+            if (!(g->parts[q] = malloc(b->sum_n ? b->sum_n * sizeof(float) : 1))) return group_free(g), NULL;
+        g->sum_dst = b->sum_dst, g->sum_n = b->sum_n;
+    }
+    for (int i = 0; i < g->n; i++) {
+        op *o = &g->ops[i];
+        o->started = o->done = o->owned = 0, o->user = NULL;
+        if (o->part_of) o->buf = o->dev_buf = (char *)g->parts[o->part_of - 1];
+    }
+    return g;
+}
+
+/* On the stream's worker: the share moves its bytes now, in the stream's order. */
+static void run_share(void *arg) {
+    const share_blob *b = arg;
+    ncclComm_t c = b->c;
+    LOCK();
+    if (!is_live(c) || !ok(c)) { /* aborted or failed: the run is ending, the bytes stay */
+        UNLOCK();
+        return;
+    }
+    group *g = share_copy(b);
+    if (!g) {
+        fail(c, ncclSystemError, "out of memory for a group in stream order");
+        UNLOCK();
+        return;
+    }
+    int done = 0;
+    g->done_flag = &done;
+    if (c->tail) c->tail->next = g;
+    else c->head = g;
+    c->tail = g;
+    c->users++;
+    while (!done && ok(c) && !c->dead) {
+        progress_all(0);
+        if (done || !ok(c) || c->dead) break;
+        UNLOCK();
+        const struct timespec pause_ts = {0, 20000};
+        nanosleep(&pause_ts, NULL);
+        LOCK();
+    }
+    if (!done && !c->dead) g->done_flag = NULL; /* failed: it stays queued until the abort frees it */
+    if (--c->users == 0 && c->dead) free(c);
+    UNLOCK();
+}
+
+static ncclResult_t launch_on_streams(int n) {
+    ncclResult_t r = ncclSuccess;
+    for (int k = 0; k < n; k++) {
+        ncclComm_t c = grp.comm[k];
+        group *g = grp.g[k];
+        if (r == ncclSuccess && !ok(c)) r = c->async;
+        const size_t bytes = sizeof(share_blob) + (size_t)g->n * sizeof(op);
+        share_blob *b = r == ncclSuccess ? malloc(bytes) : NULL;
+        if (r == ncclSuccess && !b) r = fail(c, ncclSystemError, "out of memory queueing a group on its stream");
+        if (b) {
+            *b = (share_blob){.c = c, .stream = g->stream, .n = g->n, .has_sum = g->sum_dst != NULL,
+                              .sum_dst = g->sum_dst, .sum_n = g->sum_n};
+            memcpy(b->ops, g->ops, (size_t)g->n * sizeof(op));
+            hook_call(g->stream, run_share, b, bytes);
+            free(b);
+        }
+        group_free(g);
+    }
+    grp.n = 0;
+    return r;
+}
+
 /* Queues each communicator's share of the group; blocking communicators wait for all of it. */
-static ncclResult_t launch(void) {
+static ncclResult_t launch_locked(void) {
     const int n = grp.n;
     if (whole_world_here(n)) return launch_on_device(n);
+    if (on_streams(n)) return launch_on_streams(n);
     ncclComm_t cs[MAX_COMMS];
     ncclResult_t r = ncclSuccess;
     int blocking = 0;
@@ -835,6 +1024,13 @@ static ncclResult_t launch(void) {
     return ncclSuccess;
 }
 
+static ncclResult_t launch(void) {
+    LOCK();
+    const ncclResult_t r = launch_locked();
+    UNLOCK();
+    return r;
+}
+
 /* A data-moving call: its number, and the faults that fire when it is issued. */
 static ncclResult_t issue(ncclComm_t c, long *index) {
     if (!c) return ncclInvalidArgument;
@@ -842,6 +1038,9 @@ static ncclResult_t issue(ncclComm_t c, long *index) {
     if (fault("exit", c->rank, *index)) _exit(9);
     if (fault("error", c->rank, *index))
         return fail(c, ncclSystemError, "injected fault at operation %ld (DP_NCCL_DOUBLE_FAULT)", *index);
+    if (capturing(issuing) && fault("capture-error", c->rank, ++c->n_capture_ops))
+        return fail(c, ncclSystemError, "injected fault at operation %ld, the %ld-th issued while its stream records "
+                    "a graph (DP_NCCL_DOUBLE_FAULT)", *index, c->n_capture_ops);
     if (fault("warn", c->rank, *index))
         snprintf(c->last, sizeof c->last, "nccl test double: rank %d: an injected warning at operation %ld, recovered "
                  "from (DP_NCCL_DOUBLE_FAULT)", c->rank, *index);
@@ -1005,6 +1204,7 @@ static ncclResult_t all_reduce(const void *send, void *recv, size_t count, ncclD
         if (q == c->rank) continue;
         r = add_op(c, make(OP_SEND, q, (void *)send, count, t, index, w));
         op part = make(OP_RECV, q, g->parts[q], count, t, index, w);
+        part.part_of = q + 1;
         if (!cuda) part.stream = NULL; /* the double's own host buffer, summed on the host: no write hook */
         if (r == ncclSuccess) r = add_op(c, part);
     }
@@ -1019,6 +1219,11 @@ ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count, ncclDataT
 }
 
 static void comm_free(ncclComm_t c) {
+    LOCK();
+    if (c->dead) { /* already destroyed; a stream function still holds it */
+        UNLOCK();
+        return;
+    }
     if (c->charged && hook_charge) hook_charge(c->charged_on, -c->charged);
     for (int k = 0; k < n_live; k++)
         if (live[k] == c) live[k] = live[--n_live];
@@ -1028,14 +1233,25 @@ static void comm_free(ncclComm_t c) {
     }
     if (c->listen_fd >= 0) close(c->listen_fd);
     for (group *g = c->head, *n; g; g = n) n = g->next, group_free(g);
+    c->head = c->tail = NULL;
+    if (c->users) { /* a stream function runs one of its groups: it sees this and frees c */
+        c->dead = 1;
+        if (ok(c)) c->async = ncclSystemError;
+        UNLOCK();
+        return;
+    }
     free(c);
+    UNLOCK();
 }
 
 ncclResult_t ncclCommFinalize(ncclComm_t c) {
     if (!c) return ncclInvalidArgument;
     if (c->blocking)
         while (c->head && c->async == ncclSuccess) progress_all(1);
-    return c->async != ncclSuccess ? c->async : (c->head ? ncclInProgress : ncclSuccess);
+    LOCK();
+    const ncclResult_t r = c->async != ncclSuccess ? c->async : (c->head ? ncclInProgress : ncclSuccess);
+    UNLOCK();
+    return r;
 }
 
 ncclResult_t ncclCommDestroy(ncclComm_t c) {
@@ -1046,6 +1262,11 @@ ncclResult_t ncclCommDestroy(ncclComm_t c) {
 
 ncclResult_t ncclCommAbort(ncclComm_t c) {
     if (!c) return ncclSuccess;
+    if (capturing(c->stream_seen)) {
+        aborts_in_capture++;
+        fprintf(stderr, "nccl test double: rank %d: ncclCommAbort while its stream records a graph (CUDA refuses the "
+                "abort's frees and synchronisations there, and the capture is lost)\n", c->rank);
+    }
     if (fault("abort-blocks", c->rank, -1))
         for (;;) pause();
     long ms = 0;

@@ -18,10 +18,8 @@ typedef struct {
 /* The table on the console (if r->console) and the log lines (if r->log). `what` describes the
  * workload ("lenet, batch 64, 938 steps/epoch, compute: cpu profile"). */
 dp_status dp_report_predictions(dp_reporter *r, const char *what, const dp_predict_series *s);
-/* Speedup against devices for every series, DDP solid and DP dashed, and the ideal line. */
+/* Speedup against devices for every series, DDP solid and DP dashed, and the ideal line. (Whether
+ * a path names a plot this build can write: dp_plot_kind, sim/predict.h.) */
 dp_status dp_plot_speedup(const char *path, const char *title, const dp_predict_series *s, int n_series);
-/* DP_OK if path names a plot this build can write (.svg, or .png with librsvg); a usage error
- * otherwise, checked before a run so that a bad name does not cost the run. */
-dp_status dp_plot_kind(const char *path);
 
 #endif

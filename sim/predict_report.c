@@ -1,5 +1,6 @@
 /* predict_report.c: the overhead model's console table, log lines and plot. */
-#include "report/predict_report.h"
+#include "sim/predict_report.h"
+#include "sim/predict.h"
 
 #include <errno.h>
 #include <math.h>

@@ -1,5 +1,5 @@
 /* profile_run.c: the timing run behind `dptrain predict` and a sim run's --predict. */
-#include "exec/profile_run.h"
+#include "sim/profile_run.h"
 
 #include <omp.h>
 #include <stdio.h>

@@ -6,14 +6,17 @@
 #include <pthread.h>
 #include <stdio.h>
 
+#include "backends/backend_kind.h"
 #include "core/timer.h"
 #include "data/sampler.h"
 #include "dp_config.h"
 #include "io/atomic.h"
-#include "report/predict_report.h"
+#include "sim/predict_report.h"
+#include "sim/calibrate.h"
 #include "sim/framework.h"
-#include "exec/profile_run.h"
-#include "cli/predict.h"
+#include "sim/profile_run.h"
+#include "sim/predict.h"
+#include "train/settings.h"
 
 #define MAX_TOPOS 8
 #define MAX_DEVS 8
@@ -175,10 +178,7 @@ static dp_status measure_step_overhead(dp_trainer *t, dp_profile *p, int devices
        the sim takes one device, by ordinal */
     one.n_gpus = 0, one.gpu = t->dev->kc.device;
     one.batch_size = batch;
-    one.log_path = one.save_path = one.load_path = NULL;
-    one.checkpoint_dir = one.resume_path = one.init_path = NULL, one.save_every = 0, one.save_every_epochs = 0;
-    one.keep = 0; /* the helper writes and reads no checkpoint */
-    one.predict_topos = one.save_profile = one.compute_profile = one.plot_path = NULL;
+    dp_settings_drop_files(&one); /* the helper writes and reads none of the run's files */
     one.predict_only = 0, one.quiet = 1, one.progress = 0, one.epochs = 1;
     dp_trainer *tk[MAX_CO] = {0};
     co_run run[MAX_CO];
@@ -385,7 +385,7 @@ static dp_status predict_and_report(const dp_config *c, dp_reporter *report, dp_
     return s;
 }
 
-dp_status dp_trainer_predict(dp_trainer *t) {
+dp_status dp_predict_run(dp_trainer *t) {
     const dp_config *c = &t->cfg;
     if (!c->predict_topos && !c->save_profile) return DP_OK;
     DP_TRY(log_collectives(t));
@@ -548,5 +548,23 @@ dp_status dp_predict_from_profile(const dp_config *cfg) {
     }
     dp_model_free(&m);
     free(p), free(run);
+    return s;
+}
+
+dp_status dp_predict_calibrate(const dp_config *c) {
+    dp_backend_config bc = {.name = c->backend, .replicas = c->replicas, .nthreads = c->threads > 0 ? c->threads : 1,
+                            .algorithm = c->allreduce_algo, .timeout_s = c->timeout_s, .argc = c->argc,
+                            .argv = c->argv};
+    dp_backend_t b = NULL;
+    dp_status s = dp_backend_create(&bc, &b);
+    /* before the sweep, not after: only rank 0 writes the file */
+    if (s == DP_OK && c->calibrate_out && dp_backend_rank(b, 0) == 0) s = dp_check_output_file("--out", c->calibrate_out);
+    /* the topology is named for where it was measured: the simulated links in this process, or the host's */
+    if (s == DP_OK) s = dp_calibrate(b, b->kind && b->kind->in_process ? "sim" : "host", c->calibrate_out, stdout);
+    if (s != DP_OK) {
+        fprintf(stderr, "dptrain: %s\n", dp_last_error());
+        if (b) b->failed = 1;
+    }
+    dp_backend_destroy(b);
     return s;
 }
