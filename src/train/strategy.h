@@ -59,10 +59,6 @@ extern const dp_strategy dp_strategy_ddp, dp_strategy_dp;
 /* The strategy of --mode m. */
 const dp_strategy *dp_strategy_of(dp_mode m);
 
-/* The context of the trainer's steps, the micro-step's fields unset (step.c). */
-struct dp_trainer;
-dp_step_ctx dp_train_step_ctx(struct dp_trainer *t);
-
 /* Whether the step's sums allow its update: finite gradients (a device's check) and loss. */
 static inline int dp_step_sums_apply(const dp_step_sums *s) { return !s->nonfinite && isfinite(s->loss); }
 

@@ -15,6 +15,7 @@
 #include "report/report.h"
 #include "train/config.h"
 #include "exec/executor.h"
+#include "train/strategy.h"
 
 typedef struct dp_step_metrics {
     double loss_sum;  /* sum of per-sample losses */
@@ -94,6 +95,8 @@ void dp_trainer_destroy(dp_trainer *t);
  * loss over the step's samples; the step's last micro-step reduces and steps with learning
  * rate lr, and adds the step's loss and accuracy counts over all replicas to *m. */
 dp_status dp_train_micro(dp_trainer *t, const dp_batch *batches, int b, float lr, dp_step_metrics *m);
+/* What the strategy's functions see of the trainer (strategy.h), the micro-step's fields unset. */
+dp_step_ctx dp_train_step_ctx(dp_trainer *t);
 /* Fails, naming the ranks, when processes were started with different flags, model or data. */
 dp_status dp_check_consistency(dp_trainer *t);
 /* The flags every rank must share, one "with --lr 0.05" / "without --nesterov" line each. */
