@@ -248,10 +248,12 @@ static dp_status log_collectives(dp_trainer *t) {
 static dp_status row_from_run(dp_trainer *t, dp_profile *p) {
     /* a GPU's nodes are queued, not run, while the trainer's clock reads them: its rows come
        from the timing run's events */
-    if (!dp_exec_clock_times_work(&t->ex)) return DP_OK;
-    if (!t->ex.node_s || t->ex.node_runs < 1 || t->cfg.predict_only) return DP_OK;
-    const int nn = t->model.n_nodes, slots = t->ex.n_local * t->ex.rep[0].n_slots;
-    const int lane_batch = (int)((t->ex.node_samples + t->ex.node_runs / 2) / t->ex.node_runs);
+    if (!dp_exec_clock_times_work(t->ex)) return DP_OK;
+    long runs, samples;
+    const double *node_s = dp_exec_node_times(t->ex, &runs, &samples);
+    if (!node_s || runs < 1 || t->cfg.predict_only) return DP_OK;
+    const int nn = t->model.n_nodes, slots = dp_exec_n_local(t->ex) * dp_exec_replica(t->ex, 0)->n_slots;
+    const int lane_batch = (int)((samples + runs / 2) / runs);
     const int conc = min_int(t->cfg.threads, slots);
     /* the loss, the optimizer step and the lane sum of that row come from the timing run */
     DP_TRY(dp_profile_measure(&t->model, t->dev, lane_batch, conc, TIMING_STEPS, p));
@@ -259,8 +261,8 @@ static dp_status row_from_run(dp_trainer *t, dp_profile *p) {
     if (!row) return DP_ERR_INTERNAL;
     for (int i = 0; i < nn; i++) {
         double f = 0, b = 0;
-        for (int q = 0; q < slots; q++) f += t->ex.node_s[((size_t)q * 2) * nn + i], b += t->ex.node_s[((size_t)q * 2 + 1) * nn + i];
-        row->fwd_s[i] = f / t->ex.node_runs, row->bwd_s[i] = b / t->ex.node_runs;
+        for (int q = 0; q < slots; q++) f += node_s[((size_t)q * 2) * nn + i], b += node_s[((size_t)q * 2 + 1) * nn + i];
+        row->fwd_s[i] = f / runs, row->bwd_s[i] = b / runs;
     }
     row->steps = t->step;
     snprintf(p->device, sizeof p->device, "cpu-run");
@@ -390,7 +392,7 @@ dp_status dp_predict_run(dp_trainer *t) {
     dp_topology topos[MAX_TOPOS];
     int n_topos = 0;
     if (c->predict_topos) DP_TRY(split_topologies(c, topos, &n_topos));
-    for (int k = 0; k < n_topos && !dp_exec_clock_times_work(&t->ex) && !c->compute_profile; k++)
+    for (int k = 0; k < n_topos && !dp_exec_clock_times_work(t->ex) && !c->compute_profile; k++)
         if (topos[k].shared_memory_bus)
             return dp_fail(DP_ERR_USAGE, "--predict %s: a topology of CPU processes sharing the host's memory, "
                                          "but this run computes on %s: predict it from a CPU run (--device cpu), or "
@@ -405,12 +407,12 @@ dp_status dp_predict_run(dp_trainer *t) {
         dp_profile *run = calloc(1, sizeof *run);
         s = run ? dp_profile_load(c->compute_profile, t->model.name, p)
                 : dp_fail(DP_ERR_NOMEM, "out of memory for the overhead model");
-        if (s == DP_OK) s = dp_profile_describe(&t->model, t->ex.bucket_node, run);
+        if (s == DP_OK) s = dp_profile_describe(&t->model, dp_exec_bucket_nodes(t->ex), run);
         if (s == DP_OK) s = dp_profile_match("--compute", p, run);
         free(run);
     } else {
-        s = dp_profile_describe(&t->model, t->ex.bucket_node, p);
-        if (!dp_exec_clock_times_work(&t->ex)) device_token(t->dev, p->device, sizeof p->device);
+        s = dp_profile_describe(&t->model, dp_exec_bucket_nodes(t->ex), p);
+        if (!dp_exec_clock_times_work(t->ex)) device_token(t->dev, p->device, sizeof p->device);
         if (s == DP_OK) s = row_from_run(t, p);
         if (s == DP_OK && n_topos) s = measure_rows(t, topos, n_topos, devs, n_devs, p);
         if (s == DP_OK && n_topos) s = measure_overheads(t, topos, n_topos, devs, n_devs, p);

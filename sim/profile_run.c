@@ -135,8 +135,8 @@ static dp_status worker_run(const dp_model *m, const dp_dev *dev, int batch, int
             if (st == DP_OK) st = clock_mark(&clk, mk++);
         }
         if (st == DP_OK) {
-            k->softmax_xent(&dev->kc, batch, m->n_classes, ln->acts.out[m->output], (const int32_t *)dy,
-                            1.0f / batch, ln->acts.dout[m->output], dev_scalars, (int32_t *)(dev_scalars + 1));
+            m->head->loss(k, &dev->kc, batch, m->n_classes, ln->acts.out[m->output], (const int32_t *)dy,
+                          1.0f / batch, ln->acts.dout[m->output], dev_scalars, (int32_t *)(dev_scalars + 1));
             st = clock_mark(&clk, mk++);
         }
         for (int i = nn - 1; i >= 0 && st == DP_OK; i--) {

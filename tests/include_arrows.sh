@@ -3,7 +3,7 @@
 # the file's own folder or to one its row of the table below names. The table is the allowed graph,
 # bottom first; it has no cycle (checked too), so a header that includes a folder that includes it back
 # fails here. The generated headers (dp_config.h, dp_devices.h, dp_backends.h: what this build has) may be
-# included from any folder.
+# included from any folder. Headers private to a folder (PRIVATE below) are included only there.
 # Usage: include_arrows.sh [ROOT] (default: the checkout this script is in). Exit 1 on a forbidden arrow.
 set -euo pipefail
 ROOT=${1:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}
@@ -89,5 +89,20 @@ while IFS= read -r -d '' file; do
 done < <(find src kernels backends sim -type f \( -name '*.c' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh' \
              -o -name '*.h.in' \) -print0 | sort -z)
 
+# Private headers: the executor's state (src/exec/executor_impl.h) is read only inside src/exec/;
+# everything else, the tests included, goes through exec/executor.h's functions.
+PRIVATE='
+src/exec/executor_impl.h src/exec
+'
+while read -r header folder; do
+    [ -n "$header" ] || continue
+    while IFS= read -r hit; do
+        echo "$hit: includes $(basename "$header"), which is private to $folder/; use its public header" >&2
+        bad=1
+    done < <(grep -rnE "^[[:space:]]*#[[:space:]]*include[[:space:]]*\"(exec/)?$(basename "$header")\"" \
+                 src kernels backends sim tests examples --include='*.c' --include='*.h' --include='*.cu' \
+                 --include='*.cuh' 2>/dev/null | grep -v "^$folder/" | cut -d: -f1,2)
+done <<<"$PRIVATE"
+
 if [ $bad != 0 ]; then exit 1; fi
-echo "include_arrows.sh: $n includes, every arrow allowed"
+echo "include_arrows.sh: $n includes, every arrow allowed; private headers only in their folders"

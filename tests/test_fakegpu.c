@@ -544,7 +544,7 @@ static void test_staging_waits_for_each_device(void **state) {
     enum { SB = 4 };
     const dp_exec_config xc = {.dev = d0, .devs = devs, .backend = &be, .model = &m, .threads = 1, .n_lanes = 1,
                                .n_slots = 1, .lane_batch = SB, .max_local = SB};
-    dp_executor ex;
+    dp_executor *ex = NULL;
     FGT_OK(dp_exec_create(&ex, &xc));
     static float x[2][SB * 28 * 28];
     int32_t y[2][SB] = {{0}};
@@ -555,13 +555,13 @@ static void test_staging_waits_for_each_device(void **state) {
             for (int i = 0; i < SB * 28 * 28; i++) x[r][i] = (float)(step * 7 + r + i % 5);
         const dp_batch b[2] = {{.n = SB, .x = x[0], .y = y[0]}, {.n = SB, .x = x[1], .y = y[1]}};
         const dp_batch *db = NULL;
-        FGT_OK(dp_exec_stage(&ex, b, &db));
-        FGT_OK(dp_exec_step_metrics(&ex, bufs, 2, 1, NULL, 0));
+        FGT_OK(dp_exec_stage(ex, b, &db));
+        FGT_OK(dp_exec_step_metrics(ex, bufs, 2, 1, NULL, 0));
     }
     const dp_status s = d1->wait(d1);
     const char *msg = s == DP_OK ? "" : dp_last_error();
     if (s != DP_OK) fail_msg("GPU 1: %s", msg);
-    dp_exec_free(&ex);
+    dp_exec_free(ex);
     dp_model_free(&m);
     fgt_close(d1);
     fgt_close(d0);

@@ -287,9 +287,9 @@ static int world2_child(const char *out) {
     if (s == DP_OK) {
         h.n = t->model.params.n;
         params = malloc(h.n * sizeof(float)), mom = malloc(h.n * sizeof(float));
-        const dp_dev *d = t->ex.rep[0].dev;
-        if (!params || !mom || d->download(d, params, t->ex.rep[0].params, h.n * sizeof(float)) != DP_OK ||
-            d->download(d, mom, t->ex.rep[0].momentum, h.n * sizeof(float)) != DP_OK)
+        const dp_dev *d = dp_exec_replica(t->ex, 0)->dev;
+        if (!params || !mom || d->download(d, params, dp_exec_replica(t->ex, 0)->params, h.n * sizeof(float)) != DP_OK ||
+            d->download(d, mom, dp_exec_replica(t->ex, 0)->momentum, h.n * sizeof(float)) != DP_OK)
             s = DP_ERR_INTERNAL;
     }
     /* counted before the test's own downloads */

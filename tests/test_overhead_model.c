@@ -838,6 +838,27 @@ static void test_bucket_ready_node(void **state) {
     free(text);
 }
 
+/* --no-overlap: the buckets are all-reduced after the last node (ready_node 0); every other collective of
+ * the step, the BN buffers' broadcast that starts the next step's forward included, is -1. */
+static void test_no_overlap_ready_node(void **state) {
+    (void)state;
+    const char *log = tu_path("no_overlap.jsonl");
+    char *out = NULL;
+    int rc = tu_run_dptrain(&out, "train --dataset synthetic --shape 1x28x28 --samples 128 --batch-size 64 "
+                                  "--model lenet-bn --replicas 2 --threads 2 --epochs 1 --no-overlap --predict host "
+                                  "--quiet --log %s",
+                            log);
+    if (rc != 0) fail_msg("train failed (%d): %s", rc, out ? out : "");
+    free(out);
+    char *text = NULL;
+    assert_int_equal(tu_sh(&text, "grep '\"kind\":\"broadcast\"' %s | head -1", log), 0);
+    assert_true(tu_contains(text, "\"ready_node\":-1"));
+    free(text);
+    assert_int_equal(tu_sh(&text, "grep '\"kind\":\"allreduce\"' %s | head -1", log), 0);
+    assert_true(tu_contains(text, "\"ready_node\":0"));
+    free(text);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_collective_formulas),
@@ -861,6 +882,7 @@ int main(void) {
         cmocka_unit_test(test_predict_command),
         cmocka_unit_test(test_run_records),
         cmocka_unit_test(test_bucket_ready_node),
+        cmocka_unit_test(test_no_overlap_ready_node),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -66,13 +66,13 @@ tr_result tr_run(dp_config *c) {
     r.momentum = malloc(r.n * sizeof(float));
     float *other = malloc(r.n * sizeof(float));
     assert_non_null(r.params), assert_non_null(r.momentum), assert_non_null(other);
-    const dp_dev *d = t->ex.rep[0].dev; /* each replica's arenas through its own device */
-    assert_int_equal(d->download(d, r.params, t->ex.rep[0].params, r.n * sizeof(float)), DP_OK);
-    assert_int_equal(d->download(d, r.momentum, t->ex.rep[0].momentum, r.n * sizeof(float)), DP_OK);
+    const dp_dev *d = dp_exec_replica(t->ex, 0)->dev; /* each replica's arenas through its own device */
+    assert_int_equal(d->download(d, r.params, dp_exec_replica(t->ex, 0)->params, r.n * sizeof(float)), DP_OK);
+    assert_int_equal(d->download(d, r.momentum, dp_exec_replica(t->ex, 0)->momentum, r.n * sizeof(float)), DP_OK);
     r.all_equal = 1;
-    for (int i = 1; i < t->ex.n_local; i++) {
-        d = t->ex.rep[i].dev;
-        assert_int_equal(d->download(d, other, t->ex.rep[i].params, r.n * sizeof(float)), DP_OK);
+    for (int i = 1; i < dp_exec_n_local(t->ex); i++) {
+        d = dp_exec_replica(t->ex, i)->dev;
+        assert_int_equal(d->download(d, other, dp_exec_replica(t->ex, i)->params, r.n * sizeof(float)), DP_OK);
         if (memcmp(other, r.params, r.n * sizeof(float)) != 0) r.all_equal = 0;
     }
     free(other);

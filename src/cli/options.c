@@ -20,6 +20,7 @@
 #include "nn/model.h"
 #include "sim/predict.h"
 #include "train/settings.h"
+#include "train/strategy.h"
 
 #define OFF(f) offsetof(dp_config, f)
 static const char *const cmd_names[] = {"train", "eval", "predict", "calibrate"};
@@ -345,7 +346,8 @@ dp_status dp_parse_args(int argc, char **argv, dp_config *c, dp_action *action) 
     if ((c->plot_path || c->compute_profile) && !c->predict_topos)
         return dp_fail(DP_ERR_USAGE, "--%s needs --predict T (or dptrain predict --topology T)",
                        c->plot_path ? "plot" : "compute");
-    if (c->predict_topos && c->mode == DP_MODE_DDP && c->accumulate > 1)
+    const dp_strategy *strategy = dp_strategy_of(c->mode);
+    if (c->predict_topos && !strategy->no_accumulate && c->accumulate > 1)
         return dp_fail(DP_ERR_USAGE, "--predict: the model predicts steps without --accumulate");
     const dp_backend_kind *bk = dp_backend_kind_find(c->backend); /* a choice: there */
     if (c->n_gpus && !bk->takes_gpus)
@@ -365,10 +367,10 @@ dp_status dp_parse_args(int argc, char **argv, dp_config *c, dp_action *action) 
     if (!bk->in_process && c->replicas != 1)
         return dp_fail(DP_ERR_USAGE, "--replicas is for --backend sim; with %s the number of processes or devices "
                        "sets the replica count", c->backend);
-    if (c->mode == DP_MODE_DP && c->accumulate > 1)
-        return dp_fail(DP_ERR_USAGE, "--accumulate is for --mode ddp (DataParallel has no no_sync)");
-    if (c->mode == DP_MODE_DP && c->sync_bn)
-        return dp_fail(DP_ERR_USAGE, "--sync-bn is for --mode ddp (DataParallel has no SyncBatchNorm)");
+    if (strategy->no_accumulate && c->accumulate > 1)
+        return dp_fail(DP_ERR_USAGE, "--accumulate is for --mode ddp (%s)", strategy->no_accumulate);
+    if (strategy->no_sync_bn && c->sync_bn)
+        return dp_fail(DP_ERR_USAGE, "--sync-bn is for --mode ddp (%s)", strategy->no_sync_bn);
     if (c->eval_only) {
         if (!c->load_path)
             return dp_fail(DP_ERR_USAGE, "eval: --load FILE is required (a checkpoint written by train --save or "

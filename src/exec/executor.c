@@ -1,7 +1,7 @@
 /* executor.c: the executor's state (replicas, lanes' metrics, upload staging), the lane
  * assignment of a micro-step, zeroing, staging and graphs; the passes are in passes.c, the
  * collectives in coll.c and hostcoll.c. */
-#include "exec/executor.h"
+#include "exec/executor_impl.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -172,8 +172,9 @@ static void free_resident(dp_executor *ex) {
     free(ex->d_idx), free(ex->h_idx);
 }
 
-dp_status dp_exec_create(dp_executor *ex, const dp_exec_config *c) {
-    memset(ex, 0, sizeof *ex);
+dp_status dp_exec_create(dp_executor **out, const dp_exec_config *c) {
+    dp_executor *ex = *out = calloc(1, sizeof *ex);
+    if (!ex) return dp_fail(DP_ERR_NOMEM, "out of memory for the executor");
     ex->dev = c->devs ? c->devs[0] : c->dev, ex->k = ex->dev->k, ex->kc = ex->dev->kc;
     ex->backend = c->backend, ex->model = c->model;
     ex->threads = c->threads, ex->sync_bn = c->sync_bn;
@@ -225,8 +226,12 @@ static void free_on_replica_devices(dp_executor *ex) {
 }
 
 void dp_exec_free(dp_executor *ex) {
+    if (!ex) return;
     const dp_dev *d = ex->dev;
-    if (!d) return;
+    if (!d) {
+        free(ex);
+        return;
+    }
     dp_exec_host_coll_free(ex);
     dp_exec_metrics_free(ex);
     dp_exec_coll_timing_free(ex);
@@ -247,7 +252,53 @@ void dp_exec_free(dp_executor *ex) {
     free(ex->ptrs);
     free(ex->bucket_node);
     free(ex->node_s);
-    memset(ex, 0, sizeof *ex);
+    free(ex);
+}
+
+const dp_dev *dp_exec_dev(const dp_executor *ex, int r) { return ex->rep[r].dev; }
+int dp_exec_n_devs(const dp_executor *ex) { return ex->multi_dev ? ex->n_local : 1; }
+int dp_exec_n_local(const dp_executor *ex) { return ex ? ex->n_local : 0; }
+int dp_exec_rank(const dp_executor *ex, int r) { return ex->rep[r].rank; }
+int dp_exec_holds_rank(const dp_executor *ex, int rank, int *r) {
+    for (int q = 0; q < ex->n_local; q++)
+        if (ex->rep[q].rank == rank) {
+            if (r) *r = q;
+            return 1;
+        }
+    return 0;
+}
+int dp_exec_n_lanes(const dp_executor *ex) { return ex->n_lanes; }
+int dp_exec_max_local(const dp_executor *ex) { return ex->max_local; }
+int dp_exec_threads_used(const dp_executor *ex) { return ex->team; }
+int dp_exec_resident(const dp_executor *ex) { return ex->resident; }
+int dp_exec_in_process(const dp_executor *ex) { return dp_backend_in_process(ex->backend); }
+const dp_kernels *dp_exec_kernel_table(const dp_executor *ex) { return ex->k; }
+dp_replica *dp_exec_replica(dp_executor *ex, int r) { return &ex->rep[r]; }
+const int *dp_exec_bucket_nodes(const dp_executor *ex) { return ex->bucket_node; }
+const double *dp_exec_node_times(const dp_executor *ex, long *runs, long *samples) {
+    *runs = ex->node_runs, *samples = ex->node_samples;
+    return ex->node_s;
+}
+
+dp_status dp_exec_alloc(dp_executor *ex, int r, size_t n, const char *what, void *out) {
+    const dp_dev *d = dp_exec_dev(ex, r);
+    return d->alloc(d, (float **)out, n, what);
+}
+void dp_exec_dealloc(dp_executor *ex, int r, void *p) {
+    const dp_dev *d = dp_exec_dev(ex, r);
+    d->free(d, p);
+}
+dp_status dp_exec_upload(dp_executor *ex, int r, void *dst, const void *host_src, size_t bytes) {
+    const dp_dev *d = dp_exec_dev(ex, r);
+    return d->upload(d, dst, host_src, bytes);
+}
+dp_status dp_exec_download(dp_executor *ex, int r, void *host_dst, const void *src, size_t bytes) {
+    const dp_dev *d = dp_exec_dev(ex, r);
+    return d->download(d, host_dst, src, bytes);
+}
+dp_status dp_exec_copy(dp_executor *ex, int r, void *dst, const void *src, size_t bytes) {
+    const dp_dev *d = dp_exec_dev(ex, r);
+    return d->copy(d, dst, src, bytes);
 }
 
 dp_status dp_exec_assign(dp_executor *ex, const dp_sampler *sp, const dp_batch *bt, int b, dp_micro_info *mi) {
@@ -310,6 +361,12 @@ dp_status dp_exec_stage(dp_executor *ex, const dp_batch *b, const dp_batch **out
     return DP_OK;
 }
 
+dp_status dp_exec_begin_micro(dp_executor *ex, const dp_sampler *sp, const dp_batch *bt, int b, dp_micro_info *mi,
+                              const dp_batch **out) {
+    DP_TRY(dp_exec_assign(ex, sp, bt, b, mi));
+    return dp_exec_stage(ex, bt, out);
+}
+
 dp_status dp_exec_zero_grads(dp_executor *ex) {
     const int lanes = ex->lanes_clear ? 1 : ex->n_lanes;
     const long total = (long)ex->n_local * lanes;
@@ -345,9 +402,6 @@ dp_status dp_exec_fetch_lane_losses(dp_executor *ex) {
     return DP_OK;
 }
 
-dp_status dp_exec_run_graph(dp_executor *ex, uint64_t key, dp_status (*fn)(void *), void *arg) {
-    return dp_graph_run(&ex->graphs, ex->dev, ex->backend, ex->graphs_on, key, fn, arg);
-}
 
 dp_status dp_exec_for_replicas(dp_executor *ex, dp_status (*fn)(void *arg, int r), void *arg) {
     dp_status st[ex->n_local];

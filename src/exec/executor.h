@@ -29,6 +29,7 @@
 #include "exec/graph.h"
 #include "exec/replica.h"
 #include "nn/model.h"
+#include "optim/sgd.h"
 #include "exec/memory.h"
 
 /* Copies of the pinned upload staging (h_stage, h_idx), used in turn. */
@@ -61,81 +62,43 @@ typedef struct {
     int time_nodes;           /* --predict / --save-profile: time each node call with the clock */
 } dp_exec_config;
 
-typedef struct dp_executor {
-    dp_dev *dev;              /* replica 0's device (every replica's, unless multi_dev) */
-    int multi_dev;            /* the replicas are on different devices, one each */
-    const dp_kernels *k;      /* the devices' kernel table (one kind for all) */
-    dp_kctx kc;               /* and the context of the executor's own kernel calls (main stream) */
-    dp_backend_t backend;
-    const dp_model *model;
-    int threads, sync_bn;
-    int team;                 /* threads of every parallel region a step opens (dp_exec_team_size) */
-    int n_local, world;
-    int n_lanes;              /* lanes (gradient partials) per replica and step */
-    int max_local;            /* the most samples a replica gets in a micro-step */
-    dp_replica *rep;          /* (n_local) */
-    float **ptrs;             /* (n_local) scratch for collectives over per-replica pointers */
-    int *bucket_node;         /* (n_buckets) node after whose backward the bucket is complete */
-    /* each lane's loss sum and hits this step (n_local x n_lanes, on the host), and per replica
-       where its loss kernels write them (its device; views of the host arrays on host memory) */
-    float *lane_loss, **d_lane_loss;
-    int32_t *lane_correct, **d_lane_correct;
-    int lanes_clear;          /* lanes 1.. hold zeros (the last step's tree cleared them) */
-    dp_batch *d_batches;      /* (n_local) an async device's copy of the loader's batches */
-    dp_batch *h_stage;        /* (DP_EXEC_STAGES x n_local) the pinned staging its uploads read */
-    /* the training set on the device (resident): its pixels, labels and normalisation table, and
-       per replica the batch's indices (device, and their pinned staging) */
-    int resident;
-    uint8_t *d_pixels, *d_labels;
-    float *d_lut;
-    int32_t **d_idx, **h_idx; /* h_idx: DP_EXEC_STAGES x n_local */
-    int data_c, data_hw;
-    /* the next staging copy: two, so that a micro-step fills one while the other's uploads may
-       still run; before a copy (or h_metrics_up[r]) is written again, the event its device
-       recorded after the uploads from it is queried, and waited for only if not done (on every
-       device: the step's one wait is for replica 0's, and what other devices did is known from
-       it only through the collective's data flow) */
-    int stage_next;
-    void **stage_ev;          /* (n_devs) DP_EXEC_STAGE_EVENTS events each; NULL: the device has none */
-    unsigned char *stage_rec; /* (n_devs x DP_EXEC_STAGE_EVENTS) recorded since the last wait for it */
-    dp_graph_cache graphs;
-    int graphs_on;
-    float **hc_scratch;       /* (n_local) device scratch of the host collectives, hc_floats each */
-    /* not host memory: each replica's step metrics on its device (DP_EXEC_METRICS floats), the
-       pinned host memory their host-known values go up from, and where the sums come down to */
-    float **d_metrics, **h_metrics_up, *h_metrics_down;
-    int coll_drained;         /* coll_n when a download last waited for every collective of the step */
-    size_t hc_floats;
-    /* multi_dev: replica 0's parameters and BN buffers on each other replica's device, which
-       evaluation reads (dp_exec_eval_weights); NULL elsewhere */
-    float **eval_params, **eval_buffers;
-    /* --predict / --save-profile on the CPU: per slot q, node i's forward (q, 0, i) and backward
-       (q, 1, i) seconds summed over the run; NULL: not timing */
-    double *node_s;
-    long node_runs, node_samples;
-    double comm_overlap_s;    /* seconds of collectives issued while backward work remained */
-    char slot_error[512];     /* the first failure's message on a thread of the passes' team */
-    dp_status stretch_status; /* a lane fork's or join's failure in the current stretch (passes.c) */
-    /* An async device's collectives timed by events on the collective stream (eager runs; a
-       replayed graph's are not): a pair per collective this step, and the main stream's end of
-       backward; their seconds, and the part of the overlapped ones before that end, summed per
-       kind over the epoch. coll_timed: these replace the backend's host seconds. */
-    int coll_timed;
-    void *coll_ev;
-    int coll_n, coll_cap;
-    unsigned char *coll_kind, *coll_overlap;
-    int bwd_end_recorded;
-    double coll_s[DP_COLL_KINDS], coll_hidden_s;
-} dp_executor;
+/* The executor's state is private to src/exec/ (executor_impl.h): code above it calls the
+ * functions below and reads nothing else. */
+typedef struct dp_executor dp_executor;
 
-/* The replicas, lanes, staging and scratch for cfg's plan; the backend and model must outlive it. */
-dp_status dp_exec_create(dp_executor *ex, const dp_exec_config *cfg);
-void dp_exec_free(dp_executor *ex);
+/* The replicas, lanes, staging and scratch for cfg's plan; the backend and model must outlive it.
+ * *out is set even when creation fails part way: dp_exec_free releases what was made. */
+dp_status dp_exec_create(dp_executor **out, const dp_exec_config *cfg);
+void dp_exec_free(dp_executor *ex); /* NULL: nothing */
+
+/* What the executor was built with, for the code above it. */
+int dp_exec_n_local(const dp_executor *ex);
+int dp_exec_rank(const dp_executor *ex, int r);       /* local replica r's global rank */
+int dp_exec_holds_rank(const dp_executor *ex, int rank, int *r); /* 1 and *r: the local replica with that rank */
+int dp_exec_n_lanes(const dp_executor *ex);
+int dp_exec_max_local(const dp_executor *ex);
+int dp_exec_threads_used(const dp_executor *ex);      /* the team every parallel region of a step opens */
+int dp_exec_resident(const dp_executor *ex);
+int dp_exec_in_process(const dp_executor *ex);        /* every replica of the run is in this process */          /* the training set lives on the device */
+const dp_kernels *dp_exec_kernel_table(const dp_executor *ex);
+dp_replica *dp_exec_replica(dp_executor *ex, int r);  /* its arenas, slots and host copies */
+const int *dp_exec_bucket_nodes(const dp_executor *ex); /* (n_buckets) the node completing each bucket */
+/* --predict / --save-profile on the CPU: the per-node seconds (per slot q, node i: forward at
+ * (q, 0, i), backward at (q, 1, i)), the runs summed and their samples; NULL: not timed. */
+const double *dp_exec_node_times(const dp_executor *ex, long *runs, long *samples);
+
+/* Device memory of replica r's device (r: a local replica), and the copies strategies make on it:
+ * host -> device, device -> host, device -> device (each in the device's stream order). */
+dp_status dp_exec_alloc(dp_executor *ex, int r, size_t n, const char *what, void *out);
+void dp_exec_dealloc(dp_executor *ex, int r, void *p);
+dp_status dp_exec_upload(dp_executor *ex, int r, void *dst, const void *host_src, size_t bytes);
+dp_status dp_exec_download(dp_executor *ex, int r, void *host_dst, const void *src, size_t bytes);
+dp_status dp_exec_copy(dp_executor *ex, int r, void *dst, const void *src, size_t bytes);
 
 /* Replica r's device, and the distinct devices of the local replicas: devices 0..n-1 are
  * dp_exec_dev(ex, 0..n-1) (one for all, or one per replica). */
-static inline const dp_dev *dp_exec_dev(const dp_executor *ex, int r) { return ex->rep[r].dev; }
-static inline int dp_exec_n_devs(const dp_executor *ex) { return ex->multi_dev ? ex->n_local : 1; }
+const dp_dev *dp_exec_dev(const dp_executor *ex, int r);
+int dp_exec_n_devs(const dp_executor *ex);
 
 /* Whether the clock read around a kernel call times its work (the host runs it as called). */
 int dp_exec_clock_times_work(const dp_executor *ex);
@@ -164,6 +127,10 @@ dp_status dp_exec_assign(dp_executor *ex, const dp_sampler *sp, const dp_batch *
  * the pinned staging (reused only once its last uploads are done), or with the training set on
  * the device (resident) only their indices go up and the device gathers the batch. */
 dp_status dp_exec_stage(dp_executor *ex, const dp_batch *b, const dp_batch **out);
+
+/* Both, as a micro-step begins: batch b's lanes assigned (*mi), its batches staged (*out). */
+dp_status dp_exec_begin_micro(dp_executor *ex, const dp_sampler *sp, const dp_batch *bt, int b, dp_micro_info *mi,
+                              const dp_batch **out);
 
 /* Pinned staging `slot` (0..DP_EXEC_STAGES-1: a copy of h_stage / h_idx; DP_EXEC_STAGES:
  * h_metrics_up) of device i: before the host writes it, ready returns once the uploads queued from
@@ -205,18 +172,63 @@ dp_status dp_exec_fetch_lane_losses(dp_executor *ex);
  * that the sum says whether any was, with no wait of its own. */
 dp_status dp_exec_step_metrics(dp_executor *ex, float *const *bufs, size_t n, int host_lanes, const int *check,
                                size_t check_at);
-dp_status dp_exec_metrics_alloc(dp_executor *ex);
-void dp_exec_metrics_free(dp_executor *ex);
-/* The step's collectives' event times into coll_s and coll_hidden_s (waits for the collective
- * stream, whose work the step has already waited for where it reads a result). */
+
+/* A step's sums over every replica of every process, what its last micro-step tells the trainer. */
+typedef struct {
+    float loss;         /* the loss sum: the fixed tree over the lanes, then the replicas' all-reduce */
+    long hits, count;
+    int stop;           /* a stop request of any rank, folded: SIGTERM if any was, else SIGINT, else 0 */
+    int nonfinite;      /* a device found NaN/Inf in the gradients checked (no update may be applied) */
+} dp_step_sums;
+typedef struct {
+    const int *count;   /* (n_local) each replica's samples of the step */
+    int host_lanes;     /* the strategy wrote the lanes' sums on the host (dp_exec_set_lane_sums) */
+    const int *check;   /* (n_local) replica r steps with its gradients, final now: check them on a
+                           device for NaN/Inf in the same round trip (the CPU's SGD step checks itself) */
+    int (*stop_request)(void); /* this process's pending stop signal (0: none); may be NULL */
+    int inject_inf;     /* tests (DPTRAIN_INJECT_INF_GRAD_STEP): +Inf in the first checked gradient first */
+} dp_step_in;
+/* The floats of a step's sums: loss, hits, count, stop, SIGTERM, non-finite gradients. */
+#define DP_STEP_METRICS 6
+/* The step's sums in one host round trip (dp_exec_step_metrics): the stop request rides along. */
+dp_status dp_exec_step_sums(dp_executor *ex, const dp_step_in *in, dp_step_sums *out);
+/* Replica r's lanes' loss and hits written on the host (host_lanes): lane 0 gets them, the others 0. */
+void dp_exec_set_lane_sums(dp_executor *ex, int r, float loss, int32_t hits);
+/* After a NaN/Inf loss sum: the global rank of a local replica with a non-finite lane loss (the lanes
+ * fetched from the device for it), -1 when another process's was. */
+dp_status dp_exec_nonfinite_rank(dp_executor *ex, int *rank);
+/* The step's collectives' event times into the comm meter (waits for the collective stream, whose
+ * work the step has already waited for where it reads a result). */
 dp_status dp_exec_collect_coll_times(dp_executor *ex);
 dp_status dp_exec_coll_timing_start(dp_executor *ex);
 void dp_exec_coll_timing_free(dp_executor *ex);
-/* fn(arg): recorded once its key repeats and replayed after (graph.h), where graphs are on. */
-dp_status dp_exec_run_graph(dp_executor *ex, uint64_t key, dp_status (*fn)(void *), void *arg);
+/* A micro-step's device work that can be recorded as one graph (graph.h): the passes (zeroing,
+ * forward, backward and the collectives among them) or the optimizer step. */
+enum { DP_EXEC_PART_PASSES = 0, DP_EXEC_PART_OPTIMIZER = 1 };
+/* fn(arg): recorded once its key repeats and replayed after (graph.h), where graphs are on. The key
+ * is what the recorded work depends on: the part, the micro-step's place (mi), the lanes and their
+ * counts (b: the local replicas' batches), whether lanes 1.. start clear, and for the optimizer
+ * the learning rate. After the passes, the lanes' bookkeeping a replay skipped is kept. */
+dp_status dp_exec_run_graph(dp_executor *ex, int part, const dp_batch *b, const dp_micro_info *mi, float lr,
+                            dp_status (*fn)(void *), void *arg);
 /* Runs fn(arg, r) for every local replica, in parallel over threads on the CPU and over the devices'
  * threads with the replicas on several devices (dp_exec_dev_team). */
 dp_status dp_exec_for_replicas(dp_executor *ex, dp_status (*fn)(void *arg, int r), void *arg);
+
+/* The optimizer step of local replica r on its device (its stream), or of every local replica
+ * (DP_EXEC_ALL, over dp_exec_for_replicas' threads), with o's settings and learning rate lr. */
+#define DP_EXEC_ALL (-1)
+dp_status dp_exec_optimizer_step(dp_executor *ex, int r, const dp_sgd *o, float lr);
+/* Replica r's logits of this micro-step, its slots' rows packed in lane order, copied to dst (on
+ * its device, max_local x n_classes floats); and the reverse for their gradients from src into
+ * the slots, where backward starts. */
+dp_status dp_exec_logits(dp_executor *ex, int r, float *dst);
+dp_status dp_exec_set_dlogits(dp_executor *ex, int r, const float *src);
+/* The loss (the model's head, nn/head.h) of n rows of logits with int32 labels, all on
+ * replica r's device: *loss the sum, *hits the correct, dlogits (n x classes) the gradient of
+ * scale x the sum. */
+dp_status dp_exec_loss(dp_executor *ex, int r, int n, const float *logits, const int32_t *labels, float scale,
+                       float *dlogits, float *loss, int32_t *hits);
 
 /* The same slice of every local replica's arena, for one collective. */
 enum { DP_ARENA_PARAMS = 0, DP_ARENA_GRADS = 1, DP_ARENA_BUFFERS = 2 };
@@ -229,9 +241,17 @@ dp_status dp_exec_broadcast(dp_executor *ex, float *const *bufs, size_t n, int r
 dp_status dp_exec_reduce(dp_executor *ex, float *const *bufs, size_t n, int root);
 dp_status dp_exec_gather(dp_executor *ex, const float *const *send, float *const *recv, size_t n, int root);
 dp_status dp_exec_scatter(dp_executor *ex, const float *const *send, float *const *recv, size_t n, int root);
-/* An all-reduce that overlaps: it waits for the compute before it; nothing waits for it until
+/* The run's communication statistics, one owner: the backend's calls and bytes (a replayed graph's
+ * added), and their seconds: the collective stream's events where an async device times them, else
+ * the backend's host-timed calls; *hidden_s: the seconds of all-reduces started while backward work
+ * remained (events: the part of them before backward ended). Reset at each epoch's start. */
+void dp_exec_comm_reset(dp_executor *ex);
+void dp_exec_comm_read(const dp_executor *ex, dp_comm_stats *stats, double *hidden_s);
+/* An all-reduce that overlaps (ready_node: the backward node that completed its data, for the
+ * collective trace; more_backward: backward work remains to hide it): it waits for the compute before it; nothing waits for it until
  * dp_exec_wait_all, which waits for requests 0..n-1 and makes the compute after it wait too. */
-dp_status dp_exec_allreduce_start(dp_executor *ex, float *const *bufs, size_t n, dp_req *req);
+dp_status dp_exec_allreduce_start(dp_executor *ex, float *const *bufs, size_t n, dp_req *req, int ready_node,
+                                  int more_backward);
 dp_status dp_exec_wait_all(dp_executor *ex, const dp_req *reqs, int n);
 /* Every local device's collective stream waits for its main stream's work so far, or the reverse. */
 dp_status dp_exec_colls_wait_mains(const dp_executor *ex);

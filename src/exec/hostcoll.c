@@ -8,7 +8,7 @@
 
 #include "core/arena.h"
 #include "core/treesum.h"
-#include "exec/executor.h"
+#include "exec/executor_impl.h"
 
 /* Each replica's scratch, on its device. */
 static dp_status scratch_for(dp_executor *ex, size_t n) {

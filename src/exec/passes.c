@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "core/timer.h"
-#include "exec/executor.h"
+#include "exec/executor_impl.h"
 #include "kernels/kcall.h"
 
 /* Runs the body for every active slot q = (replica r, slot l) of every local replica, in
@@ -272,9 +272,9 @@ dp_status dp_exec_forward(dp_executor *ex, const dp_batch *b, const dp_micro_inf
             if (j < m->n_nodes) {
                 dp_node_forward_sums(m, j, &sl->acts, &x, in);
             } else { /* the lane's loss: its samples' losses summed in order, as a float */
-                x.k->softmax_xent(slot_kc(ex, q_), sl->n, m->n_classes, sl->acts.out[m->output], b[r].y + sl->lo,
-                                    scale, sl->acts.dout[m->output], ex->d_lane_loss[r] + sl->lane,
-                                    ex->d_lane_correct[r] + sl->lane);
+                m->head->loss(x.k, slot_kc(ex, q_), sl->n, m->n_classes, sl->acts.out[m->output], b[r].y + sl->lo,
+                              scale, sl->acts.dout[m->output], ex->d_lane_loss[r] + sl->lane,
+                              ex->d_lane_correct[r] + sl->lane);
             }
         }
         DP_TRY(stretch_status(ex));

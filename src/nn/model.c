@@ -23,6 +23,7 @@ void dp_model_init(dp_model *m, const char *name, dp_shape input, int n_classes)
     m->input = input;
     m->n_classes = n_classes;
     m->output = -1;
+    m->head = &dp_head_softmax_xent; /* classification; a builder of another kind of model sets its own */
 }
 
 /* Appends a node of the given type and config reading from `in`, and plans it at once so the

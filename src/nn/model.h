@@ -5,6 +5,7 @@
 #ifndef DP_MODEL_H
 #define DP_MODEL_H
 
+#include "nn/head.h"
 #include "nn/layer.h"
 
 typedef struct {
@@ -14,6 +15,7 @@ typedef struct {
     dp_layer *nodes;
     int n_nodes, cap;
     int output;                 /* node producing the logits */
+    const dp_head_ops *head;    /* the loss and prediction on the output (head.h); the builder sets it */
     dp_layout params, buffers;
     int (*din_accumulate)[DP_MAX_INPUTS]; /* 1: another consumer already wrote that input's gradient */
     dp_status error;            /* first builder error (sticky), reported by dp_model_finish */

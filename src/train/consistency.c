@@ -86,7 +86,7 @@ static int first_difference(const char *a, const char *b, char *la, char *lb, si
 }
 
 dp_status dp_check_consistency(dp_trainer *t) {
-    if (t->ex.n_local == t->world) return DP_OK; /* one process: nothing can differ */
+    if (dp_exec_n_local(t->ex) == t->world) return DP_OK; /* one process: nothing can differ */
     char text[FLAGS_BYTES];
     memset(text, 0, sizeof text);
     dp_consistency_flags(&t->cfg, text, sizeof text - 1);
@@ -102,7 +102,7 @@ dp_status dp_check_consistency(dp_trainer *t) {
     for (int i = 0; i < FLAGS_BYTES; i++) send[i] = (float)(unsigned char)text[i];
     for (int k = 0; k < H_KINDS; k++)
         send[FLAGS_BYTES + 2 * k] = (float)(h[k] >> 16), send[FLAGS_BYTES + 2 * k + 1] = (float)(h[k] & 0xffff);
-    dp_status s = dp_exec_host_allgather(&t->ex, send, recv, PER);
+    dp_status s = dp_exec_host_allgather(t->ex, send, recv, PER);
     free(send);
     if (s != DP_OK) {
         free(recv);

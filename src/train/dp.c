@@ -8,7 +8,6 @@
 
 #include "core/treesum.h"
 #include "train/strategy.h"
-#include "train/trainer.h"
 
 typedef struct {
     float **send, **recv, **in; /* (n_local) on each replica's device: its gather record, the gathered
@@ -22,59 +21,55 @@ typedef struct {
 } dp_state;
 
 /* A gather record per replica: its logits (max_local, K), labels (max_local) and count. */
-static size_t record_floats(const dp_trainer *t) {
-    return (size_t)t->ex.max_local * (size_t)(t->model.n_classes + 1) + 1;
+static size_t record_floats(const dp_step_ctx *c) {
+    return (size_t)dp_exec_max_local(c->ex) * (size_t)(c->model->n_classes + 1) + 1;
 }
 
 /* On the master's device: global rank 0 is local replica 0 where it is local (ranks are
- * first + local index), and replica 0's device is the executor's. */
-static dp_status dev_alloc(dp_trainer *t, void *out, size_t n, const char *what) {
-    return t->ex.dev->alloc(t->ex.dev, (float **)out, n, what);
-}
+ * first + local index). */
+#define MASTER_DEV 0
 
-static dp_status dp_alloc_state(dp_trainer *t, void **state) {
+static dp_status dp_alloc_state(const dp_step_ctx *c, void **state) {
     dp_state *s = calloc(1, sizeof *s);
     *state = s;
     if (!s) return dp_fail(DP_ERR_NOMEM, "out of memory for the DataParallel state");
-    const dp_executor *ex = &t->ex;
-    const size_t rec = record_floats(t), in = (size_t)ex->max_local * dp_shape_size(t->model.input);
-    const size_t all = (size_t)t->world * (size_t)ex->rep[0].n_slots;
-    DP_ALLOC(s->send, ex->n_local, "DataParallel gather buffers");
-    DP_ALLOC(s->recv, ex->n_local, "DataParallel gather buffers");
-    DP_ALLOC(s->in, ex->n_local, "DataParallel input scatter buffers");
-    for (int r = 0; r < ex->n_local; r++) {
-        const dp_dev *d = dp_exec_dev(ex, r);
-        DP_TRY(d->alloc(d, &s->send[r], rec, "DataParallel gather buffers"));
-        DP_TRY(d->alloc(d, &s->recv[r], rec * (size_t)t->world, "DataParallel gather buffers"));
-        DP_TRY(d->alloc(d, &s->in[r], in, "DataParallel input scatter buffers"));
+    dp_executor *ex = c->ex;
+    const int n_local = dp_exec_n_local(ex), max_local = dp_exec_max_local(ex);
+    const size_t rec = record_floats(c), in = (size_t)max_local * dp_shape_size(c->model->input);
+    const size_t all = (size_t)c->world * (size_t)dp_exec_replica(ex, 0)->n_slots;
+    DP_ALLOC(s->send, n_local, "DataParallel gather buffers");
+    DP_ALLOC(s->recv, n_local, "DataParallel gather buffers");
+    DP_ALLOC(s->in, n_local, "DataParallel input scatter buffers");
+    for (int r = 0; r < n_local; r++) {
+        DP_TRY(dp_exec_alloc(ex, r, rec, "DataParallel gather buffers", &s->send[r]));
+        DP_TRY(dp_exec_alloc(ex, r, rec * (size_t)c->world, "DataParallel gather buffers", &s->recv[r]));
+        DP_TRY(dp_exec_alloc(ex, r, in, "DataParallel input scatter buffers", &s->in[r]));
     }
-    DP_TRY(dev_alloc(t, &s->in_all, (size_t)t->world * in, "DataParallel input scatter buffers"));
-    DP_ALLOC(s->host_rec, rec * (size_t)t->world, "DataParallel master records");
-    DP_ALLOC(s->tail, (size_t)ex->n_local * ((size_t)ex->max_local + 1), "DataParallel labels");
-    DP_ALLOC(s->h_labels, (size_t)t->world * (size_t)ex->max_local, "DataParallel labels");
+    DP_TRY(dp_exec_alloc(ex, MASTER_DEV, (size_t)c->world * in, "DataParallel input scatter buffers", &s->in_all));
+    DP_ALLOC(s->host_rec, rec * (size_t)c->world, "DataParallel master records");
+    DP_ALLOC(s->tail, (size_t)n_local * ((size_t)max_local + 1), "DataParallel labels");
+    DP_ALLOC(s->h_labels, (size_t)c->world * (size_t)max_local, "DataParallel labels");
     DP_ALLOC(s->h_loss, all, "DataParallel lane losses");
     DP_ALLOC(s->h_correct, all, "DataParallel lane hits");
-    DP_TRY(dev_alloc(t, &s->d_labels, (size_t)t->world * (size_t)ex->max_local, "DataParallel labels"));
-    DP_TRY(dev_alloc(t, &s->d_dlogits, (size_t)dp_chunk_max_lane(&t->sampler.plan) * (size_t)t->model.n_classes,
-                     "DataParallel logit gradients"));
-    DP_TRY(dev_alloc(t, &s->d_loss, all, "DataParallel lane losses"));
-    DP_TRY(dev_alloc(t, &s->d_correct, all, "DataParallel lane hits"));
+    DP_TRY(dp_exec_alloc(ex, MASTER_DEV, (size_t)c->world * (size_t)max_local, "DataParallel labels", &s->d_labels));
+    DP_TRY(dp_exec_alloc(ex, MASTER_DEV, (size_t)dp_chunk_max_lane(&c->sampler->plan) * (size_t)c->model->n_classes,
+                         "DataParallel logit gradients", &s->d_dlogits));
+    DP_TRY(dp_exec_alloc(ex, MASTER_DEV, all, "DataParallel lane losses", &s->d_loss));
+    DP_TRY(dp_exec_alloc(ex, MASTER_DEV, all, "DataParallel lane hits", &s->d_correct));
     return DP_OK;
 }
 
-static void dp_free_state(dp_trainer *t, void *state) {
+static void dp_free_state(const dp_step_ctx *c, void *state) {
     dp_state *s = state;
     if (!s) return;
-    const dp_executor *ex = &t->ex;
-    for (int r = 0; r < ex->n_local; r++) {
-        const dp_dev *d = dp_exec_dev(ex, r);
-        if (s->send) d->free(d, s->send[r]);
-        if (s->recv) d->free(d, s->recv[r]);
-        if (s->in) d->free(d, s->in[r]);
+    dp_executor *ex = c->ex;
+    for (int r = 0; r < dp_exec_n_local(ex); r++) {
+        if (s->send) dp_exec_dealloc(ex, r, s->send[r]);
+        if (s->recv) dp_exec_dealloc(ex, r, s->recv[r]);
+        if (s->in) dp_exec_dealloc(ex, r, s->in[r]);
     }
-    const dp_dev *d = ex->dev;
     float *dev_bufs[] = {s->in_all, (float *)s->d_labels, s->d_dlogits, s->d_loss, (float *)s->d_correct};
-    for (size_t i = 0; i < sizeof dev_bufs / sizeof *dev_bufs; i++) d->free(d, dev_bufs[i]);
+    for (size_t i = 0; i < sizeof dev_bufs / sizeof *dev_bufs; i++) dp_exec_dealloc(ex, MASTER_DEV, dev_bufs[i]);
     free(s->send);
     free(s->recv);
     free(s->in);
@@ -89,9 +84,9 @@ static void dp_free_state(dp_trainer *t, void *state) {
 /* PyTorch coalesces DataParallel's broadcasts (and gradient reduces) in chunks of 10 MiB. */
 #define COALESCE_FLOATS ((size_t)10 * 1024 * 1024 / sizeof(float))
 
-static dp_status broadcast_coalesced(dp_trainer *t, int which, size_t n) {
+static dp_status broadcast_coalesced(dp_executor *ex, int which, size_t n) {
     for (size_t off = 0; off < n; off += COALESCE_FLOATS)
-        DP_TRY(dp_exec_broadcast(&t->ex, dp_exec_slices(&t->ex, which, off),
+        DP_TRY(dp_exec_broadcast(ex, dp_exec_slices(ex, which, off),
                                  n - off < COALESCE_FLOATS ? n - off : COALESCE_FLOATS, 0));
     return DP_OK;
 }
@@ -104,26 +99,26 @@ static dp_status broadcast_coalesced(dp_trainer *t, int which, size_t n) {
  * keeps its own shard, the same samples. Replicas on several devices of one process do the
  * same (their shares are staged on their own devices already). *in receives the batches to
  * compute on. */
-static dp_status scatter_input(dp_trainer *t, dp_state *s, const dp_batch *b, dp_batch *in) {
-    dp_executor *ex = &t->ex;
-    const dp_dev *d = ex->dev;
-    const size_t per = dp_shape_size(t->model.input), share = (size_t)ex->max_local * per;
-    const int all_here = dp_backend_in_process(ex->backend) && !ex->multi_dev;
-    const float *send[ex->n_local];
-    float *recv[ex->n_local];
-    for (int r = 0; r < ex->n_local; r++) {
+static dp_status scatter_input(const dp_step_ctx *c, dp_state *s, const dp_batch *b, dp_batch *in) {
+    dp_executor *ex = c->ex;
+    const int n_local = dp_exec_n_local(ex);
+    const size_t per = dp_shape_size(c->model->input), share = (size_t)dp_exec_max_local(ex) * per;
+    const int all_here = dp_exec_in_process(ex) && dp_exec_n_devs(ex) == 1;
+    const float *send[n_local];
+    float *recv[n_local];
+    for (int r = 0; r < n_local; r++) {
         in[r] = b[r];
-        if (ex->rep[r].rank == 0) /* the shares on the master's device */
-            for (int q = 0; q < ex->n_local; q++)
-                if (dp_exec_dev(ex, q) == d)
-                    DP_TRY(d->copy(d, s->in_all + (size_t)ex->rep[q].rank * share, b[q].x,
-                                   (size_t)b[q].n * per * sizeof(float)));
-        send[r] = ex->rep[r].rank == 0 ? s->in_all : NULL;
+        if (dp_exec_rank(ex, r) == 0) /* the shares on the master's device */
+            for (int q = 0; q < n_local; q++)
+                if (dp_exec_n_devs(ex) == 1 || q == MASTER_DEV) /* on several devices, one each */
+                    DP_TRY(dp_exec_copy(ex, MASTER_DEV, s->in_all + (size_t)dp_exec_rank(ex, q) * share, b[q].x,
+                                        (size_t)b[q].n * per * sizeof(float)));
+        send[r] = dp_exec_rank(ex, r) == 0 ? s->in_all : NULL;
         recv[r] = s->in[r];
     }
     DP_TRY(dp_exec_scatter(ex, send, recv, share, 0));
     if (all_here)
-        for (int r = 0; r < ex->n_local; r++) in[r].x = recv[r];
+        for (int r = 0; r < n_local; r++) in[r].x = recv[r];
     return DP_OK;
 }
 
@@ -131,149 +126,140 @@ static dp_status scatter_input(dp_trainer *t, dp_state *s, const dp_batch *b, dp
  * lanes' tree, then the replicas' tree, the additions DDP makes in its lanes and its
  * all-reduce. The record's logits are replaced by their gradients. The labels and counts are
  * read from a host copy of the records; the lanes' losses are computed where the logits are. */
-static dp_status master_loss(dp_trainer *t, dp_state *s, float *g, const dp_micro_info *mi, int b, float *loss,
-                             int *correct) {
-    dp_executor *ex = &t->ex;
-    const dp_dev *d = ex->dev;
-    const int K = t->model.n_classes, maxb = ex->max_local;
-    const size_t rec = record_floats(t);
-    const dp_sampler *sp = &t->sampler;
+static dp_status master_loss(const dp_step_ctx *c, dp_state *s, float *g, float *loss, int *correct) {
+    dp_executor *ex = c->ex;
+    const dp_micro_info *mi = c->mi;
+    const int K = c->model->n_classes, maxb = dp_exec_max_local(ex), world = c->world;
+    const size_t rec = record_floats(c);
+    const dp_sampler *sp = c->sampler;
     int first, count;
-    dp_sampler_micro_lanes(sp, b, &first, &count);
-    float reps[t->world];
+    dp_sampler_micro_lanes(sp, mi->batch, &first, &count);
+    float reps[world];
     const float *h = s->host_rec;
-    DP_TRY(d->download(d, s->host_rec, g, rec * (size_t)t->world * sizeof(float)));
-    for (int q = 0; q < t->world; q++) {
+    DP_TRY(dp_exec_download(ex, MASTER_DEV, s->host_rec, g, rec * (size_t)world * sizeof(float)));
+    for (int q = 0; q < world; q++) {
         const float *hq = h + (size_t)q * rec;
         const int n = (int)hq[rec - 1];
         for (int i = 0; i < n; i++) s->h_labels[(size_t)q * maxb + i] = (int32_t)hq[(size_t)maxb * K + i];
     }
-    DP_TRY(d->upload(d, s->d_labels, s->h_labels, (size_t)t->world * (size_t)maxb * sizeof(int32_t)));
-    for (int q = 0; q < t->world; q++) {
+    DP_TRY(dp_exec_upload(ex, MASTER_DEV, s->d_labels, s->h_labels, (size_t)world * (size_t)maxb * sizeof(int32_t)));
+    for (int q = 0; q < world; q++) {
         float *rq = g + (size_t)q * rec;
         for (int i = 0, lo = 0; i < count; i++) {
             const int ni = dp_chunk_lane_count(&sp->plan, mi->step_samples, q, first + i);
             const size_t at = (size_t)q * (size_t)count + (size_t)i;
-            ex->k->softmax_xent(&ex->kc, ni, K, rq + (size_t)lo * K, s->d_labels + (size_t)q * maxb + lo,
-                                1.0f / (float)mi->step_samples, s->d_dlogits, s->d_loss + at, s->d_correct + at);
+            DP_TRY(dp_exec_loss(ex, MASTER_DEV, ni, rq + (size_t)lo * K, s->d_labels + (size_t)q * maxb + lo,
+                                1.0f / (float)mi->step_samples, s->d_dlogits, s->d_loss + at, s->d_correct + at));
             /* logits become their gradients */
-            DP_TRY(d->copy(d, rq + (size_t)lo * K, s->d_dlogits, (size_t)ni * K * sizeof(float)));
+            DP_TRY(dp_exec_copy(ex, MASTER_DEV, rq + (size_t)lo * K, s->d_dlogits, (size_t)ni * K * sizeof(float)));
             lo += ni;
         }
     }
-    const size_t nl = (size_t)t->world * (size_t)count;
-    DP_TRY(d->download(d, s->h_loss, s->d_loss, nl * sizeof(float)));
-    DP_TRY(d->download(d, s->h_correct, s->d_correct, nl * sizeof(int32_t)));
+    const size_t nl = (size_t)world * (size_t)count;
+    DP_TRY(dp_exec_download(ex, MASTER_DEV, s->h_loss, s->d_loss, nl * sizeof(float)));
+    DP_TRY(dp_exec_download(ex, MASTER_DEV, s->h_correct, s->d_correct, nl * sizeof(int32_t)));
     *correct = 0;
-    for (int q = 0; q < t->world; q++) {
+    for (int q = 0; q < world; q++) {
         for (int i = 0; i < count; i++) *correct += s->h_correct[(size_t)q * count + i];
         /* the lanes of a DP step are all of the replica's (no accumulation) */
         reps[q] = dp_tree_sum_scalars(s->h_loss + (size_t)q * count, count, 1);
     }
-    *loss = dp_tree_sum_scalars(reps, t->world, 1);
+    *loss = dp_tree_sum_scalars(reps, world, 1);
     return DP_OK;
 }
 
 /* Each replica's logits into its gather record, with its labels and count from the host. */
-static dp_status pack_records(dp_trainer *t, dp_state *s, const dp_batch *hb) {
-    dp_executor *ex = &t->ex;
-    const dp_model *md = &t->model;
-    const int K = md->n_classes, maxb = ex->max_local;
-    for (int r = 0; r < ex->n_local; r++) {
-        const dp_dev *d = dp_exec_dev(ex, r);
+static dp_status pack_records(const dp_step_ctx *c, dp_state *s) {
+    dp_executor *ex = c->ex;
+    const int K = c->model->n_classes, maxb = dp_exec_max_local(ex);
+    for (int r = 0; r < dp_exec_n_local(ex); r++) {
         float *sr = s->send[r];
-        for (int l = 0; l < ex->rep[r].n_active; l++) {
-            const dp_slot *sl = &ex->rep[r].slots[l];
-            DP_TRY(d->copy(d, sr + (size_t)sl->lo * K, sl->acts.out[md->output], (size_t)sl->n * K * sizeof(float)));
-        }
+        DP_TRY(dp_exec_logits(ex, r, sr));
         /* a tail per replica: no upload reads memory the next one overwrites (the step's later
            downloads wait for all of them before the next step refills it) */
         float *tail = s->tail + (size_t)r * ((size_t)maxb + 1);
         memset(tail, 0, ((size_t)maxb + 1) * sizeof(float));
-        for (int i = 0; i < hb[r].n; i++) tail[i] = (float)hb[r].y[i];
-        tail[maxb] = (float)hb[r].n;
-        DP_TRY(d->upload(d, sr + (size_t)maxb * K, tail, ((size_t)maxb + 1) * sizeof(float)));
+        for (int i = 0; i < c->hb[r].n; i++) tail[i] = (float)c->hb[r].y[i];
+        tail[maxb] = (float)c->hb[r].n;
+        DP_TRY(dp_exec_upload(ex, r, sr + (size_t)maxb * K, tail, ((size_t)maxb + 1) * sizeof(float)));
     }
     return DP_OK;
 }
 
-static dp_status dp_micro(dp_trainer *t, void *state, const dp_batch *b, const dp_batch *hb, const dp_micro_info *mi,
-                          float lr, dp_step_metrics *m) {
+static dp_status dp_micro(const dp_step_ctx *c, void *state) {
     dp_state *s = state;
-    dp_executor *ex = &t->ex;
-    const dp_model *md = &t->model;
-    const int K = md->n_classes;
-    const size_t rec = record_floats(t);
-    int count[ex->n_local];
+    dp_executor *ex = c->ex;
+    const dp_model *md = c->model;
+    const dp_micro_info *mi = c->mi;
+    const int n_local = dp_exec_n_local(ex);
+    const size_t rec = record_floats(c);
+    const dp_batch *b = c->b;
+    int count[n_local];
     /* replicate: the master's parameters and buffers to every replica, every step */
-    dp_batch in[ex->n_local];
-    if (t->world > 1) {
-        DP_TRY(broadcast_coalesced(t, DP_ARENA_PARAMS, md->params.n));
-        if (md->buffers.n) DP_TRY(broadcast_coalesced(t, DP_ARENA_BUFFERS, md->buffers.n));
-        DP_TRY(scatter_input(t, s, b, in));
+    dp_batch in[n_local];
+    if (c->world > 1) {
+        DP_TRY(broadcast_coalesced(ex, DP_ARENA_PARAMS, md->params.n));
+        if (md->buffers.n) DP_TRY(broadcast_coalesced(ex, DP_ARENA_BUFFERS, md->buffers.n));
+        DP_TRY(scatter_input(c, s, b, in));
         b = in;
     }
     DP_TRY(dp_exec_zero_grads(ex));
     /* the slots' own loss is not used: the master computes it over the whole batch */
     DP_TRY(dp_exec_forward(ex, b, mi, 1.0f));
     /* gather outputs (and labels, as floats, from the host's copy) to the master */
-    DP_TRY(pack_records(t, s, hb));
-    const float *send[ex->n_local];
-    float *recv[ex->n_local];
-    for (int r = 0; r < ex->n_local; r++) send[r] = s->send[r], recv[r] = s->recv[r];
+    DP_TRY(pack_records(c, s));
+    const float *send[n_local];
+    float *recv[n_local];
+    for (int r = 0; r < n_local; r++) send[r] = s->send[r], recv[r] = s->recv[r];
     DP_TRY(dp_exec_gather(ex, send, recv, rec, 0));
     /* the loss over the whole batch, on the master; its logit gradients are scattered back */
     int master = -1;
-    for (int r = 0; r < ex->n_local; r++) {
-        for (int l = 0; l < ex->n_lanes; l++) ex->lane_loss[(size_t)r * ex->n_lanes + l] = 0;
-        for (int l = 0; l < ex->n_lanes; l++) ex->lane_correct[(size_t)r * ex->n_lanes + l] = 0;
+    for (int r = 0; r < n_local; r++) {
         count[r] = 0;
-        if (ex->rep[r].rank == 0) master = r;
+        if (dp_exec_rank(ex, r) == 0) master = r;
     }
+    int correct = 0;
+    float loss = 0;
     if (master >= 0) {
-        int correct = 0;
-        float loss = 0;
-        DP_TRY(master_loss(t, s, recv[master], mi, mi->batch, &loss, &correct));
-        ex->lane_loss[(size_t)master * ex->n_lanes] = loss; /* the others' stay 0: x + 0 = x */
-        ex->lane_correct[(size_t)master * ex->n_lanes] = correct;
+        DP_TRY(master_loss(c, s, recv[master], &loss, &correct));
         count[master] = mi->step_samples; /* a NaN/Inf is caught after the metrics' all-reduce, on every rank */
     }
-    const float *from[ex->n_local];
-    float *back[ex->n_local];
-    for (int r = 0; r < ex->n_local; r++) {
+    for (int r = 0; r < n_local; r++) dp_exec_set_lane_sums(ex, r, r == master ? loss : 0, r == master ? correct : 0);
+    const float *from[n_local];
+    float *back[n_local];
+    for (int r = 0; r < n_local; r++) {
         from[r] = r == master ? recv[r] : NULL;
         back[r] = s->send[r]; /* sent already: reused for the gradients */
     }
     DP_TRY(dp_exec_scatter(ex, from, back, rec, 0));
-    for (int r = 0; r < ex->n_local; r++)
-        for (int l = 0; l < ex->rep[r].n_active; l++) {
-            const dp_dev *d = dp_exec_dev(ex, r);
-            dp_slot *sl = &ex->rep[r].slots[l];
-            DP_TRY(d->copy(d, sl->acts.dout[md->output], back[r] + (size_t)sl->lo * K, (size_t)sl->n * K * sizeof(float)));
-        }
+    for (int r = 0; r < n_local; r++) DP_TRY(dp_exec_set_dlogits(ex, r, back[r]));
     DP_TRY(dp_exec_backward(ex, b, mi, NULL, NULL));
     /* reduce the gradients to the master, which alone steps: before the metrics, which check them */
-    if (t->world > 1) DP_TRY(dp_exec_reduce(ex, dp_exec_slices(ex, DP_ARENA_GRADS, 0), md->params.n, 0));
-    int check[ex->n_local];
-    for (int r = 0; r < ex->n_local; r++) check[r] = r == master;
-    DP_TRY(dp_step_add_metrics(t, count, 1, check, m));
-    if (master >= 0 && !atomic_load(&t->nonfinite)) { /* a device's NaN/Inf gradients: nothing is applied */
-        dp_replica *mr = &ex->rep[master];
-        dp_sgd o = t->sgd;
-        o.stream = mr->dev->kc.stream, o.device = mr->dev->kc.device; /* its device's */
-        dp_sgd_step(&o, &md->params, mr->params, mr->grads, mr->momentum, lr);
-    }
+    if (c->world > 1) DP_TRY(dp_exec_reduce(ex, dp_exec_slices(ex, DP_ARENA_GRADS, 0), md->params.n, 0));
+    int check[n_local];
+    for (int r = 0; r < n_local; r++) check[r] = r == master;
+    dp_step_in sin = c->in;
+    sin.count = count, sin.host_lanes = 1, sin.check = check;
+    DP_TRY(dp_exec_step_sums(ex, &sin, c->sums));
+    if (master >= 0 && dp_step_sums_apply(c->sums)) /* NaN/Inf: nothing is applied */
+        DP_TRY(dp_exec_optimizer_step(ex, master, c->sgd, c->lr));
     return DP_OK;
 }
 
-static dp_status dp_finish(dp_trainer *t, void *state) {
+static dp_status dp_finish(const dp_step_ctx *c, void *state) {
     (void)state;
     /* the replicas hold last step's copies; evaluation and checkpoints read the master's */
-    if (t->world == 1) return DP_OK;
-    dp_executor *ex = &t->ex;
-    DP_TRY(dp_exec_broadcast(ex, dp_exec_slices(ex, DP_ARENA_PARAMS, 0), t->model.params.n, 0));
-    if (t->model.buffers.n) DP_TRY(dp_exec_broadcast(ex, dp_exec_slices(ex, DP_ARENA_BUFFERS, 0), t->model.buffers.n, 0));
+    if (c->world == 1) return DP_OK;
+    dp_executor *ex = c->ex;
+    DP_TRY(dp_exec_broadcast(ex, dp_exec_slices(ex, DP_ARENA_PARAMS, 0), c->model->params.n, 0));
+    if (c->model->buffers.n) DP_TRY(dp_exec_broadcast(ex, dp_exec_slices(ex, DP_ARENA_BUFFERS, 0), c->model->buffers.n, 0));
     return DP_OK;
 }
 
-const dp_strategy dp_strategy_dp = {"dp", dp_alloc_state, dp_micro, dp_finish, dp_free_state};
+static size_t dp_largest(const dp_model *m) { return m->params.n; }
+
+const dp_strategy dp_strategy_dp = {.name = "dp", .title = "DP", .contiguous_sampler = 1, .loss_on_master = 1,
+                                    .no_accumulate = "DataParallel has no no_sync",
+                                    .no_sync_bn = "DataParallel has no SyncBatchNorm",
+                                    .largest_collective = dp_largest, .alloc = dp_alloc_state, .micro_step = dp_micro,
+                                    .finish = dp_finish, .free = dp_free_state};

@@ -11,43 +11,45 @@
 #include "train/trainer.h"
 
 size_t dp_evaluate_floats(const dp_trainer *t, const dp_dataset *d) {
-    const int piece = t->ex.rep[0].slots[0].acts.max_batch;
+    const int piece = dp_exec_replica(t->ex, 0)->slots[0].acts.max_batch;
     return 2 * (size_t)t->model.n_classes + (size_t)((d->n + piece - 1) / piece);
 }
 
 dp_status dp_evaluate(dp_trainer *t, const dp_dataset *d, dp_step_metrics *m, long *per_class_correct,
                       long *per_class_count) {
-    dp_executor *ex = &t->ex;
+    dp_executor *ex = t->ex;
     const dp_model *md = &t->model;
-    const int K = md->n_classes, piece = ex->rep[0].slots[0].acts.max_batch, ns = ex->rep[0].n_slots;
-    const int n_pieces = (d->n + piece - 1) / piece, nq = ex->n_local * ns;
+    const int n_local = dp_exec_n_local(ex);
+    const int K = md->n_classes, piece = dp_exec_replica(ex, 0)->slots[0].acts.max_batch;
+    const int ns = dp_exec_replica(ex, 0)->n_slots;
+    const int n_pieces = (d->n + piece - 1) / piece, nq = n_local * ns;
     /* per local replica: correct[K], count[K], then one loss per piece (0 where another computed it) */
     const size_t nstat = dp_evaluate_floats(t, d);
     const size_t per = dp_shape_size(md->input);
-    float *stats = calloc((size_t)ex->n_local * nstat, sizeof *stats);
+    float *stats = calloc((size_t)n_local * nstat, sizeof *stats);
     int *idx = malloc((size_t)nq * (size_t)piece * sizeof *idx);
-    float **bufs = malloc((size_t)ex->n_local * sizeof *bufs);
+    float **bufs = malloc((size_t)n_local * sizeof *bufs);
     float *hlogits = malloc((size_t)piece * K * sizeof *hlogits); /* a device's logits, on the host */
     float **hx = calloc((size_t)nq, sizeof *hx);                    /* each slot's pieces, filled on the host */
     dp_status s = stats && idx && bufs && hlogits && hx ? DP_OK : dp_fail(DP_ERR_NOMEM, "out of memory for evaluation");
     if (s == DP_OK) s = dp_exec_eval_prepare(ex); /* replica 0's weights on every device */
     for (int q = 0; q < nq && s == DP_OK; q++)
-        s = dp_exec_host_buffer(ex, ex->rep[q / ns].slots[q % ns].eval_x, (size_t)piece * per, &hx[q]);
+        s = dp_exec_host_buffer(ex, dp_exec_replica(ex, q / ns)->slots[q % ns].eval_x, (size_t)piece * per, &hx[q]);
     dp_status st[nq > 0 ? nq : 1];
     for (int q = 0; q < nq; q++) st[q] = s;
 #pragma omp parallel for num_threads(dp_exec_team(ex, nq)) schedule(static) if (nq > 1)
     for (int q = 0; q < nq; q++) {
         const int r = q / ns;
-        dp_slot *sl = &ex->rep[r].slots[q % ns];
+        dp_slot *sl = &dp_exec_replica(ex, r)->slots[q % ns];
         float *sr = stats + (size_t)r * nstat;
         int *my_idx = idx + (size_t)q * piece;
         const dp_kctx *kc = &dp_exec_dev(ex, r)->kc;
         float *params, *buffers;
         dp_exec_eval_weights(ex, r, &params, &buffers);
-        dp_exec x = {.training = 0, .nthreads = 1, .k = ex->k, .stream = kc->stream, .blas = kc->blas,
+        dp_exec x = {.training = 0, .nthreads = 1, .k = dp_exec_kernel_table(ex), .stream = kc->stream, .blas = kc->blas,
                      .tf32 = kc->tf32, .device = kc->device, .params = params, .buffers = buffers};
         int32_t *ey = sl->eval_y;
-        const int worker = ex->rep[r].rank * ns + q % ns;
+        const int worker = dp_exec_rank(ex, r) * ns + q % ns;
         for (int c = worker; c < n_pieces && st[q] == DP_OK; c += t->world * ns) {
             int n = d->n - c * piece < piece ? d->n - c * piece : piece;
             for (int i = 0; i < n; i++) my_idx[i] = c * piece + i;
@@ -62,13 +64,10 @@ dp_status dp_evaluate(dp_trainer *t, const dp_dataset *d, dp_step_metrics *m, lo
             /* the loss on the host, from the logits: the CPU kernel, the same bits for any device's logits */
             int32_t hits;
             const dp_kctx hc = {.nthreads = 1};
-            dp_cpu_kernels.softmax_xent(&hc, n, K, logits, ey, 0.0f, NULL, &sr[2 * (size_t)K + (size_t)c], &hits);
+            md->head->loss(&dp_cpu_kernels, &hc, n, K, logits, ey, 0.0f, NULL, &sr[2 * (size_t)K + (size_t)c], &hits);
             /* the slots of a replica share its counters: whole numbers, exact in any order */
             for (int i = 0; i < n; i++) {
-                const float *z = logits + (size_t)i * K;
-                int best = 0;
-                for (int k = 1; k < K; k++)
-                    if (z[k] > z[best]) best = k;
+                const int best = md->head->predict(logits + (size_t)i * K, K);
                 int y = ey[i];
 #pragma omp atomic
                 sr[K + y] += 1.0f;
@@ -80,13 +79,13 @@ dp_status dp_evaluate(dp_trainer *t, const dp_dataset *d, dp_step_metrics *m, lo
         }
     }
     for (int q = 0; q < nq && hx; q++)
-        if (hx[q]) dp_exec_host_buffer_free(ex, ex->rep[q / ns].slots[q % ns].eval_x, hx[q]);
+        if (hx[q]) dp_exec_host_buffer_free(ex, dp_exec_replica(ex, q / ns)->slots[q % ns].eval_x, hx[q]);
     if (s != DP_OK) {
         free(stats), free(idx), free(bufs), free(hlogits), free(hx);
         return s;
     }
     for (int q = 0; q < nq && s == DP_OK; q++) s = st[q];
-    for (int r = 0; r < ex->n_local; r++) bufs[r] = stats + (size_t)r * nstat;
+    for (int r = 0; r < n_local; r++) bufs[r] = stats + (size_t)r * nstat;
     if (s == DP_OK) s = dp_exec_host_allreduce(ex, bufs, nstat);
     if (s == DP_OK) {
         memset(m, 0, sizeof *m);

@@ -29,13 +29,12 @@ dp_status dp_persist_setup(dp_trainer *t) {
     t->inject_nan_step = c->test.nan_step;
     t->inject_inf_grad_step = c->test.inf_grad_step;
     t->inject_eval_signal = c->test.eval_signal;
-    DP_ALLOC(t->stop_bufs, t->ex.n_local, "stop flags");
-    for (int r = 0; r < t->ex.n_local; r++) DP_ALLOC(t->stop_bufs[r], 2, "stop flags");
+    DP_ALLOC(t->stop_bufs, dp_exec_n_local(t->ex), "stop flags");
+    for (int r = 0; r < dp_exec_n_local(t->ex); r++) DP_ALLOC(t->stop_bufs[r], 2, "stop flags");
     if (c->on_nan_skip && t->model.buffers.n) {
-        DP_ALLOC(t->bn_snapshot, t->ex.n_local, "BN buffer snapshots");
-        for (int r = 0; r < t->ex.n_local; r++)
-            DP_TRY(dp_exec_dev(&t->ex, r)->alloc(dp_exec_dev(&t->ex, r), &t->bn_snapshot[r], t->model.buffers.n,
-                                                 "BN buffer snapshot"));
+        DP_ALLOC(t->bn_snapshot, dp_exec_n_local(t->ex), "BN buffer snapshots");
+        for (int r = 0; r < dp_exec_n_local(t->ex); r++)
+            DP_TRY(dp_exec_alloc(t->ex, r, t->model.buffers.n, "BN buffer snapshot", &t->bn_snapshot[r]));
     }
     if (t->have_train && (c->checkpoint_dir || c->resume_path || c->save_path)) {
         const dp_dataset *d = &t->train;
@@ -116,11 +115,12 @@ static void settings(const dp_trainer *t, ckpt_settings *r) {
 #undef PUT
 
 dp_status dp_persist_save(dp_trainer *t, const char *flag, const char *path) {
-    DP_TRY(t->strategy->finish(t, t->strategy_state)); /* DP: replica 0 must hold the master's weights (collective) */
+    const dp_step_ctx sc = dp_train_step_ctx(t);
+    DP_TRY(t->strategy->finish(&sc, t->strategy_state)); /* DP: replica 0 must hold the master's weights (collective) */
     if (!dp_trainer_holds_rank0(t)) return DP_OK;
     dp_replica *r0 = NULL;
-    for (int r = 0; r < t->ex.n_local; r++)
-        if (t->ex.rep[r].rank == 0) r0 = &t->ex.rep[r];
+    for (int r = 0; r < dp_exec_n_local(t->ex); r++)
+        if (dp_exec_rank(t->ex, r) == 0) r0 = dp_exec_replica(t->ex, r);
     DP_TRY(dp_replica_pull(r0, &t->model)); /* a device's arenas into the host copies */
     char buf[4096];
     if (!path) {
@@ -270,27 +270,27 @@ static long get_long(const float *f) { return (long)f[0] | ((long)f[1] << 20) | 
 dp_status dp_persist_resume(dp_trainer *t) {
     if (!t->cfg.resume_path) return DP_OK;
     dp_train_pos pos = {0};
-    float *enc[t->ex.n_local], store[t->ex.n_local][15];
-    for (int r = 0; r < t->ex.n_local; r++) {
+    float *enc[dp_exec_n_local(t->ex)], store[dp_exec_n_local(t->ex)][15];
+    for (int r = 0; r < dp_exec_n_local(t->ex); r++) {
         enc[r] = store[r];
         memset(store[r], 0, sizeof store[r]);
-        if (t->ex.rep[r].rank != 0) continue;
-        DP_TRY(load_newest(t, &t->ex.rep[r], &pos));
-        DP_TRY(dp_replica_push(&t->ex.rep[r], &t->model));
+        if (dp_exec_rank(t->ex, r) != 0) continue;
+        DP_TRY(load_newest(t, dp_exec_replica(t->ex, r), &pos));
+        DP_TRY(dp_replica_push(dp_exec_replica(t->ex, r), &t->model));
         put_long(store[r], pos.epoch), put_long(store[r] + 3, pos.next_batch), put_long(store[r] + 6, pos.step);
         put_long(store[r] + 9, pos.skipped), put_long(store[r] + 12, pos.bn_batches);
     }
-    DP_TRY(dp_exec_host_broadcast(&t->ex, enc, 15));
+    DP_TRY(dp_exec_host_broadcast(t->ex, enc, 15));
     pos.epoch = (int)get_long(enc[0]), pos.next_batch = (int)get_long(enc[0] + 3), pos.step = get_long(enc[0] + 6);
     pos.skipped = get_long(enc[0] + 9), pos.bn_batches = get_long(enc[0] + 12);
     const dp_model *m = &t->model;
-    float *p[t->ex.n_local];
-    for (int r = 0; r < t->ex.n_local; r++) p[r] = t->ex.rep[r].params;
+    float *p[dp_exec_n_local(t->ex)];
+    for (int r = 0; r < dp_exec_n_local(t->ex); r++) p[r] = dp_exec_replica(t->ex, r)->params;
     DP_TRY(dp_broadcast(t->backend, p, m->params.n, 0));
-    for (int r = 0; r < t->ex.n_local; r++) p[r] = t->ex.rep[r].momentum;
+    for (int r = 0; r < dp_exec_n_local(t->ex); r++) p[r] = dp_exec_replica(t->ex, r)->momentum;
     DP_TRY(dp_broadcast(t->backend, p, m->params.n, 0));
     if (m->buffers.n) {
-        for (int r = 0; r < t->ex.n_local; r++) p[r] = t->ex.rep[r].buffers;
+        for (int r = 0; r < dp_exec_n_local(t->ex); r++) p[r] = dp_exec_replica(t->ex, r)->buffers;
         DP_TRY(dp_broadcast(t->backend, p, m->buffers.n, 0));
     }
     if (pos.next_batch > t->sampler.n_batches)
@@ -307,7 +307,7 @@ dp_status dp_persist_resume(dp_trainer *t) {
 dp_status dp_persist_stop_requested(dp_trainer *t, int *sig) {
     int mine = dp_signals_pending();
     *sig = mine;
-    if (t->ex.n_local == t->world) return DP_OK; /* one process: nobody else to ask */
+    if (dp_exec_n_local(t->ex) == t->world) return DP_OK; /* one process: nobody else to ask */
     /* under mpirun a Ctrl-C may reach only some ranks: every rank stops at the same step, the one
        whose metrics carried the request (a signal after them is seen at the next step) */
     if (t->stop_folded_valid) {
@@ -315,11 +315,11 @@ dp_status dp_persist_stop_requested(dp_trainer *t, int *sig) {
         t->stop_folded_valid = 0;
         return DP_OK;
     }
-    for (int r = 0; r < t->ex.n_local; r++) {
+    for (int r = 0; r < dp_exec_n_local(t->ex); r++) {
         t->stop_bufs[r][0] = mine != 0;
         t->stop_bufs[r][1] = mine == SIGTERM;
     }
-    DP_TRY(dp_exec_host_allreduce(&t->ex, t->stop_bufs, 2));
+    DP_TRY(dp_exec_host_allreduce(t->ex, t->stop_bufs, 2));
     if (!mine && t->stop_bufs[0][0] > 0) *sig = t->stop_bufs[0][1] > 0 ? SIGTERM : SIGINT;
     return DP_OK;
 }

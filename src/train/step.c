@@ -1,13 +1,54 @@
 /* step.c: one training micro-step: the executor assigns the sampler's lanes to the replicas'
- * slots and stages the batches where the device computes; the strategy does the rest. */
+ * slots and stages the batches where the device computes; the strategy does the rest; the step's
+ * sums come back here, where a NaN/Inf stops the run (or the step, --on-nan skip). */
+#include <math.h>
+
+#include "train/signals.h"
 #include "train/strategy.h"
 #include "train/trainer.h"
 
+/* A NaN/Inf loss, decided on the all-reduced sum so that every rank stops (or skips) at the same
+ * step; the message names a local replica whose loss it was, if any. */
+static dp_status check_loss(dp_trainer *t, float global_sum) {
+    if (isfinite(global_sum)) return DP_OK;
+    const char *what = isnan(global_sum) ? "NaN" : "Inf";
+    if (t->strategy->loss_on_master)
+        return dp_fail(DP_ERR_NUMERIC, "the loss became %s at epoch %d, step %ld (computed on the master replica 0 in "
+                       "%s mode): training stopped (try a smaller --lr)", what, t->epoch, t->step + 1,
+                       t->strategy->title);
+    int rank;
+    DP_TRY(dp_exec_nonfinite_rank(t->ex, &rank));
+    if (rank >= 0)
+        return dp_fail(DP_ERR_NUMERIC, "the loss of replica %d became %s at epoch %d, step %ld: training "
+                       "stopped (try a smaller --lr)", rank, what, t->epoch, t->step + 1);
+    return dp_fail(DP_ERR_NUMERIC, "the loss of another rank's replica became %s at epoch %d, step %ld: training "
+                   "stopped (try a smaller --lr)", what, t->epoch, t->step + 1);
+}
+
+dp_step_ctx dp_train_step_ctx(dp_trainer *t) {
+    return (dp_step_ctx){.ex = t->ex, .model = &t->model, .sampler = &t->sampler, .sgd = &t->sgd, .world = t->world,
+                         .overlap = t->cfg.overlap};
+}
+
 dp_status dp_train_micro(dp_trainer *t, const dp_batch *batches, int b, float lr, dp_step_metrics *m) {
     dp_micro_info mi = {0};
-    DP_TRY(dp_exec_assign(&t->ex, &t->sampler, batches, b, &mi));
     const dp_batch *db;
-    DP_TRY(dp_exec_stage(&t->ex, batches, &db));
-    DP_TRY(t->strategy->micro_step(t, t->strategy_state, db, batches, &mi, lr, m));
-    return mi.last ? dp_exec_collect_coll_times(&t->ex) : DP_OK;
+    DP_TRY(dp_exec_begin_micro(t->ex, &t->sampler, batches, b, &mi, &db));
+    dp_step_sums sums = {0};
+    dp_step_ctx c = dp_train_step_ctx(t);
+    c.b = db, c.hb = batches, c.mi = &mi, c.lr = lr, c.sums = &sums;
+    c.in.stop_request = dp_signals_pending;
+    c.in.inject_inf = t->inject_inf_grad_step && t->step + 1 == t->inject_inf_grad_step;
+    DP_TRY(t->strategy->micro_step(&c, t->strategy_state));
+    if (!mi.last) return DP_OK;
+    t->stop_folded = sums.stop;
+    t->stop_folded_valid = 1;
+    /* a device's gradients hold NaN/Inf: the strategy applied nothing (the CPU's SGD step refuses
+       them itself), and the trainer stops or skips as for the CPU's (--on-nan) */
+    if (sums.nonfinite) atomic_store(&t->nonfinite, 1);
+    DP_TRY(check_loss(t, sums.loss));
+    m->loss_sum += sums.loss;
+    m->correct += sums.hits;
+    m->count += sums.count;
+    return dp_exec_collect_coll_times(t->ex);
 }

@@ -6,42 +6,60 @@
  *        forward, logits gathered to rank 0 only, loss there over the whole batch, logit
  *        gradients scattered back, backward, gradients reduced to rank 0, only rank 0 steps:
  *        what PyTorch's DataParallel moves.
- * A strategy keeps its buffers in a state of its own; the executor (exec/executor.h) runs the
- * passes and the collectives it asks for. */
+ * A strategy sees a step context, not the trainer: the executor (exec/executor.h), which runs the
+ * passes, the collectives, the optimizer step and the loss it asks for, the model, and the
+ * micro-step. It keeps its buffers in a state of its own. */
 #ifndef DP_STRATEGY_H
 #define DP_STRATEGY_H
 
-#include "exec/executor.h"
+#include <math.h>
 
-struct dp_trainer;
-struct dp_step_metrics;
+#include "data/loader.h"
+#include "exec/executor.h"
+#include "optim/sgd.h"
+#include "train/config.h"
+
+typedef struct {
+    dp_executor *ex;
+    const dp_model *model;
+    const dp_sampler *sampler; /* the lanes of every rank (DP's master computes them all) */
+    const dp_sgd *sgd;
+    int world;                 /* replicas over all processes */
+    int overlap;               /* --overlap: a bucket's all-reduce starts as backward completes it */
+    /* the micro-step (unset for alloc, finish and free) */
+    const dp_batch *b;         /* the local replicas' batches, where the device computes */
+    const dp_batch *hb;        /* the same, the loader's, on the host */
+    const dp_micro_info *mi;
+    float lr;
+    dp_step_in in;             /* the step's stop request and test hooks; the strategy adds the rest */
+    dp_step_sums *sums;        /* out, on the last micro-step: the step's sums (dp_exec_step_sums) */
+} dp_step_ctx;
 
 typedef struct dp_strategy_s {
-    const char *name; /* "ddp", "dp" */
-    dp_status (*alloc)(struct dp_trainer *t, void **state);
-    /* One micro-step on the local replicas' batches b (where the device computes; hb: the
-     * loader's, on the host) with learning rate lr; the step's last micro-step adds the step's
-     * loss and counts over every replica to *m. */
-    dp_status (*micro_step)(struct dp_trainer *t, void *state, const dp_batch *b, const dp_batch *hb,
-                            const dp_micro_info *mi, float lr, struct dp_step_metrics *m);
+    const char *name;     /* "ddp", "dp": --mode */
+    const char *title;    /* "DDP", "DP": in messages */
+    /* the rules the trainer and the options follow without asking which strategy */
+    int contiguous_sampler; /* each replica's share is a contiguous block (nn.DataParallel's scatter) */
+    const char *no_accumulate; /* why --accumulate K > 1 is refused (NULL: it is possible) */
+    const char *no_sync_bn;    /* why --sync-bn is refused (NULL: it is possible) */
+    int loss_on_master;   /* the loss is computed on global replica 0 over the whole batch */
+    /* the largest host sum a step's collectives make (dp_backend_reserve): every bucket (DDP) or
+       the whole gradient (DP) */
+    size_t (*largest_collective)(const dp_model *m);
+    dp_status (*alloc)(const dp_step_ctx *c, void **state);
+    /* One micro-step; the step's last micro-step fills *c->sums with the step's sums over every
+     * replica, and applies no update where they say a gradient or the loss is not finite. */
+    dp_status (*micro_step)(const dp_step_ctx *c, void *state);
     /* Makes every replica hold what evaluation and checkpoints read (DP: the master's). */
-    dp_status (*finish)(struct dp_trainer *t, void *state);
-    void (*free)(struct dp_trainer *t, void *state);
+    dp_status (*finish)(const dp_step_ctx *c, void *state);
+    void (*free)(const dp_step_ctx *c, void *state);
 } dp_strategy;
 
 extern const dp_strategy dp_strategy_ddp, dp_strategy_dp;
+/* The strategy of --mode m. */
+const dp_strategy *dp_strategy_of(dp_mode m);
 
-/* Sums [loss, correct, count] of the step over every replica of every process into *m (the
- * lanes' losses with the fixed tree, then the replicas' with the all-reduce's) and stops on a
- * NaN/Inf loss, decided on the sum so every rank stops at the same step (metrics.c). host_lanes:
- * the strategy wrote the lanes' losses and hits into the executor's host copies (DP's master
- * loss); else they are where the lanes computed them. check[r]: local replica r steps with its
- * gradients, final now; on a device they are checked for NaN/Inf in the same round trip, and
- * t->nonfinite set when any holds one: the strategy then applies no update (on the CPU the SGD
- * step checks them itself and sets it). */
-dp_status dp_step_add_metrics(struct dp_trainer *t, const int *count, int host_lanes, const int *check,
-                              struct dp_step_metrics *m);
-/* The floats of a step's metrics: loss, hits, count, stop, SIGTERM, non-finite gradients. */
-#define DP_STEP_METRICS 6
+/* Whether the step's sums allow its update: finite gradients (a device's check) and loss. */
+static inline int dp_step_sums_apply(const dp_step_sums *s) { return !s->nonfinite && isfinite(s->loss); }
 
 #endif

@@ -53,19 +53,19 @@ static dp_status init_params(dp_trainer *t) {
     dp_rng rng;
     dp_rng_seed(&rng, t->cfg.seed, 0x1A17);
     const char *from = t->cfg.eval_only ? t->cfg.load_path : t->cfg.init_path;
-    for (int r = 0; r < t->ex.n_local; r++) {
-        if (t->ex.rep[r].rank != 0) continue;
+    for (int r = 0; r < dp_exec_n_local(t->ex); r++) {
+        if (dp_exec_rank(t->ex, r) != 0) continue;
         /* num_batches_tracked goes on from the file's, as PyTorch's load_state_dict does; only rank 0
          * writes checkpoints, so only its process needs the count */
         if (from)
-            DP_TRY(dp_checkpoint_load_weights(t->cfg.eval_only ? "--load" : "--init-from", from, m, t->ex.rep[r].h_params,
-                                              t->ex.rep[r].h_buffers, &t->bn_batches));
+            DP_TRY(dp_checkpoint_load_weights(t->cfg.eval_only ? "--load" : "--init-from", from, m, dp_exec_replica(t->ex, r)->h_params,
+                                              dp_exec_replica(t->ex, r)->h_buffers, &t->bn_batches));
         else
-            dp_model_init_params(m, t->ex.rep[r].h_params, t->ex.rep[r].h_buffers, &rng);
-        DP_TRY(dp_replica_push(&t->ex.rep[r], m)); /* a device's arenas from the host copies */
+            dp_model_init_params(m, dp_exec_replica(t->ex, r)->h_params, dp_exec_replica(t->ex, r)->h_buffers, &rng);
+        DP_TRY(dp_replica_push(dp_exec_replica(t->ex, r), m)); /* a device's arenas from the host copies */
     }
-    DP_TRY(dp_exec_broadcast(&t->ex, dp_exec_slices(&t->ex, DP_ARENA_PARAMS, 0), m->params.n, 0));
-    if (m->buffers.n) DP_TRY(dp_exec_broadcast(&t->ex, dp_exec_slices(&t->ex, DP_ARENA_BUFFERS, 0), m->buffers.n, 0));
+    DP_TRY(dp_exec_broadcast(t->ex, dp_exec_slices(t->ex, DP_ARENA_PARAMS, 0), m->params.n, 0));
+    if (m->buffers.n) DP_TRY(dp_exec_broadcast(t->ex, dp_exec_slices(t->ex, DP_ARENA_BUFFERS, 0), m->buffers.n, 0));
     return DP_OK;
 }
 
@@ -80,7 +80,7 @@ static dp_status plan_lanes(dp_trainer *t, dp_sampler *s, int n_train, lane_plan
         if (s->n_batches < 1)
             return dp_fail(DP_ERR_USAGE, "--batch-size %d: the %d training samples give no full batch with --drop-last",
                            c->batch_size, n_train);
-        s->contiguous = c->mode == DP_MODE_DP; /* nn.DataParallel scatters contiguous blocks */
+        s->contiguous = t->strategy->contiguous_sampler; /* nn.DataParallel scatters contiguous blocks */
         dp_sampler_set_plan(s, c->chunks, c->accumulate);
         p->lanes = s->plan.lanes;
         p->slots = s->max_lanes;
@@ -163,8 +163,8 @@ static void default_workers(dp_trainer *t, const lane_plan *lp) {
 }
 
 int dp_trainer_holds_rank0(const dp_trainer *t) {
-    for (int r = 0; r < t->ex.n_local; r++)
-        if (t->ex.rep[r].rank == 0) return 1;
+    for (int r = 0; r < dp_exec_n_local(t->ex); r++)
+        if (dp_exec_rank(t->ex, r) == 0) return 1;
     return 0;
 }
 
@@ -173,11 +173,9 @@ int dp_trainer_holds_rank0(const dp_trainer *t) {
  * nodes' sums; every step its metrics; the evaluation eval_floats (0: not known yet). A test hook
  * (config.h: dp_test_hooks.reserve_floats) sizes it wrongly on purpose, to show the backend's guard. */
 static size_t largest_sum(const dp_trainer *t, size_t eval_floats) {
-    const dp_layout *L = &t->model.params;
     size_t n = DP_EXEC_METRICS > eval_floats ? DP_EXEC_METRICS : eval_floats;
-    if (t->cfg.mode != DP_MODE_DDP) n = L->n > n ? L->n : n;
-    for (int k = 0; t->cfg.mode == DP_MODE_DDP && k < L->n_buckets; k++)
-        n = L->buckets[k].count > n ? L->buckets[k].count : n;
+    const size_t coll = t->strategy->largest_collective(&t->model);
+    n = coll > n ? coll : n;
     for (int i = 0; t->cfg.sync_bn && i < t->model.n_nodes; i++)
         n = t->model.nodes[i].sync_floats > n ? t->model.nodes[i].sync_floats : n;
     return t->cfg.test.reserve_floats ? t->cfg.test.reserve_floats : n;
@@ -185,6 +183,7 @@ static size_t largest_sum(const dp_trainer *t, size_t eval_floats) {
 
 static dp_status setup(dp_trainer *t) {
     dp_config *c = &t->cfg;
+    t->strategy = dp_strategy_of(c->mode);
     t->cores = default_threads(t->cores_from, sizeof t->cores_from);
     if (c->threads <= 0) c->threads = t->cores;
     openblas_set_num_threads(1); /* parallelism is ours: over samples or over replicas */
@@ -246,16 +245,14 @@ static dp_status setup(dp_trainer *t) {
                                /* the NaN test hook writes into the host's batch */
                                .resident = !c->augment && !c->test.nan_step};
     DP_TRY(dp_exec_create(&t->ex, &xc));
-    t->backend->threads = t->ex.team; /* its sums' regions the same size as the step's */
-    DP_TRY(dp_exec_host_reserve(&t->ex, dp_evaluate_floats(t, &t->test))); /* not mid-run (a free waits) */
+    t->backend->threads = dp_exec_threads_used(t->ex); /* its sums' regions the same size as the step's */
+    DP_TRY(dp_exec_host_reserve(t->ex, dp_evaluate_floats(t, &t->test))); /* not mid-run (a free waits) */
     DP_TRY(dp_backend_reserve(t->backend, largest_sum(t, dp_evaluate_floats(t, &t->test))));
     DP_TRY(dp_check_consistency(t));
-    DP_ALLOC(t->metric_bufs, n_local, "metrics");
-    for (int r = 0; r < n_local; r++) DP_ALLOC(t->metric_bufs[r], DP_STEP_METRICS, "metrics");
     DP_TRY(init_params(t));
-    t->strategy = c->mode == DP_MODE_DP ? &dp_strategy_dp : &dp_strategy_ddp;
-    DP_TRY(t->strategy->alloc(t, &t->strategy_state));
-    memset(&t->backend->stats, 0, sizeof t->backend->stats);
+    const dp_step_ctx sc = dp_train_step_ctx(t);
+    DP_TRY(t->strategy->alloc(&sc, &t->strategy_state));
+    dp_exec_comm_reset(t->ex);
     if (timing) { /* record each step's collectives for the model */
         t->trace.cap = 1024;
         DP_ALLOC(t->trace.recs, t->trace.cap, "collective records");
@@ -265,13 +262,13 @@ static dp_status setup(dp_trainer *t) {
     }
 
     if (t->have_train) {
-        int ranks[t->ex.n_local];
-        for (int r = 0; r < t->ex.n_local; r++) ranks[r] = t->ex.rep[r].rank;
-        dp_loader_config lc = {.data = &t->train, .sampler = &t->sampler, .n_local = t->ex.n_local, .ranks = ranks,
+        int ranks[dp_exec_n_local(t->ex)];
+        for (int r = 0; r < dp_exec_n_local(t->ex); r++) ranks[r] = dp_exec_rank(t->ex, r);
+        dp_loader_config lc = {.data = &t->train, .sampler = &t->sampler, .n_local = dp_exec_n_local(t->ex), .ranks = ranks,
                                .workers = c->workers, .prefetch = c->workers > 0 ? 2 * c->workers + 1 : 1,
-                               .fill_threads = t->ex.team, /* the step's team: one pool size */
+                               .fill_threads = dp_exec_threads_used(t->ex), /* the step's team: one pool size */
                                .augment = {.enabled = c->augment, .seed = c->seed},
-                               .indices_only = t->ex.resident};
+                               .indices_only = dp_exec_resident(t->ex)};
         DP_TRY(dp_loader_create(&t->loader, &lc));
         int steps_per_epoch = (t->sampler.n_batches + c->accumulate - 1) / c->accumulate;
         t->sched = (dp_schedule){.lr = c->lr, .scale_linear = c->lr_scale_linear, .ref_batch = c->lr_ref_batch,
@@ -371,16 +368,16 @@ static dp_status log_config(dp_trainer *t) {
     dp_json_str(&b, "device", devices);
     dp_json_int(&b, "world", t->world);
     log_settings(&b, &eff, &cur, "threads");
-    dp_json_int(&b, "threads_used", t->ex.team);
+    dp_json_int(&b, "threads_used", dp_exec_threads_used(t->ex));
     dp_json_int(&b, "cores", t->cores);
     log_settings(&b, &eff, &cur, "workers");
-    dp_json_int(&b, "lanes", t->ex.n_lanes);
+    dp_json_int(&b, "lanes", dp_exec_n_lanes(t->ex));
     dp_json_int(&b, "buckets", t->model.params.n_buckets);
     log_settings(&b, &eff, &cur, "overlap");
     dp_json_str(&b, "cores_from", t->cores_from);
     log_settings(&b, &eff, &cur, NULL);
     dp_json_int(&b, "canonical_order", canonical_order(t));
-    dp_json_int(&b, "data_on_device", t->ex.resident);
+    dp_json_int(&b, "data_on_device", dp_exec_resident(t->ex));
     const dp_backend_t be = t->backend;
     const double mib = 1.0 / (1 << 20);
     if (be->comm_memory_known) { /* NCCL's device memory, measured at start (backends/nccl_warmup.c) */
@@ -452,8 +449,8 @@ static dp_status nonfinite_step(dp_trainer *t, dp_status s, int epoch) {
                  "replica); the update was not applied", epoch, t->step + 1);
     if (t->cfg.on_nan_skip) {
         if (s == DP_ERR_NUMERIC && t->bn_snapshot) /* the forward pass moved the BN statistics: undo it */
-            for (int r = 0; r < t->ex.n_local; r++)
-                DP_TRY(dp_exec_dev(&t->ex, r)->copy(dp_exec_dev(&t->ex, r), t->ex.rep[r].buffers, t->bn_snapshot[r],
+            for (int r = 0; r < dp_exec_n_local(t->ex); r++)
+                DP_TRY(dp_exec_copy(t->ex, r, dp_exec_replica(t->ex, r)->buffers, t->bn_snapshot[r],
                                                     t->model.buffers.n * sizeof(float)));
         t->skipped++;
         return DP_OK;
@@ -468,9 +465,7 @@ static dp_status run_epoch(dp_trainer *t, int epoch, int first, int *stop) {
     const dp_config *c = &t->cfg;
     t->epoch = epoch;
     DP_TRY(dp_loader_start_epoch_at(t->loader, epoch - 1, first));
-    memset(&t->backend->stats, 0, sizeof t->backend->stats);
-    t->ex.comm_overlap_s = 0, t->ex.coll_hidden_s = 0;
-    memset(t->ex.coll_s, 0, sizeof t->ex.coll_s);
+    dp_exec_comm_reset(t->ex);
     const int nb = t->sampler.n_batches, K = c->accumulate;
     dp_step_metrics em = {0}, sm = {0};
     double wait_total = 0, compute = 0, t0 = dp_now(), last_end = t0;
@@ -482,8 +477,8 @@ static dp_status run_epoch(dp_trainer *t, int epoch, int first, int *stop) {
         wait_total += wait;
         lr = dp_schedule_lr(&t->sched, epoch, t->step);
         if (t->bn_snapshot && b % K == 0) /* a step's state before its first micro-step */
-            for (int r = 0; r < t->ex.n_local; r++)
-                DP_TRY(dp_exec_dev(&t->ex, r)->copy(dp_exec_dev(&t->ex, r), t->bn_snapshot[r], t->ex.rep[r].buffers,
+            for (int r = 0; r < dp_exec_n_local(t->ex); r++)
+                DP_TRY(dp_exec_copy(t->ex, r, t->bn_snapshot[r], dp_exec_replica(t->ex, r)->buffers,
                                                     t->model.buffers.n * sizeof(float)));
         if (t->inject_nan_step && t->step + 1 == t->inject_nan_step && batches[0].n > 0)
             batches[0].x[0] = NAN; /* fault injection for the tests: DPTRAIN_INJECT_NAN_STEP */
@@ -526,18 +521,15 @@ static dp_status run_epoch(dp_trainer *t, int epoch, int first, int *stop) {
     if (s != DP_OK && s != DP_DONE) return s;
     double seconds = dp_now() - t0;
     dp_epoch_report e = {.epoch = epoch, .epochs = c->epochs, .steps = t->step, .lr = lr, .seconds = seconds,
-                         .data_wait_s = wait_total, .compute_s = compute, .comm = t->backend->stats,
-                         .comm_hidden_s = t->ex.comm_overlap_s, .skipped_steps = t->skipped, .first_batch = first,
-                         .n_batches = nb};
-    if (t->ex.coll_timed) { /* what the collective stream's events measured, not the host's enqueueing */
-        for (int k = 0; k < DP_COLL_KINDS; k++) e.comm.seconds[k] = t->ex.coll_s[k];
-        e.comm_hidden_s = t->ex.coll_hidden_s;
-    }
+                         .data_wait_s = wait_total, .compute_s = compute, .skipped_steps = t->skipped,
+                         .first_batch = first, .n_batches = nb};
+    dp_exec_comm_read(t->ex, &e.comm, &e.comm_hidden_s);
     e.train_loss = em.count ? em.loss_sum / em.count : 0;
     e.train_acc = em.count ? (double)em.correct / em.count : 0;
     e.images_per_s = seconds > 0 ? em.count / seconds : 0;
     double te = dp_now();
-    DP_TRY(t->strategy->finish(t, t->strategy_state));
+    const dp_step_ctx sc = dp_train_step_ctx(t);
+    DP_TRY(t->strategy->finish(&sc, t->strategy_state));
     dp_step_metrics tm;
     DP_TRY(in_context(evaluate_test(t, &tm), "evaluating epoch %d", epoch));
     e.eval_seconds = dp_now() - te;
@@ -639,20 +631,19 @@ void dp_trainer_destroy(dp_trainer *t) {
     }
     dp_loader_destroy(t->loader);
     dp_sampler_free(&t->sampler);
-    if (t->strategy) t->strategy->free(t, t->strategy_state);
-    if (t->metric_bufs)
-        for (int r = 0; r < t->ex.n_local; r++) free(t->metric_bufs[r]);
-    free(t->metric_bufs);
+    if (t->strategy && t->ex) {
+        const dp_step_ctx sc = dp_train_step_ctx(t);
+        t->strategy->free(&sc, t->strategy_state);
+    }
     if (t->stop_bufs)
-        for (int r = 0; r < t->ex.n_local; r++) free(t->stop_bufs[r]);
+        for (int r = 0; r < dp_exec_n_local(t->ex); r++) free(t->stop_bufs[r]);
     free(t->stop_bufs);
     free(t->eval_correct);
     free(t->eval_count);
     dp_ckpt_dir_unlock(t->ckpt_lock_fd);
-    for (int r = 0; t->bn_snapshot && r < t->ex.n_local; r++)
-        if (t->ex.rep && t->ex.rep[r].dev) t->ex.rep[r].dev->free(t->ex.rep[r].dev, t->bn_snapshot[r]);
+    for (int r = 0; t->bn_snapshot && t->ex && r < dp_exec_n_local(t->ex); r++) dp_exec_dealloc(t->ex, r, t->bn_snapshot[r]);
     free(t->bn_snapshot);
-    dp_exec_free(&t->ex);
+    dp_exec_free(t->ex);
     free(t->trace.recs);
     dp_report_discard(&t->report);
     dp_model_free(&t->model);

@@ -15,6 +15,7 @@
 #include "report/report.h"
 #include "train/config.h"
 #include "exec/executor.h"
+#include "train/strategy.h"
 
 typedef struct dp_step_metrics {
     double loss_sum;  /* sum of per-sample losses */
@@ -33,7 +34,7 @@ typedef struct dp_trainer {
     int world;                /* replicas over all processes */
     int cores;                /* the cores --threads defaults from (default_threads) */
     char cores_from[640];     /* which limit gave them, for the config line */
-    dp_executor ex;           /* how the device runs the replicas (exec/executor.h) */
+    dp_executor *ex;          /* how the device runs the replicas (exec/executor.h) */
     const struct dp_strategy_s *strategy; /* DDP or DP (strategy.h) */
     void *strategy_state;
     dp_sampler sampler;
@@ -43,7 +44,6 @@ typedef struct dp_trainer {
     long step;                /* optimizer steps done */
     int epoch;                /* current epoch, from 1 */
     dp_reporter report;
-    float **metric_bufs;      /* (n_local) [loss_sum, correct, count, stop, SIGTERM] per replica */
     /* the stop request all-reduced with the last step's metrics (a signal: SIGINT or SIGTERM; 0:
        none), valid until read */
     int stop_folded, stop_folded_valid;
@@ -95,6 +95,8 @@ void dp_trainer_destroy(dp_trainer *t);
  * loss over the step's samples; the step's last micro-step reduces and steps with learning
  * rate lr, and adds the step's loss and accuracy counts over all replicas to *m. */
 dp_status dp_train_micro(dp_trainer *t, const dp_batch *batches, int b, float lr, dp_step_metrics *m);
+/* What the strategy's functions see of the trainer (strategy.h), the micro-step's fields unset. */
+dp_step_ctx dp_train_step_ctx(dp_trainer *t);
 /* Fails, naming the ranks, when processes were started with different flags, model or data. */
 dp_status dp_check_consistency(dp_trainer *t);
 /* The flags every rank must share, one "with --lr 0.05" / "without --nesterov" line each. */
