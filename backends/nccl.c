@@ -314,7 +314,7 @@ static dp_status init_comms(nccl_impl *m, const ncclUniqueId *id) {
     for (int i = 0; i < m->n_local; i++) {
         nccl_local *x = &m->loc[i];
         if (x->gpu >= 0 && cudaSetDevice(x->gpu) != cudaSuccess) {
-            dp_nccl_self.in_group = 0;
+            m->in_group = 0;
             (void)ncclGroupEnd();
             return dp_fail(DP_ERR_BACKEND, "nccl: %s: cudaSetDevice(%d) failed", m->who, x->gpu);
         }

@@ -13,7 +13,6 @@
 #if DP_HAVE_NCCL
 
 #include <cuda_runtime_api.h>
-#include <omp.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -42,49 +41,9 @@ void dp_nccl_abort(nccl_impl *m) {
     }
 }
 
-_Thread_local dp_nccl_thread dp_nccl_self;
-
 void dp_nccl_abort_unless_capturing(nccl_impl *m) {
-    if (dp_nccl_self.gpu) { /* one GPU's thread: the others stop, then the caller's thread aborts */
-        int none = 0;
-        atomic_compare_exchange_strong(&m->local_failed, &none, dp_nccl_self.gpu);
-    } else if (m->b && m->b->capturing) {
-        dp_sidechan_fail(m->sc, dp_last_error());
-    } else {
-        dp_nccl_abort(m);
-    }
-}
-
-dp_status dp_nccl_per_gpu(nccl_impl *m, dp_status (*fn)(nccl_impl *m, int i, void *arg), void *arg) {
-    if (m->n_local == 1) return fn(m, 0, arg);
-    dp_status st[DP_MAX_LOCAL_DEVICES];
-    char why[DP_MAX_LOCAL_DEVICES][DP_ERROR_MAX]; /* each thread's message (dp_last_error is per thread) */
-    int team = 0;
-    atomic_store(&m->local_failed, 0);
-#pragma omp parallel num_threads(m->n_local)
-    {
-        const int i = omp_get_thread_num();
-#pragma omp single
-        team = omp_get_num_threads();
-        if (team == m->n_local) {
-            dp_nccl_self = (dp_nccl_thread){.gpu = i + 1};
-            st[i] = fn(m, i, arg);
-            if (st[i] != DP_OK) {
-                snprintf(why[i], DP_ERROR_MAX, "%s", dp_last_error());
-                int none = 0; /* a failure that stopped its own thread only (a call's result) counts too */
-                atomic_compare_exchange_strong(&m->local_failed, &none, i + 1);
-            }
-            dp_nccl_self = (dp_nccl_thread){0};
-        }
-    }
-    if (team != m->n_local)
-        return dp_fail(DP_ERR_INTERNAL, "nccl: %s: %d host threads for %d GPUs (each GPU's NCCL calls need a thread of "
-                       "their own; OMP_THREAD_LIMIT or a nested call?)", m->who, team, m->n_local);
-    const int first = atomic_load(&m->local_failed);
-    if (!first) return DP_OK;
-    const dp_status e = dp_fail(st[first - 1] != DP_OK ? st[first - 1] : DP_ERR_BACKEND, "%s", why[first - 1]);
-    dp_nccl_abort_unless_capturing(m);
-    return e;
+    if (m->b && m->b->capturing) dp_sidechan_fail(m->sc, dp_last_error());
+    else dp_nccl_abort(m);
 }
 
 static const char *last_of(const nccl_impl *m, int i, char *buf, size_t cap) {
@@ -107,7 +66,7 @@ ncclResult_t dp_nccl_poll(const nccl_impl *m, int *which) {
     ncclResult_t all = ncclSuccess;
     if (which) *which = -1;
     for (int i = 0; i < m->n_local; i++) {
-        if (!m->loc[i].comm || (dp_nccl_self.gpu && i != dp_nccl_self.gpu - 1)) continue;
+        if (!m->loc[i].comm) continue;
         ncclResult_t r = ncclSuccess;
         if (ncclCommGetAsyncError(m->loc[i].comm, &r) != ncclSuccess) r = ncclInvalidUsage;
         if (r != ncclSuccess && r != ncclInProgress) {
@@ -127,20 +86,15 @@ static dp_status settle_watched(nccl_impl *m, ncclResult_t r, const char *what) 
         if (dp_now() > deadline) {
             dp_status e = dp_fail(DP_ERR_BACKEND, "nccl: %s: %s did not complete within --timeout %.0f s (a rank died "
                                   "or is stuck); the communicator was aborted", m->who, what, m->timeout_s);
-            if (!dp_nccl_self.in_group) dp_nccl_abort_unless_capturing(m);
+            if (!m->in_group) dp_nccl_abort_unless_capturing(m);
             return e;
         }
         r = dp_nccl_poll(m, &which);
         char why[512];
-        const int other = atomic_load(&m->local_failed);
-        if (r == ncclInProgress && dp_nccl_self.gpu && other && other != dp_nccl_self.gpu) {
-            return dp_fail(DP_ERR_BACKEND, "nccl: %s: %s stopped because local GPU %d's collective failed", m->who, what,
-                           other - 1);
-        }
         if (r == ncclInProgress && dp_sidechan_poll(m->sc, why, sizeof why)) {
             dp_status e = dp_fail(DP_ERR_BACKEND, "nccl: %s: %s stopped because another rank failed: %s; the "
                                   "communicator was aborted", m->who, what, why);
-            if (!dp_nccl_self.in_group) dp_nccl_abort_unless_capturing(m);
+            if (!m->in_group) dp_nccl_abort_unless_capturing(m);
             return e;
         }
         if (r == ncclInProgress && polls > 64) {
@@ -156,7 +110,7 @@ static dp_status settle_watched(nccl_impl *m, ncclResult_t r, const char *what) 
         const int first = dp_sidechan_wait(m->sc, why, sizeof why, r == ncclRemoteError ? 2.0 : 0.0);
         dp_status e = dp_fail(DP_ERR_BACKEND, "nccl: %s: %s failed: %s%s%s%s", m->who, what, ncclGetErrorString(r),
                               last, first ? "; first failure: " : "", first ? why : "");
-        if (!dp_nccl_self.in_group) dp_nccl_abort_unless_capturing(m);
+        if (!m->in_group) dp_nccl_abort_unless_capturing(m);
         return e;
     }
     return DP_OK;
@@ -171,12 +125,12 @@ dp_status dp_nccl_settle(nccl_impl *m, ncclResult_t r, const char *what) {
 
 dp_status dp_nccl_group_start(nccl_impl *m, const char *what) {
     DP_TRY(dp_nccl_settle(m, ncclGroupStart(), what));
-    dp_nccl_self.in_group = 1;
+    m->in_group = 1;
     return DP_OK;
 }
 
 dp_status dp_nccl_group_end(nccl_impl *m, const char *what) {
-    dp_nccl_self.in_group = 0;
+    m->in_group = 0;
     return dp_nccl_settle(m, ncclGroupEnd(), what);
 }
 
@@ -211,27 +165,15 @@ static dp_status scratch_holds(const nccl_impl *m, size_t need, size_t n, const 
     return DP_OK;
 }
 
-typedef struct {
-    float *const *bufs;
-    const float *const *send;
-    float *const *recv;
-    size_t n;
-    int root;
-    const char *what;
-} coll_args;
-
-/* Local communicator i's part of the canonical-order sum (dp_nccl_per_gpu). */
-static dp_status ordered_sum_of(nccl_impl *m, int first, void *arg) {
-    const coll_args *a = arg;
-    float *const *bufs = a->bufs;
-    const size_t n = a->n;
-    const int root = a->root, hi = first + 1;
-    const char *what = a->what;
+/* The canonical-order sum of bufs over every rank: into every rank's buffer (root < 0) or root's. */
+static dp_status ordered_sum(nccl_impl *m, float *const *bufs, size_t n, int root, const char *what) {
     const int w = m->world;
+    if (w == 1 || n == 0) return DP_OK;
     const size_t piece = n / (size_t)w + 1;
+    DP_TRY(scratch_holds(m, piece * (size_t)w, n, what));
     /* reduce-scatter: my piece of shard k goes to rank k; rank q's piece of my shard lands in slot q */
     DP_TRY(dp_nccl_group_start(m, what));
-    for (int i = first; i < hi; i++) {
+    for (int i = 0; i < m->n_local; i++) {
         const nccl_local *x = &m->loc[i];
         for (int k = 0; k < w; k++) {
             if (k == x->rank) continue;
@@ -245,7 +187,7 @@ static dp_status ordered_sum_of(nccl_impl *m, int first, void *arg) {
     }
     DP_TRY(dp_nccl_group_end(m, what));
     /* the fixed tree over the ranks' pieces, in rank order, on each owner's device; its own piece stays in buf */
-    for (int i = first; i < hi; i++) {
+    for (int i = 0; i < m->n_local; i++) {
         const nccl_local *x = &m->loc[i];
         size_t mlo, mlen;
         dp_shard(n, w, x->rank, &mlo, &mlen);
@@ -256,7 +198,7 @@ static dp_status ordered_sum_of(nccl_impl *m, int first, void *arg) {
     }
     /* the finished shards: to everyone, or to the root */
     DP_TRY(dp_nccl_group_start(m, what));
-    for (int i = first; i < hi; i++) {
+    for (int i = 0; i < m->n_local; i++) {
         const nccl_local *x = &m->loc[i];
         for (int k = 0; k < w; k++) {
             if (k == x->rank) continue;
@@ -270,15 +212,6 @@ static dp_status ordered_sum_of(nccl_impl *m, int first, void *arg) {
     return dp_nccl_group_end(m, what);
 }
 
-/* The canonical-order sum of bufs over every rank: into every rank's buffer (root < 0) or root's. */
-static dp_status ordered_sum(nccl_impl *m, float *const *bufs, size_t n, int root, const char *what) {
-    const int w = m->world;
-    if (w == 1 || n == 0) return DP_OK;
-    DP_TRY(scratch_holds(m, (n / (size_t)w + 1) * (size_t)w, n, what));
-    coll_args a = {.bufs = bufs, .n = n, .root = root, .what = what};
-    return dp_nccl_per_gpu(m, ordered_sum_of, &a);
-}
-
 dp_status dp_nccl_allreduce(dp_backend_t b, float *const *bufs, size_t n, dp_redop op) {
     if (op != DP_SUM) return dp_fail(DP_ERR_UNSUPPORTED, "nccl: all-reduce with averaging");
     return ordered_sum(dp_nccl_impl(b), bufs, n, -1, "all-reduce");
@@ -289,88 +222,57 @@ dp_status dp_nccl_reduce(dp_backend_t b, float *const *bufs, size_t n, dp_redop 
     return ordered_sum(dp_nccl_impl(b), bufs, n, root, "reduce");
 }
 
-/* One call on local communicator i (dp_nccl_per_gpu: each GPU's thread its own). */
-static dp_status broadcast_of(nccl_impl *m, int i, void *arg) {
-    const coll_args *a = arg;
-    const nccl_local *x = &m->loc[i];
-    return dp_nccl_settle(m, ncclBroadcast(a->bufs[i], a->bufs[i], a->n, ncclFloat, a->root, x->comm, stream_of(x)),
-                          "broadcast");
-}
-
-static dp_status allgather_of(nccl_impl *m, int i, void *arg) {
-    const coll_args *a = arg;
-    const nccl_local *x = &m->loc[i];
-    return dp_nccl_settle(m, ncclAllGather(a->send[i], a->recv[i], a->n, ncclFloat, x->comm, stream_of(x)),
-                          "all-gather");
-}
-
-static dp_status barrier_of(nccl_impl *m, int i, void *arg) {
-    (void)arg;
-    const nccl_local *x = &m->loc[i];
-    return dp_nccl_settle(m, ncclAllReduce(x->scratch, x->scratch, 1, ncclFloat, ncclSum, x->comm, stream_of(x)),
-                          "barrier");
-}
+/* One call per local communicator in one group; one process, one GPU: the call alone, as before. */
+#define EACH_LOCAL(m, what, call)                                                     \
+    do {                                                                              \
+        if ((m)->n_local == 1) {                                                      \
+            const int i = 0;                                                          \
+            const nccl_local *x = &(m)->loc[0];                                       \
+            (void)i;                                                                  \
+            DP_TRY(dp_nccl_settle((m), (call), (what)));                              \
+            break;                                                                    \
+        }                                                                             \
+        DP_TRY(dp_nccl_group_start((m), (what)));                                     \
+        for (int i = 0; i < (m)->n_local; i++) {                                      \
+            const nccl_local *x = &(m)->loc[i];                                       \
+            NCCL_GROUP_TRY((m), (call), (what));                                      \
+        }                                                                             \
+        DP_TRY(dp_nccl_group_end((m), (what)));                                       \
+    } while (0)
 
 dp_status dp_nccl_broadcast(dp_backend_t b, float *const *bufs, size_t n, int root) {
     nccl_impl *m = dp_nccl_impl(b);
     if (m->world == 1 || n == 0) return DP_OK;
-    coll_args a = {.bufs = bufs, .n = n, .root = root};
-    return dp_nccl_per_gpu(m, broadcast_of, &a);
+    EACH_LOCAL(m, "broadcast", ncclBroadcast(bufs[i], bufs[i], n, ncclFloat, root, x->comm, stream_of(x)));
+    return DP_OK;
 }
 
 dp_status dp_nccl_allgather(dp_backend_t b, const float *const *send, float *const *recv, size_t n) {
     nccl_impl *m = dp_nccl_impl(b);
     if (m->world == 1) return m->loc[0].dev->copy(m->loc[0].dev, recv[0], send[0], n * sizeof(float));
-    coll_args a = {.send = send, .recv = recv, .n = n};
-    return dp_nccl_per_gpu(m, allgather_of, &a);
+    EACH_LOCAL(m, "all-gather", ncclAllGather(send[i], recv[i], n, ncclFloat, x->comm, stream_of(x)));
+    return DP_OK;
 }
 
-/* DataParallel's gather and scatter: grouped point-to-point (NCCL has no gather or scatter), each
- * local communicator's part on its GPU's thread. */
-static dp_status gather_of(nccl_impl *m, int i, void *arg) {
-    const coll_args *a = arg;
-    const float *const *send = a->send;
-    float *const *recv = a->recv;
-    const size_t n = a->n;
-    const int root = a->root;
-    DP_TRY(dp_nccl_group_start(m, "gather"));
-    const nccl_local *x = &m->loc[i];
-    if (x->rank != root) {
-        NCCL_GROUP_TRY(m, ncclSend(send[i], n, ncclFloat, root, x->comm, stream_of(x)), "gather");
-    } else {
-        for (int q = 0; q < m->world; q++)
-            if (q != root)
-                NCCL_GROUP_TRY(m, ncclRecv(recv[i] + (size_t)q * n, n, ncclFloat, q, x->comm, stream_of(x)), "gather");
-    }
-    return dp_nccl_group_end(m, "gather");
-}
-
-static dp_status scatter_of(nccl_impl *m, int i, void *arg) {
-    const coll_args *a = arg;
-    const float *const *send = a->send;
-    float *const *recv = a->recv;
-    const size_t n = a->n;
-    const int root = a->root;
-    DP_TRY(dp_nccl_group_start(m, "scatter"));
-    const nccl_local *x = &m->loc[i];
-    if (x->rank != root) {
-        NCCL_GROUP_TRY(m, ncclRecv(recv[i], n, ncclFloat, root, x->comm, stream_of(x)), "scatter");
-    } else {
-        for (int q = 0; q < m->world; q++)
-            if (q != root)
-                NCCL_GROUP_TRY(m, ncclSend(send[i] + (size_t)q * n, n, ncclFloat, q, x->comm, stream_of(x)), "scatter");
-    }
-    return dp_nccl_group_end(m, "scatter");
-}
-
+/* DataParallel's gather and scatter: grouped point-to-point (NCCL has no gather or scatter). */
 dp_status dp_nccl_gather(dp_backend_t b, const float *const *send, float *const *recv, size_t n, int root) {
     nccl_impl *m = dp_nccl_impl(b);
     for (int i = 0; i < m->n_local; i++)
         if (m->loc[i].rank == root)
             DP_TRY(m->loc[i].dev->copy(m->loc[i].dev, recv[i] + (size_t)root * n, send[i], n * sizeof(float)));
     if (m->world == 1 || n == 0) return DP_OK;
-    coll_args a = {.send = send, .recv = recv, .n = n, .root = root};
-    return dp_nccl_per_gpu(m, gather_of, &a);
+    DP_TRY(dp_nccl_group_start(m, "gather"));
+    for (int i = 0; i < m->n_local; i++) {
+        const nccl_local *x = &m->loc[i];
+        if (x->rank != root) {
+            NCCL_GROUP_TRY(m, ncclSend(send[i], n, ncclFloat, root, x->comm, stream_of(x)), "gather");
+            continue;
+        }
+        for (int q = 0; q < m->world; q++)
+            if (q != root)
+                NCCL_GROUP_TRY(m, ncclRecv(recv[i] + (size_t)q * n, n, ncclFloat, q, x->comm, stream_of(x)), "gather");
+    }
+    return dp_nccl_group_end(m, "gather");
 }
 
 dp_status dp_nccl_scatter(dp_backend_t b, const float *const *send, float *const *recv, size_t n, int root) {
@@ -379,15 +281,25 @@ dp_status dp_nccl_scatter(dp_backend_t b, const float *const *send, float *const
         if (m->loc[i].rank == root)
             DP_TRY(m->loc[i].dev->copy(m->loc[i].dev, recv[i], send[i] + (size_t)root * n, n * sizeof(float)));
     if (m->world == 1 || n == 0) return DP_OK;
-    coll_args a = {.send = send, .recv = recv, .n = n, .root = root};
-    return dp_nccl_per_gpu(m, scatter_of, &a);
+    DP_TRY(dp_nccl_group_start(m, "scatter"));
+    for (int i = 0; i < m->n_local; i++) {
+        const nccl_local *x = &m->loc[i];
+        if (x->rank != root) {
+            NCCL_GROUP_TRY(m, ncclRecv(recv[i], n, ncclFloat, root, x->comm, stream_of(x)), "scatter");
+            continue;
+        }
+        for (int q = 0; q < m->world; q++)
+            if (q != root)
+                NCCL_GROUP_TRY(m, ncclSend(send[i] + (size_t)q * n, n, ncclFloat, q, x->comm, stream_of(x)), "scatter");
+    }
+    return dp_nccl_group_end(m, "scatter");
 }
 
 dp_status dp_nccl_barrier(dp_backend_t b) {
     nccl_impl *m = dp_nccl_impl(b);
     if (m->world == 1) return DP_OK;
     DP_TRY(scratch_holds(m, 1, 1, "barrier"));
-    DP_TRY(dp_nccl_per_gpu(m, barrier_of, NULL));
+    EACH_LOCAL(m, "barrier", ncclAllReduce(x->scratch, x->scratch, 1, ncclFloat, ncclSum, x->comm, stream_of(x)));
     for (int i = 0; i < m->n_local; i++) DP_TRY(m->loc[i].dev->wait(m->loc[i].dev));
     return DP_OK;
 }

@@ -11,7 +11,6 @@
 #define DP_NCCL_IMPL_H
 
 #include <nccl.h>
-#include <stdatomic.h>
 
 #include "backends/backend.h"
 #include "backends/nccl.h"
@@ -40,7 +39,7 @@ typedef struct {
     double timeout_s;
     int we_initialised_mpi;
     int creating;           /* inside dp_nccl_backend_create: a failure there is not printed by the caller before MPI_Abort */
-    _Atomic int local_failed; /* 1 + the local GPU whose thread failed in a collective (dp_nccl_per_gpu) */
+    int in_group;    /* between ncclGroupStart and ncclGroupEnd: a failure must not abort yet */
     int warming;     /* inside the warm-up at start (nccl_warmup.c): a failure carries its hints */
     dp_nccl_watchdog *wd;  /* ends the process if a call below outlives --timeout and a grace period */
     char abort_what[1200]; /* what the watchdog says while an abort, or the teardown after one, runs */
@@ -50,23 +49,6 @@ typedef struct {
 } nccl_impl;
 
 static inline nccl_impl *dp_nccl_impl(dp_backend_t b) { return (nccl_impl *)b->impl; }
-
-/* The calling thread's part in the collectives: whether it is between ncclGroupStart and
- * ncclGroupEnd (a failure must not abort yet), and with several local GPUs the one local
- * communicator it drives (-1: all of them; dp_nccl_per_gpu), whose failure is left to the caller's
- * thread to abort after the others have stopped. */
-typedef struct {
-    int in_group;
-    int gpu; /* 1 + the local communicator it drives; 0: every one */
-} dp_nccl_thread;
-extern _Thread_local dp_nccl_thread dp_nccl_self;
-
-/* fn(m, i, arg) for each local communicator i: with one, on the calling thread; with several (--gpus),
- * on thread i of a team of n_local (GPU i's host thread, which runs its kernels too: exec/passes.c),
- * each making its own communicator's NCCL calls and waiting for them, so that no NCCL group spans
- * GPUs and a graph could be launched per GPU from its own thread. The first failure is returned with
- * its message on the caller's thread, which then aborts (unless a capture is open). */
-dp_status dp_nccl_per_gpu(nccl_impl *m, dp_status (*fn)(nccl_impl *m, int i, void *arg), void *arg);
 
 /* An NCCL call's result on the non-blocking communicators: ncclInProgress is polled on every
  * local communicator to the end, up to --timeout; a failure names the ranks, the devices, the
@@ -98,7 +80,7 @@ dp_status dp_nccl_group_end(nccl_impl *m, const char *what);
         ncclResult_t r_ = (call);                                   \
         dp_status g_ = r_ == ncclInProgress ? DP_OK : dp_nccl_settle((m), r_, (what)); \
         if (g_ != DP_OK) {                                          \
-            dp_nccl_self.in_group = 0;                              \
+            (m)->in_group = 0;                                      \
             (void)ncclGroupEnd();                                   \
             dp_nccl_abort_unless_capturing(m);                      \
             return g_;                                              \

@@ -155,9 +155,8 @@ struct ncclComm {
     int users, dead;         /* stream functions running its groups; dead: destroyed, freed by the last user */
 };
 
-/* The group being built: each communicator's share of it; one per thread, as NCCL's groups are
- * (a process whose threads each drive one GPU builds a group on each). */
-static _Thread_local struct {
+/* The group being built: each communicator's share of it. */
+static struct {
     int depth, n;
     group *g[MAX_COMMS];
     ncclComm_t comm[MAX_COMMS];
@@ -173,7 +172,7 @@ int dp_nccl_double_host_memory(void) { return 1; }
 static void *(*hook_host)(const void *device_ptr);
 static void (*hook_sync)(const void *stream);
 static void (*hook_write)(const void *stream, void *dst, const void *src, size_t bytes);
-static _Thread_local const void *issuing; /* the stream of the call being issued */
+static const void *issuing; /* the stream of the call being issued */
 
 void dp_nccl_double_set_hooks(void *(*host_address)(const void *), void (*stream_sync)(const void *),
                               void (*stream_write)(const void *, void *, const void *, size_t)) {
@@ -205,31 +204,6 @@ void dp_nccl_double_set_device_hooks(void (*call)(const void *, void (*)(void *)
  * refuses the frees and synchronisations an abort makes there (and the capture is lost). */
 unsigned long dp_nccl_double_aborts_in_capture(void) { return aborts_in_capture; }
 static int capturing(const void *stream) { return hook_capturing && stream && hook_capturing(stream); }
-
-/* The host threads that issued each rank's data-moving calls (up to 8 a rank), for a test that
- * each GPU's calls come from a thread of its own (dp_nccl_double_rank_threads). */
-static pthread_t rank_threads[MAX_RANKS][8];
-static int n_rank_threads[MAX_RANKS];
-static void note_thread(int rank) {
-    const pthread_t me = pthread_self();
-    for (int i = 0; i < n_rank_threads[rank]; i++)
-        if (pthread_equal(rank_threads[rank][i], me)) return;
-    if (n_rank_threads[rank] < 8) rank_threads[rank][n_rank_threads[rank]++] = me;
-}
-/* The distinct threads (up to max) that issued rank's data-moving calls since the last reset; how many. */
-int dp_nccl_double_rank_threads(int rank, pthread_t *ids, int max) {
-    if (rank < 0 || rank >= MAX_RANKS) return 0;
-    LOCK();
-    const int n = n_rank_threads[rank];
-    for (int i = 0; i < n && i < max; i++) ids[i] = rank_threads[rank][i];
-    UNLOCK();
-    return n;
-}
-void dp_nccl_double_rank_threads_reset(void) {
-    LOCK();
-    memset(n_rank_threads, 0, sizeof n_rank_threads);
-    UNLOCK();
-}
 
 static void (*hook_charge)(const void *stream, long long bytes);
 void dp_nccl_double_set_memory_hook(void (*charge)(const void *stream, long long bytes)) { hook_charge = charge; }
@@ -793,9 +767,6 @@ static ncclResult_t add_op(ncclComm_t c, op o) {
         g->ops = ops, g->cap = cap;
     }
     g->ops[g->n++] = o;
-    LOCK();
-    note_thread(c->rank);
-    UNLOCK();
     if (!g->stream) g->stream = issuing;
     c->stream_seen = issuing;
     charge_connection(c, &o);
