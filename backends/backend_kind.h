@@ -41,6 +41,8 @@ typedef struct dp_backend_kind {
 
 /* The row named name, or NULL. */
 const dp_backend_kind *dp_backend_kind_find(const char *name);
+/* The row that drives several GPUs in one process (takes_gpus: --gpus), or NULL. */
+const dp_backend_kind *dp_backend_kind_taking_gpus(void);
 /* Every backend's name, in the table's order, NULL-terminated (--backend's choices). */
 extern const char *const dp_backend_names[];
 

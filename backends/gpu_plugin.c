@@ -72,3 +72,25 @@ dp_status dp_gpu_plugin_get(const char *what, const dp_gpu_plugin **out) {
     pthread_mutex_unlock(&mu);
     return s;
 }
+
+dp_status dp_gpu_plugin_device(const char *name, const dp_dev_kind **out) {
+    *out = NULL;
+    char what[64];
+    snprintf(what, sizeof what, "--device %s", name);
+    const dp_gpu_plugin *p;
+    DP_TRY(dp_gpu_plugin_get(what, &p));
+    for (int i = 0; p->devices[i]; i++)
+        if (strcmp(p->devices[i]->name, name) == 0) return *out = p->devices[i], DP_OK;
+    return dp_fail(DP_ERR_UNSUPPORTED, "%s: the GPU plugin has no such device", what);
+}
+
+dp_status dp_gpu_plugin_backend(const char *name, const dp_gpu_backend **out) {
+    *out = NULL;
+    char what[64];
+    snprintf(what, sizeof what, "--backend %s", name);
+    const dp_gpu_plugin *p;
+    DP_TRY(dp_gpu_plugin_get(what, &p));
+    for (int i = 0; p->backends[i]; i++)
+        if (strcmp(p->backends[i]->name, name) == 0) return *out = p->backends[i], DP_OK;
+    return dp_fail(DP_ERR_UNSUPPORTED, "%s: the GPU plugin has no such backend", what);
+}

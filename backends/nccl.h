@@ -4,6 +4,7 @@
 #ifndef DP_NCCL_H
 #define DP_NCCL_H
 
+#include "backends/backend.h"
 #include "core/status.h"
 
 dp_status dp_nccl_precheck(int *gpu);
@@ -23,7 +24,7 @@ typedef struct {
                         8); -1 with the real NCCL */
 } dp_nccl_which;
 const dp_nccl_which *dp_nccl_loaded(void);
-/* dp_nccl_loaded()->host_memory, for the GPU plugin's table (gpu_plugin.h). */
-int dp_nccl_moves_host_memory(void);
+/* The backend (nccl.c): what its row's create calls, through the GPU plugin's table (gpu_plugin.h). */
+dp_status dp_nccl_backend_create(const dp_backend_config *cfg, dp_backend_t *out);
 
 #endif

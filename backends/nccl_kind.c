@@ -1,42 +1,27 @@
 /* nccl_kind.c: the NCCL backend's row of the backend table (backend_kind.h), in the core: the
  * backend itself (nccl.c, nccl_coll.c, nccl_precheck.c) is in the GPU plugin (gpu_plugin.h), which
  * this row loads when a run names it, so a CPU run never maps the CUDA libraries. */
-#include <string.h>
-
 #include "backends/backend_kind.h"
 #include "backends/gpu_plugin.h"
 #include "dp_config.h"
 
 extern const dp_backend_kind dp_nccl_backend;
 
+/* The backend's work, in the plugin (nccl_precheck.c: dp_nccl_plugin_backend), loaded now. */
 static dp_status nccl_create(const dp_backend_config *cfg, dp_backend_t *out) {
-    const dp_gpu_plugin *p;
-    DP_TRY(dp_gpu_plugin_get("--backend nccl", &p));
-    return p->nccl_create(cfg, out);
+    const dp_gpu_backend *g;
+    DP_TRY(dp_gpu_plugin_backend("nccl", &g));
+    return g->create(cfg, out);
 }
 
-/* One GPU per process (the launch says which), or the ones --gpus lists. */
+/* One GPU per process (the launch says which), or the ones --gpus lists: asked of the GPUs, so in
+   the plugin too. */
 static dp_status nccl_devices_ok(const dp_device_request *r, int *ordinals, int *n) {
-#if DP_HAVE_NCCL
-    const dp_gpu_plugin *p; /* the backend is in the GPU plugin: loaded now */
-    DP_TRY(dp_gpu_plugin_get("--backend nccl", &p));
-    const int on_cpu = r->device_flag && strcmp(r->device_flag, "cpu") == 0;
-    if (on_cpu && !p->nccl_moves_host_memory())
-        return dp_fail(DP_ERR_USAGE, "--device cpu: --backend nccl moves GPU memory (drop --device, or use --backend "
-                       "sim or mpi for the CPU)");
-    if (r->n_gpus > DP_MAX_LOCAL_DEVICES) return dp_fail(DP_ERR_USAGE, "--gpus: at most %d GPUs", DP_MAX_LOCAL_DEVICES);
-    if (r->n_gpus) {
-        DP_TRY(p->nccl_precheck_gpus(r->gpus, r->n_gpus));
-        for (int i = 0; i < r->n_gpus; i++) ordinals[i] = r->gpus[i];
-        *n = r->n_gpus;
-        return DP_OK;
-    }
-    ordinals[0] = r->gpu_flag; /* -1: not given, the launch decides */
-    return p->nccl_precheck(ordinals);
-#else
-    (void)r, (void)ordinals, (void)n;
-    return dp_fail(DP_ERR_UNSUPPORTED, "--backend nccl: not compiled into this build (%s)", dp_nccl_backend.how_to_get);
-#endif
+    if (!DP_HAVE_NCCL)
+        return dp_fail(DP_ERR_UNSUPPORTED, "--backend nccl: not compiled into this build (%s)", dp_nccl_backend.how_to_get);
+    const dp_gpu_backend *g;
+    DP_TRY(dp_gpu_plugin_backend("nccl", &g));
+    return g->devices_ok(r, ordinals, n);
 }
 
 /* Under torchrun it meets over TCP or its store; under an MPI launcher, over MPI. */

@@ -26,6 +26,12 @@ const dp_backend_kind *dp_backend_kind_find(const char *name) {
     return NULL;
 }
 
+const dp_backend_kind *dp_backend_kind_taking_gpus(void) {
+    for (int i = 0; i < N_KINDS; i++)
+        if (kinds[i]->takes_gpus) return kinds[i];
+    return NULL;
+}
+
 /* "sim, mpi or nccl" */
 static void names_text(char *buf, size_t cap) {
     buf[0] = '\0';
@@ -46,10 +52,9 @@ dp_status dp_backend_device(const char *backend, const char *device_flag, int gp
     const dp_device_request r = {.device_flag = device_flag, .gpu_flag = gpu_flag, .gpus = gpus, .n_gpus = n_gpus};
     if (k && k->devices_ok) DP_TRY(k->devices_ok(&r, ordinals, n));
     if (n_gpus && !(k && k->takes_gpus)) {
-        const char *with = "nccl"; /* the backend that takes --gpus */
-        for (int i = 0; i < N_KINDS; i++)
-            if (kinds[i]->takes_gpus) with = kinds[i]->name;
-        return dp_fail(DP_ERR_USAGE, "--gpus is for --backend %s (one process driving several GPUs)", with);
+        const dp_backend_kind *with = dp_backend_kind_taking_gpus();
+        if (!with) return dp_fail(DP_ERR_USAGE, "--gpus: no backend of this build drives several GPUs in one process");
+        return dp_fail(DP_ERR_USAGE, "--gpus is for --backend %s (one process driving several GPUs)", with->name);
     }
     if (k && !device_flag && k->default_device) *device = k->default_device;
     return DP_OK;

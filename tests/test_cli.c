@@ -2,6 +2,7 @@
  * files, no partial output files, NaN detection, save / eval round trip. Runs the dptrain
  * binary ($DPTRAIN) on small IDX files the test writes. */
 #include "testutil.h"
+#include "dp_config.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -71,6 +72,15 @@ static void test_help_version(void **state) {
     (void)state;
     expect(0, "--help", "usage: dptrain");
     expect(0, "--version", "backends: sim");
+    /* the devices line is the registry's: what this build has, and what it left out */
+#if DP_HAVE_CUDA
+    expect(0, "--version", "devices: cpu (OpenMP), cuda (cuBLAS");
+#else
+    expect(0, "--version", "devices: cpu (OpenMP), cuda (not built)");
+    expect(0, "--help", "--device D           sim and nccl: where the replicas compute (cuda: every replica on one "
+                        "GPU with sim): cpu, cuda (default cpu)");
+    expect(1, "--dataset synthetic --device cuda", "dptrain: --device cuda: this dptrain was built without CUDA");
+#endif
     expect(0, "train --help", "--batch-size");
 }
 

@@ -12,6 +12,8 @@
 
 #include "cli/options.h"
 #include "core/parse_num.h"
+#include "dp_config.h"
+#include "exec/devices.h"
 #include "train/settings.h"
 #include "trainrun.h"
 
@@ -306,7 +308,46 @@ static void test_gpu_needs_a_gpu_run(void **state) {
     assert_int_equal(parse_v(nccl), DP_OK);
     const char *gpus[] = {"dptrain", "--gpus", "0,1", NULL};
     assert_int_equal(parse_v(gpus), DP_ERR_USAGE);
-    assert_true(tu_contains(dp_last_error(), "--gpus is for --backend nccl"));
+    assert_string_equal(dp_last_error(), "--gpus is for --backend nccl (one process driving several GPUs); with "
+                                         "--backend sim use --device cuda --replicas N (N replicas on one GPU)");
+    const char *gpus_mpi[] = {"dptrain", "--backend", "mpi", "--gpus", "0,1", NULL};
+    assert_int_equal(parse_v(gpus_mpi), DP_ERR_USAGE);
+    assert_string_equal(dp_last_error(), "--gpus is for --backend nccl (one process driving several GPUs); with "
+                                         "--backend mpi use --backend nccl --gpus, or one GPU per process with "
+                                         "--backend nccl");
+}
+
+/* --device's choices are the device registry's names (exec/devices.h), each of which the registry
+ * opens or, where this build left it out, says how to get; never "unknown". */
+static void test_device_choices_from_registry(void **state) {
+    (void)state;
+    const dp_setting *dev = NULL;
+    for (int i = 0; i < dp_n_settings; i++)
+        if (strcmp(dp_settings[i].name, "device") == 0) dev = &dp_settings[i];
+    assert_non_null(dev);
+    assert_ptr_equal(dev->choices, dp_device_names);
+    int n = 0;
+    for (; dp_device_names[n]; n++) {
+        dp_dev *d = NULL;
+        const dp_status s = dp_dev_open(dp_device_names[n], 0, 0, &d);
+        if (s == DP_OK) {
+            dp_dev_close(d);
+            continue;
+        }
+        /* left out, or in a GPU plugin this machine cannot load or open */
+        assert_int_not_equal(s, DP_ERR_USAGE);
+        assert_false(tu_contains(dp_last_error(), "unknown device"));
+    }
+    assert_true(n >= 2); /* cpu, and cuda built or not */
+#if !DP_HAVE_CUDA
+    dp_dev *d = NULL;
+    assert_int_equal(dp_dev_open("cuda", 0, 0, &d), DP_ERR_UNSUPPORTED);
+    assert_string_equal(dp_last_error(), "--device cuda: this dptrain was built without CUDA (no nvcc was found); "
+                                         "rebuild with the CUDA toolkit: cmake -B build -DDP_WITH_CUDA=ON");
+#endif
+    char line[256];
+    dp_dev_describe(line, sizeof line);
+    assert_true(tu_contains(line, DP_HAVE_CUDA ? "cpu (OpenMP), cuda (cuBLAS" : "cpu (OpenMP), cuda (not built)"));
 }
 
 /* --log-file is the log's name (--log its alias), and a leading "--" (what a torchrun user writes
@@ -493,6 +534,7 @@ int main(void) {
         cmocka_unit_test(test_numbers_strict),
         cmocka_unit_test(test_subcommand_flags),
         cmocka_unit_test(test_gpu_needs_a_gpu_run),
+        cmocka_unit_test(test_device_choices_from_registry),
         cmocka_unit_test(test_log_file_and_dashdash),
         cmocka_unit_test(test_settings_table),
     };

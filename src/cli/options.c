@@ -15,6 +15,7 @@
 #include "cli/options.h"
 #include "core/parse_num.h"
 #include "dp_config.h"
+#include "exec/devices.h"
 #include "io/atomic.h"
 #include "kernels/kernels.h"
 #include "nn/model.h"
@@ -179,12 +180,10 @@ void dp_print_usage(FILE *f) {
 }
 
 void dp_print_version(FILE *f) {
-    char be[256];
+    char be[256], dev[256];
     dp_backend_describe(be, sizeof be);
-    fprintf(f, "dptrain %s\nbackends: %s\ndevices: cpu (OpenMP)%s\ncpu kernels: %s\n", DP_VERSION, be,
-            DP_HAVE_CUDA ? (DP_HAVE_CUDNN ? ", cuda (cuBLAS, cuDNN; --device cuda; loaded on use)"
-                                          : ", cuda (cuBLAS; --device cuda; loaded on use)")
-                         : "",
+    dp_dev_describe(dev, sizeof dev);
+    fprintf(f, "dptrain %s\nbackends: %s\ndevices: %s\ncpu kernels: %s\n", DP_VERSION, be, dev,
             dp_cpu_kernel_variant());
 }
 
@@ -350,20 +349,30 @@ dp_status dp_parse_args(int argc, char **argv, dp_config *c, dp_action *action) 
     if (c->predict_topos && !strategy->no_accumulate && c->accumulate > 1)
         return dp_fail(DP_ERR_USAGE, "--predict: the model predicts steps without --accumulate");
     const dp_backend_kind *bk = dp_backend_kind_find(c->backend); /* a choice: there */
-    if (c->n_gpus && !bk->takes_gpus)
-        return dp_fail(DP_ERR_USAGE, "--gpus is for --backend nccl (one process driving several GPUs); with --backend "
-                       "%s use %s", c->backend, bk->in_process ? "--device cuda --replicas N (N replicas "
-                       "on one GPU)" : "--backend nccl --gpus, or one GPU per process with --backend nccl");
+    /* the backend that drives GPUs (--gpus: several in one process; --gpu across processes) and the
+       device it computes on, from the backend table */
+    const dp_backend_kind *gk = dp_backend_kind_taking_gpus();
+    const char *gname = gk ? gk->name : NULL, *gdev = gk && gk->default_device ? gk->default_device : "a GPU";
+    if (c->n_gpus && !bk->takes_gpus) {
+        if (!gk) return dp_fail(DP_ERR_USAGE, "--gpus: no backend of this build drives several GPUs in one process");
+        if (bk->in_process)
+            return dp_fail(DP_ERR_USAGE, "--gpus is for --backend %s (one process driving several GPUs); with --backend "
+                           "%s use --device %s --replicas N (N replicas on one GPU)", gname, c->backend, gdev);
+        return dp_fail(DP_ERR_USAGE, "--gpus is for --backend %s (one process driving several GPUs); with --backend "
+                       "%s use --backend %s --gpus, or one GPU per process with --backend %s", gname, c->backend,
+                       gname, gname);
+    }
     if (c->n_gpus && have_gpu) return dp_fail(DP_ERR_USAGE, "give --gpu or --gpus, not both");
-    /* --gpu names a GPU to compute on: with neither --device cuda nor a backend that computes on one there is none */
-    const int on_gpu = (c->device && strcmp(c->device, "cuda") == 0) || bk->default_device;
+    /* --gpu names a GPU to compute on: with neither a GPU --device nor a backend that computes on one there is none */
+    const int on_gpu = (c->device && strcmp(c->device, "cpu") != 0) || bk->default_device;
     if (have_gpu && !on_gpu && bk->in_process)
         return dp_fail(DP_ERR_USAGE, "--gpu %d: this run computes on the CPU (--device %s), so no GPU is used; add "
-                       "--device cuda to compute on GPU %d, or leave --gpu out", c->gpu, c->device ? c->device : "cpu",
-                       c->gpu);
+                       "--device %s to compute on GPU %d, or leave --gpu out", c->gpu, c->device ? c->device : "cpu",
+                       gdev, c->gpu);
     if (have_gpu && !on_gpu)
-        return dp_fail(DP_ERR_USAGE, "--gpu %d: --backend %s computes on the CPU, so no GPU is used; leave --gpu out "
-                       "(GPUs across processes: --backend nccl)", c->gpu, c->backend);
+        return dp_fail(DP_ERR_USAGE, "--gpu %d: --backend %s computes on the CPU, so no GPU is used; leave --gpu out%s%s%s",
+                       c->gpu, c->backend, gk ? " (GPUs across processes: --backend " : "", gk ? gname : "",
+                       gk ? ")" : "");
     if (!bk->in_process && c->replicas != 1)
         return dp_fail(DP_ERR_USAGE, "--replicas is for --backend sim; with %s the number of processes or devices "
                        "sets the replica count", c->backend);

@@ -1,23 +1,31 @@
-/* devices.c: the devices --device can name. The build lists the ones it linked in
- * (generated dp_devices.h: one X(name) per device folder, whose kind is dp_<name>_device), the ones
- * in the GPU plugin, loaded when first named (backends/gpu_plugin.h), and the ones it left out, with
- * how to get them; tests may add their own. */
+/* devices.c: the devices --device can name. The build lists the ones it linked in, the ones in the
+ * GPU plugin, loaded when first named (backends/gpu_plugin.h), and the ones it left out, with how to
+ * get them (generated dp_devices.h: one X(name, ...) per device folder, whose kind is
+ * dp_<name>_device); tests may add their own. */
 #include "exec/devices.h"
 
 #include <stdio.h>
 #include <string.h>
 
 #include "backends/gpu_plugin.h"
-#include "dp_config.h"
 #include "dp_devices.h"
 
-#define X(n) extern const dp_dev_kind dp_##n##_device;
+#define X(n, what) extern const dp_dev_kind dp_##n##_device;
 DP_DEVICE_KINDS
 #undef X
 
 #define DP_MAX_DEVICE_KINDS 16
-#define X(n) &dp_##n##_device,
+#define X(n, what) &dp_##n##_device,
 static const dp_dev_kind *kinds[DP_MAX_DEVICE_KINDS] = {DP_DEVICE_KINDS};
+#undef X
+
+#define X(n, what) #n,
+const char *const dp_device_names[] = {DP_DEVICE_KINDS DP_PLUGIN_DEVICE_KINDS DP_DEVICES_LEFT_OUT NULL};
+static const char *const in_plugin[] = {DP_PLUGIN_DEVICE_KINDS NULL};
+static const char *const left_out[] = {DP_DEVICES_LEFT_OUT NULL};
+#undef X
+#define X(n, what) what,
+static const char *const left_out_how[] = {DP_DEVICES_LEFT_OUT NULL};
 #undef X
 
 static int n_kinds(void) {
@@ -44,33 +52,51 @@ static const dp_dev_kind *find(const char *name) {
     return NULL;
 }
 
+/* i of name in list, or -1 */
+static int index_in(const char *const *list, const char *name) {
+    for (int i = 0; list[i]; i++)
+        if (strcmp(list[i], name) == 0) return i;
+    return -1;
+}
+
 dp_status dp_dev_open(const char *name, int ordinal, int tf32, dp_dev **out) {
     *out = NULL;
-    const int n = n_kinds();
     const dp_dev_kind *kind = find(name);
     if (kind) return kind->open(ordinal, tf32, out);
-#if DP_HAVE_CUDA /* in the plugin, loaded at the first open */
-    if (strcmp(name, "cuda") == 0) {
-        const dp_gpu_plugin *p;
-        DP_TRY(dp_gpu_plugin_get("--device cuda", &p));
-        return p->cuda->open(ordinal, tf32, out);
+    if (index_in(in_plugin, name) >= 0) { /* loaded at the first open */
+        DP_TRY(dp_gpu_plugin_device(name, &kind));
+        return kind->open(ordinal, tf32, out);
     }
-#endif
-    /* a device this build left out: say how to get it */
-    static const char *left_out[] = {DP_DEVICES_LEFT_OUT NULL};
-    const size_t len = strlen(name);
-    for (int i = 0; left_out[i]; i++)
-        if (strncmp(left_out[i], name, len) == 0 && left_out[i][len] == ':')
-            return dp_fail(DP_ERR_UNSUPPORTED, "--device %s", left_out[i]);
+    const int gone = index_in(left_out, name);
+    if (gone >= 0) return dp_fail(DP_ERR_UNSUPPORTED, "--device %s: %s", name, left_out_how[gone]);
     char known[256] = "";
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; i < n_kinds(); i++) {
         const size_t at = strlen(known);
         snprintf(known + at, sizeof known - at, "%s%s", i ? ", " : "", kinds[i]->name);
     }
-    if (DP_HAVE_CUDA && !find("cuda")) strncat(known, ", cuda", sizeof known - strlen(known) - 1);
+    for (int i = 0; in_plugin[i]; i++) {
+        const size_t at = strlen(known);
+        snprintf(known + at, sizeof known - at, ", %s", in_plugin[i]);
+    }
     return dp_fail(DP_ERR_USAGE, "--device: unknown device '%s' (this build has: %s)", name, known);
 }
 
 void dp_dev_close(dp_dev *d) {
     if (d && d != dp_dev_cpu()) d->close(d);
+}
+
+void dp_dev_describe(char *buf, size_t n) {
+#define X(name, what) #name " (" what ")",
+    static const char *const built[] = {DP_DEVICE_KINDS DP_PLUGIN_DEVICE_KINDS NULL};
+#undef X
+    buf[0] = '\0';
+    int k = 0;
+    for (int i = 0; built[i]; i++, k++) {
+        const size_t at = strlen(buf);
+        snprintf(buf + at, n - at, "%s%s", k ? ", " : "", built[i]);
+    }
+    for (int i = 0; left_out[i]; i++, k++) {
+        const size_t at = strlen(buf);
+        snprintf(buf + at, n - at, "%s%s (not built)", k ? ", " : "", left_out[i]);
+    }
 }

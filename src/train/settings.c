@@ -8,6 +8,7 @@
 
 #include "backends/backend_kind.h"
 #include "data/chunks.h"
+#include "exec/devices.h"
 
 #define OFF(f) offsetof(dp_config, f)
 #define STR_(x) #x
@@ -31,7 +32,6 @@ static const char *const modes[] = {"ddp", "dp", NULL};
 static const char *const scales[] = {"none", "linear", NULL};
 static const char *const algos[] = {"ordered", "ring", "tree", NULL};
 static const char *const nan_modes[] = {"stop", "skip", NULL};
-static const char *const devices[] = {"cpu", "cuda", NULL};
 
 const dp_setting dp_settings[] = {
     {"model", "M", DP_K_SPECIAL, .set = DP_S_MODEL, .off = OFF(model), .ds = "lenet", .help = "the network",
@@ -92,7 +92,7 @@ const dp_setting dp_settings[] = {
     {"replicas", "N", DP_K_INT, .ilo = 1, .ihi = 1024, .off = OFF(replicas), .dv = 1, .help = "sim: logical replicas",
      .cmds = DP_CMD_ALL, CKPT_INFO(250)},
     /* NULL: cpu, or cuda with --backend nccl */
-    {"device", "D", DP_K_CHOICE, .choices = devices, .off = OFF(device), .def = "cpu",
+    {"device", "D", DP_K_CHOICE, .choices = dp_device_names, .off = OFF(device), .def = "cpu",
      .help = "sim and nccl: where the replicas compute (cuda: every replica on one GPU with sim)", .cmds = TEP_},
     /* -1, not given: 0, or the launch's choice with nccl */
     {"gpu", "I", DP_K_INT, .ilo = 0, .ihi = 1023, .off = OFF(gpu), .dv = -1, .def = "0",
