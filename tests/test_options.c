@@ -4,6 +4,7 @@
  * table each of them comes from reaches the log, checkpoints and the ranks' check as its rows say. */
 #include "testutil.h"
 
+#include <cblas.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -350,6 +351,17 @@ static void test_device_choices_from_registry(void **state) {
     assert_true(tu_contains(line, DP_HAVE_CUDA ? "cpu (OpenMP), cuda (cuBLAS" : "cpu (OpenMP), cuda (not built)"));
 }
 
+/* Opening the CPU device leaves the matrix products on the calling thread (the parallelism is the
+ * executor's), whatever OpenBLAS was set to before. */
+static void test_cpu_open_blas_threads(void **state) {
+    (void)state;
+    openblas_set_num_threads(2);
+    dp_dev *d = NULL;
+    assert_int_equal(dp_dev_open("cpu", 0, 0, &d), DP_OK);
+    assert_int_equal(openblas_get_num_threads(), 1);
+    dp_dev_close(d);
+}
+
 /* --log-file is the log's name (--log its alias), and a leading "--" (what a torchrun user writes
  * between the program and its flags) is skipped before and after the subcommand. */
 static void test_log_file_and_dashdash(void **state) {
@@ -535,6 +547,7 @@ int main(void) {
         cmocka_unit_test(test_subcommand_flags),
         cmocka_unit_test(test_gpu_needs_a_gpu_run),
         cmocka_unit_test(test_device_choices_from_registry),
+        cmocka_unit_test(test_cpu_open_blas_threads),
         cmocka_unit_test(test_log_file_and_dashdash),
         cmocka_unit_test(test_settings_table),
     };

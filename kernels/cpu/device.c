@@ -2,6 +2,7 @@
  * its kernels run on the calling thread (the executor's threads run lanes side by side). */
 #include "kernels/device.h"
 
+#include <cblas.h>
 #include <string.h>
 
 #include "core/arena.h"
@@ -48,6 +49,9 @@ dp_dev *dp_dev_cpu(void) { return &cpu_dev; }
 static dp_status cpu_open(int ordinal, int tf32, dp_dev **out) {
     (void)ordinal;
     if (tf32) return dp_fail(DP_ERR_USAGE, "--tf32 is for --device cuda (the CPU computes in fp32 only)");
+    /* the parallelism is the caller's (over samples or over replicas): each matrix product runs on
+       the thread that calls it, never on OpenBLAS's own threads as well */
+    openblas_set_num_threads(1);
     *out = &cpu_dev;
     return DP_OK;
 }

@@ -4,7 +4,6 @@
 
 #include "backends/launch_env.h"
 
-#include <cblas.h>
 #include <math.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -186,7 +185,6 @@ static dp_status setup(dp_trainer *t) {
     t->strategy = dp_strategy_of(c->mode);
     t->cores = default_threads(t->cores_from, sizeof t->cores_from);
     if (c->threads <= 0) c->threads = t->cores;
-    openblas_set_num_threads(1); /* parallelism is ours: over samples or over replicas */
     int ordinals[DP_MAX_LOCAL_DEVICES], n_ord = 0;
     DP_TRY(dp_backend_device(c->backend, c->device, c->gpu, c->gpus, c->n_gpus, &c->device, ordinals, &n_ord));
     for (; t->n_devs < n_ord; t->n_devs++) DP_TRY(dp_dev_open(c->device, ordinals[t->n_devs], c->tf32, &t->devs[t->n_devs]));
