@@ -1,5 +1,6 @@
 /* gpu_plugin.h: the parts of a CUDA build that link the GPU libraries -- the CUDA device and its
- * kernels (kernels/cuda/) and the NCCL backend (backends/nccl.c, nccl_coll.c, nccl_precheck.c) --
+ * kernels (kernels/cuda/) and the NCCL backend (backends/nccl.c, nccl_coll.c, nccl_precheck.c,
+ * nccl_plugin.c) --
  * built as one plugin, dptrain_cuda.so, and loaded only when a run asks for them (--device cuda,
  * --backend nccl). Linked into the executable, the CUDA runtime, cuBLAS, cuDNN and NCCL were
  * mapped and relocated at every start: `dptrain --version` took ~230 MiB resident, and a CPU run

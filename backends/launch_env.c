@@ -299,9 +299,8 @@ static const char *mpi_cannot_join(dp_launch_kind k, dp_mpi_family fam, const ch
     return buf;
 }
 
-dp_status dp_launch_check(const dp_launch *l, const char *backend, dp_mpi_family fam) {
+dp_status dp_launch_check(const dp_launch *l, const dp_backend_kind *k, dp_mpi_family fam) {
     if (l->kind == DP_LAUNCH_SINGLE || l->world == 1) return DP_OK;
-    const dp_backend_kind *k = dp_backend_kind_find(backend);
     if (!k || !k->joins_launch) return DP_OK; /* an unknown name: creating it says so */
     const int n = l->world; /* 0: unknown, more than one */
     char replicas[32] = "N";

@@ -63,10 +63,13 @@ dp_status dp_launch_from_env(dp_launch *l);
 /* "torchrun", "Open MPI mpirun", ... */
 const char *dp_launch_name(dp_launch_kind k);
 
-/* Whether a multi-process launch can be served by backend ("sim", "mpi", "nccl") of a build whose
- * MPI is fam, as the backend's row says (backend_kind.h: joins_launch): DP_OK when it joins (or when
- * the launch is of one process), else DP_ERR_USAGE with one line saying what was seen and what to use. */
-dp_status dp_launch_check(const dp_launch *l, const char *backend, dp_mpi_family fam);
+/* Whether a multi-process launch can be served by the backend of row k (backend_kind.h; NULL: an
+ * unknown name, which creating it refuses) of a build whose MPI is fam, as the row says
+ * (joins_launch): DP_OK when it joins (or when the launch is of one process), else DP_ERR_USAGE with
+ * one line saying what was seen and what to use. The caller looks the row up: launch detection sits
+ * below the backend table, which reads it. */
+struct dp_backend_kind;
+dp_status dp_launch_check(const dp_launch *l, const struct dp_backend_kind *k, dp_mpi_family fam);
 
 /* The MPI family this build links (DP_MPI_NONE without MPI). */
 dp_mpi_family dp_mpi_family_built(void);

@@ -7,7 +7,7 @@
 
 extern const dp_backend_kind dp_nccl_backend;
 
-/* The backend's work, in the plugin (nccl_precheck.c: dp_nccl_plugin_backend), loaded now. */
+/* The backend's work, in the plugin (nccl_plugin.c: dp_nccl_plugin_backend), loaded now. */
 static dp_status nccl_create(const dp_backend_config *cfg, dp_backend_t *out) {
     const dp_gpu_backend *g;
     DP_TRY(dp_gpu_plugin_backend("nccl", &g));

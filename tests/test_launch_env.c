@@ -147,13 +147,13 @@ static void test_malformed_values_are_named(void **state) {
 
 static void expect_joins(const char *backend, dp_mpi_family fam) {
     dp_launch l = parsed();
-    if (dp_launch_check(&l, backend, fam) != DP_OK)
+    if (dp_launch_check(&l, dp_backend_kind_find(backend), fam) != DP_OK)
         fail_msg("--backend %s (MPI family %d) refused %s: %s", backend, (int)fam, l.seen, dp_last_error());
 }
 
 static void expect_check_refuses(const char *backend, dp_mpi_family fam, const char *needle) {
     dp_launch l = parsed();
-    assert_int_equal(dp_launch_check(&l, backend, fam), DP_ERR_USAGE);
+    assert_int_equal(dp_launch_check(&l, dp_backend_kind_find(backend), fam), DP_ERR_USAGE);
     if (!tu_contains(dp_last_error(), needle) || !tu_contains(dp_last_error(), l.seen))
         fail_msg("--backend %s: '%s' names neither '%s' nor what was seen (%s)", backend, dp_last_error(), needle, l.seen);
 }

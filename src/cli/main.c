@@ -6,6 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "backends/backend_kind.h"
 #include "backends/launch_env.h"
 #include "cli/options.h"
 #include "cli/test_hooks.h"
@@ -52,7 +53,7 @@ int main(int argc, char **argv) {
        separate trainings writing the same files */
     dp_launch launch;
     s = dp_launch_from_env(&launch);
-    if (s == DP_OK) s = dp_launch_check(&launch, cfg.backend, dp_mpi_family_built());
+    if (s == DP_OK) s = dp_launch_check(&launch, dp_backend_kind_find(cfg.backend), dp_mpi_family_built());
     if (s != DP_OK) {
         fprintf(stderr, "dptrain: %s\n", dp_last_error());
         return dp_exit_code(s);
