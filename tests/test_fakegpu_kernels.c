@@ -333,6 +333,9 @@ static void test_tables_complete(void **state) {
     assert_int_equal(kernel_kind_names_wrong(), 0);
     assert_string_equal(dp_kcall_name(DP_KC_NONE), "an unknown kernel");
     assert_string_equal(dp_kcall_name(DP_KC_COUNT), "an unknown kernel");
+    dp_kernels gap = dp_cpu_kernels; /* the check sees a missing entry */
+    gap.bn_backward = NULL;
+    assert_int_equal(kernel_table_missing(&gap), 1);
 }
 
 int main(void) {
