@@ -10,10 +10,6 @@ static const char *const names[] = {
 #define DP_KERNEL_CALL(name, KIND, items) [DP_KC_##KIND] = #name,
 #define DP_KERNEL_OWN(name, params)
 #include "kernels/kernels.def"
-#undef DP_KERNEL_SIZE
-#undef DP_KERNEL_LAYER
-#undef DP_KERNEL_CALL
-#undef DP_KERNEL_OWN
 };
 
 const char *dp_kcall_name(int kind) { return kind > 0 && kind < DP_KC_COUNT ? names[kind] : "an unknown kernel"; }
@@ -72,10 +68,6 @@ static void refuse(const dp_kctx *c, const char *name) {
     }
 #define DP_KERNEL_OWN(name, params)
 #include "kernels/kernels.def"
-#undef DP_KERNEL_SIZE
-#undef DP_KERNEL_LAYER
-#undef DP_KERNEL_CALL
-#undef DP_KERNEL_OWN
 
 static void rec_tree_sum(const dp_kctx *c, float *const *v, int n, size_t lo, size_t count, int clear) {
     (void)v, (void)n, (void)lo, (void)count, (void)clear;
@@ -87,14 +79,7 @@ static void rec_lanes(const dp_kctx *c, int n, const dp_kcall *const *calls) {
 }
 
 const dp_kernels dp_kcall_recorder = {
-    .device = "recorder",
-#define DP_KERNEL_LAYER(name, KIND, items) .name = rec_##name,
-#define DP_KERNEL_CALL(name, KIND, items) .name = rec_##name,
-#define DP_KERNEL_SIZE(name, params, args) .name = rec_##name,
-#define DP_KERNEL_OWN(name, params) .name = rec_##name,
-#include "kernels/kernels.def"
-#undef DP_KERNEL_SIZE
-#undef DP_KERNEL_LAYER
-#undef DP_KERNEL_CALL
-#undef DP_KERNEL_OWN
+    "recorder",
+#define DP_KDEF_PREFIX rec_
+#include "kernels/kdef_table.h"
 };

@@ -21,8 +21,6 @@ enum {
 #define DP_KERNEL_CALL(name, KIND, items) DP_KC_##KIND,
 #define DP_KERNEL_OWN(name, params)
 #include "kernels/kernels.def"
-#undef DP_KERNEL_LAYER
-#undef DP_KERNEL_CALL
     DP_KC_COUNT
 };
 
@@ -43,14 +41,12 @@ const char *dp_kcall_name(int kind);
  * CUDA table, in the GPU plugin, runs records as well). */
 static inline void dp_kcall_run(const dp_kernels *k, const dp_kctx *c, const dp_kcall *kcall) {
     switch (kcall->kind) {
+#define DP_KERNEL_SIZE(name, params, args)
+#define DP_KERNEL_OWN(name, params)
 #define DP_KERNEL_LAYER(name, KIND, items)                                                                         \
     case DP_KC_##KIND: k->name(c DP_KDEF_UNPACK(items)); break;
 #define DP_KERNEL_CALL(name, KIND, items) DP_KERNEL_LAYER(name, KIND, items)
 #include "kernels/kernels.def"
-#undef DP_KERNEL_LAYER
-#undef DP_KERNEL_CALL
-#undef DP_KERNEL_SIZE
-#undef DP_KERNEL_OWN
     default: break;
     }
 }

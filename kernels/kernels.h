@@ -34,10 +34,6 @@ typedef struct dp_kernels {
 #define DP_KERNEL_CALL(name, KIND, items) void (*name)(const dp_kctx *c DP_KDEF_PROTO(items));
 #define DP_KERNEL_OWN(name, params) void(*name) params;
 #include "kernels/kernels.def"
-#undef DP_KERNEL_SIZE
-#undef DP_KERNEL_LAYER
-#undef DP_KERNEL_CALL
-#undef DP_KERNEL_OWN
 } dp_kernels;
 
 extern const dp_kernels dp_cpu_kernels;

@@ -20,10 +20,6 @@ static inline int kernel_table_missing(const dp_kernels *k) {
 #define DP_KERNEL_CALL(name, KIND, items) DP_KERNEL_ENTRY_(name)
 #define DP_KERNEL_OWN(name, params) DP_KERNEL_ENTRY_(name)
 #include "kernels/kernels.def"
-#undef DP_KERNEL_SIZE
-#undef DP_KERNEL_LAYER
-#undef DP_KERNEL_CALL
-#undef DP_KERNEL_OWN
 #undef DP_KERNEL_ENTRY_
     return missing;
 }
@@ -38,10 +34,6 @@ static inline int kernel_kind_names_wrong(void) {
 #define DP_KERNEL_CALL(name, KIND, items) DP_KERNEL_LAYER(name, KIND, items)
 #define DP_KERNEL_OWN(name, params)
 #include "kernels/kernels.def"
-#undef DP_KERNEL_SIZE
-#undef DP_KERNEL_LAYER
-#undef DP_KERNEL_CALL
-#undef DP_KERNEL_OWN
     return wrong;
 }
 

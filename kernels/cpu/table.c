@@ -132,14 +132,7 @@ static void cpu_lanes(const dp_kctx *c, int n, const dp_kcall *const *calls) {
 
 /* Every entry of kernels.def is cpu_<entry> above: one missing does not compile. */
 const dp_kernels dp_cpu_kernels = {
-    .device = "cpu",
-#define DP_KERNEL_SIZE(name, params, args) .name = cpu_##name,
-#define DP_KERNEL_LAYER(name, KIND, items) .name = cpu_##name,
-#define DP_KERNEL_CALL(name, KIND, items) .name = cpu_##name,
-#define DP_KERNEL_OWN(name, params) .name = cpu_##name,
-#include "kernels/kernels.def"
-#undef DP_KERNEL_SIZE
-#undef DP_KERNEL_LAYER
-#undef DP_KERNEL_CALL
-#undef DP_KERNEL_OWN
+    "cpu",
+#define DP_KDEF_PREFIX cpu_
+#include "kernels/kdef_table.h"
 };

@@ -8,21 +8,10 @@ extern "C" {
 #define DP_KERNEL_CALL(name, KIND, items) void dp_cuda_##name(const dp_kctx *c DP_KDEF_PROTO(items));
 #define DP_KERNEL_OWN(name, params) void dp_cuda_##name params;
 #include "kernels/kernels.def"
-#undef DP_KERNEL_SIZE
-#undef DP_KERNEL_LAYER
-#undef DP_KERNEL_CALL
-#undef DP_KERNEL_OWN
 
 const dp_kernels dp_cuda_kernels = {
     "cuda",
-#define DP_KERNEL_SIZE(name, params, args) dp_cuda_##name,
-#define DP_KERNEL_LAYER(name, KIND, items) dp_cuda_##name,
-#define DP_KERNEL_CALL(name, KIND, items) dp_cuda_##name,
-#define DP_KERNEL_OWN(name, params) dp_cuda_##name,
-#include "kernels/kernels.def"
-#undef DP_KERNEL_SIZE
-#undef DP_KERNEL_LAYER
-#undef DP_KERNEL_CALL
-#undef DP_KERNEL_OWN
+#define DP_KDEF_PREFIX dp_cuda_
+#include "kernels/kdef_table.h"
 };
 }

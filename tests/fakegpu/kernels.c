@@ -157,10 +157,6 @@ static void k_run(fg_dev *g, fg_op *op, uint64_t unused) {
 #define DP_KERNEL_CALL(name, KIND, items) DP_KERNEL_LAYER(name, KIND, items)
 #define DP_KERNEL_OWN(name, params)
 #include "kernels/kernels.def"
-#undef DP_KERNEL_SIZE
-#undef DP_KERNEL_LAYER
-#undef DP_KERNEL_CALL
-#undef DP_KERNEL_OWN
 
 static void fk_tree_sum(const dp_kctx *c, float *const *v, int n, size_t lo, size_t count, int clear) {
     k_op *o = k_new(c, K_TREE, "tree_sum", n > 0 ? n : 0);
@@ -193,14 +189,7 @@ static void fk_lanes(const dp_kctx *c, int n, const dp_kcall *const *calls) {
 }
 
 const dp_kernels dp_fakegpu_kernels = {
-    .device = "fakegpu",
-#define DP_KERNEL_SIZE(name, params, args) .name = fk_##name,
-#define DP_KERNEL_LAYER(name, KIND, items) .name = fk_##name,
-#define DP_KERNEL_CALL(name, KIND, items) .name = fk_##name,
-#define DP_KERNEL_OWN(name, params) .name = fk_##name,
-#include "kernels/kernels.def"
-#undef DP_KERNEL_SIZE
-#undef DP_KERNEL_LAYER
-#undef DP_KERNEL_CALL
-#undef DP_KERNEL_OWN
+    "fakegpu",
+#define DP_KDEF_PREFIX fk_
+#include "kernels/kdef_table.h"
 };
