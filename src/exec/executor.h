@@ -202,21 +202,34 @@ dp_status dp_exec_nonfinite_rank(dp_executor *ex, int *rank);
 dp_status dp_exec_collect_coll_times(dp_executor *ex);
 dp_status dp_exec_coll_timing_start(dp_executor *ex);
 void dp_exec_coll_timing_free(dp_executor *ex);
-/* A micro-step's device work that can be recorded as one graph (graph.h): the passes (zeroing,
- * forward, backward and the collectives among them) or the optimizer step. */
-enum { DP_EXEC_PART_PASSES = 0, DP_EXEC_PART_OPTIMIZER = 1 };
-/* fn(arg): recorded once its key repeats and replayed after (graph.h), where graphs are on. The key
- * is what the recorded work depends on: the part, the micro-step's place (mi), the lanes and their
- * counts (b: the local replicas' batches), whether lanes 1.. start clear, and for the optimizer
- * the learning rate. After the passes, the lanes' bookkeeping a replay skipped is kept. */
-dp_status dp_exec_run_graph(dp_executor *ex, int part, const dp_batch *b, const dp_micro_info *mi, float lr,
-                            dp_status (*fn)(void *), void *arg);
+/* fn(arg), a micro-step's passes (zeroing on micro-step 0, forward, backward and the collectives
+ * among them), recorded once its key repeats and replayed after (graph.h), where graphs are on. The
+ * key is what the recorded work depends on: the micro-step's place (mi), the lanes and their counts
+ * (b: the local replicas' batches) and whether lanes 1.. start clear. After it, the lanes'
+ * bookkeeping a replay skipped is kept. */
+dp_status dp_exec_run_graph(dp_executor *ex, const dp_batch *b, const dp_micro_info *mi, dp_status (*fn)(void *),
+                            void *arg);
+/* How a micro-step's passes keep the replicas' gradients equal (a strategy's choice, made once):
+ * rank 0's BN buffers broadcast before each forward (PyTorch's broadcast_buffers), and on the last
+ * micro-step every gradient bucket all-reduced (sum), each started as soon as backward completes it
+ * (overlap) or all after backward; the passes end once every all-reduce is done. */
+typedef struct {
+    int broadcast_buffers;
+    int allreduce;
+    int overlap;
+} dp_exec_sync;
+/* One micro-step's passes: zeroing (micro-step 0), the buffers' broadcast, forward (scale: the
+ * gradient's, 1/step samples), backward with the buckets' all-reduces as sync says; one graph where
+ * the device records (dp_exec_run_graph). */
+dp_status dp_exec_micro_passes(dp_executor *ex, const dp_batch *b, const dp_micro_info *mi, float scale,
+                               const dp_exec_sync *sync);
 /* Runs fn(arg, r) for every local replica, in parallel over threads on the CPU and over the devices'
  * threads with the replicas on several devices (dp_exec_dev_team). */
 dp_status dp_exec_for_replicas(dp_executor *ex, dp_status (*fn)(void *arg, int r), void *arg);
 
 /* The optimizer step of local replica r on its device (its stream), or of every local replica
- * (DP_EXEC_ALL, over dp_exec_for_replicas' threads), with o's settings and learning rate lr. */
+ * (DP_EXEC_ALL, over dp_exec_for_replicas' threads), with o's settings and learning rate lr; one
+ * graph where the device records (keyed by r and lr). */
 #define DP_EXEC_ALL (-1)
 dp_status dp_exec_optimizer_step(dp_executor *ex, int r, const dp_sgd *o, float lr);
 /* Replica r's logits of this micro-step, its slots' rows packed in lane order, copied to dst (on
@@ -247,12 +260,6 @@ dp_status dp_exec_scatter(dp_executor *ex, const float *const *send, float *cons
  * remained (events: the part of them before backward ended). Reset at each epoch's start. */
 void dp_exec_comm_reset(dp_executor *ex);
 void dp_exec_comm_read(const dp_executor *ex, dp_comm_stats *stats, double *hidden_s);
-/* An all-reduce that overlaps (ready_node: the backward node that completed its data, for the
- * collective trace; more_backward: backward work remains to hide it): it waits for the compute before it; nothing waits for it until
- * dp_exec_wait_all, which waits for requests 0..n-1 and makes the compute after it wait too. */
-dp_status dp_exec_allreduce_start(dp_executor *ex, float *const *bufs, size_t n, dp_req *req, int ready_node,
-                                  int more_backward);
-dp_status dp_exec_wait_all(dp_executor *ex, const dp_req *reqs, int n);
 /* Every local device's collective stream waits for its main stream's work so far, or the reverse. */
 dp_status dp_exec_colls_wait_mains(const dp_executor *ex);
 dp_status dp_exec_mains_wait_colls(const dp_executor *ex);
