@@ -182,7 +182,7 @@ typedef struct {
 } dp_step_sums;
 typedef struct {
     const int *count;   /* (n_local) each replica's samples of the step */
-    int host_lanes;     /* the strategy wrote the lanes' sums on the host (dp_exec_set_lane_sums) */
+    int host_lanes;     /* DP_LANES_*: where the step's loss and hits come from */
     const int *check;   /* (n_local) replica r steps with its gradients, final now: check them on a
                            device for NaN/Inf in the same round trip (the CPU's SGD step checks itself) */
     int (*stop_request)(void); /* this process's pending stop signal (0: none); may be NULL */
@@ -192,8 +192,20 @@ typedef struct {
 #define DP_STEP_METRICS 6
 /* The step's sums in one host round trip (dp_exec_step_metrics): the stop request rides along. */
 dp_status dp_exec_step_sums(dp_executor *ex, const dp_step_in *in, dp_step_sums *out);
+/* Where a step's loss and hits come from (dp_step_in.host_lanes): the lanes', summed on their device
+ * (or the host); the lanes' host copies, which the strategy wrote (dp_exec_set_lane_sums); or what
+ * the strategy gave on the device (dp_exec_set_step_loss). */
+enum { DP_LANES_DEVICE = 0, DP_LANES_HOST = 1, DP_LANES_GIVEN = 2 };
 /* Replica r's lanes' loss and hits written on the host (host_lanes): lane 0 gets them, the others 0. */
 void dp_exec_set_lane_sums(dp_executor *ex, int r, float loss, int32_t hits);
+/* The step's loss and hits as a strategy computed them on local replica r's device (DataParallel's
+ * master; r < 0: none here), for dp_exec_step_sums with DP_LANES_GIVEN: the fixed tree over each
+ * of `groups` groups of `per` lane losses (loss, contiguous), then over the groups (the additions
+ * DDP makes in its lanes and its all-reduce), and the hits summed; every other local replica's are
+ * 0. Queued on the device, no wait (a graph may record it); loss is overwritten; pairs: 2 x groups
+ * floats of scratch on r's device. */
+dp_status dp_exec_set_step_loss(dp_executor *ex, int r, int groups, int per, float *loss, const int32_t *hits,
+                                float *pairs);
 /* After a NaN/Inf loss sum: the global rank of a local replica with a non-finite lane loss (the lanes
  * fetched from the device for it), -1 when another process's was. */
 dp_status dp_exec_nonfinite_rank(dp_executor *ex, int *rank);

@@ -127,3 +127,34 @@ dp_status dp_exec_loss(dp_executor *ex, int r, int n, const float *logits, const
     ex->model->head->loss(d->k, &d->kc, n, ex->model->n_classes, logits, labels, scale, dlogits, loss, hits);
     return DP_OK;
 }
+
+dp_status dp_exec_set_step_loss(dp_executor *ex, int r, int groups, int per, float *loss, const int32_t *hits,
+                                float *pairs) {
+    if (ex->dev->caps & DP_CAP_HOST_MEMORY) { /* into the lanes' host copies, which the step's sums read */
+        for (int q = 0; q < ex->n_local; q++) dp_exec_set_lane_sums(ex, q, 0, 0);
+        if (r < 0) return DP_OK;
+        float reps[groups > 0 ? groups : 1];
+        long h = 0;
+        for (int g = 0; g < groups; g++) {
+            reps[g] = dp_tree_sum_scalars(loss + (size_t)g * per, per, 1);
+            for (int i = 0; i < per; i++) h += hits[(size_t)g * per + i];
+        }
+        dp_exec_set_lane_sums(ex, r, dp_tree_sum_scalars(reps, groups, 1), (int32_t)h);
+        return DP_OK;
+    }
+    for (int q = 0; q < ex->n_local; q++) {
+        const dp_dev *d = dp_exec_dev(ex, q);
+        if (q != r) DP_TRY(d->zero(d, ex->d_metrics[q], 2 * sizeof(float)));
+    }
+    if (r < 0) return DP_OK;
+    /* each group's tree and hits into a pair (the first into the step's metrics), then the tree over
+       the pairs: the hits are whole floats, exact as the host's integer sum below 2^24 */
+    const dp_dev *d = dp_exec_dev(ex, r);
+    float *v[groups > 0 ? groups : 1];
+    for (int g = 0; g < groups; g++) {
+        v[g] = g == 0 ? ex->d_metrics[r] : pairs + 2 * (size_t)g;
+        d->k->lane_metrics(&d->kc, per, loss + (size_t)g * per, hits + (size_t)g * per, v[g]);
+    }
+    if (groups > 1) d->k->tree_sum(&d->kc, v, groups, 0, 2, 0);
+    return DP_OK;
+}
