@@ -74,7 +74,7 @@ static dp_status bucket_ready(void *ctx, int k, int node, int more_backward) {
 }
 
 static dp_status run_passes(void *arg) {
-    const passes_args *a = arg;
+    passes_args *a = arg;
     dp_executor *ex = a->ex;
     const dp_exec_sync *sy = a->sync;
     const dp_layout *L = &ex->model->params;
@@ -83,7 +83,7 @@ static dp_status run_passes(void *arg) {
         DP_TRY(dp_exec_broadcast(ex, dp_exec_slices(ex, DP_ARENA_BUFFERS, 0), ex->model->buffers.n, 0));
     DP_TRY(dp_exec_forward(ex, a->b, a->mi, a->scale));
     const int overlap = sy->allreduce && sy->overlap;
-    DP_TRY(dp_exec_backward(ex, a->b, a->mi, overlap ? bucket_ready : NULL, (void *)a));
+    DP_TRY(dp_exec_backward(ex, a->b, a->mi, overlap ? bucket_ready : NULL, a));
     if (!a->mi->last || !sy->allreduce) return DP_OK;
     for (int k = 0; k < L->n_buckets && !overlap; k++) { /* after the last node */
         const dp_slice *s = &L->buckets[k];
