@@ -66,6 +66,22 @@ static void test_lenet_bn_gpu_matches_cpu(void **state) {
     gpu_vs_cpu("lenet-bn", 0);
 }
 
+/* DataParallel over 4 replicas, its device part and optimizer step recorded as graphs where the
+ * device records (the fake GPU does): the same as on the CPU. */
+static void test_dp_gpu_matches_cpu(void **state) {
+    (void)state;
+    dp_config c;
+    base_config(&c, "lenet-bn", "cpu");
+    c.mode = DP_MODE_DP, c.replicas = 4;
+    tr_result cpu = tr_run(&c);
+    base_config(&c, "lenet-bn", GPU);
+    c.mode = DP_MODE_DP, c.replicas = 4;
+    tr_result gpu = tr_run(&c);
+    if (fake()) tr_assert_same(&gpu, &cpu, "lenet-bn DP --replicas 4");
+    else tr_assert_close(&gpu, &cpu, GPU_CPU_TOL, "lenet-bn DP --replicas 4");
+    tr_free(&cpu), tr_free(&gpu);
+}
+
 /* With --augment the host's loader makes the batches and they go up through the pinned staging
  * (the data set stays on the host): the same against the CPU, over 2 replicas. */
 static void test_augmented_batches_uploaded(void **state) {
@@ -361,6 +377,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_lenet_gpu_matches_cpu),
         cmocka_unit_test(test_lenet_bn_gpu_matches_cpu),
+        cmocka_unit_test(test_dp_gpu_matches_cpu),
         cmocka_unit_test(test_augmented_batches_uploaded),
         cmocka_unit_test(test_gpu_sim_replicas_bitwise_ddp),
         cmocka_unit_test(test_gpu_sim_replicas_bitwise_dp),

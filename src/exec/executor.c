@@ -32,6 +32,7 @@ int dp_exec_default_workers(const dp_dev *d, int threads, int cores) {
 static dp_status map_buckets(dp_executor *ex) {
     const dp_layout *L = &ex->model->params;
     DP_ALLOC(ex->bucket_node, L->n_buckets, "bucket table");
+    DP_ALLOC(ex->bucket_req, L->n_buckets, "bucket requests");
     for (int b = 0; b < L->n_buckets; b++) ex->bucket_node[b] = dp_model_bucket_node(ex->model, b);
     return DP_OK;
 }
@@ -251,6 +252,7 @@ void dp_exec_free(dp_executor *ex) {
     free(ex->lane_correct);
     free(ex->ptrs);
     free(ex->bucket_node);
+    free(ex->bucket_req);
     free(ex->node_s);
     free(ex);
 }

@@ -182,7 +182,7 @@ typedef struct {
 } dp_step_sums;
 typedef struct {
     const int *count;   /* (n_local) each replica's samples of the step */
-    int host_lanes;     /* the strategy wrote the lanes' sums on the host (dp_exec_set_lane_sums) */
+    int host_lanes;     /* DP_LANES_*: where the step's loss and hits come from */
     const int *check;   /* (n_local) replica r steps with its gradients, final now: check them on a
                            device for NaN/Inf in the same round trip (the CPU's SGD step checks itself) */
     int (*stop_request)(void); /* this process's pending stop signal (0: none); may be NULL */
@@ -192,8 +192,20 @@ typedef struct {
 #define DP_STEP_METRICS 6
 /* The step's sums in one host round trip (dp_exec_step_metrics): the stop request rides along. */
 dp_status dp_exec_step_sums(dp_executor *ex, const dp_step_in *in, dp_step_sums *out);
+/* Where a step's loss and hits come from (dp_step_in.host_lanes): the lanes', summed on their device
+ * (or the host); the lanes' host copies, which the strategy wrote (dp_exec_set_lane_sums); or what
+ * the strategy gave on the device (dp_exec_set_step_loss). */
+enum { DP_LANES_DEVICE = 0, DP_LANES_HOST = 1, DP_LANES_GIVEN = 2 };
 /* Replica r's lanes' loss and hits written on the host (host_lanes): lane 0 gets them, the others 0. */
 void dp_exec_set_lane_sums(dp_executor *ex, int r, float loss, int32_t hits);
+/* The step's loss and hits as a strategy computed them on local replica r's device (DataParallel's
+ * master; r < 0: none here), for dp_exec_step_sums with DP_LANES_GIVEN: the fixed tree over each
+ * of `groups` groups of `per` lane losses (loss, contiguous), then over the groups (the additions
+ * DDP makes in its lanes and its all-reduce), and the hits summed; every other local replica's are
+ * 0. Queued on the device, no wait (a graph may record it); loss is overwritten; pairs: 2 x groups
+ * floats of scratch on r's device. */
+dp_status dp_exec_set_step_loss(dp_executor *ex, int r, int groups, int per, float *loss, const int32_t *hits,
+                                float *pairs);
 /* After a NaN/Inf loss sum: the global rank of a local replica with a non-finite lane loss (the lanes
  * fetched from the device for it), -1 when another process's was. */
 dp_status dp_exec_nonfinite_rank(dp_executor *ex, int *rank);
@@ -202,21 +214,34 @@ dp_status dp_exec_nonfinite_rank(dp_executor *ex, int *rank);
 dp_status dp_exec_collect_coll_times(dp_executor *ex);
 dp_status dp_exec_coll_timing_start(dp_executor *ex);
 void dp_exec_coll_timing_free(dp_executor *ex);
-/* A micro-step's device work that can be recorded as one graph (graph.h): the passes (zeroing,
- * forward, backward and the collectives among them) or the optimizer step. */
-enum { DP_EXEC_PART_PASSES = 0, DP_EXEC_PART_OPTIMIZER = 1 };
-/* fn(arg): recorded once its key repeats and replayed after (graph.h), where graphs are on. The key
- * is what the recorded work depends on: the part, the micro-step's place (mi), the lanes and their
- * counts (b: the local replicas' batches), whether lanes 1.. start clear, and for the optimizer
- * the learning rate. After the passes, the lanes' bookkeeping a replay skipped is kept. */
-dp_status dp_exec_run_graph(dp_executor *ex, int part, const dp_batch *b, const dp_micro_info *mi, float lr,
-                            dp_status (*fn)(void *), void *arg);
+/* fn(arg), a micro-step's passes (zeroing on micro-step 0, forward, backward and the collectives
+ * among them), recorded once its key repeats and replayed after (graph.h), where graphs are on. The
+ * key is what the recorded work depends on: the micro-step's place (mi), the lanes and their counts
+ * (b: the local replicas' batches) and whether lanes 1.. start clear. After it, the lanes'
+ * bookkeeping a replay skipped is kept. */
+dp_status dp_exec_run_graph(dp_executor *ex, const dp_batch *b, const dp_micro_info *mi, dp_status (*fn)(void *),
+                            void *arg);
+/* How a micro-step's passes keep the replicas' gradients equal (a strategy's choice, made once):
+ * rank 0's BN buffers broadcast before each forward (PyTorch's broadcast_buffers), and on the last
+ * micro-step every gradient bucket all-reduced (sum), each started as soon as backward completes it
+ * (overlap) or all after backward; the passes end once every all-reduce is done. */
+typedef struct {
+    int broadcast_buffers;
+    int allreduce;
+    int overlap;
+} dp_exec_sync;
+/* One micro-step's passes: zeroing (micro-step 0), the buffers' broadcast, forward (scale: the
+ * gradient's, 1/step samples), backward with the buckets' all-reduces as sync says; one graph where
+ * the device records (dp_exec_run_graph). */
+dp_status dp_exec_micro_passes(dp_executor *ex, const dp_batch *b, const dp_micro_info *mi, float scale,
+                               const dp_exec_sync *sync);
 /* Runs fn(arg, r) for every local replica, in parallel over threads on the CPU and over the devices'
  * threads with the replicas on several devices (dp_exec_dev_team). */
 dp_status dp_exec_for_replicas(dp_executor *ex, dp_status (*fn)(void *arg, int r), void *arg);
 
 /* The optimizer step of local replica r on its device (its stream), or of every local replica
- * (DP_EXEC_ALL, over dp_exec_for_replicas' threads), with o's settings and learning rate lr. */
+ * (DP_EXEC_ALL, over dp_exec_for_replicas' threads), with o's settings and learning rate lr; one
+ * graph where the device records (keyed by r and lr). */
 #define DP_EXEC_ALL (-1)
 dp_status dp_exec_optimizer_step(dp_executor *ex, int r, const dp_sgd *o, float lr);
 /* Replica r's logits of this micro-step, its slots' rows packed in lane order, copied to dst (on
@@ -247,12 +272,6 @@ dp_status dp_exec_scatter(dp_executor *ex, const float *const *send, float *cons
  * remained (events: the part of them before backward ended). Reset at each epoch's start. */
 void dp_exec_comm_reset(dp_executor *ex);
 void dp_exec_comm_read(const dp_executor *ex, dp_comm_stats *stats, double *hidden_s);
-/* An all-reduce that overlaps (ready_node: the backward node that completed its data, for the
- * collective trace; more_backward: backward work remains to hide it): it waits for the compute before it; nothing waits for it until
- * dp_exec_wait_all, which waits for requests 0..n-1 and makes the compute after it wait too. */
-dp_status dp_exec_allreduce_start(dp_executor *ex, float *const *bufs, size_t n, dp_req *req, int ready_node,
-                                  int more_backward);
-dp_status dp_exec_wait_all(dp_executor *ex, const dp_req *reqs, int n);
 /* Every local device's collective stream waits for its main stream's work so far, or the reverse. */
 dp_status dp_exec_colls_wait_mains(const dp_executor *ex);
 dp_status dp_exec_mains_wait_colls(const dp_executor *ex);

@@ -38,6 +38,7 @@ struct dp_executor {
     dp_replica *rep;          /* (n_local) */
     float **ptrs;             /* (n_local) scratch for collectives over per-replica pointers */
     int *bucket_node;         /* (n_buckets) node after whose backward the bucket is complete */
+    dp_req *bucket_req;       /* (n_buckets) the bucket's all-reduce in flight (dp_exec_micro_passes) */
     /* each lane's loss sum and hits this step (n_local x n_lanes, on the host), and per replica
        where its loss kernels write them (its device; views of the host arrays on host memory) */
     float *lane_loss, **d_lane_loss;
@@ -79,6 +80,15 @@ struct dp_executor {
     dp_status stretch_status; /* a lane fork's or join's failure in the current stretch (passes.c) */
     dp_comm_meter comm;       /* the communication statistics (coll.c) */
 };
+
+/* (coll.c) An all-reduce that overlaps (ready_node: the backward node that completed its data, for the
+ * collective trace; more_backward: backward work remains to hide it): it waits for the compute before it; nothing waits for it until
+ * dp_exec_wait_all, which waits for requests 0..n-1 and makes the compute after it wait too. */
+dp_status dp_exec_allreduce_start(dp_executor *ex, float *const *bufs, size_t n, dp_req *req, int ready_node,
+                                  int more_backward);
+dp_status dp_exec_wait_all(dp_executor *ex, const dp_req *reqs, int n);
+/* The keys of the recorded parts (graph.h): a micro-step's passes, the optimizer step. */
+enum { DP_EXEC_PART_PASSES = 0, DP_EXEC_PART_OPTIMIZER = 1 };
 
 /* Allocated and freed with the executor (stepmetrics.c, coll.c). */
 dp_status dp_exec_metrics_alloc(dp_executor *ex);

@@ -59,14 +59,14 @@ dp_status dp_exec_step_metrics(dp_executor *ex, float *const *bufs, size_t n, in
         return dp_fail(DP_ERR_INTERNAL, "step metrics of %zu floats (2 to %d)", n, DP_EXEC_METRICS);
     if (check && (check_at < 2 || check_at >= n))
         return dp_fail(DP_ERR_INTERNAL, "the gradients' check at %zu of %zu step metrics", check_at, n);
-    if (host_memory(ex) || host_lanes)
+    if (host_memory(ex) || host_lanes == DP_LANES_HOST)
         for (int r = 0; r < ex->n_local; r++) host_sums(ex, r, bufs[r]);
     /* not through the backend's statistics: bookkeeping, not gradient traffic */
     if (host_memory(ex)) return dp_exec_host_allreduce(ex, bufs, n);
-    const size_t skip = host_lanes ? 0 : 2; /* what the device sums itself */
+    const size_t skip = host_lanes == DP_LANES_HOST ? 0 : 2; /* what the device holds already */
     for (int r = 0; r < ex->n_local; r++) {
         const dp_dev *d = dp_exec_dev(ex, r);
-        if (!host_lanes) d->k->lane_metrics(&d->kc, ex->n_lanes, ex->d_lane_loss[r], ex->d_lane_correct[r], ex->d_metrics[r]);
+        if (host_lanes == DP_LANES_DEVICE) d->k->lane_metrics(&d->kc, ex->n_lanes, ex->d_lane_loss[r], ex->d_lane_correct[r], ex->d_metrics[r]);
         /* the last step's upload from this pinned copy is done: on replica 0's device the step's
            download proved it, elsewhere the device's event says so (the collective need not have
            made replica 0's sums wait for it) */

@@ -1,28 +1,29 @@
-/* stepverbs.c: what a strategy (train/strategy.h) asks of the replicas besides the passes and the
- * collectives: a recorded part of a micro-step, the optimizer step, the logits and their
- * gradients, the loss on a device. Each goes to the replica's own device. */
+/* stepverbs.c: what a strategy (train/strategy.h) asks of the replicas: a micro-step's passes with
+ * the gradients' all-reduce (DDP's), a recorded part of a micro-step, the optimizer step, the logits
+ * and their gradients, the loss on a device and the step's loss as a strategy computed it. Each goes
+ * to the replica's own device; the passes and the optimizer step are recorded as graphs where the
+ * device can (graph.h). */
 #include <string.h>
 
+#include "core/treesum.h"
 #include "exec/executor_impl.h"
 
-/* What the recorded device work depends on (graph.h): the lanes and their counts, the micro-step's
- * place, whether lanes 1.. start clear; and (the optimizer) the learning rate. */
-static uint64_t graph_key(const dp_executor *ex, int part, const dp_batch *b, const dp_micro_info *mi, float lr) {
+/* What a micro-step's recorded passes depend on (graph.h): the lanes and their counts, the
+ * micro-step's place, whether lanes 1.. start clear. */
+static uint64_t graph_key(const dp_executor *ex, const dp_batch *b, const dp_micro_info *mi) {
     int v[8 + ex->n_local];
-    int32_t lr_bits;
-    memcpy(&lr_bits, &lr, sizeof lr_bits);
-    v[0] = part, v[1] = mi->micro, v[2] = mi->last, v[3] = mi->step_samples, v[4] = mi->micro_samples;
-    v[5] = part ? lr_bits : ex->lanes_clear;
+    v[0] = DP_EXEC_PART_PASSES, v[1] = mi->micro, v[2] = mi->last, v[3] = mi->step_samples, v[4] = mi->micro_samples;
+    v[5] = ex->lanes_clear;
     v[6] = ex->rep[0].n_active, v[7] = ex->rep[0].n_active ? ex->rep[0].slots[0].lane : 0;
     for (int r = 0; r < ex->n_local; r++) v[8 + r] = b[r].n;
     return dp_graph_key(DP_GRAPH_KEY0, v, 8 + ex->n_local);
 }
 
-dp_status dp_exec_run_graph(dp_executor *ex, int part, const dp_batch *b, const dp_micro_info *mi, float lr,
-                            dp_status (*fn)(void *), void *arg) {
-    DP_TRY(dp_graph_run(&ex->graphs, ex->dev, ex->backend, ex->graphs_on, graph_key(ex, part, b, mi, lr), fn, arg));
+dp_status dp_exec_run_graph(dp_executor *ex, const dp_batch *b, const dp_micro_info *mi, dp_status (*fn)(void *),
+                            void *arg) {
+    DP_TRY(dp_graph_run(&ex->graphs, ex->dev, ex->backend, ex->graphs_on, graph_key(ex, b, mi), fn, arg));
     /* a replay skips the host's bookkeeping of zeroing (micro-step 0) and backward (the last): keep it */
-    if (part == DP_EXEC_PART_PASSES) ex->lanes_clear = mi->last ? 1 : mi->micro == 0 ? 0 : ex->lanes_clear;
+    ex->lanes_clear = mi->last ? 1 : mi->micro == 0 ? 0 : ex->lanes_clear;
     return DP_OK;
 }
 
@@ -30,6 +31,7 @@ typedef struct {
     dp_executor *ex;
     const dp_sgd *o;
     float lr;
+    int r;
 } sgd_args;
 
 static dp_status step_replica(void *arg, int r) {
@@ -41,9 +43,60 @@ static dp_status step_replica(void *arg, int r) {
     return DP_OK;
 }
 
+static dp_status step_replicas(void *arg) {
+    sgd_args *a = arg;
+    return a->r == DP_EXEC_ALL ? dp_exec_for_replicas(a->ex, step_replica, a) : step_replica(a, a->r);
+}
+
 dp_status dp_exec_optimizer_step(dp_executor *ex, int r, const dp_sgd *o, float lr) {
-    sgd_args a = {ex, o, lr};
-    return r == DP_EXEC_ALL ? dp_exec_for_replicas(ex, step_replica, &a) : step_replica(&a, r);
+    sgd_args a = {ex, o, lr, r};
+    /* the recorded step depends on which replicas step and the learning rate only */
+    int v[3] = {DP_EXEC_PART_OPTIMIZER, r, 0};
+    memcpy(&v[2], &lr, sizeof lr);
+    return dp_graph_run(&ex->graphs, ex->dev, ex->backend, ex->graphs_on, dp_graph_key(DP_GRAPH_KEY0, v, 3),
+                        step_replicas, &a);
+}
+
+typedef struct {
+    dp_executor *ex;
+    const dp_batch *b;
+    const dp_micro_info *mi;
+    float scale;
+    const dp_exec_sync *sync;
+} passes_args;
+
+/* A bucket is complete: its all-reduce starts at once, running while backward goes on. */
+static dp_status bucket_ready(void *ctx, int k, int node, int more_backward) {
+    dp_executor *ex = ((passes_args *)ctx)->ex;
+    const dp_slice *s = &ex->model->params.buckets[k];
+    return dp_exec_allreduce_start(ex, dp_exec_slices(ex, DP_ARENA_GRADS, s->offset), s->count, &ex->bucket_req[k],
+                                   node, more_backward);
+}
+
+static dp_status run_passes(void *arg) {
+    passes_args *a = arg;
+    dp_executor *ex = a->ex;
+    const dp_exec_sync *sy = a->sync;
+    const dp_layout *L = &ex->model->params;
+    if (a->mi->micro == 0) DP_TRY(dp_exec_zero_grads(ex));
+    if (sy->broadcast_buffers && ex->model->buffers.n)
+        DP_TRY(dp_exec_broadcast(ex, dp_exec_slices(ex, DP_ARENA_BUFFERS, 0), ex->model->buffers.n, 0));
+    DP_TRY(dp_exec_forward(ex, a->b, a->mi, a->scale));
+    const int overlap = sy->allreduce && sy->overlap;
+    DP_TRY(dp_exec_backward(ex, a->b, a->mi, overlap ? bucket_ready : NULL, a));
+    if (!a->mi->last || !sy->allreduce) return DP_OK;
+    for (int k = 0; k < L->n_buckets && !overlap; k++) { /* after the last node */
+        const dp_slice *s = &L->buckets[k];
+        DP_TRY(dp_exec_allreduce_start(ex, dp_exec_slices(ex, DP_ARENA_GRADS, s->offset), s->count, &ex->bucket_req[k],
+                                       0, 0));
+    }
+    return dp_exec_wait_all(ex, ex->bucket_req, L->n_buckets);
+}
+
+dp_status dp_exec_micro_passes(dp_executor *ex, const dp_batch *b, const dp_micro_info *mi, float scale,
+                               const dp_exec_sync *sync) {
+    passes_args a = {ex, b, mi, scale, sync};
+    return dp_exec_run_graph(ex, b, mi, run_passes, &a);
 }
 
 dp_status dp_exec_logits(dp_executor *ex, int r, float *dst) {
@@ -72,5 +125,36 @@ dp_status dp_exec_loss(dp_executor *ex, int r, int n, const float *logits, const
                        float *dlogits, float *loss, int32_t *hits) {
     const dp_dev *d = dp_exec_dev(ex, r);
     ex->model->head->loss(d->k, &d->kc, n, ex->model->n_classes, logits, labels, scale, dlogits, loss, hits);
+    return DP_OK;
+}
+
+dp_status dp_exec_set_step_loss(dp_executor *ex, int r, int groups, int per, float *loss, const int32_t *hits,
+                                float *pairs) {
+    if (ex->dev->caps & DP_CAP_HOST_MEMORY) { /* into the lanes' host copies, which the step's sums read */
+        for (int q = 0; q < ex->n_local; q++) dp_exec_set_lane_sums(ex, q, 0, 0);
+        if (r < 0) return DP_OK;
+        float reps[groups > 0 ? groups : 1];
+        long h = 0;
+        for (int g = 0; g < groups; g++) {
+            reps[g] = dp_tree_sum_scalars(loss + (size_t)g * per, per, 1);
+            for (int i = 0; i < per; i++) h += hits[(size_t)g * per + i];
+        }
+        dp_exec_set_lane_sums(ex, r, dp_tree_sum_scalars(reps, groups, 1), (int32_t)h);
+        return DP_OK;
+    }
+    for (int q = 0; q < ex->n_local; q++) {
+        const dp_dev *d = dp_exec_dev(ex, q);
+        if (q != r) DP_TRY(d->zero(d, ex->d_metrics[q], 2 * sizeof(float)));
+    }
+    if (r < 0) return DP_OK;
+    /* each group's tree and hits into a pair (the first into the step's metrics), then the tree over
+       the pairs: the hits are whole floats, exact as the host's integer sum below 2^24 */
+    const dp_dev *d = dp_exec_dev(ex, r);
+    float *v[groups > 0 ? groups : 1];
+    for (int g = 0; g < groups; g++) {
+        v[g] = g == 0 ? ex->d_metrics[r] : pairs + 2 * (size_t)g;
+        d->k->lane_metrics(&d->kc, per, loss + (size_t)g * per, hits + (size_t)g * per, v[g]);
+    }
+    if (groups > 1) d->k->tree_sum(&d->kc, v, groups, 0, 2, 0);
     return DP_OK;
 }

@@ -2,25 +2,31 @@
  * (global rank 0) replicates its parameters and buffers (in 10 MiB chunks, as PyTorch
  * coalesces them), scatters the input, gathers the logits, computes the loss over the whole
  * batch, scatters the logits' gradients back, and after backward reduces the gradients to
- * itself and steps alone. */
+ * itself and steps alone. All of it but the step's sums reads nothing from the host, so the
+ * device part is recorded as one graph where the device can (exec/graph.h), and the optimizer
+ * step as another. */
 #include <stdlib.h>
-#include <string.h>
 
-#include "core/treesum.h"
 #include "train/strategy.h"
 
 typedef struct {
     float **send, **recv, **in; /* (n_local) on each replica's device: its gather record, the gathered
                                    records of all, its scattered input */
     float *in_all;           /* the master's whole batch */
-    float *host_rec, *tail;  /* the gathered records on the host; each replica's label tail */
-    int32_t *h_labels, *d_labels; /* every replica's labels (host, device) */
     float *d_dlogits;        /* one lane's logit gradients */
-    float *h_loss, *d_loss;  /* the master's lanes' losses and hits */
-    int32_t *h_correct, *d_correct;
+    float *d_loss, *d_pairs; /* the master's lanes' losses and hits, and the step's sums' scratch */
+    int32_t *d_correct;
 } dp_state;
 
-/* A gather record per replica: its logits (max_local, K), labels (max_local) and count. */
+typedef struct {
+    const dp_step_ctx *c;
+    dp_state *s;
+    int master; /* the local replica that is global rank 0; -1: none here */
+} dp_args;
+
+/* A gather record per replica: its logits (max_local, K), labels (max_local, int32 bit patterns:
+ * the collectives move bytes) and a float left from when the count travelled too, kept so that
+ * the bytes moved stay what they were. */
 static size_t record_floats(const dp_step_ctx *c) {
     return (size_t)dp_exec_max_local(c->ex) * (size_t)(c->model->n_classes + 1) + 1;
 }
@@ -46,12 +52,7 @@ static dp_status dp_alloc_state(const dp_step_ctx *c, void **state) {
         DP_TRY(dp_exec_alloc(ex, r, in, "DataParallel input scatter buffers", &s->in[r]));
     }
     DP_TRY(dp_exec_alloc(ex, MASTER_DEV, (size_t)c->world * in, "DataParallel input scatter buffers", &s->in_all));
-    DP_ALLOC(s->host_rec, rec * (size_t)c->world, "DataParallel master records");
-    DP_ALLOC(s->tail, (size_t)n_local * ((size_t)max_local + 1), "DataParallel labels");
-    DP_ALLOC(s->h_labels, (size_t)c->world * (size_t)max_local, "DataParallel labels");
-    DP_ALLOC(s->h_loss, all, "DataParallel lane losses");
-    DP_ALLOC(s->h_correct, all, "DataParallel lane hits");
-    DP_TRY(dp_exec_alloc(ex, MASTER_DEV, (size_t)c->world * (size_t)max_local, "DataParallel labels", &s->d_labels));
+    DP_TRY(dp_exec_alloc(ex, MASTER_DEV, 2 * (size_t)c->world, "DataParallel step sums", &s->d_pairs));
     DP_TRY(dp_exec_alloc(ex, MASTER_DEV, (size_t)dp_chunk_max_lane(&c->sampler->plan) * (size_t)c->model->n_classes,
                          "DataParallel logit gradients", &s->d_dlogits));
     DP_TRY(dp_exec_alloc(ex, MASTER_DEV, all, "DataParallel lane losses", &s->d_loss));
@@ -68,16 +69,11 @@ static void dp_free_state(const dp_step_ctx *c, void *state) {
         if (s->recv) dp_exec_dealloc(ex, r, s->recv[r]);
         if (s->in) dp_exec_dealloc(ex, r, s->in[r]);
     }
-    float *dev_bufs[] = {s->in_all, (float *)s->d_labels, s->d_dlogits, s->d_loss, (float *)s->d_correct};
+    float *dev_bufs[] = {s->in_all, s->d_pairs, s->d_dlogits, s->d_loss, (float *)s->d_correct};
     for (size_t i = 0; i < sizeof dev_bufs / sizeof *dev_bufs; i++) dp_exec_dealloc(ex, MASTER_DEV, dev_bufs[i]);
     free(s->send);
     free(s->recv);
     free(s->in);
-    free(s->host_rec);
-    free(s->tail);
-    free(s->h_labels);
-    free(s->h_loss);
-    free(s->h_correct);
     free(s);
 }
 
@@ -122,11 +118,10 @@ static dp_status scatter_input(const dp_step_ctx *c, dp_state *s, const dp_batch
     return DP_OK;
 }
 
-/* The master's loss over every replica's gathered record g (on the device): per lane, then the
- * lanes' tree, then the replicas' tree, the additions DDP makes in its lanes and its
- * all-reduce. The record's logits are replaced by their gradients. The labels and counts are
- * read from a host copy of the records; the lanes' losses are computed where the logits are. */
-static dp_status master_loss(const dp_step_ctx *c, dp_state *s, float *g, float *loss, int *correct) {
+/* The master's loss over every replica's gathered record g (on its device): per lane, then the
+ * lanes' tree, then the replicas' tree, the additions DDP makes in its lanes and its all-reduce
+ * (dp_exec_set_step_loss). The record's logits are replaced by their gradients. */
+static dp_status master_loss(const dp_step_ctx *c, dp_state *s, int master, float *g) {
     dp_executor *ex = c->ex;
     const dp_micro_info *mi = c->mi;
     const int K = c->model->n_classes, maxb = dp_exec_max_local(ex), world = c->world;
@@ -134,67 +129,46 @@ static dp_status master_loss(const dp_step_ctx *c, dp_state *s, float *g, float 
     const dp_sampler *sp = c->sampler;
     int first, count;
     dp_sampler_micro_lanes(sp, mi->batch, &first, &count);
-    float reps[world];
-    const float *h = s->host_rec;
-    DP_TRY(dp_exec_download(ex, MASTER_DEV, s->host_rec, g, rec * (size_t)world * sizeof(float)));
-    for (int q = 0; q < world; q++) {
-        const float *hq = h + (size_t)q * rec;
-        const int n = (int)hq[rec - 1];
-        for (int i = 0; i < n; i++) s->h_labels[(size_t)q * maxb + i] = (int32_t)hq[(size_t)maxb * K + i];
-    }
-    DP_TRY(dp_exec_upload(ex, MASTER_DEV, s->d_labels, s->h_labels, (size_t)world * (size_t)maxb * sizeof(int32_t)));
     for (int q = 0; q < world; q++) {
         float *rq = g + (size_t)q * rec;
+        const int32_t *labels = (const int32_t *)(rq + (size_t)maxb * K);
         for (int i = 0, lo = 0; i < count; i++) {
             const int ni = dp_chunk_lane_count(&sp->plan, mi->step_samples, q, first + i);
             const size_t at = (size_t)q * (size_t)count + (size_t)i;
-            DP_TRY(dp_exec_loss(ex, MASTER_DEV, ni, rq + (size_t)lo * K, s->d_labels + (size_t)q * maxb + lo,
-                                1.0f / (float)mi->step_samples, s->d_dlogits, s->d_loss + at, s->d_correct + at));
+            DP_TRY(dp_exec_loss(ex, master, ni, rq + (size_t)lo * K, labels + lo, 1.0f / (float)mi->step_samples,
+                                s->d_dlogits, s->d_loss + at, s->d_correct + at));
             /* logits become their gradients */
-            DP_TRY(dp_exec_copy(ex, MASTER_DEV, rq + (size_t)lo * K, s->d_dlogits, (size_t)ni * K * sizeof(float)));
+            DP_TRY(dp_exec_copy(ex, master, rq + (size_t)lo * K, s->d_dlogits, (size_t)ni * K * sizeof(float)));
             lo += ni;
         }
     }
-    const size_t nl = (size_t)world * (size_t)count;
-    DP_TRY(dp_exec_download(ex, MASTER_DEV, s->h_loss, s->d_loss, nl * sizeof(float)));
-    DP_TRY(dp_exec_download(ex, MASTER_DEV, s->h_correct, s->d_correct, nl * sizeof(int32_t)));
-    *correct = 0;
-    for (int q = 0; q < world; q++) {
-        for (int i = 0; i < count; i++) *correct += s->h_correct[(size_t)q * count + i];
-        /* the lanes of a DP step are all of the replica's (no accumulation) */
-        reps[q] = dp_tree_sum_scalars(s->h_loss + (size_t)q * count, count, 1);
-    }
-    *loss = dp_tree_sum_scalars(reps, world, 1);
-    return DP_OK;
+    /* the lanes of a DP step are all of the replica's (no accumulation) */
+    return dp_exec_set_step_loss(ex, master, world, count, s->d_loss, s->d_correct, s->d_pairs);
 }
 
-/* Each replica's logits into its gather record, with its labels and count from the host. */
-static dp_status pack_records(const dp_step_ctx *c, dp_state *s) {
+/* Each replica's logits into its gather record, and its labels from where it computes. */
+static dp_status pack_records(const dp_step_ctx *c, dp_state *s, const dp_batch *b) {
     dp_executor *ex = c->ex;
     const int K = c->model->n_classes, maxb = dp_exec_max_local(ex);
     for (int r = 0; r < dp_exec_n_local(ex); r++) {
         float *sr = s->send[r];
         DP_TRY(dp_exec_logits(ex, r, sr));
-        /* a tail per replica: no upload reads memory the next one overwrites (the step's later
-           downloads wait for all of them before the next step refills it) */
-        float *tail = s->tail + (size_t)r * ((size_t)maxb + 1);
-        memset(tail, 0, ((size_t)maxb + 1) * sizeof(float));
-        for (int i = 0; i < c->hb[r].n; i++) tail[i] = (float)c->hb[r].y[i];
-        tail[maxb] = (float)c->hb[r].n;
-        DP_TRY(dp_exec_upload(ex, r, sr + (size_t)maxb * K, tail, ((size_t)maxb + 1) * sizeof(float)));
+        DP_TRY(dp_exec_copy(ex, r, sr + (size_t)maxb * K, b[r].y, (size_t)b[r].n * sizeof(int32_t)));
     }
     return DP_OK;
 }
 
-static dp_status dp_micro(const dp_step_ctx *c, void *state) {
-    dp_state *s = state;
+/* The device part of a micro-step: everything from the replication to the gradients' reduce. */
+static dp_status device_part(void *arg) {
+    const dp_args *a = arg;
+    const dp_step_ctx *c = a->c;
+    dp_state *s = a->s;
     dp_executor *ex = c->ex;
     const dp_model *md = c->model;
     const dp_micro_info *mi = c->mi;
-    const int n_local = dp_exec_n_local(ex);
+    const int n_local = dp_exec_n_local(ex), master = a->master;
     const size_t rec = record_floats(c);
     const dp_batch *b = c->b;
-    int count[n_local];
     /* replicate: the master's parameters and buffers to every replica, every step */
     dp_batch in[n_local];
     if (c->world > 1) {
@@ -206,25 +180,16 @@ static dp_status dp_micro(const dp_step_ctx *c, void *state) {
     DP_TRY(dp_exec_zero_grads(ex));
     /* the slots' own loss is not used: the master computes it over the whole batch */
     DP_TRY(dp_exec_forward(ex, b, mi, 1.0f));
-    /* gather outputs (and labels, as floats, from the host's copy) to the master */
-    DP_TRY(pack_records(c, s));
+    /* gather outputs and labels to the master */
+    DP_TRY(pack_records(c, s, b));
     const float *send[n_local];
     float *recv[n_local];
     for (int r = 0; r < n_local; r++) send[r] = s->send[r], recv[r] = s->recv[r];
     DP_TRY(dp_exec_gather(ex, send, recv, rec, 0));
-    /* the loss over the whole batch, on the master; its logit gradients are scattered back */
-    int master = -1;
-    for (int r = 0; r < n_local; r++) {
-        count[r] = 0;
-        if (dp_exec_rank(ex, r) == 0) master = r;
-    }
-    int correct = 0;
-    float loss = 0;
-    if (master >= 0) {
-        DP_TRY(master_loss(c, s, recv[master], &loss, &correct));
-        count[master] = mi->step_samples; /* a NaN/Inf is caught after the metrics' all-reduce, on every rank */
-    }
-    for (int r = 0; r < n_local; r++) dp_exec_set_lane_sums(ex, r, r == master ? loss : 0, r == master ? correct : 0);
+    /* the loss over the whole batch, on the master (a NaN/Inf is caught after the step's sums, on
+       every rank); its logit gradients are scattered back */
+    DP_TRY(master >= 0 ? master_loss(c, s, master, recv[master])
+                       : dp_exec_set_step_loss(ex, -1, 0, 0, NULL, NULL, NULL));
     const float *from[n_local];
     float *back[n_local];
     for (int r = 0; r < n_local; r++) {
@@ -236,13 +201,23 @@ static dp_status dp_micro(const dp_step_ctx *c, void *state) {
     DP_TRY(dp_exec_backward(ex, b, mi, NULL, NULL));
     /* reduce the gradients to the master, which alone steps: before the metrics, which check them */
     if (c->world > 1) DP_TRY(dp_exec_reduce(ex, dp_exec_slices(ex, DP_ARENA_GRADS, 0), md->params.n, 0));
-    int check[n_local];
-    for (int r = 0; r < n_local; r++) check[r] = r == master;
+    return DP_OK;
+}
+
+static dp_status dp_micro(const dp_step_ctx *c, void *state) {
+    dp_executor *ex = c->ex;
+    const int n_local = dp_exec_n_local(ex);
+    dp_args a = {c, state, -1};
+    for (int r = 0; r < n_local; r++)
+        if (dp_exec_rank(ex, r) == 0) a.master = r;
+    DP_TRY(dp_exec_run_graph(ex, c->b, c->mi, device_part, &a));
+    int count[n_local], check[n_local];
+    for (int r = 0; r < n_local; r++) count[r] = r == a.master ? c->mi->step_samples : 0, check[r] = r == a.master;
     dp_step_in sin = c->in;
-    sin.count = count, sin.host_lanes = 1, sin.check = check;
+    sin.count = count, sin.host_lanes = DP_LANES_GIVEN, sin.check = check;
     DP_TRY(dp_exec_step_sums(ex, &sin, c->sums));
-    if (master >= 0 && dp_step_sums_apply(c->sums)) /* NaN/Inf: nothing is applied */
-        DP_TRY(dp_exec_optimizer_step(ex, master, c->sgd, c->lr));
+    if (a.master >= 0 && dp_step_sums_apply(c->sums)) /* NaN/Inf: nothing is applied */
+        DP_TRY(dp_exec_optimizer_step(ex, a.master, c->sgd, c->lr));
     return DP_OK;
 }
 

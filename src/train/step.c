@@ -36,7 +36,7 @@ dp_status dp_train_micro(dp_trainer *t, const dp_batch *batches, int b, float lr
     DP_TRY(dp_exec_begin_micro(t->ex, &t->sampler, batches, b, &mi, &db));
     dp_step_sums sums = {0};
     dp_step_ctx c = dp_train_step_ctx(t);
-    c.b = db, c.hb = batches, c.mi = &mi, c.lr = lr, c.sums = &sums;
+    c.b = db, c.mi = &mi, c.lr = lr, c.sums = &sums;
     c.in.stop_request = dp_signals_pending;
     c.in.inject_inf = t->inject_inf_grad_step && t->step + 1 == t->inject_inf_grad_step;
     DP_TRY(t->strategy->micro_step(&c, t->strategy_state));

@@ -28,7 +28,6 @@ typedef struct {
     int overlap;               /* --overlap: a bucket's all-reduce starts as backward completes it */
     /* the micro-step (unset for alloc, finish and free) */
     const dp_batch *b;         /* the local replicas' batches, where the device computes */
-    const dp_batch *hb;        /* the same, the loader's, on the host */
     const dp_micro_info *mi;
     float lr;
     dp_step_in in;             /* the step's stop request and test hooks; the strategy adds the rest */
