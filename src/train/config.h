@@ -47,6 +47,7 @@ typedef struct {
     int n_gpus;          /* 0: --gpus not given */
     int tf32;
     int graphs;          /* device runs: record and replay each micro-step (--no-graph: 0) */
+    int steps_per_graph; /* --steps-per-graph: DDP steps recorded and replayed as one launch (exec/launch.h) */
     int replicas;
     dp_mode mode;
     double bucket_mb;
