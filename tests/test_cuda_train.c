@@ -256,11 +256,13 @@ static void test_nonfinite_gradients_dp(void **state) {
 /* --steps-per-graph K (exec/launch.h): K DDP steps recorded once and replayed as one launch, their
  * metrics read once per launch. 2 replicas, 2 epochs of 10 batches (K 4: launches of 4, 4 and 2 a
  * epoch, the last recorded in the second; K 3: 3, 3, 3, 1), a warm-up whose learning rate changes
- * every step (each launch's key holds its rates): the parameters, momentum and every step's logged
+ * every step and a step down after the first epoch (each launch's key holds its rates, so the first
+ * epoch's recordings are not replayed in the second): the parameters, momentum and every step's logged
  * loss are those of one step a launch, and on the fake GPU the CPU's bits. */
 static void launch_config(dp_config *c, const char *model, const char *dev, int k) {
     base_config(c, model, dev);
     c->replicas = 2, c->data.samples = 64 * 10, c->epochs = 2, c->max_steps = 0, c->warmup_epochs = 0.5;
+    c->lr_steps[0] = 1, c->n_lr_steps = 1, c->lr_gamma = 0.5f; /* the second epoch's launches at half the rate */
     c->steps_per_graph = k;
 }
 
