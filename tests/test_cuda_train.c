@@ -372,6 +372,43 @@ static void test_steps_per_graph_resume(void **state) {
     free(o);
 }
 
+/* SIGTERM while step 6 runs (dp_test_hooks.sigterm_step): one step a launch stops after step 6;
+ * four a launch stop after step 8, the end of the launch that held it (a step boundary: the state
+ * the checkpoint holds), and the run resumed from there with four a launch ends with the bits of
+ * the uninterrupted run on the CPU. */
+static void test_steps_per_graph_sigterm(void **state) {
+    (void)state;
+    char dir[600], *o;
+    snprintf(dir, sizeof dir, "%s", tu_path("launch_term"));
+    dp_config c;
+    launch_config(&c, "lenet-bn", "cpu", 1);
+    tr_result whole = tr_run(&c);
+    for (int k = 1; k <= 4; k += 3) {
+        tu_sh(&o, "rm -rf %s", dir);
+        free(o);
+        launch_config(&c, "lenet-bn", GPU, k);
+        c.test.sigterm_step = 6, c.checkpoint_dir = dir;
+        tr_result part = tr_run(&c);
+        assert_int_equal(part.n_losses, k == 1 ? 6 : 8);
+        tr_free(&part);
+        launch_config(&c, "lenet-bn", GPU, 4);
+        c.resume_path = dir, c.checkpoint_dir = dir;
+        tr_result resumed = tr_run(&c);
+        assert_int_equal(resumed.n_losses, k == 1 ? 14 : 12);
+        for (int i = 0; fake() && i < resumed.n_losses; i++)
+            if (resumed.losses[i] != whole.losses[20 - resumed.n_losses + i])
+                fail_msg("--steps-per-graph %d: the resumed run's loss at step %d differs", k, 21 - resumed.n_losses + i);
+        if (fake() && memcmp(resumed.params, whole.params, whole.n * sizeof(float)) != 0)
+            fail_msg("--steps-per-graph %d: resumed parameters differ", k);
+        if (fake() && memcmp(resumed.momentum, whole.momentum, whole.n * sizeof(float)) != 0)
+            fail_msg("--steps-per-graph %d: resumed momentum differs", k);
+        tr_free(&resumed);
+    }
+    tr_free(&whole);
+    tu_sh(&o, "rm -rf %s", dir);
+    free(o);
+}
+
 /* --backend nccl with one rank (the lent machine has one GPU) trains to the bits of the GPU sim
  * with one replica, DDP and DP: the same kernels, the same lanes, and collectives that move
  * nothing; launched plainly, with torchrun's variables, and under mpirun -np 1. */
@@ -491,6 +528,7 @@ int main(void) {
         cmocka_unit_test(test_steps_per_graph_bitwise),
         cmocka_unit_test(test_steps_per_graph_nonfinite),
         cmocka_unit_test(test_steps_per_graph_resume),
+        cmocka_unit_test(test_steps_per_graph_sigterm),
         cmocka_unit_test(test_nccl_one_rank_ddp),
         cmocka_unit_test(test_nccl_one_rank_dp),
         cmocka_unit_test(test_nccl_launchers),

@@ -18,6 +18,7 @@ typedef struct {
     long nan_step;        /* DPTRAIN_INJECT_NAN_STEP=k: a NaN in step k's first input (resident data off) */
     long inf_grad_step;   /* DPTRAIN_INJECT_INF_GRAD_STEP=k: +Inf in step k's gradients, the loss finite */
     int eval_signal;      /* DPTRAIN_INJECT_SIGNAL_FINAL_EVAL=s: signal s raised as the final evaluation starts */
+    long sigterm_step;    /* DPTRAIN_INJECT_SIGTERM_STEP=k: SIGTERM raised as step k starts (or the launch holding it) */
     size_t reserve_floats; /* DPTRAIN_TEST_RESERVE_FLOATS=n: the backend's reserve sized wrongly, to show its guard */
 } dp_test_hooks;
 

@@ -515,6 +515,8 @@ static dp_status one_micro(dp_trainer *t, int epoch, int b, const dp_batch *batc
         for (int r = 0; r < dp_exec_n_local(t->ex); r++)
             DP_TRY(dp_exec_copy(t->ex, r, t->bn_snapshot[r], dp_exec_replica(t->ex, r)->buffers,
                                 t->model.buffers.n * sizeof(float)));
+    if (t->inject_sigterm_step && t->step + 1 == t->inject_sigterm_step && b % K == 0 && !dp_signals_pending())
+        raise(SIGTERM); /* DPTRAIN_INJECT_SIGTERM_STEP: a stop request while the step runs */
     if (t->inject_nan_step && t->step + 1 == t->inject_nan_step && batches[0].n > 0)
         batches[0].x[0] = NAN; /* fault injection for the tests: DPTRAIN_INJECT_NAN_STEP */
     double tc = dp_now();
@@ -557,6 +559,8 @@ static dp_status one_launch(dp_trainer *t, int epoch, int *b, epoch_run *e, dp_s
         ++*n;
     }
     if (*n == 0) return DP_OK;
+    if (t->inject_sigterm_step > t->step && t->inject_sigterm_step <= t->step + *n && !dp_signals_pending())
+        raise(SIGTERM); /* DPTRAIN_INJECT_SIGTERM_STEP: a stop request while the launch runs */
     dp_step_sums sums[*n];
     double tc = dp_now(), start = e->last_end;
     dp_status s = dp_train_launch(t, kept, *b, *n, lr, sums);

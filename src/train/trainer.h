@@ -70,6 +70,8 @@ typedef struct dp_trainer {
                                   (tests only) */
     int inject_eval_signal;   /* DPTRAIN_INJECT_SIGNAL_FINAL_EVAL=s: signal s raised as the final evaluation
                                  starts (tests only: a signal there is otherwise a race to hit) */
+    long inject_sigterm_step; /* DPTRAIN_INJECT_SIGTERM_STEP=k: SIGTERM raised as step k starts, or the launch
+                                 holding it (tests only: a signal mid-run is otherwise a race to hit) */
     float **bn_snapshot;      /* (n_local) each replica's BN buffers before a step, on its device (--on-nan skip) */
     int launch_k;             /* --steps-per-graph where launches run (exec/launch.h); 0: one step at a time */
 } dp_trainer;
