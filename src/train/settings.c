@@ -112,7 +112,7 @@ const dp_setting dp_settings[] = {
     {"steps-per-graph", "K", DP_K_INT, .ilo = 1, .ihi = DP_LAUNCH_MAX, .off = OFF(steps_per_graph), .dv = 1,
      .help = "DDP on a device that records graphs, with the training set on it: K steps recorded and replayed as "
              "one launch, their metrics read once per launch (1: one step a launch; the bits are the same)",
-     .cmds = T_},
+     .cmds = T_, RANKS(235)}, /* the collectives' order differs: every rank must launch alike */
     {"mode", "M", DP_K_INDEX, .choices = modes, .off = OFF(mode), .dv = DP_MODE_DDP,
      .help = "DistributedDataParallel or DataParallel semantics", .cmds = TP_, LOG(50), CKPT(210), RANKS(200)},
     {"bucket-mb", "X", DP_K_DOUBLE, 0, 4096, 1, 0, .off = OFF(bucket_mb), .dv = 25, .help = "DDP gradient bucket size",
