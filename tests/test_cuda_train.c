@@ -258,7 +258,8 @@ static void test_nonfinite_gradients_dp(void **state) {
  * epoch, the last recorded in the second; K 3: 3, 3, 3, 1), a warm-up whose learning rate changes
  * every step and a step down after the first epoch (each launch's key holds its rates, so the first
  * epoch's recordings are not replayed in the second): the parameters, momentum and every step's logged
- * loss are those of one step a launch, and on the fake GPU the CPU's bits. */
+ * loss are those of one step a launch, and on the fake GPU the CPU's bits; also with --accumulate 2
+ * and a last step of fewer micro-steps. */
 static void launch_config(dp_config *c, const char *model, const char *dev, int k) {
     base_config(c, model, dev);
     c->replicas = 2, c->data.samples = 64 * 10, c->epochs = 2, c->max_steps = 0, c->warmup_epochs = 0.5;
@@ -301,6 +302,19 @@ static void test_steps_per_graph_bitwise(void **state) {
         }
         tr_free(&cpu);
     }
+    /* --accumulate 2 over 11 batches: steps of 2 micro-steps and a last one of 1 (K 4: launches of 4
+       steps in 8 micro-steps, then 2 in 3) */
+    dp_config c;
+    launch_config(&c, "lenet-bn", "cpu", 1);
+    c.accumulate = 2, c.data.samples = 64 * 11;
+    tr_result cpu = tr_run(&c);
+    assert_int_equal(cpu.n_losses, 12);
+    launch_config(&c, "lenet-bn", GPU, 4);
+    c.accumulate = 2, c.data.samples = 64 * 11;
+    tr_result gpu = tr_run(&c);
+    assert_launched(&gpu, 4);
+    same_as(&gpu, &cpu, "lenet-bn, --accumulate 2, --steps-per-graph 4");
+    tr_free(&gpu), tr_free(&cpu);
 }
 
 /* A step that goes NaN/Inf inside a launch: the launch is undone and its steps run one at a time,

@@ -28,8 +28,10 @@ typedef struct {
  * replica 0's blocks come down to, and each replica's state copied aside at a launch's start. */
 typedef struct {
     int k;                    /* steps a launch may hold; 0: not allocated */
+    int micros;               /* and micro-steps (k x --accumulate) */
     int slot;                 /* the step being queued inside a launch; -1 outside one */
-    int32_t *h_idx, *d_idx;   /* (k x n_local x max_local) */
+    int micro;                /* the next micro-step's slot of indices inside a launch */
+    int32_t *h_idx, *d_idx;   /* (micros x n_local x max_local) */
     float **h_up, **d_m;      /* (n_local) k x DP_STEP_METRICS each */
     float *h_down;            /* (k x DP_STEP_METRICS) */
     float **snap;             /* (n_local) parameters, momentum, BN buffers */

@@ -22,14 +22,15 @@ static size_t idx_per_step(const dp_executor *ex) { return (size_t)ex->n_local *
 /* The floats of replica r's copy aside: parameters, momentum, BN buffers. */
 static size_t snap_floats(const dp_executor *ex) { return 2 * ex->model->params.n + ex->model->buffers.n; }
 
-dp_status dp_exec_launch_alloc(dp_executor *ex, int k) {
+dp_status dp_exec_launch_alloc(dp_executor *ex, int k, int micros) {
     dp_launch_state *L = &ex->launch;
     if (!dp_exec_launch_possible(ex))
         return dp_fail(DP_ERR_INTERNAL, "launches of several steps where graphs or the data on the device are off");
     if (k < 2 || k > DP_LAUNCH_MAX) return dp_fail(DP_ERR_INTERNAL, "a launch of %d steps (2 to %d)", k, DP_LAUNCH_MAX);
     const dp_dev *d = ex->dev;
-    L->k = k, L->slot = -1;
-    const size_t ni = (size_t)k * idx_per_step(ex);
+    if (micros < k) return dp_fail(DP_ERR_INTERNAL, "a launch of %d steps in %d micro-steps", k, micros);
+    L->k = k, L->micros = micros, L->slot = -1;
+    const size_t ni = (size_t)micros * idx_per_step(ex);
     DP_TRY(d->host_alloc(d, (void **)&L->h_idx, ni * sizeof(int32_t), "the launch's indices"));
     DP_TRY(d->alloc(d, (float **)&L->d_idx, ni, "the launch's indices on the device"));
     DP_TRY(d->host_alloc(d, (void **)&L->h_down, (size_t)k * M * sizeof(float), "the launch's metrics"));
@@ -59,25 +60,26 @@ void dp_exec_launch_free(dp_executor *ex) {
     memset(L, 0, sizeof *L);
 }
 
-dp_status dp_exec_launch_put(dp_executor *ex, int j, const dp_batch *b, dp_batch *kept) {
+dp_status dp_exec_launch_put(dp_executor *ex, int q, int j, int first, const dp_batch *b, dp_batch *kept) {
     dp_launch_state *L = &ex->launch;
-    if (j < 0 || j >= L->k) return dp_fail(DP_ERR_INTERNAL, "step %d of a launch of at most %d", j, L->k);
+    if (j < 0 || j >= L->k || q < 0 || q >= L->micros)
+        return dp_fail(DP_ERR_INTERNAL, "step %d, micro-step %d of a launch of at most %d, %d", j, q, L->k, L->micros);
     for (int r = 0; r < ex->n_local; r++) {
         if (b[r].n > ex->max_local)
             return dp_fail(DP_ERR_INTERNAL, "replica %d's %d samples, more than %d", r, b[r].n, ex->max_local);
-        int32_t *at = L->h_idx + (size_t)j * idx_per_step(ex) + (size_t)r * ex->max_local;
+        int32_t *at = L->h_idx + (size_t)q * idx_per_step(ex) + (size_t)r * ex->max_local;
         memcpy(at, b[r].idx, (size_t)b[r].n * sizeof(int32_t));
         kept[r] = (dp_batch){.n = b[r].n, .idx = at};
         float *m = L->h_up[r] + (size_t)j * M;
-        memset(m, 0, M * sizeof(float)); /* [0], [1], [5]: the device's; [3], [4]: the last step's */
-        m[2] = (float)b[r].n;
+        if (first) memset(m, 0, M * sizeof(float)); /* [0], [1], [5]: the device's; [3], [4]: the last step's */
+        m[2] += (float)b[r].n;
     }
     return DP_OK;
 }
 
 typedef struct {
     dp_executor *ex;
-    int n;
+    int n, micros;
     dp_status (*fn)(void *arg, int j);
     void *arg;
 } launch_body;
@@ -97,7 +99,8 @@ static dp_status run_body(void *p) {
         if (rp->momentum) DP_TRY(d->copy(d, L->snap[r] + md->params.n, rp->momentum, pn));
         if (md->buffers.n) DP_TRY(d->copy(d, L->snap[r] + 2 * md->params.n, rp->buffers, md->buffers.n * sizeof(float)));
     }
-    DP_TRY(d->upload(d, L->d_idx, L->h_idx, (size_t)a->n * idx_per_step(ex) * sizeof(int32_t)));
+    DP_TRY(d->upload(d, L->d_idx, L->h_idx, (size_t)a->micros * idx_per_step(ex) * sizeof(int32_t)));
+    L->micro = 0;
     for (int r = 0; r < ex->n_local; r++) DP_TRY(d->upload(d, L->d_m[r], L->h_up[r], (size_t)a->n * M * sizeof(float)));
     for (int j = 0; j < a->n; j++) {
         L->slot = j;
@@ -116,18 +119,20 @@ static dp_status run_body(void *p) {
     return dp_exec_mains_wait_colls(ex);
 }
 
-dp_status dp_exec_launch_run(dp_executor *ex, int n, uint64_t key, int record, int stop,
+dp_status dp_exec_launch_run(dp_executor *ex, int n, int micros, uint64_t key, int record, int stop,
                              dp_status (*fn)(void *arg, int j), void *arg, dp_step_sums *sums) {
     dp_launch_state *L = &ex->launch;
-    if (n < 1 || n > L->k) return dp_fail(DP_ERR_INTERNAL, "a launch of %d steps (1 to %d)", n, L->k);
+    if (n < 1 || n > L->k || micros < n || micros > L->micros)
+        return dp_fail(DP_ERR_INTERNAL, "a launch of %d steps in %d micro-steps (1 to %d in %d)", n, micros, L->k,
+                       L->micros);
     for (int r = 0; r < ex->n_local; r++) { /* the stop request rides in the last step's block only */
         L->h_up[r][(size_t)(n - 1) * M + 3] = stop != 0;
         L->h_up[r][(size_t)(n - 1) * M + 4] = stop == SIGTERM;
     }
     L->lanes_clear = ex->lanes_clear;
-    const int v[3] = {0x4c61756e, n, ex->lanes_clear};
-    launch_body a = {ex, n, fn, arg};
-    DP_TRY(dp_graph_run_launch(&ex->graphs, ex->dev, ex->backend, ex->graphs_on && record, dp_graph_key(key, v, 3),
+    const int v[4] = {0x4c61756e, n, micros, ex->lanes_clear};
+    launch_body a = {ex, n, micros, fn, arg};
+    DP_TRY(dp_graph_run_launch(&ex->graphs, ex->dev, ex->backend, ex->graphs_on && record, dp_graph_key(key, v, 4),
                                run_body, &a));
     ex->lanes_clear = 1; /* each step ended with its last micro-step, whose tree cleared lanes 1.. */
     /* the one wait: replica 0's blocks, which every replica's work before the all-reduces fed */
@@ -157,11 +162,13 @@ dp_status dp_exec_launch_undo(dp_executor *ex) {
 }
 
 dp_status dp_exec_launch_stage(dp_executor *ex, const dp_batch *b, const dp_batch **out) {
-    const dp_launch_state *L = &ex->launch;
+    dp_launch_state *L = &ex->launch;
+    const int q = L->micro++;
+    if (q >= L->micros) return dp_fail(DP_ERR_INTERNAL, "micro-step %d of a launch of %d", q, L->micros);
     for (int r = 0; r < ex->n_local; r++) {
         dp_batch *db = &ex->d_batches[r];
         db->n = b[r].n;
-        const int32_t *idx = L->d_idx + (size_t)L->slot * idx_per_step(ex) + (size_t)r * ex->max_local;
+        const int32_t *idx = L->d_idx + (size_t)q * idx_per_step(ex) + (size_t)r * ex->max_local;
         ex->k->gather_batch(&ex->kc, b[r].n, ex->data_c, ex->data_hw, ex->d_pixels, ex->d_labels, idx, ex->d_lut,
                             db->x, db->y);
     }

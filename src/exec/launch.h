@@ -25,18 +25,20 @@
 
 /* Launches can run here: graphs are recorded and the training set is on the device. */
 int dp_exec_launch_possible(const dp_executor *ex);
-/* The staging, metrics blocks and the state's copies for launches of up to k steps. */
-dp_status dp_exec_launch_alloc(dp_executor *ex, int k);
-/* Step j's local batches (their counts and indices) into the launch's pinned staging; kept[r]
- * gets each replica's count and a pointer to the indices there (valid until the next launch's
- * puts), for the step's own run. Host work only. */
-dp_status dp_exec_launch_put(dp_executor *ex, int j, const dp_batch *b, dp_batch *kept);
-/* Runs steps 0..n-1 (fn(arg, j) queues step j: it stages through dp_exec_stage and sums through
- * dp_exec_step_sums, which fill slot j while the launch is open) as one launch: eagerly, recorded
- * or replayed by key (graph.h); record 0: eagerly and not remembered (a test's injected fault).
+/* The staging, metrics blocks and the state's copies for launches of up to k steps in up to
+ * `micros` micro-steps (--accumulate). */
+dp_status dp_exec_launch_alloc(dp_executor *ex, int k, int micros);
+/* Micro-step q's local batches (their counts and indices), of step j (first: its first micro-step),
+ * into the launch's pinned staging; kept[r] gets each replica's count and a pointer to the indices
+ * there (valid until the next launch's puts), for the micro-step's own run. Host work only. */
+dp_status dp_exec_launch_put(dp_executor *ex, int q, int j, int first, const dp_batch *b, dp_batch *kept);
+/* Runs steps 0..n-1, `micros` micro-steps in all, as one launch (fn(arg, j) queues step j's
+ * micro-steps: each stages through dp_exec_stage, which gathers the next slot of indices, and the
+ * step sums through dp_exec_step_sums, which fills block j): eagerly, recorded or replayed by key
+ * (graph.h); record 0: eagerly and not remembered (a test's injected fault).
  * stop: the stop request that rides in the last step's metrics (as dp_step_in's). sums[j] gets
  * step j's all-reduced sums after the launch's one wait. */
-dp_status dp_exec_launch_run(dp_executor *ex, int n, uint64_t key, int record, int stop,
+dp_status dp_exec_launch_run(dp_executor *ex, int n, int micros, uint64_t key, int record, int stop,
                              dp_status (*fn)(void *arg, int j), void *arg, dp_step_sums *sums);
 /* Each replica's parameters, momentum and BN buffers back to what they were at the last
  * launch's start (queued), for its steps to run again one by one. */

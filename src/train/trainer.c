@@ -254,10 +254,10 @@ static dp_status setup(dp_trainer *t) {
     const dp_step_ctx sc = dp_train_step_ctx(t);
     DP_TRY(t->strategy->alloc(&sc, &t->strategy_state));
     /* several whole DDP steps a launch, where the device records them and holds the data */
-    if (c->steps_per_graph > 1 && t->have_train && strcmp(t->strategy->name, "ddp") == 0 && c->accumulate == 1 &&
+    if (c->steps_per_graph > 1 && t->have_train && strcmp(t->strategy->name, "ddp") == 0 &&
         dp_exec_launch_possible(t->ex)) {
         t->launch_k = c->steps_per_graph;
-        DP_TRY(dp_exec_launch_alloc(t->ex, t->launch_k));
+        DP_TRY(dp_exec_launch_alloc(t->ex, t->launch_k, t->launch_k * c->accumulate));
     }
     dp_exec_comm_reset(t->ex);
     if (timing) { /* record each step's collectives for the model */
@@ -542,50 +542,58 @@ static int launch_cap(const dp_trainer *t) {
     return cap > 1 ? (int)cap : 1;
 }
 
-/* Up to launch_cap steps from batch *b as one launch (exec/launch.h); *loader the loader's status
- * (DP_DONE at the epoch's end), *n the steps taken. A launch in which a step went NaN/Inf is undone
- * and its steps run again one at a time, so that --on-nan stops at, or skips, exactly that step. */
+/* Up to launch_cap steps from batch *b (a step's first) as one launch (exec/launch.h); *loader the
+ * loader's status (DP_DONE at the epoch's end), *n the steps taken. A launch in which a step went
+ * NaN/Inf is undone and its micro-steps run again one at a time, so that --on-nan stops at, or
+ * skips, exactly that step. */
 static dp_status one_launch(dp_trainer *t, int epoch, int *b, epoch_run *e, dp_status *loader, int *n, int *stop) {
-    const int nl = dp_exec_n_local(t->ex), cap = launch_cap(t);
-    dp_batch kept[(size_t)cap * nl];
+    const int nl = dp_exec_n_local(t->ex), cap = launch_cap(t), A = t->cfg.accumulate;
+    dp_batch kept[(size_t)cap * A * nl];
     float lr[cap];
+    int micros = 0, in_step[cap];
     const dp_batch *batches;
     double wait;
-    *n = 0, *stop = GO_ON;
-    while (*n < cap && (*loader = dp_loader_next(t->loader, &batches, &wait)) == DP_OK) {
-        e->wait_total += wait;
+    *n = 0, *stop = GO_ON, *loader = DP_OK;
+    while (*n < cap && *loader == DP_OK) {
+        const int m = dp_sampler_step_micro(&t->sampler, *b + micros);
+        int i = 0;
+        for (; i < m && (*loader = dp_loader_next(t->loader, &batches, &wait)) == DP_OK; i++) {
+            e->wait_total += wait;
+            DP_TRY(dp_exec_launch_put(t->ex, micros + i, *n, i == 0, batches, kept + (size_t)(micros + i) * nl));
+        }
+        if (i == 0) break;
+        if (i < m) return dp_fail(DP_ERR_INTERNAL, "the epoch ended after %d of a step's %d batches", i, m);
         lr[*n] = dp_schedule_lr(&t->sched, epoch, t->step + *n);
-        DP_TRY(dp_exec_launch_put(t->ex, *n, batches, kept + (size_t)*n * nl));
-        ++*n;
+        in_step[(*n)++] = m, micros += m;
     }
     if (*n == 0) return DP_OK;
     if (t->inject_sigterm_step > t->step && t->inject_sigterm_step <= t->step + *n && !dp_signals_pending())
         raise(SIGTERM); /* DPTRAIN_INJECT_SIGTERM_STEP: a stop request while the launch runs */
     dp_step_sums sums[*n];
     double tc = dp_now(), start = e->last_end;
-    dp_status s = dp_train_launch(t, kept, *b, *n, lr, sums);
+    dp_status s = dp_train_launch(t, kept, *b, *n, micros, lr, sums);
     const double launch_end = dp_now();
     e->compute += launch_end - tc;
     if (s != DP_OK) return in_context(s, "epoch %d, steps %ld to %ld", epoch, t->step + 1, t->step + *n);
     int bad = 0;
     for (int j = 0; j < *n; j++) bad |= !dp_step_sums_apply(&sums[j]);
-    if (bad) { /* from the launch's start, one step at a time: the same bits up to the bad step */
+    if (bad) { /* from the launch's start, one micro-step at a time: the same bits up to the bad step */
         DP_TRY(dp_exec_launch_undo(t->ex));
-        for (int j = 0; j < *n && !*stop; j++) DP_TRY(one_micro(t, epoch, *b + j, kept + (size_t)j * nl, e, stop));
-        *b += *n;
+        for (int q = 0; q < micros && !*stop; q++) DP_TRY(one_micro(t, epoch, *b + q, kept + (size_t)q * nl, e, stop));
+        *b += micros;
         return DP_OK;
     }
-    for (int j = 0; j < *n && !*stop; j++) {
+    for (int j = 0, q = 0; j < *n && !*stop; q += in_step[j++]) {
         const dp_step_metrics before = e->sm;
         e->lr = lr[j];
         e->sm.loss_sum += sums[j].loss, e->sm.correct += sums[j].hits, e->sm.count += sums[j].count;
-        t->bn_batches++;
+        t->bn_batches += in_step[j];
         if (j == *n - 1) t->stop_folded = sums[j].stop, t->stop_folded_valid = 1;
         /* the launch's time shared evenly by its steps */
-        DP_TRY(end_step(t, epoch, *b + j, DP_OK, &before, e, start + (launch_end - start) * (j + 1) / *n, j == *n - 1,
-                        stop));
+        DP_TRY(end_step(t, epoch, *b + q + in_step[j] - 1, DP_OK, &before, e,
+                        start + (launch_end - start) * (j + 1) / *n, j == *n - 1, stop));
     }
-    *b += *n;
+    *b += micros;
     return DP_OK;
 }
 

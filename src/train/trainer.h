@@ -98,12 +98,14 @@ void dp_trainer_destroy(dp_trainer *t);
  * loss over the step's samples; the step's last micro-step reduces and steps with learning
  * rate lr, and adds the step's loss and accuracy counts over all replicas to *m. */
 dp_status dp_train_micro(dp_trainer *t, const dp_batch *batches, int b, float lr, dp_step_metrics *m);
-/* n whole steps (--accumulate 1) from batch `first` of the epoch as one launch (exec/launch.h):
- * hb (n x n_local) their batches as dp_exec_launch_put kept them, lr (n) their learning rates;
+/* n whole steps, `micros` micro-steps (--accumulate), from batch `first` of the epoch (a step's
+ * first) as one launch (exec/launch.h): hb (micros x n_local) their batches as dp_exec_launch_put
+ * kept them, lr (n) the steps' learning rates;
  * sums[j] gets step j's all-reduced sums after the launch. A step whose loss or gradients went
  * NaN/Inf did not stop the ones after it: the caller undoes the launch (dp_exec_launch_undo) and
  * runs its steps again with dp_train_micro. */
-dp_status dp_train_launch(dp_trainer *t, const dp_batch *hb, int first, int n, const float *lr, dp_step_sums *sums);
+dp_status dp_train_launch(dp_trainer *t, const dp_batch *hb, int first, int n, int micros, const float *lr,
+                          dp_step_sums *sums);
 /* What the strategy's functions see of the trainer (strategy.h), the micro-step's fields unset. */
 dp_step_ctx dp_train_step_ctx(dp_trainer *t);
 /* Fails, naming the ranks, when processes were started with different flags, model or data. */
