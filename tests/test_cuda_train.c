@@ -269,6 +269,176 @@ static void test_nonfinite_gradients_dp(void **state) {
     nonfinite_gradients_like_cpu(1);
 }
 
+/* --steps-per-graph K (exec/launch.h): K DDP steps recorded once and replayed as one launch, their
+ * metrics read once per launch. 2 replicas, 2 epochs of 10 batches (K 4: launches of 4, 4 and 2 a
+ * epoch, the last recorded in the second; K 3: 3, 3, 3, 1), a warm-up whose learning rate changes
+ * every step and a step down after the first epoch (each launch's key holds its rates, so the first
+ * epoch's recordings are not replayed in the second): the parameters, momentum and every step's logged
+ * loss are those of one step a launch, and on the fake GPU the CPU's bits; also with --accumulate 2
+ * and a last step of fewer micro-steps. */
+static void launch_config(dp_config *c, const char *model, const char *dev, int k) {
+    base_config(c, model, dev);
+    c->replicas = 2, c->data.samples = 64 * 10, c->epochs = 2, c->max_steps = 0, c->warmup_epochs = 0.5;
+    c->lr_steps[0] = 1, c->n_lr_steps = 1, c->lr_gamma = 0.5f; /* the second epoch's launches at half the rate */
+    c->steps_per_graph = k;
+}
+
+/* The run launched K steps at a time (its config line says so). */
+static void assert_launched(const tr_result *r, int k) {
+    char want[48];
+    snprintf(want, sizeof want, "\"steps_per_launch\":%d", k);
+    const char *at = strstr(r->config, want);
+    if (!at || (at[strlen(want)] >= '0' && at[strlen(want)] <= '9'))
+        fail_msg("no %s in the config line: %s", want, r->config);
+}
+
+static void same_as(const tr_result *gpu, const tr_result *cpu, const char *what) {
+    if (fake()) tr_assert_same(gpu, cpu, what);
+    else tr_assert_close(gpu, cpu, GPU_CPU_TOL, what);
+}
+
+static void test_steps_per_graph_bitwise(void **state) {
+    (void)state;
+    const char *models[] = {"lenet", "lenet-bn"};
+    for (int m = 0; m < 2; m++) {
+        dp_config c;
+        launch_config(&c, models[m], "cpu", 4);
+        tr_result cpu = tr_run(&c); /* on the CPU the setting changes nothing */
+        assert_launched(&cpu, 1);
+        assert_int_equal(cpu.n_losses, 20);
+        const int ks[] = {1, 3, 4};
+        for (int i = 0; i < 3; i++) {
+            launch_config(&c, models[m], GPU, ks[i]);
+            tr_result gpu = tr_run(&c);
+            char what[96];
+            snprintf(what, sizeof what, "%s, --steps-per-graph %d", models[m], ks[i]);
+            assert_launched(&gpu, ks[i]);
+            same_as(&gpu, &cpu, what);
+            tr_free(&gpu);
+        }
+        tr_free(&cpu);
+    }
+    /* --accumulate 2 over 11 batches: steps of 2 micro-steps and a last one of 1 (K 4: launches of 4
+       steps in 8 micro-steps, then 2 in 3) */
+    dp_config c;
+    launch_config(&c, "lenet-bn", "cpu", 1);
+    c.accumulate = 2, c.data.samples = 64 * 11;
+    tr_result cpu = tr_run(&c);
+    assert_int_equal(cpu.n_losses, 12);
+    launch_config(&c, "lenet-bn", GPU, 4);
+    c.accumulate = 2, c.data.samples = 64 * 11;
+    tr_result gpu = tr_run(&c);
+    assert_launched(&gpu, 4);
+    same_as(&gpu, &cpu, "lenet-bn, --accumulate 2, --steps-per-graph 4");
+    tr_free(&gpu), tr_free(&cpu);
+}
+
+/* A step that goes NaN/Inf inside a launch: the launch is undone and its steps run one at a time,
+ * so --on-nan skip skips exactly that step and --on-nan stop stops there with the message of one
+ * step a launch: a +Inf gradient at step 6 (the second launch's second step), and a loss that
+ * overflows from the second step on (a learning rate of 1e30). */
+static void test_steps_per_graph_nonfinite(void **state) {
+    (void)state;
+    for (int kind = 0; kind < 2; kind++) {
+        dp_config c;
+        for (int skip_it = 1; skip_it >= 0; skip_it--) {
+            char cpu_msg[DP_ERROR_MAX] = "", gpu_msg[DP_ERROR_MAX] = "";
+            tr_result cpu = {0};
+            for (int dev = 0; dev < 2; dev++) {
+                launch_config(&c, "lenet", dev ? GPU : "cpu", dev ? 4 : 1);
+                c.on_nan_skip = skip_it;
+                if (kind == 0) c.test.inf_grad_step = 6;
+                else c.lr = 1e30f, c.warmup_epochs = 0;
+                if (!skip_it) {
+                    dp_status st = run_stopped(&c, dev ? gpu_msg : cpu_msg, DP_ERROR_MAX);
+                    assert_int_equal(st, DP_ERR_NUMERIC);
+                    continue;
+                }
+                tr_result r = tr_run(&c);
+                if (!dev) {
+                    cpu = r;
+                    assert_int_equal(cpu.n_losses, kind == 0 ? 19 : 1); /* a skipped step logs no loss */
+                    continue;
+                }
+                assert_launched(&r, 4);
+                same_as(&r, &cpu, kind == 0 ? "+Inf gradient at step 6, --on-nan skip" : "overflow, --on-nan skip");
+                tr_free(&r), tr_free(&cpu);
+            }
+            if (!skip_it && strcmp(gpu_msg, cpu_msg) != 0)
+                fail_msg("--on-nan stop: \"%s\" with --steps-per-graph 4, \"%s\" on the CPU", gpu_msg, cpu_msg);
+            if (!skip_it) print_message("--on-nan stop: %s\n", gpu_msg);
+        }
+    }
+}
+
+/* Stopped after step 7 (checkpoints every 3 steps cut the launches: 3, 3, 1) and resumed with
+ * --steps-per-graph 4 from batch 7 (launches of 3, then 4, 4, 2): the bits of the uninterrupted
+ * run on the CPU. */
+static void test_steps_per_graph_resume(void **state) {
+    (void)state;
+    char dir[600], *o;
+    snprintf(dir, sizeof dir, "%s", tu_path("launch_ck"));
+    tu_sh(&o, "rm -rf %s", dir);
+    free(o);
+    dp_config c;
+    launch_config(&c, "lenet-bn", "cpu", 1);
+    tr_result whole = tr_run(&c);
+    launch_config(&c, "lenet-bn", GPU, 4);
+    c.max_steps = 7, c.checkpoint_dir = dir, c.save_every = 3;
+    tr_result part = tr_run(&c);
+    assert_int_equal(part.n_losses, 7);
+    for (int i = 0; i < 7; i++)
+        if (part.losses[i] != whole.losses[i] && fake()) fail_msg("step %d's loss differs before the stop", i + 1);
+    tr_free(&part);
+    launch_config(&c, "lenet-bn", GPU, 4);
+    c.resume_path = dir, c.checkpoint_dir = dir;
+    tr_result resumed = tr_run(&c);
+    assert_launched(&resumed, 4);
+    assert_int_equal(resumed.n, whole.n);
+    if (fake() && memcmp(resumed.params, whole.params, whole.n * sizeof(float)) != 0) fail_msg("resumed parameters differ");
+    if (fake() && memcmp(resumed.momentum, whole.momentum, whole.n * sizeof(float)) != 0) fail_msg("resumed momentum differs");
+    tr_free(&resumed), tr_free(&whole);
+    tu_sh(&o, "rm -rf %s", dir);
+    free(o);
+}
+
+/* SIGTERM while step 6 runs (dp_test_hooks.sigterm_step): one step a launch stops after step 6;
+ * four a launch stop after step 8, the end of the launch that held it (a step boundary: the state
+ * the checkpoint holds), and the run resumed from there with four a launch ends with the bits of
+ * the uninterrupted run on the CPU. */
+static void test_steps_per_graph_sigterm(void **state) {
+    (void)state;
+    char dir[600], *o;
+    snprintf(dir, sizeof dir, "%s", tu_path("launch_term"));
+    dp_config c;
+    launch_config(&c, "lenet-bn", "cpu", 1);
+    tr_result whole = tr_run(&c);
+    for (int k = 1; k <= 4; k += 3) {
+        tu_sh(&o, "rm -rf %s", dir);
+        free(o);
+        launch_config(&c, "lenet-bn", GPU, k);
+        c.test.sigterm_step = 6, c.checkpoint_dir = dir;
+        tr_result part = tr_run(&c);
+        assert_int_equal(part.n_losses, k == 1 ? 6 : 8);
+        tr_free(&part);
+        launch_config(&c, "lenet-bn", GPU, 4);
+        c.resume_path = dir, c.checkpoint_dir = dir;
+        tr_result resumed = tr_run(&c);
+        assert_int_equal(resumed.n_losses, k == 1 ? 14 : 12);
+        for (int i = 0; fake() && i < resumed.n_losses; i++)
+            if (resumed.losses[i] != whole.losses[20 - resumed.n_losses + i])
+                fail_msg("--steps-per-graph %d: the resumed run's loss at step %d differs", k, 21 - resumed.n_losses + i);
+        if (fake() && memcmp(resumed.params, whole.params, whole.n * sizeof(float)) != 0)
+            fail_msg("--steps-per-graph %d: resumed parameters differ", k);
+        if (fake() && memcmp(resumed.momentum, whole.momentum, whole.n * sizeof(float)) != 0)
+            fail_msg("--steps-per-graph %d: resumed momentum differs", k);
+        tr_free(&resumed);
+    }
+    tr_free(&whole);
+    tu_sh(&o, "rm -rf %s", dir);
+    free(o);
+}
+
 /* --backend nccl with one rank (the lent machine has one GPU) trains to the bits of the GPU sim
  * with one replica, DDP and DP: the same kernels, the same lanes, and collectives that move
  * nothing; launched plainly, with torchrun's variables, and under mpirun -np 1. */
@@ -386,6 +556,10 @@ int main(void) {
         cmocka_unit_test(test_gpu_resume_is_exact),
         cmocka_unit_test(test_nonfinite_gradients_ddp),
         cmocka_unit_test(test_nonfinite_gradients_dp),
+        cmocka_unit_test(test_steps_per_graph_bitwise),
+        cmocka_unit_test(test_steps_per_graph_nonfinite),
+        cmocka_unit_test(test_steps_per_graph_resume),
+        cmocka_unit_test(test_steps_per_graph_sigterm),
         cmocka_unit_test(test_nccl_one_rank_ddp),
         cmocka_unit_test(test_nccl_one_rank_dp),
         cmocka_unit_test(test_nccl_launchers),

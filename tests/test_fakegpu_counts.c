@@ -2,12 +2,14 @@
  * (tests/fakegpu/): the kernels and copies the host launches, the nodes the replayed graphs run,
  * and the host waits, per optimizer step, for DDP at --chunks 1 and 8, --replicas 1, 4 and 8, DP
  * at --replicas 4, and the NCCL backend through its test double at world 2 (two fake GPUs in this
- * process, as test_nccl_fakegpu.c runs them), and LeNet-BN at --chunks 8. Each case prints one
+ * process, as test_nccl_fakegpu.c runs them), and LeNet-BN at --chunks 8; and DDP with several
+ * steps a launch (--steps-per-graph). Each case prints one
  * line and is held to the bounds in `cases` below: a change that makes a step launch more, or wait
  * more, fails here and must say why in the bound it raises. Nothing is timed.
  *
  * A step's cost is taken from a run of 12 steps less one of 4, over 8 steps, so that set-up, the
- * first step's recording, the evaluation and the teardown cancel out. */
+ * first step's recording, the evaluation and the teardown cancel out (K steps a launch: 10K less
+ * 2K, over 8K). */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -27,6 +29,7 @@ typedef struct {
     /* the bounds, per optimizer step: kernels + copies the GPU runs (launched or as graph nodes),
        host launches (eager kernels and copies, and graph launches), host waits */
     double max_work, max_launches, max_waits;
+    int k; /* --steps-per-graph (0: the default, 1) */
 } count_case;
 
 static const count_case cases[] = {
@@ -34,19 +37,28 @@ static const count_case cases[] = {
        step's kernels do not grow with the lanes: --chunks 8 ran 202 kernels a step on lane streams,
        --replicas 4 and 8 209, DP at 4 220, the NCCL double at world 2 212. What still grows with the
        replicas is each replica's own work outside the passes (its uploads, tree sums, optimizer). */
-    {"ddp --chunks 1", "lenet", DP_MODE_DDP, 1, 1, 0, 34, 7, 1},
-    {"ddp --chunks 8", "lenet", DP_MODE_DDP, 1, 8, 0, 35, 7, 1},
-    {"ddp --replicas 4", "lenet", DP_MODE_DDP, 4, 8, 0, 73, 26, 1},
-    {"ddp --replicas 8", "lenet", DP_MODE_DDP, 8, 8, 0, 113, 50, 1},
+    {"ddp --chunks 1", "lenet", DP_MODE_DDP, 1, 1, 0, 34, 7, 1, 1},
+    {"ddp --chunks 8", "lenet", DP_MODE_DDP, 1, 8, 0, 35, 7, 1, 1},
+    {"ddp --replicas 4", "lenet", DP_MODE_DDP, 4, 8, 0, 73, 26, 1, 1},
+    {"ddp --replicas 8", "lenet", DP_MODE_DDP, 8, 8, 0, 113, 50, 1, 1},
     /* the device part (replication, scatter, passes, gather, the master's loss and its step sums,
        the gradients' reduce) and the optimizer step recorded as graphs: before, every one of its 116
        operations was a launch and the step waited 4 times (the records, the lanes' losses and hits
        came down to the host); the master's sums on its device add 7 graph nodes */
-    {"dp --replicas 4", "lenet", DP_MODE_DP, 4, 8, 0, 123, 19, 1},
-    {"nccl double, world 2", "lenet", DP_MODE_DDP, 1, 8, 2, 76, 76, 1},
+    {"dp --replicas 4", "lenet", DP_MODE_DP, 4, 8, 0, 123, 19, 1, 1},
+    {"nccl double, world 2", "lenet", DP_MODE_DDP, 1, 8, 2, 76, 76, 1, 1},
     /* batch norm: the lanes' sums are added between the stretches, and handed back to the lanes
        in one call (458 kernels a step on lane streams, 115 with the sums handed back one by one) */
-    {"lenet-bn, ddp --chunks 8", "lenet-bn", DP_MODE_DDP, 1, 8, 0, 75, 7, 1},
+    {"lenet-bn, ddp --chunks 8", "lenet-bn", DP_MODE_DDP, 1, 8, 0, 75, 7, 1, 1},
+    /* --steps-per-graph K (exec/launch.h): K steps a graph launch, each step's indices and the
+       host's part of its metrics uploaded inside it, the metrics read with one wait after it:
+       launches and host waits a step are 1/K (one step a launch: 7 launches and 1 wait above). The
+       work stays a step's: the uploads move into the launch, which adds the state's copy aside
+       (3 copies a replica) and a download per launch. */
+    {"ddp --chunks 1, K 4", "lenet", DP_MODE_DDP, 1, 1, 0, 34, 0.25, 0.25, 4},
+    {"ddp --chunks 8, K 8", "lenet", DP_MODE_DDP, 1, 8, 0, 35, 0.125, 0.125, 8},
+    {"ddp --replicas 4, K 8", "lenet", DP_MODE_DDP, 4, 8, 0, 73, 0.125, 0.125, 8},
+    {"lenet-bn, ddp --chunks 8, K 8", "lenet-bn", DP_MODE_DDP, 1, 8, 0, 75, 0.125, 0.125, 8},
 };
 
 typedef struct {
@@ -75,6 +87,7 @@ static counts run_case(const count_case *k, int steps) {
     dp_config c;
     tr_base_config(&c, k->model);
     c.device = "fakegpu", c.mode = k->mode, c.replicas = k->replicas, c.chunks = k->chunks, c.max_steps = steps;
+    if (k->k) c.steps_per_graph = k->k, c.data.samples = 64 * 96; /* one epoch holds the longer run */
     if (k->nccl_gpus) {
         c.backend = "nccl", c.n_gpus = k->nccl_gpus;
         for (int i = 0; i < k->nccl_gpus; i++) c.gpus[i] = i;
@@ -91,7 +104,7 @@ static counts run_case(const count_case *k, int steps) {
                     .waits = b.waits - a.waits};
 }
 
-#define PER_STEP(field) (((double)more.field - (double)few.field) / 8.0)
+#define PER_STEP(field) (((double)more.field - (double)few.field) / (8.0 * K))
 
 static void test_counts_per_step(void **state) {
     (void)state;
@@ -104,7 +117,9 @@ static void test_counts_per_step(void **state) {
             print_message("%-26s skipped: the NCCL test double is not preloaded\n", k->what);
             continue;
         }
-        const counts few = run_case(k, 4), more = run_case(k, 12);
+        /* K steps a launch: from the third launch on (the first runs eagerly, the second records) */
+        const int K = k->k > 1 ? k->k : 1, n_few = K > 1 ? 2 * K : 4;
+        const counts few = run_case(k, n_few), more = run_case(k, n_few + 8 * K);
         const double kernels = PER_STEP(l.kernels), copies = PER_STEP(l.copies);
         const double g_kernels = PER_STEP(l.graph_kernels), g_copies = PER_STEP(l.graph_copies);
         const double replays = PER_STEP(replays), waits = PER_STEP(waits);

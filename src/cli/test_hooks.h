@@ -5,8 +5,8 @@
 
 #include "train/config.h"
 
-/* Fills h from DPTRAIN_INJECT_NAN_STEP, DPTRAIN_INJECT_INF_GRAD_STEP, DPTRAIN_INJECT_SIGNAL_FINAL_EVAL
- * and DPTRAIN_TEST_RESERVE_FLOATS, read as any number a user types (core/parse_num.h); a malformed
+/* Fills h from DPTRAIN_INJECT_NAN_STEP, DPTRAIN_INJECT_INF_GRAD_STEP, DPTRAIN_INJECT_SIGNAL_FINAL_EVAL,
+ * DPTRAIN_INJECT_SIGTERM_STEP and DPTRAIN_TEST_RESERVE_FLOATS, read as any number a user types (core/parse_num.h); a malformed
  * one is DP_ERR_USAGE naming the variable. */
 dp_status dp_test_hooks_from_env(dp_test_hooks *h);
 

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core/arena.h"
+#include "exec/launch.h"
 
 static int host_memory(const dp_executor *ex) { return (ex->dev->caps & DP_CAP_HOST_MEMORY) != 0; }
 
@@ -238,6 +239,7 @@ void dp_exec_free(dp_executor *ex) {
     dp_exec_coll_timing_free(ex);
     free_stage_events(ex);
     dp_graph_cache_free(&ex->graphs, d);
+    dp_exec_launch_free(ex);
     if (!host_memory(ex)) free_resident(ex);
     free_on_replica_devices(ex);
     for (int r = 0; ex->rep && r < ex->n_local; r++) dp_replica_free(&ex->rep[r]);
@@ -329,6 +331,7 @@ dp_status dp_exec_assign(dp_executor *ex, const dp_sampler *sp, const dp_batch *
 dp_status dp_exec_stage(dp_executor *ex, const dp_batch *b, const dp_batch **out) {
     *out = b;
     if (host_memory(ex)) return DP_OK;
+    if (dp_exec_launch_slot(ex) >= 0) return dp_exec_launch_stage(ex, b, out); /* its indices are up already */
     const size_t per = dp_shape_size(ex->model->input);
     /* through pinned staging, so the copies do not wait for the device; a staging copy is written
        again only once the uploads from it are done, which each device's event says */

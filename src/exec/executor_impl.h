@@ -23,6 +23,21 @@ typedef struct {
     int drained;              /* n when a download last waited for every collective of the step */
 } dp_comm_meter;
 
+/* Several steps as one launch (launch.h): the pinned staging of k steps' indices and of the host's
+ * part of their metrics, the device's copies, each replica's metrics blocks on its device, where
+ * replica 0's blocks come down to, and each replica's state copied aside at a launch's start. */
+typedef struct {
+    int k;                    /* steps a launch may hold; 0: not allocated */
+    int micros;               /* and micro-steps (k x --accumulate) */
+    int slot;                 /* the step being queued inside a launch; -1 outside one */
+    int micro;                /* the next micro-step's slot of indices inside a launch */
+    int32_t *h_idx, *d_idx;   /* (micros x n_local x max_local) */
+    float **h_up, **d_m;      /* (n_local) k x DP_STEP_METRICS each */
+    float *h_down;            /* (k x DP_STEP_METRICS) */
+    float **snap;             /* (n_local) parameters, momentum, BN buffers */
+    int lanes_clear;          /* ex->lanes_clear at the last launch's start */
+} dp_launch_state;
+
 struct dp_executor {
     dp_dev *dev;              /* replica 0's device (every replica's, unless multi_dev) */
     int multi_dev;            /* the replicas are on different devices, one each */
@@ -79,6 +94,7 @@ struct dp_executor {
     char slot_error[512];     /* the first failure's message on a thread of the passes' team */
     dp_status stretch_status; /* a lane fork's or join's failure in the current stretch (passes.c) */
     dp_comm_meter comm;       /* the communication statistics (coll.c) */
+    dp_launch_state launch;   /* launch.c */
 };
 
 /* (coll.c) An all-reduce that overlaps (ready_node: the backward node that completed its data, for the

@@ -20,7 +20,7 @@ static void stats_add(dp_comm_stats *to, const dp_comm_stats *d, int sign) {
 
 dp_status dp_graph_run(dp_graph_cache *c, const dp_dev *d, dp_backend_t b, int enabled, uint64_t key,
                        dp_status (*fn)(void *arg), void *arg) {
-    if (!enabled || !d->capture_begin) return fn(arg);
+    if (!enabled || !d->capture_begin || c->open) return fn(arg);
     dp_graph_slot *s = NULL;
     for (int i = 0; i < DP_GRAPH_SLOTS; i++)
         if (c->slot[i].used && c->slot[i].key == key) s = &c->slot[i];
@@ -62,6 +62,26 @@ dp_status dp_graph_run(dp_graph_cache *c, const dp_dev *d, dp_backend_t b, int e
     stats_add(&s->delta, &before, -1);
     c->recorded++;
     return d->replay(d, g); /* recording ran nothing: run it now */
+}
+
+typedef struct {
+    dp_graph_cache *c;
+    dp_status (*fn)(void *arg);
+    void *arg;
+} launch_call;
+
+static dp_status run_open(void *p) {
+    launch_call *l = p;
+    l->c->open = 1;
+    dp_status s = l->fn(l->arg);
+    l->c->open = 0;
+    return s;
+}
+
+dp_status dp_graph_run_launch(dp_graph_cache *c, const dp_dev *d, dp_backend_t b, int enabled, uint64_t key,
+                              dp_status (*fn)(void *arg), void *arg) {
+    launch_call l = {c, fn, arg};
+    return dp_graph_run(c, d, b, enabled, key, run_open, &l);
 }
 
 void dp_graph_cache_free(dp_graph_cache *c, const dp_dev *d) {

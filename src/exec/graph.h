@@ -27,6 +27,7 @@ typedef struct {
     dp_graph_slot slot[DP_GRAPH_SLOTS];
     int next;             /* round-robin eviction */
     long recorded, replayed;
+    int open;             /* a launch's fn is running (dp_graph_run_launch): runs inside it are part of it */
 } dp_graph_cache;
 
 /* FNV-1a over n ints, chained from h (start with DP_GRAPH_KEY0). */
@@ -36,6 +37,10 @@ uint64_t dp_graph_key(uint64_t h, const int *v, int n);
 /* Runs fn(arg) through the cache: eagerly, recorded, or replayed. `enabled` 0 always runs it. */
 dp_status dp_graph_run(dp_graph_cache *c, const dp_dev *d, dp_backend_t b, int enabled, uint64_t key,
                        dp_status (*fn)(void *arg), void *arg);
+/* dp_graph_run for a launch of several steps (exec/launch.h): while fn runs, the steps' own
+ * dp_graph_run calls simply run their work, which becomes part of the launch's. */
+dp_status dp_graph_run_launch(dp_graph_cache *c, const dp_dev *d, dp_backend_t b, int enabled, uint64_t key,
+                              dp_status (*fn)(void *arg), void *arg);
 void dp_graph_cache_free(dp_graph_cache *c, const dp_dev *d);
 
 #endif

@@ -13,6 +13,7 @@
 
 #include "core/treesum.h"
 #include "exec/executor_impl.h"
+#include "exec/launch.h"
 
 static int host_memory(const dp_executor *ex) { return (ex->dev->caps & DP_CAP_HOST_MEMORY) != 0; }
 
@@ -126,6 +127,7 @@ static dp_status inject_grad_fault(dp_executor *ex, const int *check) {
 dp_status dp_exec_step_sums(dp_executor *ex, const dp_step_in *in, dp_step_sums *out) {
     float **m = ex->step_bufs;
     if (in->inject_inf) DP_TRY(inject_grad_fault(ex, in->check));
+    if (dp_exec_launch_slot(ex) >= 0) return dp_exec_launch_sums(ex, in, out); /* read after the launch */
     /* the stop request rides along: one host all-reduce per step, not two */
     const int pending = in->stop_request ? in->stop_request() : 0;
     for (int r = 0; r < ex->n_local; r++) {

@@ -18,6 +18,7 @@ typedef struct {
     long nan_step;        /* DPTRAIN_INJECT_NAN_STEP=k: a NaN in step k's first input (resident data off) */
     long inf_grad_step;   /* DPTRAIN_INJECT_INF_GRAD_STEP=k: +Inf in step k's gradients, the loss finite */
     int eval_signal;      /* DPTRAIN_INJECT_SIGNAL_FINAL_EVAL=s: signal s raised as the final evaluation starts */
+    long sigterm_step;    /* DPTRAIN_INJECT_SIGTERM_STEP=k: SIGTERM raised as step k starts (or the launch holding it) */
     size_t reserve_floats; /* DPTRAIN_TEST_RESERVE_FLOATS=n: the backend's reserve sized wrongly, to show its guard */
 } dp_test_hooks;
 
@@ -47,6 +48,7 @@ typedef struct {
     int n_gpus;          /* 0: --gpus not given */
     int tf32;
     int graphs;          /* device runs: record and replay each micro-step (--no-graph: 0) */
+    int steps_per_graph; /* --steps-per-graph: DDP steps recorded and replayed as one launch (exec/launch.h) */
     int replicas;
     dp_mode mode;
     double bucket_mb;

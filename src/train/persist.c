@@ -29,6 +29,7 @@ dp_status dp_persist_setup(dp_trainer *t) {
     t->inject_nan_step = c->test.nan_step;
     t->inject_inf_grad_step = c->test.inf_grad_step;
     t->inject_eval_signal = c->test.eval_signal;
+    t->inject_sigterm_step = c->test.sigterm_step;
     DP_ALLOC(t->stop_bufs, dp_exec_n_local(t->ex), "stop flags");
     for (int r = 0; r < dp_exec_n_local(t->ex); r++) DP_ALLOC(t->stop_bufs[r], 2, "stop flags");
     if (c->on_nan_skip && t->model.buffers.n) {

@@ -9,6 +9,7 @@
 #include "backends/backend_kind.h"
 #include "data/chunks.h"
 #include "exec/devices.h"
+#include "exec/launch.h"
 
 #define OFF(f) offsetof(dp_config, f)
 #define STR_(x) #x
@@ -108,6 +109,10 @@ const dp_setting dp_settings[] = {
     {"no-graph", NULL, DP_K_SET, .off = OFF(graphs), .set = 0, .dv = 1,
      .help = "--device cuda: launch every kernel each step instead of replaying the step as one CUDA graph",
      .cmds = TEP_},
+    {"steps-per-graph", "K", DP_K_INT, .ilo = 1, .ihi = DP_LAUNCH_MAX, .off = OFF(steps_per_graph), .dv = 1,
+     .help = "DDP on a device that records graphs, with the training set on it: K steps recorded and replayed as "
+             "one launch, their metrics read once per launch (1: one step a launch; the bits are the same)",
+     .cmds = T_, RANKS(235)}, /* the collectives' order differs: every rank must launch alike */
     {"mode", "M", DP_K_INDEX, .choices = modes, .off = OFF(mode), .dv = DP_MODE_DDP,
      .help = "DistributedDataParallel or DataParallel semantics", .cmds = TP_, LOG(50), CKPT(210), RANKS(200)},
     {"bucket-mb", "X", DP_K_DOUBLE, 0, 4096, 1, 0, .off = OFF(bucket_mb), .dv = 25, .help = "DDP gradient bucket size",

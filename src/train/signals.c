@@ -11,6 +11,7 @@ static void on_signal(int sig) {
 }
 
 void dp_signals_install(void) {
+    pending = 0; /* a run starts with no request (an earlier run in this process may have had one) */
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_signal;

@@ -23,6 +23,7 @@
 #include "io/ckpt_dir.h"
 #include "report/progress.h"
 #include "exec/devices.h"
+#include "exec/launch.h"
 #include "exec/memory.h"
 #include "train/settings.h"
 #include "train/signals.h"
@@ -250,6 +251,12 @@ static dp_status setup(dp_trainer *t) {
     DP_TRY(init_params(t));
     const dp_step_ctx sc = dp_train_step_ctx(t);
     DP_TRY(t->strategy->alloc(&sc, &t->strategy_state));
+    /* several whole DDP steps a launch, where the device records them and holds the data */
+    if (c->steps_per_graph > 1 && t->have_train && strcmp(t->strategy->name, "ddp") == 0 &&
+        dp_exec_launch_possible(t->ex)) {
+        t->launch_k = c->steps_per_graph;
+        DP_TRY(dp_exec_launch_alloc(t->ex, t->launch_k, t->launch_k * c->accumulate));
+    }
     dp_exec_comm_reset(t->ex);
     if (timing) { /* record each step's collectives for the model */
         t->trace.cap = 1024;
@@ -376,6 +383,7 @@ static dp_status log_config(dp_trainer *t) {
     log_settings(&b, &eff, &cur, NULL);
     dp_json_int(&b, "canonical_order", canonical_order(t));
     dp_json_int(&b, "data_on_device", dp_exec_resident(t->ex));
+    dp_json_int(&b, "steps_per_launch", t->launch_k ? t->launch_k : 1);
     const dp_backend_t be = t->backend;
     const double mib = 1.0 / (1 << 20);
     if (be->comm_memory_known) { /* NCCL's device memory, measured at start (backends/nccl_warmup.c) */
@@ -458,82 +466,178 @@ static dp_status nonfinite_step(dp_trainer *t, dp_status s, int epoch) {
                    t->last_ckpt);
 }
 
+/* An epoch's running sums and times. */
+typedef struct {
+    dp_step_metrics em, sm; /* the epoch's, the step's so far */
+    double wait_total, compute, t0, last_end;
+    float lr;
+} epoch_run;
+
+enum { GO_ON = 0, STOP_SIGNAL = 1, STOP_MAX_STEPS = 2 };
+
+/* The end of a step whose last micro-step (batch b) returned ss: NaN/Inf (--on-nan), the step's
+ * log line (`now`: its end), the progress bar, checkpoints, and whether the run stops here
+ * (*stop: STOP_SIGNAL, STOP_MAX_STEPS); ask_stop 0: a step inside a launch, whose state the
+ * device has already left behind, where no signal can stop the run. */
+static dp_status end_step(dp_trainer *t, int epoch, int b, dp_status ss, const dp_step_metrics *before, epoch_run *e,
+                          double now, int ask_stop, int *stop) {
+    const dp_config *c = &t->cfg;
+    long skipped = t->skipped;
+    DP_TRY(nonfinite_step(t, ss, epoch));
+    if (t->skipped != skipped) e->sm = *before; /* a skipped step's loss stays out of the epoch's mean */
+    t->step++;
+    t->next_epoch = epoch, t->next_batch = b + 1;
+    /* per-step times: a median the overhead model's check can use */
+    if (e->sm.count) DP_TRY(dp_report_step(&t->report, epoch, t->step, e->sm.loss_sum / e->sm.count, e->lr, now - e->last_end));
+    e->last_end = now;
+    e->em.loss_sum += e->sm.loss_sum, e->em.correct += e->sm.correct, e->em.count += e->sm.count;
+    memset(&e->sm, 0, sizeof e->sm);
+    double el = dp_now() - e->t0;
+    DP_TRY(dp_report_progress(&t->report, epoch, c->epochs, b + 1, t->sampler.n_batches,
+                              e->em.count ? e->em.loss_sum / e->em.count : 0, el > 0 ? e->em.count / el : 0, el));
+    int sig = 0;
+    if (ask_stop) DP_TRY(in_context(dp_persist_stop_requested(t, &sig), "epoch %d, step %ld", epoch, t->step));
+    if (sig || (c->checkpoint_dir && c->save_every && t->step % c->save_every == 0))
+        if (c->checkpoint_dir) DP_TRY(dp_persist_save(t, "--checkpoint", NULL));
+    *stop = sig ? STOP_SIGNAL : c->max_steps && t->step >= c->max_steps ? STOP_MAX_STEPS : GO_ON;
+    if (sig) t->stop_signal = sig;
+    return DP_OK;
+}
+
+/* Batch b's micro-step, one at a time; *stop as end_step's after a step's last micro-step. */
+static dp_status one_micro(dp_trainer *t, int epoch, int b, const dp_batch *batches, epoch_run *e, int *stop) {
+    const int K = t->cfg.accumulate;
+    *stop = GO_ON;
+    e->lr = dp_schedule_lr(&t->sched, epoch, t->step);
+    if (t->bn_snapshot && b % K == 0) /* a step's state before its first micro-step */
+        for (int r = 0; r < dp_exec_n_local(t->ex); r++)
+            DP_TRY(dp_exec_copy(t->ex, r, t->bn_snapshot[r], dp_exec_replica(t->ex, r)->buffers,
+                                t->model.buffers.n * sizeof(float)));
+    if (t->inject_sigterm_step && t->step + 1 == t->inject_sigterm_step && b % K == 0 && !dp_signals_pending())
+        raise(SIGTERM); /* DPTRAIN_INJECT_SIGTERM_STEP: a stop request while the step runs */
+    if (t->inject_nan_step && t->step + 1 == t->inject_nan_step && batches[0].n > 0)
+        batches[0].x[0] = NAN; /* fault injection for the tests: DPTRAIN_INJECT_NAN_STEP */
+    double tc = dp_now();
+    if (t->backend->trace && b % K == 0) t->trace.n = 0, t->trace.dropped = 0, t->trace.t0 = tc;
+    dp_step_metrics before = e->sm;
+    dp_status ss = dp_train_micro(t, batches, b, e->lr, &e->sm);
+    e->compute += dp_now() - tc;
+    if (ss != DP_OK && ss != DP_ERR_NUMERIC) /* a collective or the device failed: say where in the run */
+        return in_context(ss, "epoch %d, step %ld", epoch, t->step + 1);
+    t->bn_batches++;
+    if (b % K != dp_sampler_step_micro(&t->sampler, b) - 1 && ss == DP_OK) return DP_OK;
+    return end_step(t, epoch, b, ss, &before, e, dp_now(), 1, stop);
+}
+
+/* The steps the next launch may hold: up to --steps-per-graph, ending where a checkpoint or
+ * --max-steps wants the state (the epoch's end ends it too, in the caller). */
+static int launch_cap(const dp_trainer *t) {
+    const dp_config *c = &t->cfg;
+    long cap = t->launch_k;
+    if (c->max_steps && c->max_steps - t->step < cap) cap = c->max_steps - t->step;
+    if (c->checkpoint_dir && c->save_every && c->save_every - t->step % c->save_every < cap)
+        cap = c->save_every - t->step % c->save_every;
+    return cap > 1 ? (int)cap : 1;
+}
+
+/* Up to launch_cap steps from batch *b (a step's first) as one launch (exec/launch.h); *loader the
+ * loader's status (DP_DONE at the epoch's end), *n the steps taken. A launch in which a step went
+ * NaN/Inf is undone and its micro-steps run again one at a time, so that --on-nan stops at, or
+ * skips, exactly that step. */
+static dp_status one_launch(dp_trainer *t, int epoch, int *b, epoch_run *e, dp_status *loader, int *n, int *stop) {
+    const int nl = dp_exec_n_local(t->ex), cap = launch_cap(t), A = t->cfg.accumulate;
+    dp_batch kept[(size_t)cap * A * nl];
+    float lr[cap];
+    int micros = 0, in_step[cap];
+    const dp_batch *batches;
+    double wait;
+    *n = 0, *stop = GO_ON, *loader = DP_OK;
+    while (*n < cap && *loader == DP_OK) {
+        const int m = dp_sampler_step_micro(&t->sampler, *b + micros);
+        int i = 0;
+        for (; i < m && (*loader = dp_loader_next(t->loader, &batches, &wait)) == DP_OK; i++) {
+            e->wait_total += wait;
+            DP_TRY(dp_exec_launch_put(t->ex, micros + i, *n, i == 0, batches, kept + (size_t)(micros + i) * nl));
+        }
+        if (i == 0) break;
+        if (i < m) return dp_fail(DP_ERR_INTERNAL, "the epoch ended after %d of a step's %d batches", i, m);
+        lr[*n] = dp_schedule_lr(&t->sched, epoch, t->step + *n);
+        in_step[(*n)++] = m, micros += m;
+    }
+    if (*n == 0) return DP_OK;
+    if (t->inject_sigterm_step > t->step && t->inject_sigterm_step <= t->step + *n && !dp_signals_pending())
+        raise(SIGTERM); /* DPTRAIN_INJECT_SIGTERM_STEP: a stop request while the launch runs */
+    dp_step_sums sums[*n];
+    double tc = dp_now(), start = e->last_end;
+    dp_status s = dp_train_launch(t, kept, *b, *n, micros, lr, sums);
+    const double launch_end = dp_now();
+    e->compute += launch_end - tc;
+    if (s != DP_OK) return in_context(s, "epoch %d, steps %ld to %ld", epoch, t->step + 1, t->step + *n);
+    int bad = 0;
+    for (int j = 0; j < *n; j++) bad |= !dp_step_sums_apply(&sums[j]);
+    if (bad) { /* from the launch's start, one micro-step at a time: the same bits up to the bad step */
+        DP_TRY(dp_exec_launch_undo(t->ex));
+        for (int q = 0; q < micros && !*stop; q++) DP_TRY(one_micro(t, epoch, *b + q, kept + (size_t)q * nl, e, stop));
+        *b += micros;
+        return DP_OK;
+    }
+    for (int j = 0, q = 0; j < *n && !*stop; q += in_step[j++]) {
+        const dp_step_metrics before = e->sm;
+        e->lr = lr[j];
+        e->sm.loss_sum += sums[j].loss, e->sm.correct += sums[j].hits, e->sm.count += sums[j].count;
+        t->bn_batches += in_step[j];
+        if (j == *n - 1) t->stop_folded = sums[j].stop, t->stop_folded_valid = 1;
+        /* the launch's time shared evenly by its steps */
+        DP_TRY(end_step(t, epoch, *b + q + in_step[j] - 1, DP_OK, &before, e,
+                        start + (launch_end - start) * (j + 1) / *n, j == *n - 1, stop));
+    }
+    *b += micros;
+    return DP_OK;
+}
+
 /* One epoch from batch `first`; *stop is set when --max-steps is reached or a stop signal came. */
 static dp_status run_epoch(dp_trainer *t, int epoch, int first, int *stop) {
     const dp_config *c = &t->cfg;
     t->epoch = epoch;
     DP_TRY(dp_loader_start_epoch_at(t->loader, epoch - 1, first));
     dp_exec_comm_reset(t->ex);
-    const int nb = t->sampler.n_batches, K = c->accumulate;
-    dp_step_metrics em = {0}, sm = {0};
-    double wait_total = 0, compute = 0, t0 = dp_now(), last_end = t0;
+    const int nb = t->sampler.n_batches;
+    epoch_run e = {0};
+    e.t0 = e.last_end = dp_now();
     const dp_batch *batches;
     double wait;
-    float lr = 0;
-    dp_status s;
-    for (int b = first; (s = dp_loader_next(t->loader, &batches, &wait)) == DP_OK; b++) {
-        wait_total += wait;
-        lr = dp_schedule_lr(&t->sched, epoch, t->step);
-        if (t->bn_snapshot && b % K == 0) /* a step's state before its first micro-step */
-            for (int r = 0; r < dp_exec_n_local(t->ex); r++)
-                DP_TRY(dp_exec_copy(t->ex, r, t->bn_snapshot[r], dp_exec_replica(t->ex, r)->buffers,
-                                                    t->model.buffers.n * sizeof(float)));
-        if (t->inject_nan_step && t->step + 1 == t->inject_nan_step && batches[0].n > 0)
-            batches[0].x[0] = NAN; /* fault injection for the tests: DPTRAIN_INJECT_NAN_STEP */
-        double tc = dp_now();
-        if (t->backend->trace && b % K == 0) t->trace.n = 0, t->trace.dropped = 0, t->trace.t0 = tc;
-        dp_step_metrics before = sm;
-        dp_status ss = dp_train_micro(t, batches, b, lr, &sm);
-        compute += dp_now() - tc;
-        if (ss != DP_OK && ss != DP_ERR_NUMERIC) /* a collective or the device failed: say where in the run */
-            return in_context(ss, "epoch %d, step %ld", epoch, t->step + 1);
-        t->bn_batches++;
-        if (b % K != dp_sampler_step_micro(&t->sampler, b) - 1 && ss == DP_OK) continue;
-        long skipped = t->skipped;
-        DP_TRY(nonfinite_step(t, ss, epoch));
-        if (t->skipped != skipped) sm = before; /* a skipped step's loss stays out of the epoch's mean */
-        t->step++;
-        t->next_epoch = epoch, t->next_batch = b + 1;
-        const double now = dp_now(); /* per-step times: a median the overhead model's check can use */
-        if (sm.count) DP_TRY(dp_report_step(&t->report, epoch, t->step, sm.loss_sum / sm.count, lr, now - last_end));
-        last_end = now;
-        em.loss_sum += sm.loss_sum, em.correct += sm.correct, em.count += sm.count;
-        memset(&sm, 0, sizeof sm);
-        double el = dp_now() - t0;
-        DP_TRY(dp_report_progress(&t->report, epoch, c->epochs, b + 1, nb, em.count ? em.loss_sum / em.count : 0,
-                                  el > 0 ? em.count / el : 0, el));
-        int sig = 0;
-        DP_TRY(in_context(dp_persist_stop_requested(t, &sig), "epoch %d, step %ld", epoch, t->step));
-        if (sig || (c->checkpoint_dir && c->save_every && t->step % c->save_every == 0))
-            if (c->checkpoint_dir) DP_TRY(dp_persist_save(t, "--checkpoint", NULL));
-        if (sig) {
-            t->stop_signal = sig;
-            *stop = 1;
-            return DP_OK;
+    dp_status s = DP_OK;
+    int why = GO_ON;
+    if (t->launch_k)
+        for (int b = first, n = 1; s == DP_OK && n > 0 && !why;) DP_TRY(one_launch(t, epoch, &b, &e, &s, &n, &why));
+    else
+        for (int b = first; !why && (s = dp_loader_next(t->loader, &batches, &wait)) == DP_OK; b++) {
+            e.wait_total += wait;
+            DP_TRY(one_micro(t, epoch, b, batches, &e, &why));
         }
-        if (c->max_steps && t->step >= c->max_steps) {
-            *stop = 1;
-            break;
-        }
+    if (why == STOP_SIGNAL) {
+        *stop = 1;
+        return DP_OK;
     }
-    if (s != DP_OK && s != DP_DONE) return s;
-    double seconds = dp_now() - t0;
-    dp_epoch_report e = {.epoch = epoch, .epochs = c->epochs, .steps = t->step, .lr = lr, .seconds = seconds,
-                         .data_wait_s = wait_total, .compute_s = compute, .skipped_steps = t->skipped,
-                         .first_batch = first, .n_batches = nb};
-    dp_exec_comm_read(t->ex, &e.comm, &e.comm_hidden_s);
-    e.train_loss = em.count ? em.loss_sum / em.count : 0;
-    e.train_acc = em.count ? (double)em.correct / em.count : 0;
-    e.images_per_s = seconds > 0 ? em.count / seconds : 0;
+    if (why == STOP_MAX_STEPS) *stop = 1;
+    else if (s != DP_OK && s != DP_DONE) return s;
+    double seconds = dp_now() - e.t0;
+    dp_epoch_report er = {.epoch = epoch, .epochs = c->epochs, .steps = t->step, .lr = e.lr, .seconds = seconds,
+                          .data_wait_s = e.wait_total, .compute_s = e.compute, .skipped_steps = t->skipped,
+                          .first_batch = first, .n_batches = nb};
+    dp_exec_comm_read(t->ex, &er.comm, &er.comm_hidden_s);
+    er.train_loss = e.em.count ? e.em.loss_sum / e.em.count : 0;
+    er.train_acc = e.em.count ? (double)e.em.correct / e.em.count : 0;
+    er.images_per_s = seconds > 0 ? e.em.count / seconds : 0;
     double te = dp_now();
     const dp_step_ctx sc = dp_train_step_ctx(t);
     DP_TRY(t->strategy->finish(&sc, t->strategy_state));
     dp_step_metrics tm;
     DP_TRY(in_context(evaluate_test(t, &tm), "evaluating epoch %d", epoch));
-    e.eval_seconds = dp_now() - te;
-    e.test_acc = tm.count ? (double)tm.correct / tm.count : 0;
-    e.test_loss = tm.count ? tm.loss_sum / tm.count : 0;
-    DP_TRY(dp_report_epoch(&t->report, &e));
+    er.eval_seconds = dp_now() - te;
+    er.test_acc = tm.count ? (double)tm.correct / tm.count : 0;
+    er.test_loss = tm.count ? tm.loss_sum / tm.count : 0;
+    DP_TRY(dp_report_epoch(&t->report, &er));
     if (t->next_batch >= nb) t->next_epoch = epoch + 1, t->next_batch = 0; /* the epoch is complete */
     return DP_OK;
 }

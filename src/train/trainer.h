@@ -70,7 +70,10 @@ typedef struct dp_trainer {
                                   (tests only) */
     int inject_eval_signal;   /* DPTRAIN_INJECT_SIGNAL_FINAL_EVAL=s: signal s raised as the final evaluation
                                  starts (tests only: a signal there is otherwise a race to hit) */
+    long inject_sigterm_step; /* DPTRAIN_INJECT_SIGTERM_STEP=k: SIGTERM raised as step k starts, or the launch
+                                 holding it (tests only: a signal mid-run is otherwise a race to hit) */
     float **bn_snapshot;      /* (n_local) each replica's BN buffers before a step, on its device (--on-nan skip) */
+    int launch_k;             /* --steps-per-graph where launches run (exec/launch.h); 0: one step at a time */
 } dp_trainer;
 
 /* Loads data, builds the model, the backend and the replicas, initialises parameters (or
@@ -95,6 +98,14 @@ void dp_trainer_destroy(dp_trainer *t);
  * loss over the step's samples; the step's last micro-step reduces and steps with learning
  * rate lr, and adds the step's loss and accuracy counts over all replicas to *m. */
 dp_status dp_train_micro(dp_trainer *t, const dp_batch *batches, int b, float lr, dp_step_metrics *m);
+/* n whole steps, `micros` micro-steps (--accumulate), from batch `first` of the epoch (a step's
+ * first) as one launch (exec/launch.h): hb (micros x n_local) their batches as dp_exec_launch_put
+ * kept them, lr (n) the steps' learning rates;
+ * sums[j] gets step j's all-reduced sums after the launch. A step whose loss or gradients went
+ * NaN/Inf did not stop the ones after it: the caller undoes the launch (dp_exec_launch_undo) and
+ * runs its steps again with dp_train_micro. */
+dp_status dp_train_launch(dp_trainer *t, const dp_batch *hb, int first, int n, int micros, const float *lr,
+                          dp_step_sums *sums);
 /* What the strategy's functions see of the trainer (strategy.h), the micro-step's fields unset. */
 dp_step_ctx dp_train_step_ctx(dp_trainer *t);
 /* Fails, naming the ranks, when processes were started with different flags, model or data. */
