@@ -77,7 +77,7 @@ static dp_status launch_step(void *arg, int j) {
         DP_TRY(dp_exec_begin_micro(t->ex, &t->sampler, hb, b0 + i, &mi, &db));
         dp_step_sums sums = {0};
         dp_step_ctx c = dp_train_step_ctx(t);
-        c.b = db, c.hb = hb, c.mi = &mi, c.lr = a->lr[j], c.sums = &sums;
+        c.b = db, c.mi = &mi, c.lr = a->lr[j], c.sums = &sums;
         c.in.inject_inf = t->inject_inf_grad_step && t->step + 1 + j == t->inject_inf_grad_step;
         DP_TRY(t->strategy->micro_step(&c, t->strategy_state));
     }
