@@ -11,15 +11,16 @@ static const char *const names[] = {
     [DP_KC_MAXPOOL_BWD] = "maxpool_backward", [DP_KC_AVGPOOL_FWD] = "avgpool_forward",
     [DP_KC_AVGPOOL_BWD] = "avgpool_backward", [DP_KC_BN_SUMS] = "bn_sums", [DP_KC_BN_STATS] = "bn_stats",
     [DP_KC_BN_APPLY] = "bn_apply", [DP_KC_BN_BWD_SUMS] = "bn_backward_sums", [DP_KC_BN_BWD] = "bn_backward",
-    [DP_KC_XENT] = "softmax_xent",
+    [DP_KC_XENT] = "softmax_xent", [DP_KC_CONV_RELU_FWD] = "conv2d_relu_forward",
+    [DP_KC_BN_APPLY_RELU] = "bn_apply_relu", [DP_KC_MAXPOOL_RELU_BWD] = "maxpool_relu_backward",
 };
 
 const char *dp_kcall_name(int kind) {
-    return kind > 0 && kind <= DP_KC_XENT ? names[kind] : "an unknown kernel";
+    return kind > 0 && kind <= DP_KC_MAXPOOL_RELU_BWD ? names[kind] : "an unknown kernel";
 }
 
 int dp_kcall_same(const dp_kcall *a, const dp_kcall *b) {
-    const int conv = a->kind == DP_KC_CONV_FWD || a->kind == DP_KC_CONV_BWD;
+    const int conv = a->kind == DP_KC_CONV_FWD || a->kind == DP_KC_CONV_BWD || a->kind == DP_KC_CONV_RELU_FWD;
     return a->kind == b->kind && (!conv || memcmp(&a->dims, &b->dims, sizeof a->dims) == 0);
 }
 
@@ -164,6 +165,27 @@ static void xent(const dp_kctx *c, int batch, int classes, const float *logits, 
     P(0, logits), P(1, labels), P(2, dlogits), P(3, loss), P(4, correct);
 }
 
+static void conv_relu_fwd(const dp_kctx *c, const dp_conv2d_dims *d, int batch, const float *x, const float *w,
+                          const float *b, float *y, float *ws, float *r, int pool_k, int pool_stride, int pool_pad,
+                          float *pooled, int32_t *argmax) {
+    REC(DP_KC_CONV_RELU_FWD);
+    a->dims = *d, a->i[0] = batch, a->i[1] = pool_k, a->i[2] = pool_stride, a->i[3] = pool_pad;
+    P(0, x), P(1, w), P(2, b), P(3, y), P(4, ws), P(5, r), P(6, pooled), P(7, argmax);
+}
+static void bn_apply_relu(const dp_kctx *c, int batch, int ch, int hw, const float *x, const float *mean,
+                          const float *invstd, const float *gamma, const float *beta, float *y, float *r) {
+    REC(DP_KC_BN_APPLY_RELU);
+    a->i[0] = batch, a->i[1] = ch, a->i[2] = hw;
+    P(0, x), P(1, mean), P(2, invstd), P(3, gamma), P(4, beta), P(5, y), P(6, r);
+}
+static void maxpool_relu_bwd(const dp_kctx *c, int batch, int ch, int h, int w, int k, int stride, int pad, int oh,
+                             int ow, const float *dy, const int32_t *argmax, const float *y, float *dpool, float *dx) {
+    REC(DP_KC_MAXPOOL_RELU_BWD);
+    a->i[0] = batch, a->i[1] = ch, a->i[2] = h, a->i[3] = w, a->i[4] = k, a->i[5] = stride, a->i[6] = pad;
+    a->i[7] = oh, a->i[8] = ow;
+    P(0, dy), P(1, argmax), P(2, y), P(3, dpool), P(4, dx);
+}
+
 /* The entries no layer calls (the optimizer's, the executor's own): refused, so that a change
  * that records one fails the step (dp_kcall_rec.refused) rather than dropping the call. */
 static void refuse(const dp_kctx *c, const char *name) {
@@ -225,4 +247,7 @@ const dp_kernels dp_kcall_recorder = {
     .nonfinite = nonfinite,
     .gather_batch = gather,
     .lanes = lanes,
+    .conv2d_relu_forward = conv_relu_fwd,
+    .bn_apply_relu = bn_apply_relu,
+    .maxpool_relu_backward = maxpool_relu_bwd,
 };

@@ -16,7 +16,8 @@
 enum {
     DP_KC_CONV_FWD = 1, DP_KC_CONV_BWD, DP_KC_LIN_FWD, DP_KC_LIN_BWD, DP_KC_RELU_FWD, DP_KC_RELU_BWD, DP_KC_ADD,
     DP_KC_COPY, DP_KC_MAXPOOL_FWD, DP_KC_MAXPOOL_BWD, DP_KC_AVGPOOL_FWD, DP_KC_AVGPOOL_BWD, DP_KC_BN_SUMS,
-    DP_KC_BN_STATS, DP_KC_BN_APPLY, DP_KC_BN_BWD_SUMS, DP_KC_BN_BWD, DP_KC_XENT,
+    DP_KC_BN_STATS, DP_KC_BN_APPLY, DP_KC_BN_BWD_SUMS, DP_KC_BN_BWD, DP_KC_XENT, DP_KC_CONV_RELU_FWD,
+    DP_KC_BN_APPLY_RELU, DP_KC_MAXPOOL_RELU_BWD,
 };
 
 /* One call of a dp_kernels entry: its scalars by value and its pointers, in the entry's order. */
@@ -74,6 +75,36 @@ static inline void dp_kcall_run(const dp_kernels *k, const dp_kctx *c, const dp_
                        a->count, DP_KF(7), DP_KF(8), DP_KF(9), DP_KF(10));
         break;
     case DP_KC_XENT: k->softmax_xent(c, i[0], i[1], DP_KF(0), DP_KI(1), a->f[0], DP_KF(2), DP_KF(3), DP_KI(4)); break;
+    /* the fused kinds on a table without them (the recorder has them all): their sequence */
+    case DP_KC_CONV_RELU_FWD:
+        if (!k->conv2d_relu_forward) {
+            const dp_conv2d_dims *d = &a->dims;
+            k->conv2d_forward(c, d, i[0], DP_KF(0), DP_KF(1), DP_KF(2), DP_KF(3), DP_KF(4));
+            k->relu_forward(c, (size_t)i[0] * d->out_c * d->out_h * d->out_w, DP_KF(3), DP_KF(5));
+            if (i[1] > 0)
+                k->maxpool_forward(c, i[0], d->out_c, d->out_h, d->out_w, i[1], i[2], i[3], DP_KF(5), DP_KF(6), DP_KI(7));
+            break;
+        }
+        k->conv2d_relu_forward(c, &a->dims, i[0], DP_KF(0), DP_KF(1), DP_KF(2), DP_KF(3), DP_KF(4), DP_KF(5), i[1], i[2],
+                               i[3], DP_KF(6), DP_KI(7));
+        break;
+    case DP_KC_BN_APPLY_RELU:
+        if (!k->bn_apply_relu) {
+            k->bn_apply(c, i[0], i[1], i[2], DP_KF(0), DP_KF(1), DP_KF(2), DP_KF(3), DP_KF(4), DP_KF(5));
+            k->relu_forward(c, (size_t)i[0] * i[1] * i[2], DP_KF(5), DP_KF(6));
+            break;
+        }
+        k->bn_apply_relu(c, i[0], i[1], i[2], DP_KF(0), DP_KF(1), DP_KF(2), DP_KF(3), DP_KF(4), DP_KF(5), DP_KF(6));
+        break;
+    case DP_KC_MAXPOOL_RELU_BWD:
+        if (!k->maxpool_relu_backward) {
+            k->maxpool_backward(c, i[0], i[1], i[2], i[3], i[4], i[5], i[6], i[7], i[8], DP_KF(0), DP_KI(1), DP_KF(3));
+            k->relu_backward(c, (size_t)i[0] * i[1] * i[2] * i[3], DP_KF(2), DP_KF(3), DP_KF(4));
+            break;
+        }
+        k->maxpool_relu_backward(c, i[0], i[1], i[2], i[3], i[4], i[5], i[6], i[7], i[8], DP_KF(0), DP_KI(1), DP_KF(2),
+                                 DP_KF(3), DP_KF(4));
+        break;
     default: break;
     }
 #undef DP_KF

@@ -97,6 +97,22 @@ typedef struct dp_kernels {
        each lane's sums are its call's own, so the bits are those of the calls made one by one, in
        lane order (which is what the CPU's does) */
     void (*lanes)(const dp_kctx *c, int n, const struct dp_kcall *const *calls);
+    /* Fused calls (src/nn/fuse.h): each is bitwise the sequence of entries it names, run one by one,
+       which is what the CPU twins (kernels/cpu/fused.c) do; every buffer of that sequence is written
+       as it writes it. NULL where a table has none: the layers then run one by one.
+       conv2d_forward into y, relu_forward of y into r and, when pool_k > 0, maxpool_forward of r
+       (window pool_k, stride pool_stride, padding pool_pad) into pooled and argmax */
+    void (*conv2d_relu_forward)(const dp_kctx *c, const dp_conv2d_dims *d, int batch, const float *x, const float *w,
+                                const float *b, float *y, float *ws, float *r, int pool_k, int pool_stride,
+                                int pool_pad, float *pooled, int32_t *argmax);
+    /* bn_apply into y, relu_forward of y into r */
+    void (*bn_apply_relu)(const dp_kctx *c, int batch, int ch, int hw, const float *x, const float *mean,
+                          const float *invstd, const float *gamma, const float *beta, float *y, float *r);
+    /* maxpool_backward of dy into dpool (the gradient of y, the ReLU output the pool read), then
+       relu_backward of dpool into dx */
+    void (*maxpool_relu_backward)(const dp_kctx *c, int batch, int ch, int h, int w, int k, int stride, int pad, int oh,
+                                  int ow, const float *dy, const int32_t *argmax, const float *y, float *dpool,
+                                  float *dx);
 } dp_kernels;
 
 extern const dp_kernels dp_cpu_kernels;

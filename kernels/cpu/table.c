@@ -5,6 +5,7 @@
 #include "kernels/cpu/activation.h"
 #include "kernels/cpu/batchnorm.h"
 #include "kernels/cpu/conv2d.h"
+#include "kernels/cpu/fused.h"
 #include "kernels/cpu/linear.h"
 #include "kernels/cpu/loss.h"
 #include "kernels/cpu/pool.h"
@@ -155,4 +156,7 @@ const dp_kernels dp_cpu_kernels = {
     .nonfinite = nonfinite,
     .gather_batch = gather,
     .lanes = lanes,
+    .conv2d_relu_forward = dp_cpu_conv2d_relu_forward,
+    .bn_apply_relu = dp_cpu_bn_apply_relu,
+    .maxpool_relu_backward = dp_cpu_maxpool_relu_backward,
 };

@@ -14,7 +14,8 @@
 enum {
     K_CONV_FWD, K_CONV_BWD, K_LIN_FWD, K_LIN_BWD, K_RELU_FWD, K_RELU_BWD, K_ADD, K_COPY, K_MAXPOOL_FWD,
     K_MAXPOOL_BWD, K_AVGPOOL_FWD, K_AVGPOOL_BWD, K_BN_SUMS, K_BN_STATS, K_BN_APPLY, K_BN_BWD_SUMS, K_BN_BWD,
-    K_XENT, K_SGD, K_TREE, K_GATHER, K_LANE_METRICS, K_NONFINITE,
+    K_XENT, K_SGD, K_TREE, K_GATHER, K_LANE_METRICS, K_NONFINITE, K_CONV_RELU_FWD, K_BN_APPLY_RELU,
+    K_MAXPOOL_RELU_BWD,
 };
 
 /* A device pointer argument: the kernel touches bytes [off, off + bytes) from it. */
@@ -165,6 +166,14 @@ static void k_run(fg_dev *g, fg_op *op, uint64_t unused) {
     case K_GATHER: C->gather_batch(&kc, i[0], i[1], i[2], r[0], r[1], r[2], r[3], r[4], r[5]); break;
     case K_LANE_METRICS: C->lane_metrics(&kc, i[0], r[0], r[1], r[2]); break;
     case K_NONFINITE: C->nonfinite(&kc, z[0], r[0], r[1]); break;
+    case K_CONV_RELU_FWD:
+        C->conv2d_relu_forward(&kc, &o->dims, i[0], r[0], r[1], r[2], r[3], r[4], r[5], i[1], i[2], i[3], r[6], r[7]);
+        break;
+    case K_BN_APPLY_RELU: C->bn_apply_relu(&kc, i[0], i[1], i[2], r[0], r[1], r[2], r[3], r[4], r[5], r[6]); break;
+    case K_MAXPOOL_RELU_BWD:
+        C->maxpool_relu_backward(&kc, i[0], i[1], i[2], i[3], i[4], i[5], i[6], i[7], i[8], r[0], r[1], r[2], r[3],
+                                 r[4]);
+        break;
     default: break;
     }
 }
@@ -450,6 +459,59 @@ static void nonfinite(const dp_kctx *c, size_t n, const float *x, float *flag) {
     submit(o);
 }
 
+/* the fused entries: one op each, over the extents of every buffer the sequence they fuse touches */
+static void conv_relu_fwd(const dp_kctx *c, const dp_conv2d_dims *d, int batch, const float *x, const float *w,
+                          const float *b, float *y, float *ws, float *r, int pool_k, int pool_stride, int pool_pad,
+                          float *pooled, int32_t *argmax) {
+    k_op *o = k_new(c, K_CONV_RELU_FWD, "conv2d_relu_forward", 8);
+    if (!o) return;
+    o->dims = *d, o->i[0] = batch, o->i[1] = pool_k, o->i[2] = pool_stride, o->i[3] = pool_pad;
+    const size_t nx = (size_t)batch * d->in_c * d->in_h * d->in_w, ny = (size_t)batch * d->out_c * d->out_h * d->out_w;
+    const size_t np = pool_k > 0 ? (size_t)batch * d->out_c * pool_out(d->out_h, pool_k, pool_stride, pool_pad) *
+                                       pool_out(d->out_w, pool_k, pool_stride, pool_pad)
+                                 : 0;
+    arg(o, 0, "x", x, 0, F4(nx));
+    arg(o, 1, "w", w, 0, F4((size_t)d->out_c * d->in_c * d->k * d->k));
+    arg(o, 2, "b", b, 0, F4(d->out_c));
+    arg(o, 3, "y", y, 0, F4(ny));
+    arg(o, 4, "ws", ws, 0, F4(C->conv2d_workspace_floats(d, batch, 1)));
+    arg(o, 5, "r", r, 0, F4(ny));
+    arg(o, 6, "pooled", pool_k > 0 ? pooled : NULL, 0, F4(np));
+    arg(o, 7, "argmax", pool_k > 0 ? argmax : NULL, 0, np * sizeof(int32_t));
+    submit(o);
+}
+
+static void bn_apply_relu(const dp_kctx *c, int batch, int ch, int hw, const float *x, const float *mean,
+                          const float *invstd, const float *gamma, const float *beta, float *y, float *r) {
+    k_op *o = k_new(c, K_BN_APPLY_RELU, "bn_apply_relu", 7);
+    if (!o) return;
+    o->i[0] = batch, o->i[1] = ch, o->i[2] = hw;
+    const size_t n = (size_t)batch * ch * hw;
+    arg(o, 0, "x", x, 0, F4(n));
+    arg(o, 1, "mean", mean, 0, F4(ch));
+    arg(o, 2, "invstd", invstd, 0, F4(ch));
+    arg(o, 3, "gamma", gamma, 0, F4(ch));
+    arg(o, 4, "beta", beta, 0, F4(ch));
+    arg(o, 5, "y", y, 0, F4(n));
+    arg(o, 6, "r", r, 0, F4(n));
+    submit(o);
+}
+
+static void maxpool_relu_bwd(const dp_kctx *c, int batch, int ch, int h, int w, int k, int stride, int pad, int oh,
+                             int ow, const float *dy, const int32_t *argmax, const float *y, float *dpool, float *dx) {
+    k_op *o = k_new(c, K_MAXPOOL_RELU_BWD, "maxpool_relu_backward", 5);
+    if (!o) return;
+    const int v[9] = {batch, ch, h, w, k, stride, pad, oh, ow};
+    for (int j = 0; j < 9; j++) o->i[j] = v[j];
+    const size_t ny = (size_t)batch * ch * oh * ow, nx = (size_t)batch * ch * h * w;
+    arg(o, 0, "dy", dy, 0, F4(ny));
+    arg(o, 1, "argmax", argmax, 0, ny * sizeof(int32_t));
+    arg(o, 2, "y", y, 0, F4(nx));
+    arg(o, 3, "dpool", dpool, 0, F4(nx));
+    arg(o, 4, "dx", dx, 0, F4(nx));
+    submit(o);
+}
+
 static void lanes_run(fg_dev *g, fg_op *op, uint64_t unused) {
     lanes_op *b = (lanes_op *)op;
     for (int l = 0; l < b->n; l++) k_run(g, (fg_op *)(void *)(b->calls + (size_t)l * K_SLOT), unused);
@@ -500,4 +562,7 @@ const dp_kernels dp_fakegpu_kernels = {
     .nonfinite = nonfinite,
     .gather_batch = gather,
     .lanes = lanes,
+    .conv2d_relu_forward = conv_relu_fwd,
+    .bn_apply_relu = bn_apply_relu,
+    .maxpool_relu_backward = maxpool_relu_bwd,
 };
