@@ -38,6 +38,12 @@ void dp_cuda_nonfinite(const dp_kctx *, size_t, const float *, float *);
 void dp_cuda_gather_batch(const dp_kctx *, int, int, int, const uint8_t *, const uint8_t *, const int32_t *,
                           const float *, float *, int32_t *);
 void dp_cuda_lanes(const dp_kctx *, int, const struct dp_kcall *const *);
+void dp_cuda_conv2d_relu_forward(const dp_kctx *, const dp_conv2d_dims *, int, const float *, const float *,
+                                 const float *, float *, float *, float *, int, int, int, float *, int32_t *);
+void dp_cuda_bn_apply_relu(const dp_kctx *, int, int, int, const float *, const float *, const float *, const float *,
+                           const float *, float *, float *);
+void dp_cuda_maxpool_relu_backward(const dp_kctx *, int, int, int, int, int, int, int, int, int, const float *,
+                                   const int32_t *, const float *, float *, float *);
 
 const dp_kernels dp_cuda_kernels = {
     "cuda",
@@ -67,5 +73,8 @@ const dp_kernels dp_cuda_kernels = {
     dp_cuda_nonfinite,
     dp_cuda_gather_batch,
     dp_cuda_lanes,
+    dp_cuda_conv2d_relu_forward,
+    dp_cuda_bn_apply_relu,
+    dp_cuda_maxpool_relu_backward,
 };
 }
