@@ -82,11 +82,12 @@ static inline void dp_kcall_run(const dp_kernels *k, const dp_kctx *c, const dp_
             k->conv2d_forward(c, d, i[0], DP_KF(0), DP_KF(1), DP_KF(2), DP_KF(3), DP_KF(4));
             k->relu_forward(c, (size_t)i[0] * d->out_c * d->out_h * d->out_w, DP_KF(3), DP_KF(5));
             if (i[1] > 0)
-                k->maxpool_forward(c, i[0], d->out_c, d->out_h, d->out_w, i[1], i[2], i[3], DP_KF(5), DP_KF(6), DP_KI(7));
+                k->maxpool_forward(c, i[0], d->out_c, d->out_h, d->out_w, i[1], i[2], i[3], DP_KF(5), DP_KF(6),
+                                   DP_KI(7));
             break;
         }
-        k->conv2d_relu_forward(c, &a->dims, i[0], DP_KF(0), DP_KF(1), DP_KF(2), DP_KF(3), DP_KF(4), DP_KF(5), i[1], i[2],
-                               i[3], DP_KF(6), DP_KI(7));
+        k->conv2d_relu_forward(c, &a->dims, i[0], DP_KF(0), DP_KF(1), DP_KF(2), DP_KF(3), DP_KF(4), DP_KF(5), i[1],
+                               i[2], i[3], DP_KF(6), DP_KI(7));
         break;
     case DP_KC_BN_APPLY_RELU:
         if (!k->bn_apply_relu) {

@@ -466,7 +466,8 @@ static void test_fused(void **state) {
         const char *what[6] = {"conv2d_relu_forward y", "conv2d_relu_forward relu", "conv2d_relu_forward pooled",
                                "conv2d_relu_forward argmax", "maxpool_relu_backward dpool", "maxpool_relu_backward dx"};
         const size_t n[6] = {ny, ny, np, np, ny, ny};
-        for (int q = 0; q < 6; q++) same(what[q], "the fused call against the entries one by one", h[0][q], h[1][q], n[q]);
+        for (int q = 0; q < 6; q++)
+            same(what[q], "the fused call against the entries one by one", h[0][q], h[1][q], n[q]);
         /* the CPU twin: the convolution within rounding, the rest bitwise from the GPU's y */
         C->conv2d_relu_forward(&cc, &d, B, x, w, b, y, cws, r, pk, ps, pp, pooled, am);
         expect("conv2d_relu_forward y", y, h[0][0], ny, 1e-4);
@@ -506,7 +507,8 @@ static void test_fused(void **state) {
             same("bn_apply_relu relu", "the fused call against the entries one by one", hr, hr1, nn);
             expect("bn_apply_relu y", y, hy, nn, 0);
             expect("bn_apply_relu relu", r, hr, nn, 0);
-            free(x), free(mean), free(inv), free(ga), free(be), free(y), free(r), free(hy), free(hr), free(hy1), free(hr1);
+            free(x), free(mean), free(inv), free(ga), free(be), free(y), free(r);
+            free(hy), free(hr), free(hy1), free(hr1);
             cudaFree(gx), cudaFree(gm), cudaFree(gi), cudaFree(gga), cudaFree(gbe), cudaFree(gy), cudaFree(gr);
             cudaFree(gy1), cudaFree(gr1);
         }

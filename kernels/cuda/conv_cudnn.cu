@@ -10,7 +10,9 @@
 // (a timing could pick differently in another run): cuDNN from 1M multiply-adds per sample
 // (ResNet-18's convolutions), im2col + cuBLAS below (LeNet's), where cuDNN's per-call host cost
 // outweighs its kernels (H100: LeNet epoch 4.1 s against 1.75 s when launched eagerly; docs/gpu.md).
-// DPTRAIN_CONV=gemm or =cudnn forces one for every shape.
+// DPTRAIN_CONV=gemm or =cudnn forces one for every shape. Within cuDNN, DPTRAIN_CONV_ALGOS=time
+// chooses each pass's deterministic algorithm by cuDNN's timings, and a record (kernels/conv_algos.h)
+// given there replays a run's choices; every choice is noted in the process's record.
 #include <mutex>
 #include <stdlib.h>
 #include <string.h>
@@ -172,7 +174,8 @@ static int make_plan(cudnnHandle_t h, plan_t *p, int timed) {
     int n = 0;
     cudnnConvolutionFwdAlgoPerf_t f[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
     if (timed)
-        DNN(cudnnFindConvolutionForwardAlgorithm(h, p->x, p->w, p->conv, p->y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &n, f));
+        DNN(cudnnFindConvolutionForwardAlgorithm(h, p->x, p->w, p->conv, p->y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &n,
+                                                 f));
     else
         DNN(cudnnGetConvolutionForwardAlgorithm_v7(h, p->x, p->w, p->conv, p->y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &n,
                                                    f));

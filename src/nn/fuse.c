@@ -18,7 +18,9 @@ dp_status dp_fuse_plan(dp_model *m) {
         if (f[i].fwd == DP_FUSE_NONE && (l->ops == &dp_conv2d_ops || l->ops == &dp_batchnorm_ops) &&
             reads(m, i + 1, &dp_relu_ops, i)) {
             const int pool = l->ops == &dp_conv2d_ops && reads(m, i + 2, &dp_maxpool_ops, i + 1);
-            f[i].fwd = l->ops == &dp_batchnorm_ops ? DP_FUSE_BN_RELU : pool ? DP_FUSE_CONV_RELU_POOL : DP_FUSE_CONV_RELU;
+            f[i].fwd = l->ops == &dp_batchnorm_ops ? DP_FUSE_BN_RELU
+                       : pool                          ? DP_FUSE_CONV_RELU_POOL
+                                                       : DP_FUSE_CONV_RELU;
             for (int t = i + 1; t <= i + 1 + pool; t++) f[t].fwd = DP_FUSE_TAIL, f[t].fwd_head = i;
         }
         /* backward: the pool writes the relu's gradient and the relu its input's, neither added to
