@@ -3,6 +3,7 @@
 
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
@@ -83,10 +84,34 @@ void dp_conv_algos_note(const dp_conv_algo *a) {
 }
 
 size_t dp_conv_algos_current(char *buf, size_t cap) {
+    static dp_conv_algo all[2 * DP_CONV_ALGOS_MAX];
     pthread_mutex_lock(&mu);
-    const size_t len = dp_conv_algos_format(noted, n_noted, buf, cap);
+    int n = n_pinned;
+    memcpy(all, pinned, (size_t)n_pinned * sizeof *all);
+    for (int i = 0; i < n_noted; i++) {
+        int seen = 0;
+        for (int j = 0; j < n_pinned && !seen; j++) seen = same_shape(&pinned[j], &noted[i].d, noted[i].batch, noted[i].tf32);
+        if (!seen) all[n++] = noted[i];
+    }
+    const size_t len = dp_conv_algos_format(all, n, buf, cap);
     pthread_mutex_unlock(&mu);
     return len;
+}
+
+int dp_conv_algos_pin_env(char *why, size_t why_cap) {
+    static pthread_mutex_t env_mu = PTHREAD_MUTEX_INITIALIZER; /* not mu: pin takes that */
+    static int done = 0, result = 0;
+    static char reason[160];
+    pthread_mutex_lock(&env_mu);
+    if (!done) {
+        const char *e = getenv("DPTRAIN_CONV_ALGOS");
+        result = !e || !*e ? 0 : strcmp(e, "time") == 0 ? 1 : dp_conv_algos_pin(e, reason, sizeof reason) < 0 ? -1 : 0;
+        done = 1;
+    }
+    const int r = result;
+    if (r < 0) snprintf(why, why_cap, "%s", reason);
+    pthread_mutex_unlock(&env_mu);
+    return r;
 }
 
 void dp_conv_algos_reset(void) {

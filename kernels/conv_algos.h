@@ -35,10 +35,13 @@ int dp_conv_algos_parse(const char *s, dp_conv_algo *a, int max, char *why, size
  * reason in why) and their lookup (1 and the entry when the shape is pinned, else 0). */
 int dp_conv_algos_pin(const char *record, char *why, size_t why_cap);
 int dp_conv_algos_pinned(const dp_conv2d_dims *d, int batch, int tf32, dp_conv_algo *out);
-/* The choice the process made for a shape (kept once per shape), and every choice so far as a
- * record (for the log and the checkpoint); 0 when there were none. */
+/* The choice the process made for a shape (kept once per shape), and the run's record so far: the
+ * pinned entries, then the noted ones of other shapes (for the checkpoint); 0 when there are none. */
 void dp_conv_algos_note(const dp_conv_algo *a);
 size_t dp_conv_algos_current(char *buf, size_t cap);
+/* DPTRAIN_CONV_ALGOS, read once per process: "time" (1: choose by timing), a record (pinned; 0), unset
+ * (0); -1 with the reason in why for text that is neither. */
+int dp_conv_algos_pin_env(char *why, size_t why_cap);
 /* Forgets every pinned and noted choice (tests). */
 void dp_conv_algos_reset(void);
 

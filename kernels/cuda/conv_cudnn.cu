@@ -202,14 +202,7 @@ static int make_plan(cudnnHandle_t h, plan_t *p, int timed) {
 /* DPTRAIN_CONV_ALGOS: "time" chooses each shape's algorithms by cuDNN's timings (outside a graph
  * capture: cudnnFind* allocates and synchronises), a record (conv_algos.h) replays its choices;
  * unset: cuDNN's heuristics. 1: time. A bad record is noted at every plan. */
-static int algos_env(char *why, size_t cap) {
-    const char *e = getenv("DPTRAIN_CONV_ALGOS");
-    if (!e || !*e) return 0;
-    if (strcmp(e, "time") == 0) return 1;
-    static int pinned = 0;
-    if (!pinned && dp_conv_algos_pin(e, why, cap) == 0) pinned = 1;
-    return pinned ? 0 : -1;
-}
+static int algos_env(char *why, size_t cap) { return dp_conv_algos_pin_env(why, cap); }
 
 /* The plan of a shape on the current device, made at its first call; NULL (noted, so the call
  * fails at the next wait) when it could not be made, at that call and at every later one. */
