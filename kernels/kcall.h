@@ -13,11 +13,15 @@
 
 #include "kernels/kernels.h"
 
+/* The kinds of record: one per entry of kernels.def with a record (layers' and others'), from 1. */
 enum {
-    DP_KC_CONV_FWD = 1, DP_KC_CONV_BWD, DP_KC_LIN_FWD, DP_KC_LIN_BWD, DP_KC_RELU_FWD, DP_KC_RELU_BWD, DP_KC_ADD,
-    DP_KC_COPY, DP_KC_MAXPOOL_FWD, DP_KC_MAXPOOL_BWD, DP_KC_AVGPOOL_FWD, DP_KC_AVGPOOL_BWD, DP_KC_BN_SUMS,
-    DP_KC_BN_STATS, DP_KC_BN_APPLY, DP_KC_BN_BWD_SUMS, DP_KC_BN_BWD, DP_KC_XENT, DP_KC_CONV_RELU_FWD,
-    DP_KC_BN_APPLY_RELU, DP_KC_MAXPOOL_RELU_BWD,
+    DP_KC_NONE,
+#define DP_KERNEL_SIZE(name, params, args)
+#define DP_KERNEL_LAYER(name, KIND, items) DP_KC_##KIND,
+#define DP_KERNEL_CALL(name, KIND, items) DP_KC_##KIND,
+#define DP_KERNEL_OWN(name, params)
+#include "kernels/kernels.def"
+    DP_KC_COUNT
 };
 
 /* One call of a dp_kernels entry: its scalars by value and its pointers, in the entry's order. */
@@ -33,83 +37,18 @@ typedef struct dp_kcall {
 
 /* The entry's name ("conv2d_forward"), for messages. */
 const char *dp_kcall_name(int kind);
-/* Calls the entry of k that `call` records, with kctx c (inline, with casts C++ accepts too: the
+/* Calls the entry of k that kcall records, with kctx c (inline, with casts C++ accepts too: the
  * CUDA table, in the GPU plugin, runs records as well). */
-static inline void dp_kcall_run(const dp_kernels *k, const dp_kctx *c, const dp_kcall *a) {
-#define DP_KF(j) ((float *)a->p[j])
-#define DP_KI(j) ((int32_t *)a->p[j])
-    const int *i = a->i;
-    switch (a->kind) {
-    case DP_KC_CONV_FWD: k->conv2d_forward(c, &a->dims, i[0], DP_KF(0), DP_KF(1), DP_KF(2), DP_KF(3), DP_KF(4)); break;
-    case DP_KC_CONV_BWD:
-        k->conv2d_backward(c, &a->dims, i[0], DP_KF(0), DP_KF(1), DP_KF(2), DP_KF(3), DP_KF(4), DP_KF(5), DP_KF(6));
-        break;
-    case DP_KC_LIN_FWD: k->linear_forward(c, i[0], i[1], i[2], DP_KF(0), DP_KF(1), DP_KF(2), DP_KF(3)); break;
-    case DP_KC_LIN_BWD:
-        k->linear_backward(c, i[0], i[1], i[2], DP_KF(0), DP_KF(1), DP_KF(2), DP_KF(3), DP_KF(4), DP_KF(5));
-        break;
-    case DP_KC_RELU_FWD: k->relu_forward(c, a->z, DP_KF(0), DP_KF(1)); break;
-    case DP_KC_RELU_BWD: k->relu_backward(c, a->z, DP_KF(0), DP_KF(1), DP_KF(2)); break;
-    case DP_KC_ADD: k->add(c, a->z, DP_KF(0), DP_KF(1), DP_KF(2)); break;
-    case DP_KC_COPY: k->copy(c, a->z, DP_KF(0), DP_KF(1)); break;
-    case DP_KC_MAXPOOL_FWD:
-        k->maxpool_forward(c, i[0], i[1], i[2], i[3], i[4], i[5], i[6], DP_KF(0), DP_KF(1), DP_KI(2));
-        break;
-    case DP_KC_MAXPOOL_BWD:
-        k->maxpool_backward(c, i[0], i[1], i[2], i[3], i[4], i[5], i[6], i[7], i[8], DP_KF(0), DP_KI(1), DP_KF(2));
-        break;
-    case DP_KC_AVGPOOL_FWD: k->avgpool_forward(c, i[0], i[1], i[2], DP_KF(0), DP_KF(1)); break;
-    case DP_KC_AVGPOOL_BWD: k->avgpool_backward(c, i[0], i[1], i[2], DP_KF(0), DP_KF(1)); break;
-    case DP_KC_BN_SUMS: k->bn_sums(c, i[0], i[1], i[2], DP_KF(0), DP_KF(1), DP_KF(2)); break;
-    case DP_KC_BN_STATS:
-        k->bn_stats(c, i[0], i[1], DP_KF(0), a->count, a->f[0], a->f[1], i[2], DP_KF(1), DP_KF(2), DP_KF(3), DP_KF(4));
-        break;
-    case DP_KC_BN_APPLY:
-        k->bn_apply(c, i[0], i[1], i[2], DP_KF(0), DP_KF(1), DP_KF(2), DP_KF(3), DP_KF(4), DP_KF(5));
-        break;
-    case DP_KC_BN_BWD_SUMS:
-        k->bn_backward_sums(c, i[0], i[1], i[2], DP_KF(0), DP_KF(1), DP_KF(2), DP_KF(3), DP_KF(4), DP_KF(5));
-        break;
-    case DP_KC_BN_BWD:
-        k->bn_backward(c, i[0], i[1], i[2], DP_KF(0), DP_KF(1), DP_KF(2), DP_KF(3), DP_KF(4), DP_KF(5), DP_KF(6),
-                       a->count, DP_KF(7), DP_KF(8), DP_KF(9), DP_KF(10));
-        break;
-    case DP_KC_XENT: k->softmax_xent(c, i[0], i[1], DP_KF(0), DP_KI(1), a->f[0], DP_KF(2), DP_KF(3), DP_KI(4)); break;
-    /* the fused kinds on a table without them (the recorder has them all): their sequence */
-    case DP_KC_CONV_RELU_FWD:
-        if (!k->conv2d_relu_forward) {
-            const dp_conv2d_dims *d = &a->dims;
-            k->conv2d_forward(c, d, i[0], DP_KF(0), DP_KF(1), DP_KF(2), DP_KF(3), DP_KF(4));
-            k->relu_forward(c, (size_t)i[0] * d->out_c * d->out_h * d->out_w, DP_KF(3), DP_KF(5));
-            if (i[1] > 0)
-                k->maxpool_forward(c, i[0], d->out_c, d->out_h, d->out_w, i[1], i[2], i[3], DP_KF(5), DP_KF(6),
-                                   DP_KI(7));
-            break;
-        }
-        k->conv2d_relu_forward(c, &a->dims, i[0], DP_KF(0), DP_KF(1), DP_KF(2), DP_KF(3), DP_KF(4), DP_KF(5), i[1],
-                               i[2], i[3], DP_KF(6), DP_KI(7));
-        break;
-    case DP_KC_BN_APPLY_RELU:
-        if (!k->bn_apply_relu) {
-            k->bn_apply(c, i[0], i[1], i[2], DP_KF(0), DP_KF(1), DP_KF(2), DP_KF(3), DP_KF(4), DP_KF(5));
-            k->relu_forward(c, (size_t)i[0] * i[1] * i[2], DP_KF(5), DP_KF(6));
-            break;
-        }
-        k->bn_apply_relu(c, i[0], i[1], i[2], DP_KF(0), DP_KF(1), DP_KF(2), DP_KF(3), DP_KF(4), DP_KF(5), DP_KF(6));
-        break;
-    case DP_KC_MAXPOOL_RELU_BWD:
-        if (!k->maxpool_relu_backward) {
-            k->maxpool_backward(c, i[0], i[1], i[2], i[3], i[4], i[5], i[6], i[7], i[8], DP_KF(0), DP_KI(1), DP_KF(3));
-            k->relu_backward(c, (size_t)i[0] * i[1] * i[2] * i[3], DP_KF(2), DP_KF(3), DP_KF(4));
-            break;
-        }
-        k->maxpool_relu_backward(c, i[0], i[1], i[2], i[3], i[4], i[5], i[6], i[7], i[8], DP_KF(0), DP_KI(1), DP_KF(2),
-                                 DP_KF(3), DP_KF(4));
-        break;
+static inline void dp_kcall_run(const dp_kernels *k, const dp_kctx *c, const dp_kcall *kcall) {
+    switch (kcall->kind) {
+#define DP_KERNEL_SIZE(name, params, args)
+#define DP_KERNEL_OWN(name, params)
+#define DP_KERNEL_LAYER(name, KIND, items)                                                                         \
+    case DP_KC_##KIND: k->name(c DP_KDEF_UNPACK(items)); break;
+#define DP_KERNEL_CALL(name, KIND, items) DP_KERNEL_LAYER(name, KIND, items)
+#include "kernels/kernels.def"
     default: break;
     }
-#undef DP_KF
-#undef DP_KI
 }
 
 /* lanes() by calling k's entries lane after lane, in order: the CPU's, and a device's for the

@@ -3,13 +3,14 @@
  * the device's streams behind random delays. The arguments a launch copies are changed right
  * after each call (the conv dims, tree_sum's vector array), which must not matter. lanes() runs
  * the recorded calls of several lanes (kernels/kcall.h) as one launch, bitwise the CPU's calls one
- * by one. */
+ * by one. The CPU's, the recorder's and the fake GPU's tables fill every entry of kernels.def. */
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
 
 #include "core/rng.h"
 #include "fakegpu_util.h"
+#include "kernel_tables.h"
 #include "kernels/kcall.h"
 #include "kernels/kernels.h"
 
@@ -321,12 +322,28 @@ static void test_lanes(void **state) {
     fgt_close(D);
 }
 
+/* Every table fills every entry of kernels.def, and each record kind has its entry's name. */
+static void test_tables_complete(void **state) {
+    (void)state;
+    assert_int_equal(kernel_table_missing(&dp_cpu_kernels), 0);
+    assert_int_equal(kernel_table_missing(&dp_kcall_recorder), 0);
+    dp_dev *D = fgt_open(NULL);
+    assert_int_equal(kernel_table_missing(D->k), 0);
+    fgt_close(D);
+    assert_int_equal(kernel_kind_names_wrong(), 0);
+    assert_string_equal(dp_kcall_name(DP_KC_NONE), "an unknown kernel");
+    assert_string_equal(dp_kcall_name(DP_KC_COUNT), "an unknown kernel");
+    dp_kernels gap = dp_cpu_kernels; /* the check sees a missing entry */
+    gap.bn_backward = NULL;
+    assert_int_equal(kernel_table_missing(&gap), 1);
+}
+
 int main(void) {
     dp_rng_seed(&rng, 23, 23);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_elementwise_sgd_tree), cmocka_unit_test(test_pooling), cmocka_unit_test(test_batchnorm),
         cmocka_unit_test(test_linear_and_loss), cmocka_unit_test(test_conv2d), cmocka_unit_test(test_gather_batch),
-        cmocka_unit_test(test_lanes),
+        cmocka_unit_test(test_lanes), cmocka_unit_test(test_tables_complete),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -61,6 +61,13 @@ enum { DP_CUDA_HANDLE_BLAS = 1, DP_CUDA_HANDLE_CUDNN = 2 };
 void *dp_cuda_handle_find(int kind, int dev);
 void dp_cuda_handle_keep(int kind, int dev, void *h, void *aux, void (*destroy)(void *h, void *aux));
 void dp_cuda_handles_release(int dev);
+// This thread's handle of `kind` on the call's device, made current first (one thread may drive
+// several, nccl --gpus): found, or made by create (which notes its own failure and returns NULL;
+// *aux: what destroy frees with it) and kept; then bound to the call's stream by bind, which
+// returns NULL or the library's message, noted under bind_what. NULL when anything failed (noted).
+void *dp_cuda_thread_handle(const dp_kctx *c, int kind, void *(*create)(void **aux),
+                            void (*destroy)(void *h, void *aux), const char *bind_what,
+                            const char *(*bind)(void *h, cudaStream_t s));
 // cuDNN's plans (descriptors and algorithm choices) of device dev, at its last close (conv_cudnn.cu).
 void dp_cuda_conv_release(int dev);
 

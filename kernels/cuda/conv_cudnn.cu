@@ -76,27 +76,25 @@ static void destroy_dnn(void *h, void *aux) {
     cudnnDestroy((cudnnHandle_t)h);
 }
 
+static void *make_dnn(void **aux) {
+    (void)aux;
+    cudnnHandle_t h = nullptr;
+    cudnnStatus_t s = cudnnCreate(&h);
+    if (s == CUDNN_STATUS_SUCCESS) return h;
+    dp_cuda_note("cudnnCreate", cudnnGetErrorString(s));
+    return nullptr;
+}
+
+static const char *bind_dnn(void *h, cudaStream_t stream) {
+    const cudnnStatus_t s = cudnnSetStream((cudnnHandle_t)h, stream);
+    return s == CUDNN_STATUS_SUCCESS ? nullptr : cudnnGetErrorString(s);
+}
+
 /* This thread's cuDNN handle on the call's device (made current first: one thread may drive
  * several, nccl --gpus), bound to the call's stream. */
 static cudnnHandle_t dnn(const dp_kctx *c) {
-    dp_cuda_use(c ? c->device : 0);
-    const int dev = dp_cuda_current_device();
-    cudnnHandle_t h = (cudnnHandle_t)dp_cuda_handle_find(DP_CUDA_HANDLE_CUDNN, dev);
-    if (!h) {
-        cudnnStatus_t s = cudnnCreate(&h);
-        if (s != CUDNN_STATUS_SUCCESS) {
-            dp_cuda_note("cudnnCreate", cudnnGetErrorString(s));
-            return nullptr;
-        }
-        dp_cuda_handle_keep(DP_CUDA_HANDLE_CUDNN, dev, h, nullptr, destroy_dnn);
-    }
-    // unchecked, the work would run on the handle's previous stream: a race, not an error
-    cudnnStatus_t s = cudnnSetStream(h, dp_stream(c));
-    if (s != CUDNN_STATUS_SUCCESS) {
-        dp_cuda_note("cudnnSetStream", cudnnGetErrorString(s));
-        return nullptr;
-    }
-    return h;
+    return (cudnnHandle_t)dp_cuda_thread_handle(c, DP_CUDA_HANDLE_CUDNN, make_dnn, destroy_dnn, "cudnnSetStream",
+                                                bind_dnn);
 }
 
 static void plan_free(plan_t *p) {

@@ -128,45 +128,65 @@ void dp_cuda_use(int ordinal) {
     DP_CUDA_NOTE(cudaSetDevice(ordinal));
 }
 
+void *dp_cuda_thread_handle(const dp_kctx *c, int kind, void *(*create)(void **aux),
+                            void (*destroy)(void *h, void *aux), const char *bind_what,
+                            const char *(*bind)(void *h, cudaStream_t s)) {
+    dp_cuda_use(c ? c->device : 0);
+    const int dev = dp_cuda_current_device();
+    void *h = dp_cuda_handle_find(kind, dev);
+    if (!h) {
+        void *aux = nullptr;
+        if (!(h = create(&aux))) return nullptr; // noted
+        dp_cuda_handle_keep(kind, dev, h, aux, destroy);
+    }
+    // unchecked, the work would run on the handle's previous stream: a race, not an error
+    const char *err = bind(h, dp_stream(c));
+    if (err) {
+        dp_cuda_note(bind_what, err);
+        return nullptr;
+    }
+    return h;
+}
+
+static void *make_blas(void **ws) {
+    cublasHandle_t own = nullptr;
+    cublasStatus_t s = cublasCreate(&own);
+    if (s != CUBLAS_STATUS_SUCCESS) {
+        dp_cuda_note("cublasCreate", blas_status(s));
+        return nullptr;
+    }
+    cudaError_t e = cudaMalloc(ws, DP_CUDA_BLAS_WORKSPACE);
+    if (e != cudaSuccess) {
+        cublasDestroy(own);
+        dp_cuda_note("cudaMalloc (the table's cuBLAS workspace)", cudaGetErrorString(e));
+        return nullptr;
+    }
+    s = cublasSetWorkspace(own, *ws, DP_CUDA_BLAS_WORKSPACE);
+    if (s == CUBLAS_STATUS_SUCCESS) s = cublasSetMathMode(own, CUBLAS_DEFAULT_MATH);
+    if (s != CUBLAS_STATUS_SUCCESS) {
+        destroy_blas(own, *ws);
+        dp_cuda_note("cublasSetWorkspace / cublasSetMathMode", blas_status(s));
+        return nullptr;
+    }
+    return own;
+}
+
+static const char *bind_blas(void *h, cudaStream_t s) {
+    const cublasStatus_t st = cublasSetStream((cublasHandle_t)h, s);
+    return st == CUBLAS_STATUS_SUCCESS ? nullptr : blas_status(st);
+}
+
 // The table's own handle (tests, callers without an executor): one per host thread and device,
 // since a handle must not be used by two threads at once and belongs to the device current at its
 // creation; the workspace every handle has (DP_CUDA_BLAS_WORKSPACE), fp32 math (no TF32) so results
 // compare with the CPU's. The executor's handles are its devices' own (c->blas); the call's device
 // (c->device) is made current first, since one thread may drive several (nccl --gpus).
 cublasHandle_t dp_cuda_blas(const dp_kctx *c) {
-    dp_cuda_use(c ? c->device : 0);
-    if (c && c->blas) return (cublasHandle_t)c->blas;
-    const int dev = dp_cuda_current_device();
-    cublasHandle_t own = (cublasHandle_t)dp_cuda_handle_find(DP_CUDA_HANDLE_BLAS, dev);
-    if (!own) {
-        cublasStatus_t s = cublasCreate(&own);
-        if (s != CUBLAS_STATUS_SUCCESS) {
-            dp_cuda_note("cublasCreate", blas_status(s));
-            return nullptr;
-        }
-        void *ws = nullptr;
-        cudaError_t e = cudaMalloc(&ws, DP_CUDA_BLAS_WORKSPACE);
-        if (e != cudaSuccess) {
-            cublasDestroy(own);
-            dp_cuda_note("cudaMalloc (the table's cuBLAS workspace)", cudaGetErrorString(e));
-            return nullptr;
-        }
-        s = cublasSetWorkspace(own, ws, DP_CUDA_BLAS_WORKSPACE);
-        if (s == CUBLAS_STATUS_SUCCESS) s = cublasSetMathMode(own, CUBLAS_DEFAULT_MATH);
-        if (s != CUBLAS_STATUS_SUCCESS) {
-            destroy_blas(own, ws);
-            dp_cuda_note("cublasSetWorkspace / cublasSetMathMode", blas_status(s));
-            return nullptr;
-        }
-        dp_cuda_handle_keep(DP_CUDA_HANDLE_BLAS, dev, own, ws, destroy_blas);
-    }
-    // unchecked, the work would run on the handle's previous stream: a race, not an error
-    cublasStatus_t s = cublasSetStream(own, dp_stream(c));
-    if (s != CUBLAS_STATUS_SUCCESS) {
-        dp_cuda_note("cublasSetStream", blas_status(s));
-        return nullptr;
-    }
-    return own;
+    if (!c || !c->blas)
+        return (cublasHandle_t)dp_cuda_thread_handle(c, DP_CUDA_HANDLE_BLAS, make_blas, destroy_blas,
+                                                     "cublasSetStream", bind_blas);
+    dp_cuda_use(c->device);
+    return (cublasHandle_t)c->blas;
 }
 
 void dp_cuda_gemm(const dp_kctx *c, int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,

@@ -242,43 +242,47 @@ static dp_status timed_node(dp_executor *ex, int q, int phase, int k, dp_slot *s
     return s;
 }
 
+/* One stretch on every active slot: phase 0 runs nodes from .. to-1 forward, phase 1 nodes from
+ * down to to+1 backward; then node sums_at's local sums (forward or backward; -1: none), or, when
+ * the forward reaches the last node, the lane's loss (its samples' losses summed in order, as a
+ * float). The first failure of a slot, or of the stretch's fork or join. */
+static dp_status run_stretch(dp_executor *ex, const dp_batch *b, const dp_micro_info *mi, float scale, int phase,
+                             int from, int to, int sums_at) {
+    const dp_model *m = ex->model;
+    const int nq = n_slots(ex), step = phase ? -1 : 1;
+    dp_status st[nq + 1];
+    FOR_SLOTS(ex, r, l) {
+        dp_slot *sl = &ex->rep[r].slots[l];
+        dp_exec x = exec_of(ex, r, l, b, mi);
+        const float *in = slot_input(ex, b, r, l);
+        st[q_] = DP_OK;
+        for (int k = from; k != to && st[q_] == DP_OK; k += step) st[q_] = timed_node(ex, q_, phase, k, sl, &x, in);
+        keep_error(ex, st[q_]);
+        if (sums_at >= 0 && phase == 0) dp_node_forward_sums(m, sums_at, &sl->acts, &x, in);
+        else if (sums_at >= 0) dp_node_backward_sums(m, sums_at, &sl->acts, &x, in);
+        else if (phase == 0 && to == m->n_nodes)
+            m->head->loss(x.k, slot_kc(ex, q_), sl->n, m->n_classes, sl->acts.out[m->output], b[r].y + sl->lo, scale,
+                          sl->acts.dout[m->output], ex->d_lane_loss[r] + sl->lane, ex->d_lane_correct[r] + sl->lane);
+    }
+    DP_TRY(stretch_status(ex));
+    return first_error(ex, st, nq);
+}
+
 dp_status dp_exec_forward(dp_executor *ex, const dp_batch *b, const dp_micro_info *mi, float scale) {
     const dp_model *m = ex->model;
-    const int nq = n_slots(ex);
-    dp_status st[nq + 1];
     if (ex->node_s) { /* the lanes this micro-step runs, for the per-node means */
-        ex->node_runs += nq;
+        ex->node_runs += n_slots(ex);
         for (int r = 0; r < ex->n_local; r++)
             for (int l = 0; l < ex->rep[r].n_active; l++) ex->node_samples += ex->rep[r].slots[l].n;
     }
     if (dp_node_has_sums(m, 0)) {
-        FOR_SLOTS(ex, r, l) {
-            dp_exec x = exec_of(ex, r, l, b, mi);
-            dp_node_forward_sums(m, 0, &ex->rep[r].slots[l].acts, &x, slot_input(ex, b, r, l));
-        }
-        DP_TRY(stretch_status(ex));
+        DP_TRY(run_stretch(ex, b, mi, scale, 0, 0, 0, 0)); /* no node: the first one's sums */
         DP_TRY(reduce_sums(ex, 0));
     }
     for (int i = 0; i < m->n_nodes;) {
         int j = i + 1;
         while (j < m->n_nodes && !dp_node_has_sums(m, j)) j++;
-        FOR_SLOTS(ex, r, l) {
-            dp_slot *sl = &ex->rep[r].slots[l];
-            dp_exec x = exec_of(ex, r, l, b, mi);
-            const float *in = slot_input(ex, b, r, l);
-            st[q_] = DP_OK;
-            for (int k = i; k < j && st[q_] == DP_OK; k++) st[q_] = timed_node(ex, q_, 0, k, sl, &x, in);
-            keep_error(ex, st[q_]);
-            if (j < m->n_nodes) {
-                dp_node_forward_sums(m, j, &sl->acts, &x, in);
-            } else { /* the lane's loss: its samples' losses summed in order, as a float */
-                m->head->loss(x.k, slot_kc(ex, q_), sl->n, m->n_classes, sl->acts.out[m->output], b[r].y + sl->lo,
-                              scale, sl->acts.dout[m->output], ex->d_lane_loss[r] + sl->lane,
-                              ex->d_lane_correct[r] + sl->lane);
-            }
-        }
-        DP_TRY(stretch_status(ex));
-        DP_TRY(first_error(ex, st, nq));
+        DP_TRY(run_stretch(ex, b, mi, scale, 0, i, j, j < m->n_nodes ? j : -1));
         if (j < m->n_nodes) DP_TRY(reduce_sums(ex, j));
         i = j;
     }
@@ -343,35 +347,20 @@ static int completes(const dp_executor *ex, int last, int next, int i) {
 dp_status dp_exec_backward(dp_executor *ex, const dp_batch *b, const dp_micro_info *mi, dp_bucket_ready_fn ready,
                            void *ctx) {
     const dp_model *m = ex->model;
-    const int nq = n_slots(ex), last = mi->last;
-    dp_status st[nq + 1];
+    const int last = mi->last, n = m->n_nodes;
     int next = 0;
-    if (dp_node_has_sums(m, m->n_nodes - 1)) {
-        FOR_SLOTS(ex, r, l) {
-            dp_exec x = exec_of(ex, r, l, b, mi);
-            dp_node_backward_sums(m, m->n_nodes - 1, &ex->rep[r].slots[l].acts, &x, slot_input(ex, b, r, l));
-        }
-        DP_TRY(stretch_status(ex));
-        DP_TRY(reduce_sums(ex, m->n_nodes - 1));
+    if (dp_node_has_sums(m, n - 1)) {
+        DP_TRY(run_stretch(ex, b, mi, 0.0f, 1, n - 1, n - 1, n - 1)); /* no node: the last one's sums */
+        DP_TRY(reduce_sums(ex, n - 1));
     }
-    for (int i = m->n_nodes - 1; i >= 0;) {
+    for (int i = n - 1; i >= 0;) {
         /* the stretch i, i-1, ..., j+1: it ends after a node that completes a bucket, or before a
            BN node j (whose local sums the lanes then compute) */
         int j = i - 1;
         if (!completes(ex, last, next, i))
             while (j >= 0 && !dp_node_has_sums(m, j) && !completes(ex, last, next, j)) j--;
         if (j >= 0 && completes(ex, last, next, j) && !dp_node_has_sums(m, j)) j--; /* j completes: include it */
-        FOR_SLOTS(ex, r, l) {
-            dp_slot *sl = &ex->rep[r].slots[l];
-            dp_exec x = exec_of(ex, r, l, b, mi);
-            const float *in = slot_input(ex, b, r, l);
-            st[q_] = DP_OK;
-            for (int k = i; k > j && st[q_] == DP_OK; k--) st[q_] = timed_node(ex, q_, 1, k, sl, &x, in);
-            keep_error(ex, st[q_]);
-            if (j >= 0 && dp_node_has_sums(m, j)) dp_node_backward_sums(m, j, &sl->acts, &x, in);
-        }
-        DP_TRY(stretch_status(ex));
-        DP_TRY(first_error(ex, st, nq));
+        DP_TRY(run_stretch(ex, b, mi, 0.0f, 1, i, j, j >= 0 && dp_node_has_sums(m, j) ? j : -1));
         for (; completes(ex, last, next, j + 1); next++) {
             sum_lanes(ex, next);
             if (ready) DP_TRY(ready(ctx, next, j + 1, j >= 0));
