@@ -15,7 +15,7 @@ static const char *const names[] = {
 const char *dp_kcall_name(int kind) { return kind > 0 && kind < DP_KC_COUNT ? names[kind] : "an unknown kernel"; }
 
 int dp_kcall_same(const dp_kcall *a, const dp_kcall *b) {
-    const int conv = a->kind == DP_KC_CONV_FWD || a->kind == DP_KC_CONV_BWD;
+    const int conv = a->kind == DP_KC_CONV_FWD || a->kind == DP_KC_CONV_BWD || a->kind == DP_KC_CONV_RELU_FWD;
     return a->kind == b->kind && (!conv || memcmp(&a->dims, &b->dims, sizeof a->dims) == 0);
 }
 

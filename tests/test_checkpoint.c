@@ -482,6 +482,48 @@ static void test_resume_note_inexact(void **state) {
     free(o);
 }
 
+/* The checkpoint's dptrain.conv_algos (the newest in dir), into buf. */
+static void conv_algos_of(const char *dir, char *buf, size_t cap) {
+    dp_st_file f;
+    assert_int_equal(dp_st_read(newest(dir, NULL), &f), DP_OK);
+    const char *v = dp_st_meta_get(&f, "dptrain.conv_algos");
+    snprintf(buf, cap, "%s", v ? v : "(none)");
+    dp_st_free(&f);
+}
+
+/* The convolution algorithm record (kernels/conv_algos.h) travels in the checkpoint: the record a run
+ * replayed (DPTRAIN_CONV_ALGOS; on a GPU also the algorithms it chose) is in its checkpoints, and a
+ * resume replays the checkpoint's, so its own checkpoints carry it on without being told again. A
+ * record that is not one is refused at start. (A CPU run chooses none: the record is what it was
+ * given.) */
+static void test_conv_algos_recorded(void **state) {
+    (void)state;
+    const char *d = fresh_dir("algos");
+    const char *rec = "64,56,56,64,3,1,1,32,0:1,0,-1;3,28,28,6,5,1,0,32,1:6,1,5";
+    const char *args = "train " DATA " --epochs 2 --threads 1 --save-every 1";
+    char *o, got[1024];
+    setenv("DPTRAIN_CONV_ALGOS", rec, 1);
+    int rc = tu_run_dptrain(&o, "%s --max-steps 3 --checkpoint %s", args, d);
+    unsetenv("DPTRAIN_CONV_ALGOS");
+    if (rc) fail_msg("rc %d:\n%s", rc, o);
+    free(o);
+    conv_algos_of(d, got, sizeof got);
+    assert_string_equal(got, rec);
+    rc = tu_run_dptrain(&o, "%s --max-steps 6 --resume %s", args, d);
+    if (rc) fail_msg("rc %d:\n%s", rc, o);
+    free(o);
+    int n = 0;
+    newest(d, &n);
+    assert_true(n >= 2);
+    conv_algos_of(d, got, sizeof got);
+    assert_string_equal(got, rec);
+    setenv("DPTRAIN_CONV_ALGOS", "64,56,56,64,3,1,1,32,0:1,0", 1);
+    rc = tu_run_dptrain(&o, "%s --max-steps 3 --checkpoint %s", args, fresh_dir("algos_bad"));
+    unsetenv("DPTRAIN_CONV_ALGOS");
+    if (rc != 2 || !tu_contains(o, "dptrain: DPTRAIN_CONV_ALGOS: entry 1 is not ")) fail_msg("rc %d:\n%s", rc, o);
+    free(o);
+}
+
 /* --save-every Ne: one checkpoint per N epochs (plus the last state), --keep K of them. */
 static void test_save_every_epochs(void **state) {
     (void)state;
@@ -514,7 +556,8 @@ int main(void) {
         cmocka_unit_test(test_sigterm),        cmocka_unit_test(test_damaged_skipped),
         cmocka_unit_test(test_refusals),       cmocka_unit_test(test_outputs_checked),
         cmocka_unit_test(test_disk_full),      cmocka_unit_test(test_nan),
-        cmocka_unit_test(test_save_every_epochs), cmocka_unit_test(test_resume_other_replica_count),
+        cmocka_unit_test(test_save_every_epochs), cmocka_unit_test(test_conv_algos_recorded),
+        cmocka_unit_test(test_resume_other_replica_count),
         cmocka_unit_test(test_resume_log_partial_line), cmocka_unit_test(test_resume_note_inexact),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

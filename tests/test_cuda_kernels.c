@@ -415,6 +415,107 @@ static void test_conv2d(void **state) {
     }
 }
 
+/* The fused entries (kernels/cuda/fused.cu) against the CUDA entries they stand for, bitwise, and
+ * against their CPU twins: the convolution within test_conv2d's tolerance, and what follows it
+ * (ReLU, max pool, their gradients, batch norm's apply) bitwise from the same inputs. */
+static void test_fused(void **state) {
+    (void)state;
+    /* LeNet's two layers with their 2x2 pools, an overlapping 3x3 stride 2 pad 1 pool, no pool */
+    const struct { dp_conv2d_dims d; int pk, ps, pp; } cases[] = {
+        {{1, 28, 28, 6, 5, 1, 0, 0, 0}, 2, 2, 0},
+        {{6, 12, 12, 16, 5, 1, 0, 0, 0}, 2, 2, 0},
+        {{8, 9, 9, 8, 3, 1, 1, 0, 0}, 3, 2, 1},
+        {{3, 10, 10, 4, 3, 1, 1, 0, 0}, 0, 0, 0},
+    };
+    const int B = 3;
+    for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+        dp_conv2d_dims d = cases[k].d;
+        assert_int_equal(conv2d_dims_init(&d), 0);
+        const int pk = cases[k].pk, ps = cases[k].ps, pp = cases[k].pp;
+        const int oh = pk ? (d.out_h + 2 * pp - pk) / ps + 1 : 0, ow = pk ? (d.out_w + 2 * pp - pk) / ps + 1 : 0;
+        const size_t nx = (size_t)B * d.in_c * d.in_h * d.in_w, nw = (size_t)d.out_c * d.in_c * d.k * d.k,
+                     ny = (size_t)B * d.out_c * d.out_h * d.out_w, np = (size_t)B * d.out_c * oh * ow;
+        float *x = host_rand(nx, 1), *w = host_rand(nw, 0.2f), *b = host_rand(d.out_c, 0.1f), *g = host_rand(np, 1);
+        float *cws = malloc(C->conv2d_workspace_floats(&d, B, 1) * 4 + 64);
+        float *y = malloc(ny * 4), *r = malloc(ny * 4), *pooled = malloc(np * 4 + 4), *dpool = malloc(ny * 4);
+        float *dx = malloc(ny * 4);
+        int32_t *am = malloc(np * 4 + 4);
+        float *gx = dev(x, nx * 4), *gw = dev(w, nw * 4), *gb = dev(b, d.out_c * 4), *gg = dev(g, np * 4 + 4);
+        float *gws = dev(NULL, G->conv2d_workspace_floats(&d, B, 1) * 4);
+        float *gy[2], *gr[2], *gp[2], *gdp[2], *gdx[2];
+        int32_t *gam[2];
+        for (int t = 0; t < 2; t++) {
+            gy[t] = dev(NULL, ny * 4), gr[t] = dev(NULL, ny * 4), gp[t] = dev(NULL, np * 4 + 4);
+            gam[t] = dev(NULL, np * 4 + 4), gdp[t] = dev(NULL, ny * 4), gdx[t] = dev(NULL, ny * 4);
+        }
+        /* [0] fused, [1] the entries one by one */
+        G->conv2d_relu_forward(&D->kc, &d, B, gx, gw, gb, gy[0], gws, gr[0], pk, ps, pp, gp[0], gam[0]);
+        G->conv2d_forward(&D->kc, &d, B, gx, gw, gb, gy[1], gws);
+        G->relu_forward(&D->kc, ny, gy[1], gr[1]);
+        if (pk) {
+            G->maxpool_forward(&D->kc, B, d.out_c, d.out_h, d.out_w, pk, ps, pp, gr[1], gp[1], gam[1]);
+            G->maxpool_relu_backward(&D->kc, B, d.out_c, d.out_h, d.out_w, pk, ps, pp, oh, ow, gg, gam[0], gr[0],
+                                     gdp[0], gdx[0]);
+            G->maxpool_backward(&D->kc, B, d.out_c, d.out_h, d.out_w, pk, ps, pp, oh, ow, gg, gam[1], gdp[1]);
+            G->relu_backward(&D->kc, ny, gr[1], gdp[1], gdx[1]);
+        }
+        float *h[2][6];
+        for (int t = 0; t < 2; t++) {
+            h[t][0] = back(gy[t], ny), h[t][1] = back(gr[t], ny), h[t][2] = back(gp[t], np);
+            h[t][3] = back(gam[t], np), h[t][4] = back(gdp[t], ny), h[t][5] = back(gdx[t], ny);
+        }
+        const char *what[6] = {"conv2d_relu_forward y", "conv2d_relu_forward relu", "conv2d_relu_forward pooled",
+                               "conv2d_relu_forward argmax", "maxpool_relu_backward dpool", "maxpool_relu_backward dx"};
+        const size_t n[6] = {ny, ny, np, np, ny, ny};
+        for (int q = 0; q < 6; q++)
+            same(what[q], "the fused call against the entries one by one", h[0][q], h[1][q], n[q]);
+        /* the CPU twin: the convolution within rounding, the rest bitwise from the GPU's y */
+        C->conv2d_relu_forward(&cc, &d, B, x, w, b, y, cws, r, pk, ps, pp, pooled, am);
+        expect("conv2d_relu_forward y", y, h[0][0], ny, 1e-4);
+        C->relu_forward(&cc, ny, h[0][0], r);
+        expect("conv2d_relu_forward relu", r, h[0][1], ny, 0);
+        if (pk) {
+            C->maxpool_forward(&cc, B, d.out_c, d.out_h, d.out_w, pk, ps, pp, r, pooled, am);
+            expect("conv2d_relu_forward pooled", pooled, h[0][2], np, 0);
+            assert_memory_equal(am, h[0][3], np * 4);
+            C->maxpool_relu_backward(&cc, B, d.out_c, d.out_h, d.out_w, pk, ps, pp, oh, ow, g, am, r, dpool, dx);
+            expect("maxpool_relu_backward dpool", dpool, h[0][4], ny, 0);
+            expect("maxpool_relu_backward dx", dx, h[0][5], ny, 0);
+        }
+        for (int t = 0; t < 2; t++) {
+            for (int q = 0; q < 6; q++) free(h[t][q]);
+            cudaFree(gy[t]), cudaFree(gr[t]), cudaFree(gp[t]), cudaFree(gam[t]), cudaFree(gdp[t]), cudaFree(gdx[t]);
+        }
+        free(x), free(w), free(b), free(g), free(cws), free(y), free(r), free(pooled), free(dpool), free(dx), free(am);
+        cudaFree(gx), cudaFree(gw), cudaFree(gb), cudaFree(gg), cudaFree(gws);
+    }
+    { /* batch norm's apply with its ReLU: LeNet-BN's bn1 and bn3 (hw 1) */
+        const int shapes[2][3] = {{4, 6, 28 * 28}, {5, 120, 1}};
+        for (int t = 0; t < 2; t++) {
+            const int Bn = shapes[t][0], ch = shapes[t][1], hw = shapes[t][2];
+            const size_t nn = (size_t)Bn * ch * hw;
+            float *x = host_rand(nn, 2), *mean = host_rand(ch, 0.5f), *inv = host_rand(ch, 2), *ga = host_rand(ch, 1);
+            float *be = host_rand(ch, 1), *y = malloc(nn * 4), *r = malloc(nn * 4);
+            float *gx = dev(x, nn * 4), *gm = dev(mean, ch * 4), *gi = dev(inv, ch * 4), *gga = dev(ga, ch * 4);
+            float *gbe = dev(be, ch * 4), *gy = dev(NULL, nn * 4), *gr = dev(NULL, nn * 4), *gy1 = dev(NULL, nn * 4);
+            float *gr1 = dev(NULL, nn * 4);
+            C->bn_apply_relu(&cc, Bn, ch, hw, x, mean, inv, ga, be, y, r);
+            G->bn_apply_relu(&D->kc, Bn, ch, hw, gx, gm, gi, gga, gbe, gy, gr);
+            G->bn_apply(&D->kc, Bn, ch, hw, gx, gm, gi, gga, gbe, gy1);
+            G->relu_forward(&D->kc, nn, gy1, gr1);
+            float *hy = back(gy, nn), *hr = back(gr, nn), *hy1 = back(gy1, nn), *hr1 = back(gr1, nn);
+            same("bn_apply_relu y", "the fused call against the entries one by one", hy, hy1, nn);
+            same("bn_apply_relu relu", "the fused call against the entries one by one", hr, hr1, nn);
+            expect("bn_apply_relu y", y, hy, nn, 0);
+            expect("bn_apply_relu relu", r, hr, nn, 0);
+            free(x), free(mean), free(inv), free(ga), free(be), free(y), free(r);
+            free(hy), free(hr), free(hy1), free(hr1);
+            cudaFree(gx), cudaFree(gm), cudaFree(gi), cudaFree(gga), cudaFree(gbe), cudaFree(gy), cudaFree(gr);
+            cudaFree(gy1), cudaFree(gr1);
+        }
+    }
+}
+
 /* A failed library call (cuBLAS refuses a negative inner dimension) is reported by the device's
  * next wait, naming the call; one noted and never read is dropped when the device closes, so the
  * next device opened in the process starts clean. Every device operation makes its GPU current. */
@@ -543,7 +644,7 @@ int main(void) {
         cmocka_unit_test(test_elementwise), cmocka_unit_test(test_pooling), cmocka_unit_test(test_batchnorm),
         cmocka_unit_test(test_linear), cmocka_unit_test(test_loss), cmocka_unit_test(test_conv2d),
         cmocka_unit_test(test_gather_batch), cmocka_unit_test(test_errors_stay_with_their_device),
-        cmocka_unit_test(test_lanes),
+        cmocka_unit_test(test_lanes), cmocka_unit_test(test_fused),
     };
     return cmocka_run_group_tests(tests, open_device, close_device);
 }

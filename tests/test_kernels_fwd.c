@@ -4,6 +4,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "kernels/conv_algos.h"
 #include "kernels/cpu/activation.h"
 #include "kernels/cpu/batchnorm.h"
 #include "kernels/cpu/conv2d.h"
@@ -411,6 +412,47 @@ static void test_softmax_xent_forward(void **state) {
     assert_true(fabs(l - (log(3.0) + (log(1.0 + 2.0 * exp(2.0)) - 2.0))) < 1e-6);
 }
 
+/* The convolution algorithm record (kernels/conv_algos.h): what the CUDA table notes as it plans
+ * shapes comes back as one line, which parses to the same choices and, pinned, is what a replaying
+ * process looks up; text that is not a record is refused, naming the entry. */
+static void test_conv_algo_record(void **state) {
+    (void)state;
+    dp_conv_algos_reset();
+    char buf[512], why[160];
+    assert_int_equal(dp_conv_algos_current(buf, sizeof buf), 0);
+    dp_conv_algo a[3] = {{{64, 56, 56, 64, 3, 1, 1, 0, 0}, 256, 0, 1, 0, -1},
+                         {{3, 224, 224, 64, 7, 2, 3, 0, 0}, 256, 1, 6, 1, 5},
+                         {{64, 56, 56, 64, 3, 1, 1, 0, 0}, 256, 0, 7, 7, 7}}; /* the first shape again */
+    for (int i = 0; i < 3; i++) assert_int_equal(conv2d_dims_init(&a[i].d), 0), dp_conv_algos_note(&a[i]);
+    const size_t len = dp_conv_algos_current(buf, sizeof buf);
+    assert_string_equal(buf, "64,56,56,64,3,1,1,256,0:1,0,-1;3,224,224,64,7,2,3,256,1:6,1,5");
+    assert_int_equal(len, strlen(buf));
+    assert_int_equal(dp_conv_algos_current(buf, 8), len); /* the length it needs, cut to fit */
+    assert_int_equal(strlen(buf), 7);
+    dp_conv_algo back[4];
+    dp_conv_algos_current(buf, sizeof buf);
+    assert_int_equal(dp_conv_algos_parse(buf, back, 4, why, sizeof why), 2);
+    assert_memory_equal(&back[0], &a[0], sizeof a[0]);
+    assert_memory_equal(&back[1], &a[1], sizeof a[1]);
+    assert_int_equal(dp_conv_algos_pin(buf, why, sizeof why), 0);
+    dp_conv_algo got;
+    assert_int_equal(dp_conv_algos_pinned(&a[1].d, 256, 1, &got), 1);
+    assert_int_equal(got.fwd, 6), assert_int_equal(got.filter, 5);
+    assert_int_equal(dp_conv_algos_pinned(&a[1].d, 256, 0, &got), 0); /* another math mode */
+    assert_int_equal(dp_conv_algos_pinned(&a[1].d, 128, 1, &got), 0); /* another batch */
+    const char *bad[] = {"64,56,56,64,3,1,1,256,0:1,0", "64,56,56,64,3,1,1,256,0:1,0,-1;x", "1,4,4,2,9,1,0,8,0:1,1,1",
+                         "64,56,56,64,3,1,1,256,2:1,0,-1", "64,56,56,64,3,1,1,256,0:1,0,-1 "};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        why[0] = '\0';
+        assert_int_equal(dp_conv_algos_parse(bad[i], back, 4, why, sizeof why), -1);
+        assert_true(strstr(why, "entry ") != NULL);
+    }
+    assert_int_equal(dp_conv_algos_pin(bad[1], why, sizeof why), -1);
+    assert_int_equal(dp_conv_algos_pinned(&a[1].d, 256, 1, &got), 1); /* a bad record leaves the pinned one */
+    assert_int_equal(dp_conv_algos_parse(buf, back, 1, why, sizeof why), -1);
+    dp_conv_algos_reset();
+}
+
 int main(void) {
     openblas_set_num_threads(1);
     const struct CMUnitTest tests[] = {
@@ -426,6 +468,7 @@ int main(void) {
         cmocka_unit_test(test_relu_add_forward),
         cmocka_unit_test(test_batchnorm_forward),
         cmocka_unit_test(test_softmax_xent_forward),
+        cmocka_unit_test(test_conv_algo_record),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "kernels/cpu/loss.h"
+#include "nn/fuse.h"
 #include "nn/model.h"
 
 static void test_lenet_layout(void **state) {
@@ -142,6 +143,96 @@ static void test_gradient_lenet(void **state) { (void)state; check_directional("
 static void test_gradient_lenet_bn(void **state) { (void)state; check_directional("lenet-bn", (dp_shape){3, 32, 32}, 6); }
 static void test_gradient_dag(void **state) { (void)state; check_directional("tiny-resnet", (dp_shape){3, 9, 9}, 4); }
 
+/* Conv -> relu -> overlapping max pool (ResNet's 3x3 stride 2 pad 1), a conv -> relu without a pool,
+ * and a relu whose output two nodes read: the fusion's other paths. */
+static int fuse_mix(dp_model *m) {
+    int x = dp_model_conv2d(m, "c0", DP_INPUT, 4, 3, 1, 1, 1);
+    x = dp_model_maxpool(m, dp_model_relu(m, x), 3, 2, 1);
+    int y = dp_model_relu(m, dp_model_conv2d(m, "c1", x, 4, 3, 1, 1, 0));
+    x = dp_model_add(m, y, dp_model_relu(m, dp_model_batchnorm(m, "bn", y)));
+    x = dp_model_flatten(m, dp_model_global_avgpool(m, x));
+    return dp_model_linear(m, "fc", x, m->n_classes, 1);
+}
+
+/* One training step's forward and backward, then an evaluation forward, with kernel table k into
+ * zeroed activations; grads and buffers from zero and b0. */
+static void step_with(const dp_model *m, const dp_kernels *k, dp_acts *a, const float *p, float *g, float *b,
+                      const float *b0, const float *x, const int32_t *y, int batch, float *eval_out) {
+    memset(a->mem, 0, dp_acts_floats(m, batch, 2) * sizeof(float));
+    memset(g, 0, m->params.n * sizeof(float));
+    memcpy(b, b0, m->buffers.n * sizeof(float));
+    dp_exec e = {.batch = batch, .stat_batch = batch, .training = 1, .update_stats = 1, .nthreads = 2, .k = k,
+                 .params = p, .grads = g, .buffers = b};
+    assert_int_equal(dp_model_forward(m, a, &e, x), DP_OK);
+    softmax_xent_cpu(batch, m->n_classes, a->out[m->output], y, 1.0f / batch, a->dout[m->output], NULL);
+    assert_int_equal(dp_model_backward(m, a, &e, x), DP_OK);
+    dp_acts ev;
+    assert_int_equal(dp_acts_create(m, batch, 2, &ev), DP_OK);
+    e.training = 0, e.update_stats = 0;
+    assert_int_equal(dp_model_forward(m, &ev, &e, x), DP_OK);
+    memcpy(eval_out, ev.out[m->output], (size_t)batch * m->n_classes * sizeof(float));
+    dp_acts_free(&ev);
+}
+
+/* The fused calls (nn/fuse.h) against the layers one by one (the CPU table without its fused
+ * entries): every node's output, gradient and saved context, the parameter gradients, the running
+ * statistics and the evaluation's logits, bit for bit. */
+static void check_fusion(const char *name, dp_shape in, int batch, int want_fwd, int want_bwd) {
+    dp_model m;
+    if (strcmp(name, "fuse-mix") == 0) {
+        dp_model_init(&m, name, in, 5);
+        assert_int_equal(dp_model_finish(&m, fuse_mix(&m)), DP_OK);
+    } else if (strcmp(name, "tiny-resnet") == 0) {
+        dp_model_init(&m, name, in, 5);
+        assert_int_equal(dp_model_finish(&m, tiny_resnet(&m)), DP_OK);
+    } else {
+        assert_int_equal(dp_model_build(name, in, 10, &m), DP_OK);
+    }
+    int heads_fwd = 0, heads_bwd = 0;
+    for (int i = 0; i < m.n_nodes; i++)
+        heads_fwd += m.fuse[i].fwd != DP_FUSE_NONE && m.fuse[i].fwd != DP_FUSE_TAIL,
+            heads_bwd += m.fuse[i].bwd == DP_FUSE_POOL_RELU;
+    assert_int_equal(heads_fwd, want_fwd);
+    assert_int_equal(heads_bwd, want_bwd);
+    dp_kernels unfused = dp_cpu_kernels;
+    unfused.conv2d_relu_forward = NULL, unfused.bn_apply_relu = NULL, unfused.maxpool_relu_backward = NULL;
+    dp_acts a[2];
+    float *p, *g[2], *b[2], *b0, *ev[2];
+    assert_int_equal(dp_alloc_floats(&p, m.params.n, "p"), DP_OK);
+    assert_int_equal(dp_alloc_floats(&b0, m.buffers.n + 1, "b0"), DP_OK);
+    for (int t = 0; t < 2; t++) {
+        assert_int_equal(dp_acts_create(&m, batch, 2, &a[t]), DP_OK);
+        assert_int_equal(dp_alloc_floats(&g[t], m.params.n, "g"), DP_OK);
+        assert_int_equal(dp_alloc_floats(&b[t], m.buffers.n + 1, "b"), DP_OK);
+        ev[t] = malloc((size_t)batch * m.n_classes * sizeof(float));
+    }
+    dp_rng rng;
+    dp_rng_seed(&rng, 7, 1);
+    dp_model_init_params(&m, p, b0, &rng);
+    const size_t nx = (size_t)batch * dp_shape_size(in);
+    float *x = malloc(nx * sizeof *x);
+    int32_t *y = malloc((size_t)batch * sizeof *y);
+    for (size_t i = 0; i < nx; i++) x[i] = 2 * dp_rng_uniform(&rng) - 1;
+    for (int i = 0; i < batch; i++) y[i] = (int32_t)dp_rng_below(&rng, (uint32_t)m.n_classes);
+    step_with(&m, &dp_cpu_kernels, &a[0], p, g[0], b[0], b0, x, y, batch, ev[0]);
+    step_with(&m, &unfused, &a[1], p, g[1], b[1], b0, x, y, batch, ev[1]);
+    assert_memory_equal(a[0].mem, a[1].mem, dp_acts_floats(&m, batch, 2) * sizeof(float));
+    assert_memory_equal(g[0], g[1], m.params.n * sizeof(float));
+    assert_memory_equal(b[0], b[1], m.buffers.n * sizeof(float));
+    assert_memory_equal(ev[0], ev[1], (size_t)batch * m.n_classes * sizeof(float));
+    for (int t = 0; t < 2; t++) dp_acts_free(&a[t]), dp_free(g[t]), dp_free(b[t]), free(ev[t]);
+    dp_free(p), dp_free(b0), free(x), free(y);
+    dp_model_free(&m);
+}
+
+static void test_fusion_bitwise(void **state) {
+    (void)state;
+    check_fusion("lenet", (dp_shape){1, 28, 28}, 5, 2, 2);
+    check_fusion("lenet-bn", (dp_shape){3, 32, 32}, 6, 4, 2);
+    check_fusion("tiny-resnet", (dp_shape){3, 9, 9}, 4, 2, 0);
+    check_fusion("fuse-mix", (dp_shape){3, 9, 9}, 4, 3, 1);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_lenet_layout),
@@ -150,6 +241,7 @@ int main(void) {
         cmocka_unit_test(test_gradient_lenet),
         cmocka_unit_test(test_gradient_lenet_bn),
         cmocka_unit_test(test_gradient_dag),
+        cmocka_unit_test(test_fusion_bitwise),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

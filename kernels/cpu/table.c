@@ -5,6 +5,7 @@
 #include "kernels/cpu/activation.h"
 #include "kernels/cpu/batchnorm.h"
 #include "kernels/cpu/conv2d.h"
+#include "kernels/cpu/fused.h"
 #include "kernels/cpu/linear.h"
 #include "kernels/cpu/loss.h"
 #include "kernels/cpu/pool.h"
@@ -129,6 +130,11 @@ static void cpu_gather_batch(const dp_kctx *c, int n, int ch, int hw, const uint
 static void cpu_lanes(const dp_kctx *c, int n, const dp_kcall *const *calls) {
     dp_kcall_lanes_in_order(&dp_cpu_kernels, c, n, calls);
 }
+
+/* the fused entries' CPU twins (kernels/cpu/fused.c) */
+#define cpu_conv2d_relu_forward dp_cpu_conv2d_relu_forward
+#define cpu_bn_apply_relu dp_cpu_bn_apply_relu
+#define cpu_maxpool_relu_backward dp_cpu_maxpool_relu_backward
 
 /* Every entry of kernels.def is cpu_<entry> above: one missing does not compile. */
 const dp_kernels dp_cpu_kernels = {

@@ -10,12 +10,15 @@
 // (a timing could pick differently in another run): cuDNN from 1M multiply-adds per sample
 // (ResNet-18's convolutions), im2col + cuBLAS below (LeNet's), where cuDNN's per-call host cost
 // outweighs its kernels (H100: LeNet epoch 4.1 s against 1.75 s when launched eagerly; docs/gpu.md).
-// DPTRAIN_CONV=gemm or =cudnn forces one for every shape.
+// DPTRAIN_CONV=gemm or =cudnn forces one for every shape. Within cuDNN, DPTRAIN_CONV_ALGOS=time
+// chooses each pass's deterministic algorithm by cuDNN's timings, and a record (kernels/conv_algos.h)
+// given there replays a run's choices; every choice is noted in the process's record.
 #include <mutex>
 #include <stdlib.h>
 #include <string.h>
 
 #include "dp_config.h"
+#include "kernels/conv_algos.h"
 #include "kernels/cuda/common.cuh"
 
 void dp_cuda_conv2d_forward_gemm(const dp_kctx *c, const dp_conv2d_dims *d, int batch, const float *x, const float *w,
@@ -120,10 +123,34 @@ void dp_cuda_conv_release(int dev) {
 
 static int math_ok(cudnnMathType_t m, int tf32) { return tf32 || m == CUDNN_FMA_MATH || m == CUDNN_DEFAULT_MATH; }
 
-// Per pass, the first (fastest by cuDNN's heuristics) deterministic algorithm within the
-// workspace; a pass without one (some shapes have no deterministic weight-gradient algorithm in
-// fp32) runs as im2col + cuBLAS, always for that shape.
-static int make_plan(cudnnHandle_t h, plan_t *p) {
+// Per pass, the first deterministic algorithm within the workspace of a list: cuDNN's heuristics'
+// (the default), its timings of every algorithm on this GPU (DPTRAIN_CONV_ALGOS=time: cudnnFind*,
+// fastest first), or the one a replayed record names (kernels/conv_algos.h; validated against the
+// heuristics' list, which holds every algorithm). A pass without one (some shapes have no
+// deterministic weight-gradient algorithm in fp32) runs as im2col + cuBLAS, always for that shape.
+// pin: the recorded algorithm, -1 for im2col, -2 for none recorded.
+template <typename Perf, typename Algo>
+static int pick(const Perf *f, int n, const plan_t *p, int pin, Algo *out) {
+    for (int i = 0; i < n && pin != -1; i++)
+        if (f[i].status == CUDNN_STATUS_SUCCESS && f[i].determinism == CUDNN_DETERMINISTIC &&
+            f[i].memory <= p->ws_bytes && math_ok(f[i].mathType, p->tf32) && (pin == -2 || (int)f[i].algo == pin)) {
+            *out = f[i].algo;
+            return 1;
+        }
+    return 0;
+}
+
+#define PICK(list, pin, out, ok, pass)                                                                            \
+    do {                                                                                                          \
+        ok = pick(list, n, p, pin, &out);                                                                         \
+        if (!ok && pin >= 0) {                                                                                    \
+            snprintf(p->why, sizeof p->why, "the recorded %s algorithm %d is not a deterministic one within the " \
+                     "workspace on this GPU (DPTRAIN_CONV_ALGOS)", pass, pin);                                    \
+            return 0;                                                                                             \
+        }                                                                                                         \
+    } while (0)
+
+static int make_plan(cudnnHandle_t h, plan_t *p, int timed) {
     const dp_conv2d_dims *d = &p->d;
     DNN(cudnnCreateTensorDescriptor(&p->x));
     DNN(cudnnCreateTensorDescriptor(&p->y));
@@ -138,34 +165,42 @@ static int make_plan(cudnnHandle_t h, plan_t *p) {
                                         CUDNN_DATA_FLOAT));
     // fp32: FMA only (no tensor cores), as PyTorch with allow_tf32 off
     DNN(cudnnSetConvolutionMathType(p->conv, p->tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH));
-    int n = 0, found = 0;
+    dp_conv_algo rec;
+    const int pinned = dp_conv_algos_pinned(d, p->batch, p->tf32, &rec);
+    if (!pinned) rec.fwd = rec.data = rec.filter = -2;
+    timed = timed && !pinned;
+    int n = 0;
     cudnnConvolutionFwdAlgoPerf_t f[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
-    DNN(cudnnGetConvolutionForwardAlgorithm_v7(h, p->x, p->w, p->conv, p->y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &n, f));
-    for (int i = 0; i < n && !found; i++)
-        if (f[i].status == CUDNN_STATUS_SUCCESS && f[i].determinism == CUDNN_DETERMINISTIC &&
-            f[i].memory <= p->ws_bytes && math_ok(f[i].mathType, p->tf32))
-            p->fwd = f[i].algo, found = 1;
-    p->fwd_ok = found;
+    if (timed)
+        DNN(cudnnFindConvolutionForwardAlgorithm(h, p->x, p->w, p->conv, p->y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &n,
+                                                 f));
+    else
+        DNN(cudnnGetConvolutionForwardAlgorithm_v7(h, p->x, p->w, p->conv, p->y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &n,
+                                                   f));
+    PICK(f, rec.fwd, p->fwd, p->fwd_ok, "forward");
     cudnnConvolutionBwdDataAlgoPerf_t bd[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
-    DNN(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, p->w, p->y, p->conv, p->x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT,
-                                                     &n, bd));
-    found = 0;
-    for (int i = 0; i < n && !found; i++)
-        if (bd[i].status == CUDNN_STATUS_SUCCESS && bd[i].determinism == CUDNN_DETERMINISTIC &&
-            bd[i].memory <= p->ws_bytes && math_ok(bd[i].mathType, p->tf32))
-            p->bwd_data = bd[i].algo, found = 1;
-    p->data_ok = found;
+    if (timed)
+        DNN(cudnnFindConvolutionBackwardDataAlgorithm(h, p->w, p->y, p->conv, p->x,
+                                                      CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &n, bd));
+    else
+        DNN(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, p->w, p->y, p->conv, p->x,
+                                                         CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &n, bd));
+    PICK(bd, rec.data, p->bwd_data, p->data_ok, "data-gradient");
     cudnnConvolutionBwdFilterAlgoPerf_t bf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
-    DNN(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, p->x, p->y, p->conv, p->w,
-                                                       CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &n, bf));
-    found = 0;
-    for (int i = 0; i < n && !found; i++)
-        if (bf[i].status == CUDNN_STATUS_SUCCESS && bf[i].determinism == CUDNN_DETERMINISTIC &&
-            bf[i].memory <= p->ws_bytes && math_ok(bf[i].mathType, p->tf32))
-            p->bwd_filter = bf[i].algo, found = 1;
-    p->filter_ok = found;
+    if (timed)
+        DNN(cudnnFindConvolutionBackwardFilterAlgorithm(h, p->x, p->y, p->conv, p->w,
+                                                        CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &n, bf));
+    else
+        DNN(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, p->x, p->y, p->conv, p->w,
+                                                           CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &n, bf));
+    PICK(bf, rec.filter, p->bwd_filter, p->filter_ok, "weight-gradient");
     return 1;
 }
+
+/* DPTRAIN_CONV_ALGOS: "time" chooses each shape's algorithms by cuDNN's timings (outside a graph
+ * capture: cudnnFind* allocates and synchronises), a record (conv_algos.h) replays its choices;
+ * unset: cuDNN's heuristics. 1: time. A bad record is noted at every plan. */
+static int algos_env(char *why, size_t cap) { return dp_conv_algos_pin_env(why, cap); }
 
 /* The plan of a shape on the current device, made at its first call; NULL (noted, so the call
  * fails at the next wait) when it could not be made, at that call and at every later one. */
@@ -187,12 +222,20 @@ static const plan_t *plan_for(const dp_kctx *c, cudnnHandle_t h, const dp_conv2d
     if (!p) return dp_cuda_note("cuDNN", "more than 256 convolution shapes"), nullptr;
     memset(p, 0, sizeof *p);
     p->used = 1, p->dev = dev, p->d = *d, p->batch = batch, p->tf32 = tf32, p->ws_bytes = gemm_ws_bytes(d, batch);
-    p->ok = make_plan(h, p);
+    char bad[160];
+    const int env = algos_env(bad, sizeof bad);
+    cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+    if (env == 1 && cudaStreamIsCapturing(dp_stream(c), &cap) != cudaSuccess) cap = cudaStreamCaptureStatusActive;
+    if (env < 0) snprintf(p->why, sizeof p->why, "DPTRAIN_CONV_ALGOS: %s", bad), p->ok = 0;
+    else p->ok = make_plan(h, p, env == 1 && cap == cudaStreamCaptureStatusNone);
     if (!p->ok) { /* kept, so that every call of the shape fails the same way */
         plan_free(p);
         dp_cuda_note("cuDNN convolution plan", p->why);
         return nullptr;
     }
+    const dp_conv_algo rec = {*d, batch, tf32, p->fwd_ok ? (int)p->fwd : -1, p->data_ok ? (int)p->bwd_data : -1,
+                              p->filter_ok ? (int)p->bwd_filter : -1};
+    dp_conv_algos_note(&rec); /* the process's record of its choices (conv_algos.h) */
     if (getenv("DPTRAIN_CONV_LOG")) // which algorithm each pass of each shape runs (docs/gpu.md)
         fprintf(stderr, "conv %dx%dx%d -> %d k%d s%d p%d batch %d tf32 %d: forward %d, data %d, filter %d (-1: im2col)\n",
                 d->in_c, d->in_h, d->in_w, d->out_c, d->k, d->stride, d->pad, batch, tf32,

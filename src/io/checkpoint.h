@@ -51,7 +51,7 @@ dp_status dp_checkpoint_load_weights(const char *flag, const char *path, const d
  * --chunks, kernels), copied out for the caller: value "" when the file has none. */
 typedef struct {
     const char *key;
-    char value[128];
+    char value[16384]; /* the convolution algorithm record (kernels/conv_algos.h) is the longest */
 } dp_ckpt_recorded;
 
 /* Everything needed to continue: weights, buffers, momentum and position. Fails with DP_ERR_USAGE

@@ -1,6 +1,7 @@
 #include "nn/model.h"
 
 #include "kernels/device.h"
+#include "nn/fuse.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -136,12 +137,13 @@ dp_status dp_model_finish(dp_model *m, int output) {
         }
     }
     free(written);
-    return DP_OK;
+    return dp_fuse_plan(m);
 }
 
 void dp_model_free(dp_model *m) {
     free(m->nodes);
     free(m->din_accumulate);
+    free(m->fuse);
     dp_layout_free(&m->params);
     dp_layout_free(&m->buffers);
     memset(m, 0, sizeof *m);
@@ -252,6 +254,8 @@ dp_status dp_node_forward(const dp_model *m, int node, dp_acts *a, const dp_exec
     const float *in[DP_MAX_INPUTS];
     gather_inputs(m, l, a, input, in);
     dp_exec e = with_ws(x, a);
+    dp_status st;
+    if (dp_fuse_forward(m, node, a, &e, in, &st)) return st;
     return l->ops->forward(l, &e, in, a->out[node], a->ctx[node], a->sync[node]);
 }
 
@@ -281,6 +285,8 @@ dp_status dp_node_backward(const dp_model *m, int node, dp_acts *a, const dp_exe
         }
     }
     dp_exec e = with_ws(x, a);
+    dp_status st;
+    if (dp_fuse_backward(m, node, a, &e, in, &st)) return st;
     DP_TRY(l->ops->backward(l, &e, in, a->out[node], a->dout[node], din, a->ctx[node], a->sync[node]));
     if (tmp_used >= 0) {
         const dp_layer *src = &m->nodes[l->in[tmp_used]];

@@ -18,6 +18,7 @@ typedef struct {
     const dp_head_ops *head;    /* the loss and prediction on the output (head.h); the builder sets it */
     dp_layout params, buffers;
     int (*din_accumulate)[DP_MAX_INPUTS]; /* 1: another consumer already wrote that input's gradient */
+    struct dp_fuse *fuse;       /* per node: the layer sequences run as one kernel call (fuse.h) */
     dp_status error;            /* first builder error (sticky), reported by dp_model_finish */
 } dp_model;
 

@@ -13,6 +13,7 @@
 #include "io/atomic.h"
 #include "io/checkpoint.h"
 #include "io/ckpt_dir.h"
+#include "kernels/conv_algos.h"
 #include "kernels/kernels.h"
 #include "optim/sgd.h"
 #include "train/settings.h"
@@ -71,7 +72,7 @@ static int canonical(const dp_trainer *t) { return t->sampler.plan.canonical && 
 
 /* A checkpoint's settings records, with room for their text. */
 typedef struct {
-    dp_st_meta m[DP_SETTINGS_MAX + 5];
+    dp_st_meta m[DP_SETTINGS_MAX + 6]; /* + dptrain.conv_algos, whose text is its own (dp_persist_save) */
     char key[DP_SETTINGS_MAX + 5][64], val[DP_SETTINGS_MAX + 5][128];
     int n, n_checked;
 } ckpt_settings;
@@ -134,6 +135,12 @@ dp_status dp_persist_save(dp_trainer *t, const char *flag, const char *path) {
                        t->step, t->last_ckpt[0] ? "; the last good checkpoint is " : "", t->last_ckpt);
     ckpt_settings set;
     settings(t, &set);
+    /* the convolution algorithms this run used (or replayed): a resume replays them (kernels/conv_algos.h) */
+    static char algos[16384];
+    if (dp_conv_algos_current(algos, sizeof algos) >= sizeof algos)
+        return dp_fail(DP_ERR_INTERNAL, "%s %s: the convolution algorithm record is longer than %zu bytes", flag, path,
+                       sizeof algos - 1);
+    set.m[set.n++] = (dp_st_meta){.key = "dptrain.conv_algos", .value = algos};
     dp_train_pos pos = {.epoch = t->next_epoch, .next_batch = t->next_batch, .step = t->step, .skipped = t->skipped,
                         .bn_batches = t->bn_batches};
     dp_status s = dp_checkpoint_save(flag, path, &t->model, r0->h_params, r0->h_buffers,
@@ -157,8 +164,18 @@ dp_status dp_persist_save(dp_trainer *t, const char *flag, const char *path) {
 /* The recorded settings note_inexact compares, in this order. */
 static const char *const exact_keys[] = {"dptrain.arg.chunks", "dptrain.arg.replicas", "dptrain.arg.allreduce",
                                          "dptrain.arg.backend", "dptrain.canonical_order", "dptrain.device",
-                                         "dptrain.cpu_kernels"};
+                                         "dptrain.cpu_kernels", "dptrain.conv_algos"};
 enum { N_EXACT = sizeof exact_keys / sizeof exact_keys[0] };
+
+/* The checkpoint's convolution algorithm record (its last recorded entry), replayed by this process's
+ * GPU convolutions (kernels/conv_algos.h); "" in older checkpoints and CPU runs. */
+static dp_status replay_algos(const char *path, const dp_ckpt_recorded *r) {
+    char why[160];
+    if (*r[N_EXACT - 1].value && dp_conv_algos_pin(r[N_EXACT - 1].value, why, sizeof why) != 0)
+        return dp_fail(DP_ERR_FORMAT, "--resume %s: the convolution algorithm record (dptrain.conv_algos) is "
+                       "damaged: %s; resume from an earlier checkpoint", path, why);
+    return DP_OK;
+}
 
 /* --resume promises the uninterrupted run's bits when the sums run in the same order on the same
  * kernels: the same --chunks, and either the canonical order on both sides (any replica count that
@@ -230,7 +247,7 @@ static dp_status load_newest(dp_trainer *t, dp_replica *r0, dp_train_pos *pos) {
                                          N_EXACT));
         snprintf(t->last_ckpt, sizeof t->last_ckpt, "%s", src);
         note_inexact(t, src, rec);
-        return DP_OK;
+        return replay_algos(src, rec);
     }
     char **paths;
     int n;
@@ -243,6 +260,7 @@ static dp_status load_newest(dp_trainer *t, dp_replica *r0, dp_train_pos *pos) {
         if (s == DP_OK) {
             snprintf(t->last_ckpt, sizeof t->last_ckpt, "%s", paths[i]);
             note_inexact(t, paths[i], rec);
+            s = replay_algos(paths[i], rec);
             break;
         }
         if (s == DP_ERR_USAGE) break; /* a different run: refuse rather than fall back to an older file */
@@ -269,6 +287,9 @@ static void put_long(float *f, long v) {
 static long get_long(const float *f) { return (long)f[0] | ((long)f[1] << 20) | ((long)f[2] << 40); }
 
 dp_status dp_persist_resume(dp_trainer *t) {
+    char why[160];
+    if (dp_conv_algos_pin_env(why, sizeof why) < 0) /* before a resume's record, which replaces it */
+        return dp_fail(DP_ERR_USAGE, "DPTRAIN_CONV_ALGOS: %s; give \"time\" or a record of a run", why);
     if (!t->cfg.resume_path) return DP_OK;
     dp_train_pos pos = {0};
     float *enc[dp_exec_n_local(t->ex)], store[dp_exec_n_local(t->ex)][15];

@@ -3,6 +3,7 @@
  * estimate (momentum 0.1), running statistics in eval. Sums come out through forward_sums /
  * backward_sums so the executor can add them over replicas first (SyncBatchNorm).
  * ctx: mean[C], invstd[C], local sum_dy[C], local sum_dy_xhat[C]. sync: two sums of C. */
+#include "nn/fuse.h"
 #include "nn/layer.h"
 
 static int hw_of(const dp_layer *l) { return l->in_shape[0].h * l->in_shape[0].w; }
@@ -42,8 +43,9 @@ static void forward_sums(const dp_layer *l, const dp_exec *x, const float *const
     dp_exec_kernels(x)->bn_sums(&c, x->batch, l->in_shape[0].c, hw_of(l), in[0], sync, x->ws);
 }
 
-static dp_status forward(const dp_layer *l, const dp_exec *x, const float *const *in, float *out, float *ctx,
-                         const float *sync) {
+/* The forward, with its relu into r when r is set (fuse.h). */
+static dp_status forward_to(const dp_layer *l, const dp_exec *x, const float *const *in, float *out, float *ctx,
+                            const float *sync, float *r) {
     const int ch = l->in_shape[0].c;
     const dp_kernels *k = dp_exec_kernels(x);
     const dp_kctx c = dp_exec_kctx(x);
@@ -52,10 +54,23 @@ static dp_status forward(const dp_layer *l, const dp_exec *x, const float *const
     float *mean = ctx, *invstd = ctx + ch;
     k->bn_stats(&c, ch, x->training, sync, count, l->cfg.bn.eps, l->cfg.bn.momentum, x->update_stats, mean, invstd,
                 x->buffers + l->boff[0], x->buffers + l->boff[1]);
-    if (x->batch > 0)
+    if (x->batch > 0 && r)
+        k->bn_apply_relu(&c, x->batch, ch, hw_of(l), in[0], mean, invstd, x->params + l->poff[0],
+                         x->params + l->poff[1], out, r);
+    else if (x->batch > 0)
         k->bn_apply(&c, x->batch, ch, hw_of(l), in[0], mean, invstd, x->params + l->poff[0], x->params + l->poff[1],
                     out);
     return DP_OK;
+}
+
+static dp_status forward(const dp_layer *l, const dp_exec *x, const float *const *in, float *out, float *ctx,
+                         const float *sync) {
+    return forward_to(l, x, in, out, ctx, sync, NULL);
+}
+
+dp_status dp_batchnorm_forward_relu(const dp_layer *l, const dp_exec *x, const float *const *in, float *out,
+                                    float *ctx, const float *sync, float *r) {
+    return forward_to(l, x, in, out, ctx, sync, r);
 }
 
 static void backward_sums(const dp_layer *l, const dp_exec *x, const float *const *in, const float *dout, float *ctx,

@@ -1,5 +1,6 @@
 /* Conv2d layer: shape planning and parameters around the conv2d kernels. */
 #include "kernels/shapes.h"
+#include "nn/fuse.h"
 #include "nn/layer.h"
 #include "nn/layers/init.h"
 
@@ -48,6 +49,18 @@ static dp_status forward(const dp_layer *l, const dp_exec *x, const float *const
     const dp_kctx c = dp_exec_kctx(x);
     dp_exec_kernels(x)->conv2d_forward(&c, &d, x->batch, in[0], x->params + l->poff[0],
                                         l->cfg.conv.bias ? x->params + l->poff[1] : NULL, out, x->ws);
+    return DP_OK;
+}
+
+dp_status dp_conv2d_forward_relu(const dp_layer *l, const dp_exec *x, const float *in, float *out, float *r,
+                                 const dp_layer *pool, float *pooled, float *argmax) {
+    if (x->batch == 0) return DP_OK;
+    dp_conv2d_dims d = dims_of(l);
+    const dp_kctx c = dp_exec_kctx(x);
+    dp_exec_kernels(x)->conv2d_relu_forward(&c, &d, x->batch, in, x->params + l->poff[0],
+                                             l->cfg.conv.bias ? x->params + l->poff[1] : NULL, out, x->ws, r,
+                                             pool ? pool->cfg.pool.k : 0, pool ? pool->cfg.pool.stride : 0,
+                                             pool ? pool->cfg.pool.pad : 0, pooled, (int32_t *)(void *)argmax);
     return DP_OK;
 }
 

@@ -2,6 +2,7 @@
 #include <stdint.h>
 
 #include "kernels/shapes.h"
+#include "nn/fuse.h"
 #include "nn/layer.h"
 
 static dp_status plan(dp_layer *l, dp_layout *params, dp_layout *buffers) {
@@ -38,6 +39,15 @@ static dp_status backward(const dp_layer *l, const dp_exec *x, const float *cons
         dp_exec_kernels(x)->maxpool_backward(&c, x->batch, s.c, s.h, s.w, l->cfg.pool.k, l->cfg.pool.stride,
                                               l->cfg.pool.pad, l->out.h, l->out.w, dout, (const int32_t *)ctx, din[0]);
     return DP_OK;
+}
+
+void dp_maxpool_relu_backward(const dp_layer *l, const dp_exec *x, const float *dout, const float *ctx, const float *y,
+                              float *dpool, float *dx) {
+    const dp_shape s = l->in_shape[0];
+    const dp_kctx c = dp_exec_kctx(x);
+    dp_exec_kernels(x)->maxpool_relu_backward(&c, x->batch, s.c, s.h, s.w, l->cfg.pool.k, l->cfg.pool.stride,
+                                              l->cfg.pool.pad, l->out.h, l->out.w, dout, (const int32_t *)ctx, y,
+                                              dpool, dx);
 }
 
 const dp_layer_ops dp_maxpool_ops = {.kind = "maxpool", .plan = plan, .forward = forward, .backward = backward};
