@@ -11,11 +11,11 @@ static const char *const names[] = {
     [DP_KC_MAXPOOL_BWD] = "maxpool_backward", [DP_KC_AVGPOOL_FWD] = "avgpool_forward",
     [DP_KC_AVGPOOL_BWD] = "avgpool_backward", [DP_KC_BN_SUMS] = "bn_sums", [DP_KC_BN_STATS] = "bn_stats",
     [DP_KC_BN_APPLY] = "bn_apply", [DP_KC_BN_BWD_SUMS] = "bn_backward_sums", [DP_KC_BN_BWD] = "bn_backward",
-    [DP_KC_XENT] = "softmax_xent",
+    [DP_KC_XENT] = "softmax_xent", [DP_KC_ROUND_BF16] = "round_bf16",
 };
 
 const char *dp_kcall_name(int kind) {
-    return kind > 0 && kind <= DP_KC_XENT ? names[kind] : "an unknown kernel";
+    return kind > 0 && kind <= DP_KC_ROUND_BF16 ? names[kind] : "an unknown kernel";
 }
 
 int dp_kcall_same(const dp_kcall *a, const dp_kcall *b) {
@@ -96,6 +96,11 @@ static void add(const dp_kctx *c, size_t n, const float *x, const float *y, floa
 }
 static void copy(const dp_kctx *c, size_t n, const float *x, float *y) {
     REC(DP_KC_COPY);
+    a->z = n;
+    P(0, x), P(1, y);
+}
+static void round_bf16(const dp_kctx *c, size_t n, const float *x, float *y) {
+    REC(DP_KC_ROUND_BF16);
     a->z = n;
     P(0, x), P(1, y);
 }
@@ -208,6 +213,7 @@ const dp_kernels dp_kcall_recorder = {
     .relu_backward = relu_bwd,
     .add = add,
     .copy = copy,
+    .round_bf16 = round_bf16,
     .maxpool_forward = maxpool_fwd,
     .maxpool_backward = maxpool_bwd,
     .avgpool_forward = avgpool_fwd,

@@ -16,7 +16,7 @@
 enum {
     DP_KC_CONV_FWD = 1, DP_KC_CONV_BWD, DP_KC_LIN_FWD, DP_KC_LIN_BWD, DP_KC_RELU_FWD, DP_KC_RELU_BWD, DP_KC_ADD,
     DP_KC_COPY, DP_KC_MAXPOOL_FWD, DP_KC_MAXPOOL_BWD, DP_KC_AVGPOOL_FWD, DP_KC_AVGPOOL_BWD, DP_KC_BN_SUMS,
-    DP_KC_BN_STATS, DP_KC_BN_APPLY, DP_KC_BN_BWD_SUMS, DP_KC_BN_BWD, DP_KC_XENT,
+    DP_KC_BN_STATS, DP_KC_BN_APPLY, DP_KC_BN_BWD_SUMS, DP_KC_BN_BWD, DP_KC_XENT, DP_KC_ROUND_BF16,
 };
 
 /* One call of a dp_kernels entry: its scalars by value and its pointers, in the entry's order. */
@@ -51,6 +51,7 @@ static inline void dp_kcall_run(const dp_kernels *k, const dp_kctx *c, const dp_
     case DP_KC_RELU_BWD: k->relu_backward(c, a->z, DP_KF(0), DP_KF(1), DP_KF(2)); break;
     case DP_KC_ADD: k->add(c, a->z, DP_KF(0), DP_KF(1), DP_KF(2)); break;
     case DP_KC_COPY: k->copy(c, a->z, DP_KF(0), DP_KF(1)); break;
+    case DP_KC_ROUND_BF16: k->round_bf16(c, a->z, DP_KF(0), DP_KF(1)); break;
     case DP_KC_MAXPOOL_FWD:
         k->maxpool_forward(c, i[0], i[1], i[2], i[3], i[4], i[5], i[6], DP_KF(0), DP_KF(1), DP_KI(2));
         break;

@@ -44,6 +44,10 @@ typedef struct dp_kernels {
     void (*relu_backward)(const dp_kctx *c, size_t n, const float *y, const float *dy, float *dx);
     void (*add)(const dp_kctx *c, size_t n, const float *a, const float *b, float *y);
     void (*copy)(const dp_kctx *c, size_t n, const float *x, float *y);
+    /* y = x rounded to the nearest bf16 value, held in fp32 (kernels/bf16.h: ties to even, NaN
+       kept); y == x allowed. --precision bf16 rounds the operands of convolutions and linear
+       layers, and their outputs, with it. */
+    void (*round_bf16)(const dp_kctx *c, size_t n, const float *x, float *y);
     /* pooling: max (argmax saved per output), global average */
     void (*maxpool_forward)(const dp_kctx *c, int batch, int ch, int h, int w, int k, int stride, int pad,
                             const float *x, float *y, int32_t *argmax);

@@ -35,6 +35,9 @@ static void relu_bwd(const dp_kctx *c, size_t n, const float *y, const float *dy
 static void add(const dp_kctx *c, size_t n, const float *a, const float *b, float *y) {
     add_forward_cpu(n, a, b, y, c->nthreads);
 }
+static void round_bf16(const dp_kctx *c, size_t n, const float *x, float *y) {
+    round_bf16_cpu(n, x, y, c->nthreads);
+}
 static void copy(const dp_kctx *c, size_t n, const float *x, float *y) {
     (void)c;
     if (n) memcpy(y, x, n * sizeof(float));
@@ -138,6 +141,7 @@ const dp_kernels dp_cpu_kernels = {
     .relu_backward = relu_bwd,
     .add = add,
     .copy = copy,
+    .round_bf16 = round_bf16,
     .maxpool_forward = maxpool_fwd,
     .maxpool_backward = maxpool_bwd,
     .avgpool_forward = avgpool_fwd,

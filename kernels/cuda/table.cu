@@ -14,6 +14,7 @@ void dp_cuda_relu_forward(const dp_kctx *, size_t, const float *, float *);
 void dp_cuda_relu_backward(const dp_kctx *, size_t, const float *, const float *, float *);
 void dp_cuda_add(const dp_kctx *, size_t, const float *, const float *, float *);
 void dp_cuda_copy(const dp_kctx *, size_t, const float *, float *);
+void dp_cuda_round_bf16(const dp_kctx *, size_t, const float *, float *);
 void dp_cuda_maxpool_forward(const dp_kctx *, int, int, int, int, int, int, int, const float *, float *, int32_t *);
 void dp_cuda_maxpool_backward(const dp_kctx *, int, int, int, int, int, int, int, int, int, const float *,
                               const int32_t *, float *);
@@ -50,6 +51,7 @@ const dp_kernels dp_cuda_kernels = {
     dp_cuda_relu_backward,
     dp_cuda_add,
     dp_cuda_copy,
+    dp_cuda_round_bf16,
     dp_cuda_maxpool_forward,
     dp_cuda_maxpool_backward,
     dp_cuda_avgpool_forward,

@@ -121,6 +121,7 @@ static dp_status precheck_synthetic(dp_trainer *t) {
     dp_model m;
     if (dp_model_build(c->model, (dp_shape){c->data.c, c->data.h, c->data.w}, c->data.n_classes, &m) != DP_OK)
         return DP_OK; /* the same build after loading reports it, with the data's shape */
+    dp_model_set_precision(&m, c->precision == DP_PRECISION_BF16);
     dp_sampler tmp;
     lane_plan lp;
     dp_status s = plan_lanes(t, &tmp, c->eval_only ? 0 : train.n, &lp);
@@ -228,6 +229,7 @@ static dp_status setup(dp_trainer *t) {
     const dp_dataset *shape_src = t->have_train ? &t->train : &t->test;
     dp_shape in = {shape_src->c, shape_src->h, shape_src->w};
     DP_TRY(dp_model_build(c->model, in, shape_src->n_classes, &t->model));
+    dp_model_set_precision(&t->model, c->precision == DP_PRECISION_BF16);
     DP_TRY(dp_layout_make_buckets(&t->model.params, (size_t)(c->bucket_mb * 1024 * 1024)));
     DP_TRY(dp_backend_reserve(t->backend, largest_sum(t, 0)));
 

@@ -14,7 +14,7 @@
 enum {
     K_CONV_FWD, K_CONV_BWD, K_LIN_FWD, K_LIN_BWD, K_RELU_FWD, K_RELU_BWD, K_ADD, K_COPY, K_MAXPOOL_FWD,
     K_MAXPOOL_BWD, K_AVGPOOL_FWD, K_AVGPOOL_BWD, K_BN_SUMS, K_BN_STATS, K_BN_APPLY, K_BN_BWD_SUMS, K_BN_BWD,
-    K_XENT, K_SGD, K_TREE, K_GATHER, K_LANE_METRICS, K_NONFINITE,
+    K_XENT, K_SGD, K_TREE, K_GATHER, K_LANE_METRICS, K_NONFINITE, K_ROUND_BF16,
 };
 
 /* A device pointer argument: the kernel touches bytes [off, off + bytes) from it. */
@@ -144,6 +144,7 @@ static void k_run(fg_dev *g, fg_op *op, uint64_t unused) {
     case K_RELU_BWD: C->relu_backward(&kc, z[0], r[0], r[1], r[2]); break;
     case K_ADD: C->add(&kc, z[0], r[0], r[1], r[2]); break;
     case K_COPY: C->copy(&kc, z[0], r[0], r[1]); break;
+    case K_ROUND_BF16: C->round_bf16(&kc, z[0], r[0], r[1]); break;
     case K_MAXPOOL_FWD: C->maxpool_forward(&kc, i[0], i[1], i[2], i[3], i[4], i[5], i[6], r[0], r[1], r[2]); break;
     case K_MAXPOOL_BWD:
         C->maxpool_backward(&kc, i[0], i[1], i[2], i[3], i[4], i[5], i[6], i[7], i[8], r[0], r[1], r[2]);
@@ -254,6 +255,9 @@ static void add(const dp_kctx *c, size_t n, const float *a, const float *b, floa
 }
 static void copy(const dp_kctx *c, size_t n, const float *x, float *y) {
     elementwise(c, K_COPY, "copy", n, (const char *[]){"x", "y"}, (const void *[]){x, y}, 2);
+}
+static void round_bf16(const dp_kctx *c, size_t n, const float *x, float *y) {
+    elementwise(c, K_ROUND_BF16, "round_bf16", n, (const char *[]){"x", "y"}, (const void *[]){x, y}, 2);
 }
 
 /* PyTorch's floor-mode output size, as kernels/cpu/pool.c computes it */
@@ -483,6 +487,7 @@ const dp_kernels dp_fakegpu_kernels = {
     .relu_backward = relu_bwd,
     .add = add,
     .copy = copy,
+    .round_bf16 = round_bf16,
     .maxpool_forward = maxpool_fwd,
     .maxpool_backward = maxpool_bwd,
     .avgpool_forward = avgpool_fwd,
