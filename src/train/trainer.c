@@ -190,7 +190,11 @@ static dp_status setup(dp_trainer *t) {
     openblas_set_num_threads(1); /* parallelism is ours: over samples or over replicas */
     int ordinals[DP_MAX_LOCAL_DEVICES], n_ord = 0;
     DP_TRY(dp_backend_device(c->backend, c->device, c->gpu, c->gpus, c->n_gpus, &c->device, ordinals, &n_ord));
-    for (; t->n_devs < n_ord; t->n_devs++) DP_TRY(dp_dev_open(c->device, ordinals[t->n_devs], c->tf32, &t->devs[t->n_devs]));
+    /* --precision bf16 on CUDA: every matrix product multiplies bf16 values (nn/layers/bf16.h), which
+       TF32's 10 mantissa bits hold exactly, so the tensor cores' TF32 path is exact on them and sums in
+       fp32: the products of the CPU reference, only the order of the sums is the library's */
+    const int tf32 = c->tf32 || (c->precision == DP_PRECISION_BF16 && c->device && strcmp(c->device, "cuda") == 0);
+    for (; t->n_devs < n_ord; t->n_devs++) DP_TRY(dp_dev_open(c->device, ordinals[t->n_devs], tf32, &t->devs[t->n_devs]));
     t->dev = t->devs[0];
 
     dp_backend_config bc = {.name = c->backend, .replicas = c->replicas, .nthreads = c->threads,
