@@ -109,7 +109,8 @@ const dp_setting dp_settings[] = {
     {"precision", "P", DP_K_INDEX, .choices = precisions, .off = OFF(precision), .dv = DP_PRECISION_FP32,
      .help = "bf16: convolutions and linear layers multiply bf16 copies of their inputs and weights and round "
              "their outputs to bf16 (as PyTorch's autocast), summing in fp32; weights, gradients, the optimizer, "
-             "batch norm and the loss stay fp32 (docs/design.md)", .cmds = TEP_, LOG(195), CKPT(215), RANKS(205)},
+             "batch norm and the loss stay fp32 (docs/design.md)", .cmds = TEP_, LOG(195), CKPT(215), RANKS(205),
+     .later = 1},
     {"no-graph", NULL, DP_K_SET, .off = OFF(graphs), .set = 0, .dv = 1,
      .help = "--device cuda: launch every kernel each step instead of replaying the step as one CUDA graph",
      .cmds = TEP_},
