@@ -148,7 +148,10 @@ static unsigned test_seed(void) {
 static void test_kill9_resume_1(void **state) { (void)state; kill_and_resume(1, test_seed(), ""); }
 static void test_kill9_resume_2(void **state) { (void)state; kill_and_resume(2, test_seed() + 1, ""); }
 static void test_kill9_resume_4(void **state) { (void)state; kill_and_resume(4, test_seed() + 2, ""); }
-static void test_kill9_resume_bf16(void **state) { (void)state; kill_and_resume(2, test_seed() + 3, " --precision bf16"); }
+static void test_kill9_resume_bf16(void **state) {
+    (void)state;
+    kill_and_resume(2, test_seed() + 3, " --precision bf16");
+}
 
 /* SIGINT / SIGTERM: the step finishes, a checkpoint is written, 130 / 143 and the resume command;
  * running that command finishes bitwise like the uninterrupted run. */

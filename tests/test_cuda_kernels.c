@@ -479,14 +479,16 @@ static void test_bf16(void **state) {
     assert_int_equal(dp_dev_open("cuda", D->kc.device, 1, &T), DP_OK);
     const int B = 9, I = 400, O = 120;
     for (int bf = 1; bf >= 0; bf--) {
-        float *lx = host_rand((size_t)B * I, 1), *w = host_rand((size_t)O * I, 0.05f), *dyh = host_rand((size_t)B * O, 0.1f);
+        float *lx = host_rand((size_t)B * I, 1), *w = host_rand((size_t)O * I, 0.05f);
+        float *dyh = host_rand((size_t)B * O, 0.1f);
         if (bf) C->round_bf16(&cc, (size_t)B * I, lx, lx), C->round_bf16(&cc, (size_t)O * I, w, w),
                 C->round_bf16(&cc, (size_t)B * O, dyh, dyh);
         float *y = malloc((size_t)B * O * 4), *dxh = malloc((size_t)B * I * 4), *dw = calloc((size_t)O * I, 4);
         C->linear_forward(&cc, B, I, O, lx, w, NULL, y);
         C->linear_backward(&cc, B, I, O, lx, w, dyh, dxh, dw, NULL);
         float *glx = dev(lx, (size_t)B * I * 4), *gw = dev(w, (size_t)O * I * 4), *gdy = dev(dyh, (size_t)B * O * 4);
-        float *gly = dev(NULL, (size_t)B * O * 4), *gdx = dev(NULL, (size_t)B * I * 4), *gdw = dev(NULL, (size_t)O * I * 4);
+        float *gly = dev(NULL, (size_t)B * O * 4), *gdx = dev(NULL, (size_t)B * I * 4);
+        float *gdw = dev(NULL, (size_t)O * I * 4);
         G->linear_forward(&T->kc, B, I, O, glx, gw, NULL, gly);
         G->linear_backward(&T->kc, B, I, O, glx, gw, gdy, gdx, gdw, NULL);
         float *hy = back(gly, (size_t)B * O), *hdx = back(gdx, (size_t)B * I), *hdw = back(gdw, (size_t)O * I);

@@ -194,7 +194,8 @@ static dp_status setup(dp_trainer *t) {
        TF32's 10 mantissa bits hold exactly, so the tensor cores' TF32 path is exact on them and sums in
        fp32: the products of the CPU reference, only the order of the sums is the library's */
     const int tf32 = c->tf32 || (c->precision == DP_PRECISION_BF16 && c->device && strcmp(c->device, "cuda") == 0);
-    for (; t->n_devs < n_ord; t->n_devs++) DP_TRY(dp_dev_open(c->device, ordinals[t->n_devs], tf32, &t->devs[t->n_devs]));
+    for (; t->n_devs < n_ord; t->n_devs++)
+        DP_TRY(dp_dev_open(c->device, ordinals[t->n_devs], tf32, &t->devs[t->n_devs]));
     t->dev = t->devs[0];
 
     dp_backend_config bc = {.name = c->backend, .replicas = c->replicas, .nthreads = c->threads,

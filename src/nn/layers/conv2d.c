@@ -56,7 +56,8 @@ static dp_status forward(const dp_layer *l, const dp_exec *x, const float *const
         return DP_OK;
     }
     const dp_bf16_scratch s = dp_bf16_carve(l, x, weight_floats(&d));
-    const size_t n_in = (size_t)x->batch * dp_shape_size(l->in_shape[0]), n_out = (size_t)x->batch * dp_shape_size(l->out);
+    const size_t n_in = (size_t)x->batch * dp_shape_size(l->in_shape[0]);
+    const size_t n_out = (size_t)x->batch * dp_shape_size(l->out);
     k->round_bf16(&c, n_in, in[0], s.x);
     k->round_bf16(&c, weight_floats(&d), w, s.w);
     if (b) k->round_bf16(&c, (size_t)d.out_c, b, s.dy);
@@ -78,7 +79,8 @@ static dp_status backward(const dp_layer *l, const dp_exec *x, const float *cons
         return DP_OK;
     }
     const dp_bf16_scratch s = dp_bf16_carve(l, x, weight_floats(&d));
-    const size_t n_in = (size_t)x->batch * dp_shape_size(l->in_shape[0]), n_out = (size_t)x->batch * dp_shape_size(l->out);
+    const size_t n_in = (size_t)x->batch * dp_shape_size(l->in_shape[0]);
+    const size_t n_out = (size_t)x->batch * dp_shape_size(l->out);
     k->round_bf16(&c, n_in, in[0], s.x);
     k->round_bf16(&c, weight_floats(&d), x->params + l->poff[0], s.w);
     k->round_bf16(&c, n_out, dout, s.dy);
