@@ -450,6 +450,7 @@ static dp_status describe_only(const dp_config *c, dp_model *m, dp_profile *run,
     DP_TRY(data_shape(c, &in, &classes, &samples));
     *n_samples = samples;
     DP_TRY(dp_model_build(c->model, in, classes, m));
+    dp_model_set_precision(m, c->precision == DP_PRECISION_BF16);
     DP_TRY(dp_layout_make_buckets(&m->params, (size_t)(c->bucket_mb * 1024 * 1024)));
     int bucket_node[DP_PROFILE_MAX_BUCKETS] = {0};
     for (int b = 0; b < m->params.n_buckets && b < DP_PROFILE_MAX_BUCKETS; b++) bucket_node[b] = dp_model_bucket_node(m, b);

@@ -170,4 +170,18 @@ static inline double kr_xent(int batch, int classes, const double *z, const int3
     return total;
 }
 
+
+/* The bf16 value nearest to x, by arithmetic rather than kernels/bf16.h's bit trick: the unit in
+ * the last place of x's binade (8 significant bits; subnormals share the smallest normal binade's
+ * exponent), rint's ties to even, past the largest bf16 an infinity; NaN stays NaN. */
+static inline double kr_bf16(double x) {
+    if (isnan(x) || isinf(x) || x == 0.0) return x;
+    int e;
+    (void)frexp(x, &e); /* |x| = m 2^e, 0.5 <= m < 1: the binade [2^(e-1), 2^e) */
+    if (e - 1 < -126) e = -125;
+    const double ulp = ldexp(1.0, e - 1 - 7), r = rint(x / ulp) * ulp;
+    const double max = ldexp(255.0, 127 - 7); /* (2 - 2^-7) 2^127 */
+    return fabs(r) > max ? copysign(INFINITY, x) : r;
+}
+
 #endif

@@ -100,10 +100,10 @@ static char *slurp(const char *path) {
     return out;
 }
 
-static void kill_and_resume(int replicas, unsigned seed) {
+static void kill_and_resume(int replicas, unsigned seed, const char *extra) {
     char args[512];
-    snprintf(args, sizeof args, "train " DATA " --epochs 2 --replicas %d --threads 2 --save-every 1 --keep 2",
-             replicas);
+    snprintf(args, sizeof args, "train " DATA " --epochs 2 --replicas %d --threads 2 --save-every 1 --keep 2%s",
+             replicas, extra);
     const char *ref = fresh_dir("ref"), *run = fresh_dir("run"), *out = tu_path("kill.out");
     char *o;
     int rc = tu_run_dptrain(&o, "%s --checkpoint %s", args, ref);
@@ -137,7 +137,7 @@ static void kill_and_resume(int replicas, unsigned seed) {
     assert_non_null(b);
     const char *diff = tu_ckpt_diff(a, b);
     if (diff) fail_msg("replicas %d, seed %u, %d kills: %s", replicas, seed, kills, diff);
-    print_message("replicas %d: %d SIGKILLs (seed %u), resumed run bitwise equal\n", replicas, kills, seed);
+    print_message("replicas %d%s: %d SIGKILLs (seed %u), resumed run bitwise equal\n", replicas, extra, kills, seed);
 }
 
 static unsigned test_seed(void) {
@@ -145,9 +145,13 @@ static unsigned test_seed(void) {
     return s ? (unsigned)atoi(s) : (unsigned)time(NULL);
 }
 
-static void test_kill9_resume_1(void **state) { (void)state; kill_and_resume(1, test_seed()); }
-static void test_kill9_resume_2(void **state) { (void)state; kill_and_resume(2, test_seed() + 1); }
-static void test_kill9_resume_4(void **state) { (void)state; kill_and_resume(4, test_seed() + 2); }
+static void test_kill9_resume_1(void **state) { (void)state; kill_and_resume(1, test_seed(), ""); }
+static void test_kill9_resume_2(void **state) { (void)state; kill_and_resume(2, test_seed() + 1, ""); }
+static void test_kill9_resume_4(void **state) { (void)state; kill_and_resume(4, test_seed() + 2, ""); }
+static void test_kill9_resume_bf16(void **state) {
+    (void)state;
+    kill_and_resume(2, test_seed() + 3, " --precision bf16");
+}
 
 /* SIGINT / SIGTERM: the step finishes, a checkpoint is written, 130 / 143 and the resume command;
  * running that command finishes bitwise like the uninterrupted run. */
@@ -270,6 +274,7 @@ static void test_refusals(void **state) {
         {"--batch-size 32 --samples 256", "--samples is '512'"},
         {"--batch-size 32 --shape 1x32x32", "--shape is '1x28x28'"},
         {"--batch-size 32 --lr 0.1", "--lr is"},
+        {"--batch-size 32 --precision bf16", "--precision is 'fp32' in the checkpoint but bf16 in this run"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         int rc = tu_run_dptrain(&o, "train --dataset synthetic --no-progress --quiet --epochs 1 %s %s --resume %s",
@@ -552,7 +557,8 @@ static void test_save_every_epochs(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_kill9_resume_1), cmocka_unit_test(test_kill9_resume_2),
-        cmocka_unit_test(test_kill9_resume_4), cmocka_unit_test(test_sigint),
+        cmocka_unit_test(test_kill9_resume_4), cmocka_unit_test(test_kill9_resume_bf16),
+        cmocka_unit_test(test_sigint),
         cmocka_unit_test(test_sigterm),        cmocka_unit_test(test_damaged_skipped),
         cmocka_unit_test(test_refusals),       cmocka_unit_test(test_outputs_checked),
         cmocka_unit_test(test_disk_full),      cmocka_unit_test(test_nan),

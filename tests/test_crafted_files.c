@@ -353,8 +353,9 @@ static void ckpt_write(const char *path, const ckpt *c, const dp_st_tensor *extr
     if (extra && extra_first) t[n++] = *extra;
     for (int i = 0; i < c->n; i++) t[n++] = c->t[i];
     if (extra && !extra_first) t[n++] = *extra;
-    dp_st_meta meta[5] = {{"dptrain.model", c->m.name},  {"dptrain.epoch", epoch},       {"dptrain.next_batch", next_batch},
-                          {"dptrain.step", step},        {"dptrain.skipped_steps", "0"}};
+    dp_st_meta meta[5] = {{.key = "dptrain.model", .value = c->m.name}, {.key = "dptrain.epoch", .value = epoch},
+                          {.key = "dptrain.next_batch", .value = next_batch}, {.key = "dptrain.step", .value = step},
+                          {.key = "dptrain.skipped_steps", .value = "0"}};
     FILE *f = fopen(path, "wb");
     assert_non_null(f);
     assert_int_equal(dp_st_write(f, "test", t, n, meta, 5), DP_OK);
@@ -398,6 +399,28 @@ static void test_resume_extra_counter(void **state) {
     ckpt_write(p, &c, NULL, 0, "1", "0", "0");
     assert_int_equal(resume(&c, p, &pos), DP_ERR_FORMAT);
     assert_true(tu_contains(dp_last_error(), "outside 0.."));
+    ckpt_free(&c);
+}
+
+/* A setting added after a checkpoint was written (dp_setting.later: --precision): the file without its
+ * key was run with the default, which --resume compares; a setting without that mark must be there. */
+static void test_resume_setting_added_later(void **state) {
+    (void)state;
+    const char *p = tu_path("older.safetensors");
+    int64_t nbt = 0;
+    ckpt c;
+    ckpt_init(&c, "lenet", &nbt);
+    ckpt_write(p, &c, NULL, 0, "1", "0", "0");
+    dp_train_pos pos;
+    const dp_st_meta fp32 = {"dptrain.arg.precision", "fp32", "fp32"}, bf16 = {"dptrain.arg.precision", "bf16", "fp32"},
+                     strict = {"dptrain.arg.precision", "fp32", NULL};
+    assert_int_equal(dp_checkpoint_load_resume(p, &c.m, c.params, c.buffers, NULL, &pos, &fp32, 1, NULL, 0), DP_OK);
+    assert_int_equal(dp_checkpoint_load_resume(p, &c.m, c.params, c.buffers, NULL, &pos, &bf16, 1, NULL, 0),
+                     DP_ERR_USAGE);
+    assert_true(tu_contains(dp_last_error(), "--precision is 'fp32' in the checkpoint but bf16 in this run"));
+    assert_int_equal(dp_checkpoint_load_resume(p, &c.m, c.params, c.buffers, NULL, &pos, &strict, 1, NULL, 0),
+                     DP_ERR_USAGE);
+    assert_true(tu_contains(dp_last_error(), "--precision is missing in the checkpoint"));
     ckpt_free(&c);
 }
 
@@ -539,7 +562,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_st_strict),           cmocka_unit_test(test_st_many_entries),
         cmocka_unit_test(test_st_huge_sparse),      cmocka_unit_test(test_v1_huge_sparse),
-        cmocka_unit_test(test_resume_extra_counter),
+        cmocka_unit_test(test_resume_extra_counter), cmocka_unit_test(test_resume_setting_added_later),
         cmocka_unit_test(test_resume_position_ranges), cmocka_unit_test(test_init_from_keeps_count),
         cmocka_unit_test(test_damaged_header_skipped), cmocka_unit_test(test_long_message_keeps_reason),
         cmocka_unit_test(test_load_messages_prefixed), cmocka_unit_test(test_st_nul_in_strings),

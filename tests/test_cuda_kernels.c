@@ -545,6 +545,85 @@ static void test_errors_stay_with_their_device(void **state) {
     cudaFree(gx), cudaFree(gw), cudaFree(gy);
 }
 
+/* --precision bf16 on the GPU: the rounding kernel, alone and through lanes(), gives the CPU's bits
+ * for every fp32 bit pattern; on a device opened with TF32 (what bf16 runs open, trainer.c), linear
+ * layers and convolutions on bf16 values agree with the CPU reference as closely as fp32 does
+ * (TF32 holds a bf16 value exactly: the products are exact, only the order of the sums differs),
+ * where the same device on arbitrary fp32 values is TF32's 2^-11 away (printed, as a control). */
+static void test_bf16(void **state) {
+    (void)state;
+    const size_t n = 1 << 16;
+    float *x = malloc(n * 4), *ref = malloc(n * 4);
+    for (size_t i = 0; i < n; i++) {
+        const uint32_t u = dp_rng_below(&rng, 65536) << 16 | dp_rng_below(&rng, 65536);
+        memcpy(&x[i], &u, 4);
+    }
+    C->round_bf16(&cc, n, x, ref);
+    float *gx = dev(x, n * 4), *gy = dev(NULL, n * 4);
+    G->round_bf16(&gc, n, gx, gy);
+    float *h = back(gy, n);
+    expect("round_bf16", ref, h, n, 0), free(h);
+    /* lanes: the two halves as two lanes of one launch, in place */
+    dp_kcall_rec rec[2];
+    memset(rec, 0, sizeof rec);
+    for (int l = 0; l < 2; l++) {
+        const dp_kctx rk = {.stream = &rec[l], .device = D->kc.device};
+        dp_kcall_recorder.round_bf16(&rk, n / 2, gx + l * (n / 2), gx + l * (n / 2));
+    }
+    const dp_kcall *calls[2] = {&rec[0].calls[0], &rec[1].calls[0]};
+    G->lanes(&D->kc, 2, calls);
+    h = back(gx, n);
+    expect("round_bf16 through lanes()", ref, h, n, 0), free(h);
+    dp_kcall_rec_free(&rec[0]), dp_kcall_rec_free(&rec[1]);
+    cudaFree(gx), cudaFree(gy), free(x), free(ref);
+
+    dp_dev *T = NULL;
+    assert_int_equal(dp_dev_open("cuda", D->kc.device, 1, &T), DP_OK);
+    const int B = 9, I = 400, O = 120;
+    for (int bf = 1; bf >= 0; bf--) {
+        float *lx = host_rand((size_t)B * I, 1), *w = host_rand((size_t)O * I, 0.05f);
+        float *dyh = host_rand((size_t)B * O, 0.1f);
+        if (bf) C->round_bf16(&cc, (size_t)B * I, lx, lx), C->round_bf16(&cc, (size_t)O * I, w, w),
+                C->round_bf16(&cc, (size_t)B * O, dyh, dyh);
+        float *y = malloc((size_t)B * O * 4), *dxh = malloc((size_t)B * I * 4), *dw = calloc((size_t)O * I, 4);
+        C->linear_forward(&cc, B, I, O, lx, w, NULL, y);
+        C->linear_backward(&cc, B, I, O, lx, w, dyh, dxh, dw, NULL);
+        float *glx = dev(lx, (size_t)B * I * 4), *gw = dev(w, (size_t)O * I * 4), *gdy = dev(dyh, (size_t)B * O * 4);
+        float *gly = dev(NULL, (size_t)B * O * 4), *gdx = dev(NULL, (size_t)B * I * 4);
+        float *gdw = dev(NULL, (size_t)O * I * 4);
+        G->linear_forward(&T->kc, B, I, O, glx, gw, NULL, gly);
+        G->linear_backward(&T->kc, B, I, O, glx, gw, gdy, gdx, gdw, NULL);
+        float *hy = back(gly, (size_t)B * O), *hdx = back(gdx, (size_t)B * I), *hdw = back(gdw, (size_t)O * I);
+        if (bf) {
+            expect("bf16 linear forward on TF32", y, hy, (size_t)B * O, 1e-5);
+            expect("bf16 linear dx on TF32", dxh, hdx, (size_t)B * I, 1e-5);
+            expect("bf16 linear dw on TF32", dw, hdw, (size_t)O * I, 1e-5);
+        } else {
+            fprintf(stderr, "control: fp32 values on TF32: linear forward %.3g relative to the CPU\n",
+                    tu_rel_diff(hy, y, (size_t)B * O));
+        }
+        free(lx), free(w), free(dyh), free(y), free(dxh), free(dw), free(hy), free(hdx), free(hdw);
+        cudaFree(glx), cudaFree(gw), cudaFree(gdy), cudaFree(gly), cudaFree(gdx), cudaFree(gdw);
+    }
+    /* a convolution big enough for cuDNN */
+    dp_conv2d_dims d = {64, 14, 14, 64, 3, 1, 1, 0, 0};
+    assert_int_equal(conv2d_dims_init(&d), 0);
+    const size_t nx = (size_t)3 * d.in_c * d.in_h * d.in_w, nw = (size_t)d.out_c * d.in_c * d.k * d.k,
+                 ny = (size_t)3 * d.out_c * d.out_h * d.out_w;
+    float *cx = host_rand(nx, 1), *cw = host_rand(nw, 0.2f), *cy = malloc(ny * 4);
+    C->round_bf16(&cc, nx, cx, cx), C->round_bf16(&cc, nw, cw, cw);
+    float *cws = malloc(C->conv2d_workspace_floats(&d, 3, 1) * 4 + 64);
+    C->conv2d_forward(&cc, &d, 3, cx, cw, NULL, cy, cws);
+    float *gcx = dev(cx, nx * 4), *gcw = dev(cw, nw * 4), *gcy = dev(NULL, ny * 4);
+    float *gws = dev(NULL, G->conv2d_workspace_floats(&d, 3, 1) * 4);
+    G->conv2d_forward(&T->kc, &d, 3, gcx, gcw, NULL, gcy, gws);
+    h = back(gcy, ny);
+    expect("bf16 conv2d forward on TF32", cy, h, ny, 1e-4);
+    free(h), free(cx), free(cw), free(cy), free(cws);
+    cudaFree(gcx), cudaFree(gcw), cudaFree(gcy), cudaFree(gws);
+    dp_dev_close(T);
+}
+
 static int open_device(void **state) {
     (void)state;
     return dp_dev_open("cuda", 0, 0, &D) == DP_OK ? 0 : -1;
@@ -645,6 +724,7 @@ int main(void) {
         cmocka_unit_test(test_linear), cmocka_unit_test(test_loss), cmocka_unit_test(test_conv2d),
         cmocka_unit_test(test_gather_batch), cmocka_unit_test(test_errors_stay_with_their_device),
         cmocka_unit_test(test_lanes), cmocka_unit_test(test_fused),
+        cmocka_unit_test(test_lanes), cmocka_unit_test(test_bf16),
     };
     return cmocka_run_group_tests(tests, open_device, close_device);
 }

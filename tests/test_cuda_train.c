@@ -82,6 +82,27 @@ static void test_dp_gpu_matches_cpu(void **state) {
     tr_free(&cpu), tr_free(&gpu);
 }
 
+/* --precision bf16 on the device against the CPU's bf16 reference: bitwise on the fake GPU (the CPU's
+   kernels); on a GPU within BF16_GPU_TOL: the products are exact on both (TF32 holds bf16 values), but a
+   sum in another order can land on the other side of a bf16 rounding boundary, one bf16 unit (2^-8)
+   on that value, so the 20 steps drift further apart than fp32's GPU_CPU_TOL; 10x it, to be checked
+   against the printed worst case on the first GPU run */
+#define BF16_GPU_TOL (10 * GPU_CPU_TOL)
+
+static void test_bf16_gpu_matches_cpu(void **state) {
+    (void)state;
+    dp_config c;
+    base_config(&c, "lenet-bn", "cpu");
+    c.precision = DP_PRECISION_BF16;
+    tr_result cpu = tr_run(&c);
+    base_config(&c, "lenet-bn", GPU);
+    c.precision = DP_PRECISION_BF16;
+    tr_result gpu = tr_run(&c);
+    if (fake()) tr_assert_same(&gpu, &cpu, "bf16");
+    else tr_assert_close(&gpu, &cpu, BF16_GPU_TOL, "bf16");
+    tr_free(&cpu), tr_free(&gpu);
+}
+
 /* With --augment the host's loader makes the batches and they go up through the pinned staging
  * (the data set stays on the host): the same against the CPU, over 2 replicas. */
 static void test_augmented_batches_uploaded(void **state) {
@@ -548,6 +569,7 @@ int main(void) {
         cmocka_unit_test(test_lenet_gpu_matches_cpu),
         cmocka_unit_test(test_lenet_bn_gpu_matches_cpu),
         cmocka_unit_test(test_dp_gpu_matches_cpu),
+        cmocka_unit_test(test_bf16_gpu_matches_cpu),
         cmocka_unit_test(test_augmented_batches_uploaded),
         cmocka_unit_test(test_gpu_sim_replicas_bitwise_ddp),
         cmocka_unit_test(test_gpu_sim_replicas_bitwise_dp),

@@ -12,6 +12,7 @@
 #include "kernels/cpu/linear.h"
 #include "kernels/cpu/loss.h"
 #include "kernels/cpu/pool.h"
+#include "kernels/kernels.h"
 #include "kernels_ref.h"
 #include "testutil.h"
 
@@ -453,6 +454,73 @@ static void test_conv_algo_record(void **state) {
     dp_conv_algos_reset();
 }
 
+/* --precision bf16's rounding (the CPU table's round_bf16, kernels/bf16.h) against kr_bf16, the
+ * arithmetic reference: ties, both ends of every binade, subnormals, overflow, NaN, and random
+ * bit patterns over the whole fp32 range. */
+static void check_bf16(const float *x, size_t n) {
+    float *y = kr_floats(n);
+    const dp_kctx c = {.nthreads = 2};
+    dp_cpu_kernels.round_bf16(&c, n, x, y);
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &y[i], sizeof u);
+        if ((u & 0xffffu) != 0) fail_msg("round_bf16(%a) = %a keeps low bits", (double)x[i], (double)y[i]);
+        const double ref = kr_bf16((double)x[i]);
+        if (isnan(ref)) {
+            uint32_t ux;
+            memcpy(&ux, &x[i], sizeof ux);
+            if (!isnan(y[i]) || (u >> 31) != (ux >> 31)) fail_msg("round_bf16(NaN 0x%08x) = 0x%08x", ux, u);
+        } else if ((double)y[i] != ref || !signbit(y[i]) != !signbit(ref)) {
+            fail_msg("round_bf16(%a) = %a, the nearest bf16 (ties to even) is %a", (double)x[i], (double)y[i], ref);
+        }
+    }
+    /* in place: the same values */
+    float *z = kr_floats(n);
+    memcpy(z, x, n * sizeof *z);
+    dp_cpu_kernels.round_bf16(&c, n, z, z);
+    assert_memory_equal(z, y, n * sizeof *z);
+    free(y), free(z);
+}
+
+static float from_bits(uint32_t u) {
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static void test_round_bf16(void **state) {
+    (void)state;
+    static const uint32_t edge[] = {
+        0x3f808000u, /* 1 + 2^-8: a tie, kept LSB even: down to 1 */
+        0x3f818000u, /* 1 + 3 2^-8: a tie, kept LSB odd: up */
+        0x3f808001u, /* just above the tie: up */
+        0x3f807fffu, /* just below: down */
+        0xbf808000u, 0xbf818000u, /* negative ties */
+        0x7f7f7fffu, /* below the largest bf16's rounding limit: the largest bf16 */
+        0x7f7f8000u, /* the tie above the largest bf16: to even, an infinity */
+        0x7f7fffffu, 0xff7fffffu, /* FLT_MAX: infinities */
+        0x7f800000u, 0xff800000u, 0x00000000u, 0x80000000u, /* infinities and zeros stay */
+        0x00000001u, 0x00008000u, 0x00008001u, 0x00018000u, 0x807fffffu, 0x007f8000u, /* subnormals */
+        0x7fc00000u, 0xffc00000u, 0x7f800001u, 0xff800001u, 0x7fbfffffu, /* NaNs, payloads in the low half */
+    };
+    float e[sizeof edge / sizeof *edge];
+    for (size_t i = 0; i < sizeof edge / sizeof *edge; i++) e[i] = from_bits(edge[i]);
+    check_bf16(e, sizeof edge / sizeof *edge);
+    /* the tie cases round as the comments say */
+    const dp_kctx c = {.nthreads = 1};
+    float y[4];
+    dp_cpu_kernels.round_bf16(&c, 4, e, y);
+    assert_true(y[0] == 1.0f && y[1] == from_bits(0x3f820000u) && y[2] == from_bits(0x3f810000u) && y[3] == 1.0f);
+    enum { N = 1 << 16 };
+    float *x = kr_floats(N);
+    kr_rng r = {77};
+    for (size_t i = 0; i < N; i++) x[i] = from_bits((uint32_t)kr_next(&r));
+    check_bf16(x, N);
+    for (size_t i = 0; i < N; i++) x[i] = (float)kr_uniform(&r, -4, 4); /* the values a network holds */
+    check_bf16(x, N);
+    free(x);
+}
+
 int main(void) {
     openblas_set_num_threads(1);
     const struct CMUnitTest tests[] = {
@@ -469,6 +537,7 @@ int main(void) {
         cmocka_unit_test(test_batchnorm_forward),
         cmocka_unit_test(test_softmax_xent_forward),
         cmocka_unit_test(test_conv_algo_record),
+        cmocka_unit_test(test_round_bf16),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

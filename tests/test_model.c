@@ -10,6 +10,7 @@
 
 #include "kernels/cpu/loss.h"
 #include "nn/fuse.h"
+#include "kernels_ref.h"
 #include "nn/model.h"
 
 static void test_lenet_layout(void **state) {
@@ -233,6 +234,94 @@ static void test_fusion_bitwise(void **state) {
     check_fusion("fuse-mix", (dp_shape){3, 9, 9}, 4, 3, 1);
 }
 
+/* --precision bf16 on a convolution and a linear layer, forward and backward, against a reference
+ * built outside the layers: the operands rounded by kr_bf16 (kernels_ref.h, arithmetic, not the
+ * bit trick the kernels use), the CPU's fp32 kernels on them, the outputs and input gradients
+ * rounded again: the layers must give exactly those bits; the weight gradients stay fp32 sums.
+ * The fp32 model on the same data gives other outputs (the rounding is not a no-op) within bf16's
+ * relative precision of them. */
+static void bf16_ref(const float *x, float *y, size_t n) {
+    for (size_t i = 0; i < n; i++) y[i] = (float)kr_bf16((double)x[i]);
+}
+
+static void test_bf16_layers(void **state) {
+    (void)state;
+    enum { B = 3, C = 2, H = 5, W = 5, O = 3, K = 3, F = O * H * W, CLS = 4 };
+    dp_model m;
+    dp_model_init(&m, "bf16-pair", (dp_shape){C, H, W}, CLS);
+    const int conv = dp_model_conv2d(&m, "conv", DP_INPUT, O, K, 1, 1, 1);
+    const int fc = dp_model_linear(&m, "fc", dp_model_flatten(&m, conv), CLS, 1);
+    assert_int_equal(dp_model_finish(&m, fc), DP_OK);
+    float *p, *g, *g32;
+    assert_int_equal(dp_alloc_floats(&p, m.params.n, "p"), DP_OK);
+    assert_int_equal(dp_alloc_floats(&g, m.params.n, "g"), DP_OK);
+    assert_int_equal(dp_alloc_floats(&g32, m.params.n, "g32"), DP_OK);
+    kr_rng r = {2026};
+    kr_fill(&r, p, m.params.n, -0.5, 0.5);
+    float x[B * C * H * W], dlog[B * CLS], y32[B * CLS];
+    kr_fill(&r, x, B * C * H * W, -2, 2);
+    kr_fill(&r, dlog, B * CLS, -1, 1);
+    const float *w1 = p + m.nodes[conv].poff[0], *b1 = p + m.nodes[conv].poff[1];
+    const float *w2 = p + m.nodes[fc].poff[0], *b2 = p + m.nodes[fc].poff[1];
+    for (int bf = 0; bf <= 1; bf++) {
+        dp_model_set_precision(&m, bf);
+        dp_acts a;
+        assert_int_equal(dp_acts_create(&m, B, 2, &a), DP_OK);
+        float *grads = bf ? g : g32;
+        memset(grads, 0, m.params.n * sizeof(float));
+        dp_exec e = {.batch = B, .stat_batch = B, .training = 1, .update_stats = 1, .nthreads = 2, .params = p,
+                     .grads = grads};
+        assert_int_equal(dp_model_forward(&m, &a, &e, x), DP_OK);
+        memcpy(a.dout[m.output], dlog, sizeof dlog);
+        assert_int_equal(dp_model_backward(&m, &a, &e, x), DP_OK);
+        if (!bf) {
+            memcpy(y32, a.out[fc], sizeof y32);
+            dp_acts_free(&a);
+            continue;
+        }
+        /* the reference, step by step */
+        const dp_kctx c = {.nthreads = 2};
+        dp_conv2d_dims d = {C, H, W, O, K, 1, 1, 0, 0};
+        conv2d_dims_init(&d);
+        float xr[B * C * H * W], w1r[O * C * K * K], b1r[O], y1[B * F], w2r[CLS * F], b2r[CLS], y2[B * CLS];
+        bf16_ref(x, xr, B * C * H * W), bf16_ref(w1, w1r, O * C * K * K), bf16_ref(b1, b1r, O);
+        bf16_ref(w2, w2r, CLS * F), bf16_ref(b2, b2r, CLS);
+        float *ws = kr_floats(dp_cpu_kernels.conv2d_workspace_floats(&d, B, 2));
+        dp_cpu_kernels.conv2d_forward(&c, &d, B, xr, w1r, b1r, y1, ws);
+        bf16_ref(y1, y1, B * F);
+        assert_memory_equal(a.out[conv], y1, sizeof y1);
+        dp_cpu_kernels.linear_forward(&c, B, F, CLS, y1, w2r, b2r, y2);
+        bf16_ref(y2, y2, B * CLS);
+        assert_memory_equal(a.out[fc], y2, sizeof y2);
+        /* not the fp32 outputs, but within bf16's precision of them */
+        double most = 0, diff = 0;
+        for (int i = 0; i < B * CLS; i++) most = fmax(most, fabs(y32[i])), diff = fmax(diff, fabs(y2[i] - y32[i]));
+        assert_true(diff > 0 && diff < 0.05 * most);
+        /* backward */
+        float dyr[B * CLS], dx2[B * F], dw2[CLS * F] = {0}, db2[CLS] = {0}, dw1[O * C * K * K] = {0}, db1[O] = {0};
+        bf16_ref(dlog, dyr, B * CLS);
+        dp_cpu_kernels.linear_backward(&c, B, F, CLS, y1, w2r, dyr, dx2, dw2, db2);
+        bf16_ref(dx2, dx2, B * F);
+        dp_cpu_kernels.conv2d_backward(&c, &d, B, xr, w1r, dx2, NULL, dw1, db1, ws);
+        assert_memory_equal(g + m.nodes[fc].poff[0], dw2, sizeof dw2);
+        assert_memory_equal(g + m.nodes[fc].poff[1], db2, sizeof db2);
+        assert_memory_equal(g + m.nodes[conv].poff[0], dw1, sizeof dw1);
+        assert_memory_equal(g + m.nodes[conv].poff[1], db1, sizeof db1);
+        /* fp32 gradients: not bf16 values */
+        int low_bits = 0;
+        for (size_t i = 0; i < m.params.n; i++) {
+            uint32_t u;
+            memcpy(&u, &g[i], sizeof u);
+            low_bits |= (u & 0xffffu) != 0;
+        }
+        assert_true(low_bits);
+        free(ws);
+        dp_acts_free(&a);
+    }
+    dp_free(p), dp_free(g), dp_free(g32);
+    dp_model_free(&m);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_lenet_layout),
@@ -242,6 +331,7 @@ int main(void) {
         cmocka_unit_test(test_gradient_lenet_bn),
         cmocka_unit_test(test_gradient_dag),
         cmocka_unit_test(test_fusion_bitwise),
+        cmocka_unit_test(test_bf16_layers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -232,7 +232,8 @@ static const struct { const char *flag, *value, *cmds; } used_by[] = {
     {"--lr-steps", "5", "T"}, {"--lr-gamma", "0.5", "T"}, {"--lr-scale", "linear", "T"}, {"--lr-ref-batch", "8", "T"},
     {"--warmup-epochs", "1", "T"}, {"--seed", "3", "T"},
     {"--backend", "sim", "TEPC"}, {"--replicas", "2", "TEPC"}, {"--device", "cpu", "TEP"}, {"--gpu", "0", "TEP"},
-    {"--gpus", "0", "TE"}, {"--tf32", NULL, "TEP"}, {"--no-graph", NULL, "TEP"}, {"--steps-per-graph", "2", "T"},
+    {"--gpus", "0", "TE"}, {"--tf32", NULL, "TEP"}, {"--precision", "bf16", "TEP"},
+    {"--no-graph", NULL, "TEP"}, {"--steps-per-graph", "2", "T"},
     {"--mode", "dp", "TP"},
     {"--bucket-mb", "1", "TP"}, /* predict: DDP's buckets */
     {"--no-overlap", NULL, "T"}, {"--accumulate", "2", "T"}, {"--sync-bn", NULL, "T"}, {"--allreduce", "ring", "TEC"},

@@ -23,7 +23,7 @@ static dp_status write_two(FILE *f, void *ctx) {
     static const int64_t n = 42;
     dp_st_tensor t[2] = {{.name = "w", .dtype = DP_ST_F32, .ndim = 2, .shape = {2, 3}, .data = a, .nbytes = sizeof a},
                          {.name = "n", .dtype = DP_ST_I64, .ndim = 0, .data = &n, .nbytes = sizeof n}};
-    dp_st_meta m[1] = {{"k", "v"}};
+    dp_st_meta m[1] = {{.key = "k", .value = "v"}};
     return dp_st_write(f, "test", t, 2, m, 1);
 }
 

@@ -45,6 +45,9 @@ void tr_base_config(dp_config *c, const char *model) {
     c->threads = 2;
     c->workers = 0;
     c->quiet = 1;
+    /* DP_TEST_PRECISION=bf16: the same runs under --precision bf16 (the bitwise properties hold there too) */
+    const char *prec = getenv("DP_TEST_PRECISION");
+    if (prec && strcmp(prec, "bf16") == 0) c->precision = DP_PRECISION_BF16;
     /* DP_TEST_DEVICE=fakegpu: the same runs on the test device that behaves like a GPU */
     const char *dev = getenv("DP_TEST_DEVICE");
     if (dev && *dev) {
@@ -107,6 +110,11 @@ void tr_assert_same(const tr_result *a, const tr_result *b, const char *what) {
     for (int i = 0; i < a->n_losses; i++)
         if (a->losses[i] != b->losses[i])
             fail_msg("%s: step %d loss %.9g vs %.9g", what, i + 1, a->losses[i], b->losses[i]);
+}
+
+double tr_round_tol(double fp32_tol) {
+    const char *prec = getenv("DP_TEST_PRECISION");
+    return prec && strcmp(prec, "bf16") == 0 ? 10 * fp32_tol : fp32_tol;
 }
 
 void tr_assert_close(const tr_result *a, const tr_result *b, double tol, const char *what) {

@@ -27,5 +27,9 @@ void tr_free(tr_result *r);
 void tr_assert_same(const tr_result *a, const tr_result *b, const char *what);
 /* Per tensor max |a-b| / max |b| <= tol, and the losses within tol relative; prints the worst tensor. */
 void tr_assert_close(const tr_result *a, const tr_result *b, double tol, const char *what);
+/* A "within float rounding" tolerance for runs of tr_base_config: fp32_tol, or 10x it under
+ * DP_TEST_PRECISION=bf16, where a last-bit difference in an fp32 sum can move a value rounded to
+ * bf16 by one bf16 unit (2^-8 relative) when it lies on a rounding boundary. */
+double tr_round_tol(double fp32_tol);
 
 #endif

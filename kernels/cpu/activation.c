@@ -3,6 +3,7 @@
 #include "kernels/cpu/variant.h" /* first: renames this variant's functions */
 #include "kernels/cpu/activation.h"
 
+#include "kernels/bf16.h"
 #include "kernels/cpu/cpu_common.h"
 
 /* x < 0 ? 0 : x keeps NaN, as PyTorch's relu does. No restrict: in-place calls are allowed. */
@@ -16,6 +17,10 @@ static void relu_bwd_range(size_t lo, size_t hi, const float *y, const float *dy
 
 static void add_range(size_t lo, size_t hi, const float *a, const float *b, float *y) {
     for (size_t i = lo; i < hi; i++) y[i] = a[i] + b[i];
+}
+
+static void round_bf16_range(size_t lo, size_t hi, const float *x, float *y) {
+    for (size_t i = lo; i < hi; i++) y[i] = dp_bf16_round(x[i]);
 }
 
 /* Thread t of nt gets [n*t/nt, n*(t+1)/nt), rounded to 16 floats (whole cache lines). */
@@ -50,4 +55,8 @@ void relu_backward_cpu(size_t n, const float *y, const float *dy, float *dx, int
 
 void add_forward_cpu(size_t n, const float *a, const float *b, float *y, int nthreads) {
     ELTWISE(n, nthreads, add_range(lo, hi, a, b, y));
+}
+
+void round_bf16_cpu(size_t n, const float *x, float *y, int nthreads) {
+    ELTWISE(n, nthreads, round_bf16_range(lo, hi, x, y));
 }

@@ -9,5 +9,7 @@ void relu_forward_cpu(size_t n, const float *x, float *y, int nthreads);
 void relu_backward_cpu(size_t n, const float *y, const float *dy, float *dx, int nthreads);
 /* y = a + b (residual connection). */
 void add_forward_cpu(size_t n, const float *a, const float *b, float *y, int nthreads);
+/* y = x rounded to the nearest bf16 value (kernels/bf16.h); in place allowed. */
+void round_bf16_cpu(size_t n, const float *x, float *y, int nthreads);
 
 #endif

@@ -59,6 +59,7 @@ DP_RESOLVER static int cpu_level(void) {
 DP_DISPATCH(relu_forward_cpu)
 DP_DISPATCH(relu_backward_cpu)
 DP_DISPATCH(add_forward_cpu)
+DP_DISPATCH(round_bf16_cpu)
 DP_DISPATCH(batchnorm_stats_cpu)
 DP_DISPATCH(batchnorm_apply_cpu)
 DP_DISPATCH(batchnorm_backward_reduce_cpu)

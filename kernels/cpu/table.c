@@ -39,6 +39,9 @@ static void cpu_relu_backward(const dp_kctx *c, size_t n, const float *y, const 
 static void cpu_add(const dp_kctx *c, size_t n, const float *a, const float *b, float *y) {
     add_forward_cpu(n, a, b, y, c->nthreads);
 }
+static void cpu_round_bf16(const dp_kctx *c, size_t n, const float *x, float *y) {
+    round_bf16_cpu(n, x, y, c->nthreads);
+}
 static void cpu_copy(const dp_kctx *c, size_t n, const float *x, float *y) {
     (void)c;
     if (n) memcpy(y, x, n * sizeof(float));

@@ -15,6 +15,7 @@
 #define relu_forward_cpu DP_KCAT(relu_forward_cpu, DP_KSUFFIX)
 #define relu_backward_cpu DP_KCAT(relu_backward_cpu, DP_KSUFFIX)
 #define add_forward_cpu DP_KCAT(add_forward_cpu, DP_KSUFFIX)
+#define round_bf16_cpu DP_KCAT(round_bf16_cpu, DP_KSUFFIX)
 #define batchnorm_stats_cpu DP_KCAT(batchnorm_stats_cpu, DP_KSUFFIX)
 #define batchnorm_apply_cpu DP_KCAT(batchnorm_apply_cpu, DP_KSUFFIX)
 #define batchnorm_backward_reduce_cpu DP_KCAT(batchnorm_backward_reduce_cpu, DP_KSUFFIX)

@@ -70,18 +70,18 @@ dp_status dp_checkpoint_save(const char *flag, const char *path, const dp_model 
     }
     char v[N_POS][32];
     int k = 0;
-    all[k++] = (dp_st_meta){"format", "pt"};
-    all[k++] = (dp_st_meta){"dptrain.format", "dptrain-checkpoint/1"};
-    all[k++] = (dp_st_meta){"dptrain.model", m->name};
+    all[k++] = (dp_st_meta){.key = "format", .value = "pt"};
+    all[k++] = (dp_st_meta){.key = "dptrain.format", .value = "dptrain-checkpoint/1"};
+    all[k++] = (dp_st_meta){.key = "dptrain.model", .value = m->name};
     if (pos) {
         snprintf(v[0], sizeof v[0], "%d", pos->epoch);
         snprintf(v[1], sizeof v[1], "%d", pos->next_batch);
         snprintf(v[2], sizeof v[2], "%ld", pos->step);
         snprintf(v[3], sizeof v[3], "%ld", pos->skipped);
-        all[k++] = (dp_st_meta){"dptrain.epoch", v[0]};
-        all[k++] = (dp_st_meta){"dptrain.next_batch", v[1]};
-        all[k++] = (dp_st_meta){"dptrain.step", v[2]};
-        all[k++] = (dp_st_meta){"dptrain.skipped_steps", v[3]};
+        all[k++] = (dp_st_meta){.key = "dptrain.epoch", .value = v[0]};
+        all[k++] = (dp_st_meta){.key = "dptrain.next_batch", .value = v[1]};
+        all[k++] = (dp_st_meta){.key = "dptrain.step", .value = v[2]};
+        all[k++] = (dp_st_meta){.key = "dptrain.skipped_steps", .value = v[3]};
     }
     for (int i = 0; i < n_meta; i++) all[k++] = meta[i];
     save_job j = {t, nt, all, k};
@@ -283,6 +283,7 @@ dp_status dp_checkpoint_load_resume(const char *path, const dp_model *m, float *
         s = dp_fail(DP_ERR_FORMAT, "%s: metadata dptrain.skipped_steps (%ld) exceeds dptrain.step (%ld)", path, v[3], v[2]);
     for (int i = 0; i < n_expect && s == DP_OK; i++) {
         const char *have = dp_st_meta_get(&f, expect[i].key);
+        if (!have) have = expect[i].absent;
         if (have && strcmp(have, expect[i].value) == 0) continue;
         const char *k = expect[i].key;
         int is_arg = strncmp(k, "dptrain.arg.", 12) == 0;

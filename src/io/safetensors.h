@@ -26,6 +26,8 @@ typedef struct {
 
 typedef struct {
     const char *key, *value;
+    const char *absent; /* a resume's expected setting only: the value a file without the key was written
+                           with (a setting added after the file's version), NULL: the key must be there */
 } dp_st_meta;
 
 /* Writes a whole file to f. The data section's CRC-32 is added to the metadata as

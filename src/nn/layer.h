@@ -80,6 +80,8 @@ struct dp_layer {
     size_t ctx_per_sample;      /* floats of saved context per sample (e.g. maxpool argmax) */
     size_t ctx_fixed;           /* plus this many (e.g. BN mean and invstd) */
     size_t sync_floats;         /* floats of sums for forward_sums / backward_sums */
+    int bf16;                   /* conv, linear under --precision bf16 (nn/layers/bf16.h); set by
+                                   dp_model_set_precision */
     union {
         struct { int out_c, k, stride, pad, bias; } conv;
         struct { int out_f, bias; } linear;

@@ -140,6 +140,11 @@ dp_status dp_model_finish(dp_model *m, int output) {
     return dp_fuse_plan(m);
 }
 
+void dp_model_set_precision(dp_model *m, int bf16) {
+    for (int i = 0; i < m->n_nodes; i++)
+        m->nodes[i].bf16 = bf16 && (m->nodes[i].ops == &dp_conv2d_ops || m->nodes[i].ops == &dp_linear_ops);
+}
+
 void dp_model_free(dp_model *m) {
     free(m->nodes);
     free(m->din_accumulate);

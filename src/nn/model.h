@@ -35,6 +35,9 @@ int dp_model_global_avgpool(dp_model *m, int in);
 /* Plans the graph (shapes, layouts, gradient flow); the output must be (n_classes, 1, 1). */
 dp_status dp_model_finish(dp_model *m, int output);
 void dp_model_free(dp_model *m);
+/* --precision: bf16 != 0 makes the convolution and linear layers compute on bf16 copies of their
+ * operands (nn/layers/bf16.h); call before sizing activations (their scratch grows). */
+void dp_model_set_precision(dp_model *m, int bf16);
 
 /* Initialises parameters and buffers as PyTorch does, from rng. params/buffers are arenas
  * of m->params.n / m->buffers.n floats. */

@@ -11,6 +11,8 @@
 #include "optim/schedule.h"
 
 typedef enum { DP_MODE_DDP = 0, DP_MODE_DP = 1 } dp_mode;
+/* --precision, as the index of its choice (settings.c) */
+enum { DP_PRECISION_FP32 = 0, DP_PRECISION_BF16 = 1 };
 
 /* The tests' fault injections and hooks: no flag sets them; the command line takes them from the
  * environment (src/cli/test_hooks.h), a test program sets them in its config. 0: off. */
@@ -47,6 +49,7 @@ typedef struct {
     int gpus[DP_MAX_LOCAL_DEVICES]; /* --gpus: the GPUs this process drives, one replica each (nccl) */
     int n_gpus;          /* 0: --gpus not given */
     int tf32;
+    int precision;       /* --precision: DP_PRECISION_* */
     int graphs;          /* device runs: record and replay each micro-step (--no-graph: 0) */
     int steps_per_graph; /* --steps-per-graph: DDP steps recorded and replayed as one launch (exec/launch.h) */
     int replicas;

@@ -73,7 +73,7 @@ static int canonical(const dp_trainer *t) { return t->sampler.plan.canonical && 
 /* A checkpoint's settings records, with room for their text. */
 typedef struct {
     dp_st_meta m[DP_SETTINGS_MAX + 6]; /* + dptrain.conv_algos, whose text is its own (dp_persist_save) */
-    char key[DP_SETTINGS_MAX + 5][64], val[DP_SETTINGS_MAX + 5][128];
+    char key[DP_SETTINGS_MAX + 5][64], val[DP_SETTINGS_MAX + 5][128], absent[DP_SETTINGS_MAX + 5][64];
     int n, n_checked;
 } ckpt_settings;
 
@@ -81,6 +81,10 @@ static void put_row(ckpt_settings *r, const dp_setting *s, const dp_config *eff)
     snprintf(r->key[r->n], sizeof r->key[r->n], "dptrain.arg.%s", dp_setting_key(s));
     dp_setting_text(s, eff, r->val[r->n], sizeof r->val[r->n]);
     r->m[r->n] = (dp_st_meta){.key = r->key[r->n], .value = r->val[r->n]};
+    if (s->later) { /* a checkpoint from before the row: written with its default */
+        dp_setting_default_text(s, r->absent[r->n], sizeof r->absent[r->n]);
+        r->m[r->n].absent = r->absent[r->n];
+    }
     r->n++;
     r->n_checked += s->resume;
 }

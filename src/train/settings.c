@@ -33,6 +33,7 @@ static const char *const modes[] = {"ddp", "dp", NULL};
 static const char *const scales[] = {"none", "linear", NULL};
 static const char *const algos[] = {"ordered", "ring", "tree", NULL};
 static const char *const nan_modes[] = {"stop", "skip", NULL};
+static const char *const precisions[] = {"fp32", "bf16", NULL};
 
 const dp_setting dp_settings[] = {
     {"model", "M", DP_K_SPECIAL, .set = DP_S_MODEL, .off = OFF(model), .ds = "lenet", .help = "the network",
@@ -106,6 +107,11 @@ const dp_setting dp_settings[] = {
     {"tf32", NULL, DP_K_SET, .off = OFF(tf32), .set = 1,
      .help = "--device cuda: let cuBLAS and cuDNN use TF32 (faster, 10 fewer mantissa bits; off: fp32 like the CPU)",
      .cmds = TEP_},
+    {"precision", "P", DP_K_INDEX, .choices = precisions, .off = OFF(precision), .dv = DP_PRECISION_FP32,
+     .help = "bf16: convolutions and linear layers multiply bf16 copies of their inputs and weights and round "
+             "their outputs to bf16 (as PyTorch's autocast), summing in fp32; weights, gradients, the optimizer, "
+             "batch norm and the loss stay fp32 (docs/design.md)", .cmds = TEP_, LOG(195), CKPT(215), RANKS(205),
+     .later = 1},
     {"no-graph", NULL, DP_K_SET, .off = OFF(graphs), .set = 0, .dv = 1,
      .help = "--device cuda: launch every kernel each step instead of replaying the step as one CUDA graph",
      .cmds = TEP_},

@@ -60,6 +60,8 @@ typedef struct {
     short cons;               /* the flags every rank must share ("with --lr 0.05") */
     unsigned char resume;     /* checkpoint: must be equal to resume (it changes the math or the data) */
     unsigned char files;      /* one of the run's own files (or its period): a companion run drops it */
+    unsigned char later;      /* checkpoint: added after checkpoints were first written; one without it was
+                                 written with the default, which --resume reads for the missing value */
 } dp_setting;
 
 enum { DP_SETTINGS_MAX = 96 }; /* rows at most (getopt's table is sized by it) */

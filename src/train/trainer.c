@@ -121,6 +121,7 @@ static dp_status precheck_synthetic(dp_trainer *t) {
     dp_model m;
     if (dp_model_build(c->model, (dp_shape){c->data.c, c->data.h, c->data.w}, c->data.n_classes, &m) != DP_OK)
         return DP_OK; /* the same build after loading reports it, with the data's shape */
+    dp_model_set_precision(&m, c->precision == DP_PRECISION_BF16);
     dp_sampler tmp;
     lane_plan lp;
     dp_status s = plan_lanes(t, &tmp, c->eval_only ? 0 : train.n, &lp);
@@ -188,7 +189,12 @@ static dp_status setup(dp_trainer *t) {
     if (c->threads <= 0) c->threads = t->cores;
     int ordinals[DP_MAX_LOCAL_DEVICES], n_ord = 0;
     DP_TRY(dp_backend_device(c->backend, c->device, c->gpu, c->gpus, c->n_gpus, &c->device, ordinals, &n_ord));
-    for (; t->n_devs < n_ord; t->n_devs++) DP_TRY(dp_dev_open(c->device, ordinals[t->n_devs], c->tf32, &t->devs[t->n_devs]));
+    /* --precision bf16 on CUDA: every matrix product multiplies bf16 values (nn/layers/bf16.h), which
+       TF32's 10 mantissa bits hold exactly, so the tensor cores' TF32 path is exact on them and sums in
+       fp32: the products of the CPU reference, only the order of the sums is the library's */
+    const int tf32 = c->tf32 || (c->precision == DP_PRECISION_BF16 && c->device && strcmp(c->device, "cuda") == 0);
+    for (; t->n_devs < n_ord; t->n_devs++)
+        DP_TRY(dp_dev_open(c->device, ordinals[t->n_devs], tf32, &t->devs[t->n_devs]));
     t->dev = t->devs[0];
 
     dp_backend_config bc = {.name = c->backend, .replicas = c->replicas, .nthreads = c->threads,
@@ -227,6 +233,7 @@ static dp_status setup(dp_trainer *t) {
     const dp_dataset *shape_src = t->have_train ? &t->train : &t->test;
     dp_shape in = {shape_src->c, shape_src->h, shape_src->w};
     DP_TRY(dp_model_build(c->model, in, shape_src->n_classes, &t->model));
+    dp_model_set_precision(&t->model, c->precision == DP_PRECISION_BF16);
     DP_TRY(dp_layout_make_buckets(&t->model.params, (size_t)(c->bucket_mb * 1024 * 1024)));
     DP_TRY(dp_backend_reserve(t->backend, largest_sum(t, 0)));
 

@@ -49,7 +49,7 @@ void dp_fuzz_seeds(void (*add)(const uint8_t *data, size_t size)) {
     setup();
     /* a real checkpoint of the model, and a small hand-written file */
     dp_train_pos pos = {.epoch = 2, .next_batch = 3, .step = 40, .bn_batches = 5};
-    dp_st_meta meta[1] = {{"dptrain.arg.seed", "0"}};
+    dp_st_meta meta[1] = {{.key = "dptrain.arg.seed", .value = "0"}};
     if (dp_checkpoint_save("fuzz", path, &model, params, buffers, momentum, &pos, meta, 1) == DP_OK) {
         FILE *f = fopen(path, "rb");
         if (f) {

@@ -2,6 +2,7 @@
 #include "kernels/shapes.h"
 #include "nn/fuse.h"
 #include "nn/layer.h"
+#include "nn/layers/bf16.h"
 #include "nn/layers/init.h"
 
 static dp_conv2d_dims dims_of(const dp_layer *l) {
@@ -28,9 +29,11 @@ static dp_status plan(dp_layer *l, dp_layout *params, dp_layout *buffers) {
     return DP_OK;
 }
 
+static size_t weight_floats(const dp_conv2d_dims *d) { return (size_t)d->out_c * d->in_c * d->k * d->k; }
+
 static size_t ws_floats(const dp_layer *l, const dp_kernels *k, int batch, int nthreads) {
     dp_conv2d_dims d = dims_of(l);
-    return k->conv2d_workspace_floats(&d, batch, nthreads);
+    return dp_bf16_ws_floats(l, batch, weight_floats(&d)) + k->conv2d_workspace_floats(&d, batch, nthreads);
 }
 
 static void init(const dp_layer *l, float *params, float *buffers, dp_rng *rng) {
@@ -47,8 +50,20 @@ static dp_status forward(const dp_layer *l, const dp_exec *x, const float *const
     if (x->batch == 0) return DP_OK;
     dp_conv2d_dims d = dims_of(l);
     const dp_kctx c = dp_exec_kctx(x);
-    dp_exec_kernels(x)->conv2d_forward(&c, &d, x->batch, in[0], x->params + l->poff[0],
-                                        l->cfg.conv.bias ? x->params + l->poff[1] : NULL, out, x->ws);
+    const dp_kernels *k = dp_exec_kernels(x);
+    const float *w = x->params + l->poff[0], *b = l->cfg.conv.bias ? x->params + l->poff[1] : NULL;
+    if (!l->bf16) {
+        k->conv2d_forward(&c, &d, x->batch, in[0], w, b, out, x->ws);
+        return DP_OK;
+    }
+    const dp_bf16_scratch s = dp_bf16_carve(l, x, weight_floats(&d));
+    const size_t n_in = (size_t)x->batch * dp_shape_size(l->in_shape[0]);
+    const size_t n_out = (size_t)x->batch * dp_shape_size(l->out);
+    k->round_bf16(&c, n_in, in[0], s.x);
+    k->round_bf16(&c, weight_floats(&d), w, s.w);
+    if (b) k->round_bf16(&c, (size_t)d.out_c, b, s.dy);
+    k->conv2d_forward(&c, &d, x->batch, s.x, s.w, b ? s.dy : NULL, out, s.rest);
+    k->round_bf16(&c, n_out, out, out);
     return DP_OK;
 }
 
@@ -70,9 +85,20 @@ static dp_status backward(const dp_layer *l, const dp_exec *x, const float *cons
     if (x->batch == 0) return DP_OK;
     dp_conv2d_dims d = dims_of(l);
     const dp_kctx c = dp_exec_kctx(x);
-    dp_exec_kernels(x)->conv2d_backward(&c, &d, x->batch, in[0], x->params + l->poff[0], dout, din[0],
-                                         x->grads + l->poff[0], l->cfg.conv.bias ? x->grads + l->poff[1] : NULL,
-                                         x->ws);
+    const dp_kernels *k = dp_exec_kernels(x);
+    float *dw = x->grads + l->poff[0], *db = l->cfg.conv.bias ? x->grads + l->poff[1] : NULL;
+    if (!l->bf16) {
+        k->conv2d_backward(&c, &d, x->batch, in[0], x->params + l->poff[0], dout, din[0], dw, db, x->ws);
+        return DP_OK;
+    }
+    const dp_bf16_scratch s = dp_bf16_carve(l, x, weight_floats(&d));
+    const size_t n_in = (size_t)x->batch * dp_shape_size(l->in_shape[0]);
+    const size_t n_out = (size_t)x->batch * dp_shape_size(l->out);
+    k->round_bf16(&c, n_in, in[0], s.x);
+    k->round_bf16(&c, weight_floats(&d), x->params + l->poff[0], s.w);
+    k->round_bf16(&c, n_out, dout, s.dy);
+    k->conv2d_backward(&c, &d, x->batch, s.x, s.w, s.dy, din[0], dw, db, s.rest);
+    if (din[0]) k->round_bf16(&c, n_in, din[0], din[0]);
     return DP_OK;
 }
 

@@ -1,5 +1,6 @@
 /* Linear layer: y = x W^T + b on the flattened input, around the linear kernels. */
 #include "nn/layer.h"
+#include "nn/layers/bf16.h"
 #include "nn/layers/init.h"
 
 static dp_status plan(dp_layer *l, dp_layout *params, dp_layout *buffers) {
@@ -11,6 +12,13 @@ static dp_status plan(dp_layer *l, dp_layout *params, dp_layout *buffers) {
     DP_TRY(dp_layer_add_tensor(params, l, "weight", (size_t)out_f * in_f, 0, &l->poff[0]));
     if (l->cfg.linear.bias) DP_TRY(dp_layer_add_tensor(params, l, "bias", (size_t)out_f, 0, &l->poff[1]));
     return DP_OK;
+}
+
+static size_t weight_floats(const dp_layer *l) { return (size_t)l->cfg.linear.out_f * dp_shape_size(l->in_shape[0]); }
+
+static size_t ws_floats(const dp_layer *l, const dp_kernels *k, int batch, int nthreads) {
+    (void)k, (void)nthreads;
+    return dp_bf16_ws_floats(l, batch, weight_floats(l));
 }
 
 static void init(const dp_layer *l, float *params, float *buffers, dp_rng *rng) {
@@ -25,9 +33,19 @@ static dp_status forward(const dp_layer *l, const dp_exec *x, const float *const
     (void)ctx, (void)sync;
     if (x->batch == 0) return DP_OK;
     const dp_kctx c = dp_exec_kctx(x);
-    dp_exec_kernels(x)->linear_forward(&c, x->batch, (int)dp_shape_size(l->in_shape[0]), l->cfg.linear.out_f, in[0],
-                                        x->params + l->poff[0], l->cfg.linear.bias ? x->params + l->poff[1] : NULL,
-                                        out);
+    const dp_kernels *k = dp_exec_kernels(x);
+    const int in_f = (int)dp_shape_size(l->in_shape[0]), out_f = l->cfg.linear.out_f;
+    const float *w = x->params + l->poff[0], *b = l->cfg.linear.bias ? x->params + l->poff[1] : NULL;
+    if (!l->bf16) {
+        k->linear_forward(&c, x->batch, in_f, out_f, in[0], w, b, out);
+        return DP_OK;
+    }
+    const dp_bf16_scratch s = dp_bf16_carve(l, x, weight_floats(l));
+    k->round_bf16(&c, (size_t)x->batch * in_f, in[0], s.x);
+    k->round_bf16(&c, weight_floats(l), w, s.w);
+    if (b) k->round_bf16(&c, (size_t)out_f, b, s.dy);
+    k->linear_forward(&c, x->batch, in_f, out_f, s.x, s.w, b ? s.dy : NULL, out);
+    k->round_bf16(&c, (size_t)x->batch * out_f, out, out);
     return DP_OK;
 }
 
@@ -36,15 +54,26 @@ static dp_status backward(const dp_layer *l, const dp_exec *x, const float *cons
     (void)out, (void)ctx, (void)sync;
     if (x->batch == 0) return DP_OK;
     const dp_kctx c = dp_exec_kctx(x);
-    dp_exec_kernels(x)->linear_backward(&c, x->batch, (int)dp_shape_size(l->in_shape[0]), l->cfg.linear.out_f, in[0],
-                                         x->params + l->poff[0], dout, din[0], x->grads + l->poff[0],
-                                         l->cfg.linear.bias ? x->grads + l->poff[1] : NULL);
+    const dp_kernels *k = dp_exec_kernels(x);
+    const int in_f = (int)dp_shape_size(l->in_shape[0]), out_f = l->cfg.linear.out_f;
+    float *dw = x->grads + l->poff[0], *db = l->cfg.linear.bias ? x->grads + l->poff[1] : NULL;
+    if (!l->bf16) {
+        k->linear_backward(&c, x->batch, in_f, out_f, in[0], x->params + l->poff[0], dout, din[0], dw, db);
+        return DP_OK;
+    }
+    const dp_bf16_scratch s = dp_bf16_carve(l, x, weight_floats(l));
+    k->round_bf16(&c, (size_t)x->batch * in_f, in[0], s.x);
+    k->round_bf16(&c, weight_floats(l), x->params + l->poff[0], s.w);
+    k->round_bf16(&c, (size_t)x->batch * out_f, dout, s.dy);
+    k->linear_backward(&c, x->batch, in_f, out_f, s.x, s.w, s.dy, din[0], dw, db);
+    if (din[0]) k->round_bf16(&c, (size_t)x->batch * in_f, din[0], din[0]);
     return DP_OK;
 }
 
 const dp_layer_ops dp_linear_ops = {
     .kind = "fc",
     .plan = plan,
+    .ws_floats = ws_floats,
     .init = init,
     .forward = forward,
     .backward = backward,
