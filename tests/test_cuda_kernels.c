@@ -484,7 +484,7 @@ static void test_lanes(void **state) {
         lab[l] = dev(hl, (size_t)batch[l] * 4);
         free(hx), free(hg);
         for (int k = 0; k < NB; k++) {
-            const dp_kctx rk = {.stream = &rec[l], .device = D->kc.device};
+            const dp_kctx rk = {.stream = &rec[l], .ordinal = D->kc.ordinal};
             const dp_kctx *R = k ? &rk : &D->kc;
             const dp_kernels *K = k ? &dp_kcall_recorder : G;
             K->relu_forward(R, ni, x[k][l], x[k][l]);

@@ -281,7 +281,7 @@ static void test_lanes(void **state) {
         const size_t ni = (size_t)batch[l] * CH * H * W, no = (size_t)batch[l] * CH * OH * OW;
         x[l] = mk(D, ni, 2), y[l] = mk(D, no, 0), am[l] = mk_int(D, no, 1), g[l] = mk(D, no, 1), dx[l] = mk(D, ni, 0);
         lo[l] = mk(D, (size_t)batch[l] * OUT, 0);
-        const dp_kctx rk = {.stream = &rec[l], .device = D->kc.device}, *R = &rk;
+        const dp_kctx rk = {.stream = &rec[l], .ordinal = D->kc.ordinal}, *R = &rk;
         const dp_kernels *K = &dp_kcall_recorder;
         K->relu_forward(R, ni, x[l].d, x[l].d); /* in place, as a fused layer may */
         K->maxpool_forward(R, batch[l], CH, H, W, 2, 2, 0, x[l].d, y[l].d, id(am[l]));

@@ -76,7 +76,7 @@ static void destroy_dnn(void *h, void *aux) {
 /* This thread's cuDNN handle on the call's device (made current first: one thread may drive
  * several, nccl --gpus), bound to the call's stream. */
 static cudnnHandle_t dnn(const dp_kctx *c) {
-    dp_cuda_use(c ? c->device : 0);
+    dp_cuda_use(c ? c->ordinal : 0);
     const int dev = dp_cuda_current_device();
     cudnnHandle_t h = (cudnnHandle_t)dp_cuda_handle_find(DP_CUDA_HANDLE_CUDNN, dev);
     if (!h) {
@@ -173,7 +173,7 @@ static int make_plan(cudnnHandle_t h, plan_t *p) {
  * fails at the next wait) when it could not be made, at that call and at every later one. */
 static const plan_t *plan_for(const dp_kctx *c, cudnnHandle_t h, const dp_conv2d_dims *d, int batch) {
     std::lock_guard<std::mutex> g(plans_mu);
-    const int tf32 = c ? c->tf32 : 0, dev = dp_cuda_current_device();
+    const int tf32 = c ? c->fast_math : 0, dev = dp_cuda_current_device();
     plan_t *p = nullptr;
     for (int i = 0; i < MAX_PLANS; i++) {
         plan_t *q = &plans[i];

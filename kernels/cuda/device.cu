@@ -472,14 +472,14 @@ static dp_status cuda_open(int ordinal, int tf32, dp_dev **out) {
     // a failure noted before this GPU's first open is no business of this device's (with one open
     // already, say a predictor's companion of a trainer, a failure there is that trainer's, unread)
     if (first) dp_cuda_forget_errors(ordinal);
-    d->kc = (dp_kctx){.nthreads = 1, .stream = c->stream, .blas = c->blas, .tf32 = tf32, .device = ordinal};
+    d->kc = (dp_kctx){.nthreads = 1, .stream = c->stream, .handle = c->blas, .fast_math = tf32, .ordinal = ordinal};
     for (int i = 0; i < DP_DEV_LANES; i++)
-        d->lane_kc[i] = (dp_kctx){.nthreads = 1, .stream = c->lane[i], .blas = c->lane_blas[i], .tf32 = tf32,
-                                  .device = ordinal};
+        d->lane_kc[i] = (dp_kctx){.nthreads = 1, .stream = c->lane[i], .handle = c->lane_blas[i], .fast_math = tf32,
+                                  .ordinal = ordinal};
     // the collective view: the same memory and operations, queued on the collective stream; its
     // kernels (the sim's sums) need no cuBLAS handle
     c->coll = *d;
-    c->coll.kc = (dp_kctx){.nthreads = 1, .stream = c->coll_stream, .blas = NULL, .tf32 = tf32, .device = ordinal};
+    c->coll.kc = (dp_kctx){.nthreads = 1, .stream = c->coll_stream, .handle = NULL, .fast_math = tf32, .ordinal = ordinal};
     c->coll.caps = DP_CAP_ASYNC | DP_CAP_EVENTS, c->coll.n_lanes = 0, c->coll.fork = NULL, c->coll.join = NULL;
     c->coll.capture_begin = NULL, c->coll.capture_end = NULL, c->coll.replay = NULL, c->coll.graph_free = NULL;
     c->coll.coll_wait_main = NULL, c->coll.main_wait_coll = NULL, c->coll.close = NULL;

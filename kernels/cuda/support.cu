@@ -131,11 +131,11 @@ void dp_cuda_use(int ordinal) {
 // The table's own handle (tests, callers without an executor): one per host thread and device,
 // since a handle must not be used by two threads at once and belongs to the device current at its
 // creation; the workspace every handle has (DP_CUDA_BLAS_WORKSPACE), fp32 math (no TF32) so results
-// compare with the CPU's. The executor's handles are its devices' own (c->blas); the call's device
-// (c->device) is made current first, since one thread may drive several (nccl --gpus).
+// compare with the CPU's. The executor's handles are its devices' own (c->handle); the call's device
+// (c->ordinal) is made current first, since one thread may drive several (nccl --gpus).
 cublasHandle_t dp_cuda_blas(const dp_kctx *c) {
-    dp_cuda_use(c ? c->device : 0);
-    if (c && c->blas) return (cublasHandle_t)c->blas;
+    dp_cuda_use(c ? c->ordinal : 0);
+    if (c && c->handle) return (cublasHandle_t)c->handle;
     const int dev = dp_cuda_current_device();
     cublasHandle_t own = (cublasHandle_t)dp_cuda_handle_find(DP_CUDA_HANDLE_BLAS, dev);
     if (!own) {

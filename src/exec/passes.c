@@ -175,13 +175,8 @@ static dp_exec exec_of(const dp_executor *ex, int r, int l, const dp_batch *b, c
     x.stat_batch = ex->sync_bn ? mi->micro_samples : b[r].n;
     x.training = 1;
     x.update_stats = l == 0;
-    x.nthreads = 1;
     x.k = batched(ex) ? &dp_kcall_recorder : ex->k;
-    const dp_kctx *kc = slot_kc(ex, r * rep->n_active + l);
-    x.stream = kc->stream;
-    x.blas = kc->blas;
-    x.tf32 = kc->tf32;
-    x.device = kc->device;
+    x.kc = *slot_kc(ex, r * rep->n_active + l);
     x.params = rep->params;
     x.grads = rep->slots[l].grads;
     x.buffers = rep->buffers;

@@ -36,7 +36,7 @@ static dp_status step_replica(void *arg, int r) {
     const sgd_args *a = arg;
     dp_replica *rep = &a->ex->rep[r];
     dp_sgd o = *a->o;
-    o.stream = rep->dev->kc.stream, o.device = rep->dev->kc.device; /* on the replica's device */
+    o.kc = rep->dev->kc; /* on the replica's device */
     dp_sgd_step(&o, &a->ex->model->params, rep->params, rep->grads, rep->momentum, a->lr);
     return DP_OK;
 }

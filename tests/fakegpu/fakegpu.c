@@ -257,14 +257,14 @@ static dp_status fg_open(int ordinal, int tf32, dp_dev **out) {
     dp_dev *d = &g->dev;
     *d = make_ops();
     d->impl = g;
-    d->kc = (dp_kctx){.nthreads = 1, .stream = &g->s[FG_MAIN], .device = ordinal};
+    d->kc = (dp_kctx){.nthreads = 1, .stream = &g->s[FG_MAIN], .ordinal = ordinal};
     for (int i = 0; i < DP_DEV_LANES; i++)
-        d->lane_kc[i] = (dp_kctx){.nthreads = 1, .stream = &g->s[FG_LANE0 + i], .device = ordinal};
+        d->lane_kc[i] = (dp_kctx){.nthreads = 1, .stream = &g->s[FG_LANE0 + i], .ordinal = ordinal};
     snprintf(d->desc, sizeof d->desc, "fakegpu:%d (CPU kernels on worker-thread streams, delays up to %u us, seed %llu)",
              ordinal, g->delay_us, seed);
     /* the collective view, as device.cu's: the same memory, queued on the collective stream */
     g->coll = *d;
-    g->coll.kc = (dp_kctx){.nthreads = 1, .stream = &g->s[FG_COLL], .device = ordinal};
+    g->coll.kc = (dp_kctx){.nthreads = 1, .stream = &g->s[FG_COLL], .ordinal = ordinal};
     g->coll.caps = DP_CAP_ASYNC | DP_CAP_EVENTS, g->coll.n_lanes = 0, g->coll.fork = NULL, g->coll.join = NULL;
     g->coll.capture_begin = NULL, g->coll.capture_end = NULL, g->coll.replay = NULL, g->coll.graph_free = NULL;
     g->coll.coll_wait_main = NULL, g->coll.main_wait_coll = NULL, g->coll.close = NULL;

@@ -45,8 +45,8 @@ static dp_status forward(const dp_layer *l, const dp_exec *x, const float *const
     (void)ctx, (void)sync;
     if (x->batch == 0) return DP_OK;
     dp_conv2d_dims d = dims_of(l);
-    const dp_kctx c = dp_exec_kctx(x);
-    dp_exec_kernels(x)->conv2d_forward(&c, &d, x->batch, in[0], x->params + l->poff[0],
+    const dp_kctx *c = &x->kc;
+    dp_exec_kernels(x)->conv2d_forward(c, &d, x->batch, in[0], x->params + l->poff[0],
                                         l->cfg.conv.bias ? x->params + l->poff[1] : NULL, out, x->ws);
     return DP_OK;
 }
@@ -56,8 +56,8 @@ static dp_status backward(const dp_layer *l, const dp_exec *x, const float *cons
     (void)out, (void)ctx, (void)sync;
     if (x->batch == 0) return DP_OK;
     dp_conv2d_dims d = dims_of(l);
-    const dp_kctx c = dp_exec_kctx(x);
-    dp_exec_kernels(x)->conv2d_backward(&c, &d, x->batch, in[0], x->params + l->poff[0], dout, din[0],
+    const dp_kctx *c = &x->kc;
+    dp_exec_kernels(x)->conv2d_backward(c, &d, x->batch, in[0], x->params + l->poff[0], dout, din[0],
                                          x->grads + l->poff[0], l->cfg.conv.bias ? x->grads + l->poff[1] : NULL,
                                          x->ws);
     return DP_OK;

@@ -24,8 +24,8 @@ static dp_status forward(const dp_layer *l, const dp_exec *x, const float *const
                          const float *sync) {
     (void)ctx, (void)sync;
     if (x->batch == 0) return DP_OK;
-    const dp_kctx c = dp_exec_kctx(x);
-    dp_exec_kernels(x)->linear_forward(&c, x->batch, (int)dp_shape_size(l->in_shape[0]), l->cfg.linear.out_f, in[0],
+    const dp_kctx *c = &x->kc;
+    dp_exec_kernels(x)->linear_forward(c, x->batch, (int)dp_shape_size(l->in_shape[0]), l->cfg.linear.out_f, in[0],
                                         x->params + l->poff[0], l->cfg.linear.bias ? x->params + l->poff[1] : NULL,
                                         out);
     return DP_OK;
@@ -35,8 +35,8 @@ static dp_status backward(const dp_layer *l, const dp_exec *x, const float *cons
                           const float *dout, float *const *din, const float *ctx, const float *sync) {
     (void)out, (void)ctx, (void)sync;
     if (x->batch == 0) return DP_OK;
-    const dp_kctx c = dp_exec_kctx(x);
-    dp_exec_kernels(x)->linear_backward(&c, x->batch, (int)dp_shape_size(l->in_shape[0]), l->cfg.linear.out_f, in[0],
+    const dp_kctx *c = &x->kc;
+    dp_exec_kernels(x)->linear_backward(c, x->batch, (int)dp_shape_size(l->in_shape[0]), l->cfg.linear.out_f, in[0],
                                          x->params + l->poff[0], dout, din[0], x->grads + l->poff[0],
                                          l->cfg.linear.bias ? x->grads + l->poff[1] : NULL);
     return DP_OK;
