@@ -44,16 +44,16 @@ static const dp_dev_kind *find(const char *name) {
     return NULL;
 }
 
-dp_status dp_dev_open(const char *name, int ordinal, int tf32, dp_dev **out) {
+dp_status dp_dev_open(const char *name, int ordinal, int tf32, const dp_wait_policy *waits, dp_dev **out) {
     *out = NULL;
     const int n = n_kinds();
     const dp_dev_kind *kind = find(name);
-    if (kind) return kind->open(ordinal, tf32, out);
+    if (kind) return kind->open(ordinal, tf32, waits, out);
 #if DP_HAVE_CUDA /* in the plugin, loaded at the first open */
     if (strcmp(name, "cuda") == 0) {
         const dp_gpu_plugin *p;
         DP_TRY(dp_gpu_plugin_get("--device cuda", &p));
-        return p->cuda->open(ordinal, tf32, out);
+        return p->cuda->open(ordinal, tf32, waits, out);
     }
 #endif
     /* a device this build left out: say how to get it */
@@ -74,3 +74,5 @@ dp_status dp_dev_open(const char *name, int ordinal, int tf32, dp_dev **out) {
 void dp_dev_close(dp_dev *d) {
     if (d && d != dp_dev_cpu()) d->close(d);
 }
+
+int dp_dev_host_memory(const dp_dev *d) { return !d || (d->caps & DP_CAP_HOST_MEMORY) != 0; }

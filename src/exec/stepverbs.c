@@ -36,7 +36,7 @@ static dp_status step_replica(void *arg, int r) {
     const sgd_args *a = arg;
     dp_replica *rep = &a->ex->rep[r];
     dp_sgd o = *a->o;
-    o.kc = rep->dev->kc; /* on the replica's device */
+    o.kc = rep->dev->main.kc; /* on the replica's device */
     dp_sgd_step(&o, &a->ex->model->params, rep->params, rep->grads, rep->momentum, a->lr);
     return DP_OK;
 }
@@ -71,6 +71,6 @@ dp_status dp_exec_set_dlogits(dp_executor *ex, int r, const float *src) {
 dp_status dp_exec_loss(dp_executor *ex, int r, int n, const float *logits, const int32_t *labels, float scale,
                        float *dlogits, float *loss, int32_t *hits) {
     const dp_dev *d = dp_exec_dev(ex, r);
-    ex->model->head->loss(d->k, &d->kc, n, ex->model->n_classes, logits, labels, scale, dlogits, loss, hits);
+    ex->model->head->loss(d->k, &d->main.kc, n, ex->model->n_classes, logits, labels, scale, dlogits, loss, hits);
     return DP_OK;
 }

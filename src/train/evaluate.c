@@ -45,7 +45,7 @@ dp_status dp_evaluate(dp_trainer *t, const dp_dataset *d, dp_step_metrics *m, lo
         int *my_idx = idx + (size_t)q * piece;
         float *params, *buffers;
         dp_exec_eval_weights(ex, r, &params, &buffers);
-        dp_exec x = {.training = 0, .k = dp_exec_kernel_table(ex), .kc = dp_exec_dev(ex, r)->kc, .params = params,
+        dp_exec x = {.training = 0, .k = dp_exec_kernel_table(ex), .kc = dp_exec_dev(ex, r)->main.kc, .params = params,
                      .buffers = buffers};
         int32_t *ey = sl->eval_y;
         const int worker = dp_exec_rank(ex, r) * ns + q % ns;
