@@ -120,7 +120,7 @@ struct dp_backend {
     /* nccl: the device memory its library took while its communicators were created and during
        the warm-up at start (the most over the local devices, in bytes; known 0: not measured, as
        on host memory), and what it adds to each device's reserve for what it may still take
-       (kernels/device.h: reserved); the config line logs them */
+       (added to kernels/device.h's reserved where memory is checked); the config line logs them */
     int comm_memory_known;
     unsigned long long comm_memory_init, comm_memory_measured, comm_memory_reserved;
     /* OpenMP threads its host copies and sums open: the config's nthreads, then the trainer's step
@@ -137,7 +137,11 @@ typedef struct {
     int nthreads;          /* OpenMP threads the backend may use for its copies and sums */
     const char *algorithm; /* sim: "ring" (default) or "tree" */
     double timeout_s;      /* mpi: how long a collective may wait for a dead rank */
-    struct dp_dev *dev;    /* where the replicas' buffers live (kernels/device.h; NULL: the host); nccl sets its watch */
+    struct dp_dev *dev;    /* where the replicas' buffers live (kernels/device.h; NULL: the host) */
+    int host_memory;       /* with dev: 1 if its memory is the host's (exec/devices.h: dp_dev_host_memory) */
+    /* the wait policy the devices were opened with (kernels/device.h), or NULL: a backend whose
+       collectives may wait on other processes (nccl) sets its watch there while it lives */
+    struct dp_wait_policy *waits;
     /* nccl: the devices this process drives, one replica each (devs[0] is dev), and their
        ordinals (--gpus, or the one GPU the launch gives); n_devs 0: dev alone */
     struct dp_dev *const *devs;

@@ -91,16 +91,15 @@ static void finish_comms(nccl_impl *m) {
     dp_nccl_watchdog_leave(m->wd);
 }
 
-/* The scratch freed, the devices no longer watched, the allowance given back. */
+/* The scratch freed, the devices no longer watched. */
 static void release_devices(nccl_impl *m) {
     for (int i = 0; i < m->n_local; i++) {
         nccl_local *x = &m->loc[i];
-        if (x->scratch) x->dev->free(x->dev, x->scratch);
+        if (x->scratch) x->st->dev->free(x->st->dev, x->scratch);
         x->scratch = NULL, x->scratch_n = 0;
-        if (x->home && x->home->watch_ctx == m) x->home->watch = NULL, x->home->watch_ctx = NULL;
-        if (x->home && m->allowance) x->home->reserved -= m->allowance;
         x->home = NULL;
     }
+    if (m->waits && m->waits->ctx == m) m->waits->watch = NULL, m->waits->ctx = NULL;
 }
 
 /* After a failure (backend.h: abort): the communicators aborted, then the watchdog stays on, with
@@ -125,7 +124,7 @@ static void nccl_destroy(dp_backend_t b) {
     if (b->failed && !m->torn_down) dp_sidechan_fail(m->sc, dp_last_error()); /* a failure outside NCCL */
     if (any_comm(m)) {
         int quiet = !b->failed;
-        for (int i = 0; i < m->n_local && quiet; i++) quiet = m->loc[i].dev->wait(m->loc[i].dev) == DP_OK;
+        for (int i = 0; i < m->n_local && quiet; i++) quiet = m->loc[i].st->wait(m->loc[i].st) == DP_OK;
         if (!quiet) dp_nccl_abort(m); /* the other ranks may be gone: do not wait for them */
         else finish_comms(m);
     }
@@ -333,12 +332,12 @@ static dp_status take_devices(nccl_impl *m, const dp_backend_config *cfg) {
     int gpu = -1;
     if (!cfg->ordinals) DP_TRY(dp_nccl_precheck(&gpu));
     for (int i = 0; i < m->n_local; i++) {
-        dp_dev *d = cfg->n_devs > 0 && cfg->devs ? cfg->devs[i] : cfg->dev;
-        if (!d || (!host && ((d->caps & DP_CAP_HOST_MEMORY) || strcmp(d->name, "cuda") != 0)))
+        const dp_dev *d = cfg->n_devs > 0 && cfg->devs ? cfg->devs[i] : cfg->dev;
+        if (!d || (!host && (cfg->host_memory || strcmp(d->name, "cuda") != 0)))
             return dp_fail(DP_ERR_UNSUPPORTED, "--backend nccl: its collectives take CUDA memory, so it needs the "
                            "trainer's CUDA device (--device cuda)");
         nccl_local *x = &m->loc[i];
-        x->dev = (dp_dev *)dp_dev_coll(d); /* collectives, their copies and sums: the collective stream */
+        x->st = dp_dev_coll(d); /* collectives, their copies and sums: the collective stream */
         x->home = d;
         x->gpu = host ? -1 : cfg->ordinals ? cfg->ordinals[i] : gpu;
     }
@@ -365,6 +364,7 @@ dp_status dp_nccl_backend_create(const dp_backend_config *cfg, dp_backend_t *out
        DPTRAIN_NCCL_GRAPHS=on and one GPU a process (graphs_wanted) */
     b->algorithm = "nccl", b->ordered = 1, b->capturable = 0, b->host_buffers = m->loaded.host_memory;
     m->timeout_s = cfg->timeout_s > 0 ? cfg->timeout_s : 300;
+    m->host_buffers = cfg->host_memory, m->waits = cfg->waits;
     int graphs = 0;
     dp_status s = graphs_wanted(&graphs);
     if (s == DP_OK) s = take_devices(m, cfg);
@@ -409,8 +409,7 @@ dp_status dp_nccl_backend_create(const dp_backend_config *cfg, dp_backend_t *out
     /* every wait on the devices polls the watch, from the warm-up on (its waits too: a transfer
        that never ends must meet the deadline); at one rank there is nothing to watch (no NCCL
        call), and an unwatched wait blocks instead of polling. A failure removes it (release_devices). */
-    for (int i = 0; s == DP_OK && i < m->n_local && m->world > 1; i++)
-        m->loc[i].home->watch = nccl_watch, m->loc[i].home->watch_ctx = m;
+    if (s == DP_OK && m->world > 1 && m->waits) m->waits->watch = nccl_watch, m->waits->ctx = m;
     /* every peer connected once, with a short deadline, before any data is read, and NCCL's
        memory measured meanwhile (nccl_warmup.c) */
     unsigned long long measured = 0;
@@ -418,14 +417,12 @@ dp_status dp_nccl_backend_create(const dp_backend_config *cfg, dp_backend_t *out
     if (s == DP_OK) s = dp_nccl_warmup(b, &measured, &known);
     /* the start-time memory check counts what NCCL allocates later, on every GPU it uses: the
        measurement where the devices can say, else (host memory under the test double) nothing */
-    const dp_dev *home = m->loc[0].home;
-    if (s == DP_OK && !(home->caps & DP_CAP_HOST_MEMORY) && (known || !m->loaded.host_memory)) {
+    if (s == DP_OK && !m->host_buffers && (known || !m->loaded.host_memory)) {
         const char *override = getenv("DPTRAIN_NCCL_RESERVE_MIB");
         s = known ? dp_nccl_allowance_measured(m->world, nvls, measured, override, &allowance)
                   : dp_nccl_allowance(m->world, nvls, override, &allowance);
         if (s == DP_OK) {
             m->allowance = allowance;
-            for (int i = 0; i < m->n_local; i++) m->loc[i].home->reserved += allowance;
             b->comm_memory_known = known, b->comm_memory_init = init_took, b->comm_memory_measured = measured;
             b->comm_memory_reserved = allowance;
         }

@@ -134,7 +134,7 @@ dp_status dp_nccl_group_end(nccl_impl *m, const char *what) {
     return dp_nccl_settle(m, ncclGroupEnd(), what);
 }
 
-static cudaStream_t stream_of(const nccl_local *x) { return (cudaStream_t)x->dev->kc.stream; }
+static cudaStream_t stream_of(const nccl_local *x) { return (cudaStream_t)x->st->kc.stream; }
 
 /* The receive buffers grow only here, at set-up: growing one mid-run would free and reallocate
  * device memory (cudaFree synchronises the device, outside every watch; and a recorded step may not
@@ -145,9 +145,9 @@ dp_status dp_nccl_reserve(dp_backend_t b, size_t max_floats) {
     for (int i = 0; i < m->n_local && w > 1; i++) {
         nccl_local *x = &m->loc[i];
         if (n <= x->scratch_n) continue;
-        x->dev->free(x->dev, x->scratch);
+        x->st->dev->free(x->st->dev, x->scratch);
         x->scratch = NULL, x->scratch_n = 0;
-        DP_TRY(x->dev->alloc(x->dev, &x->scratch, n, "the nccl all-reduce's receive buffer"));
+        DP_TRY(x->st->alloc(x->st, &x->scratch, n, "the nccl all-reduce's receive buffer"));
         x->scratch_n = n;
     }
     return DP_OK;
@@ -193,8 +193,8 @@ static dp_status ordered_sum(nccl_impl *m, float *const *bufs, size_t n, int roo
         dp_shard(n, w, x->rank, &mlo, &mlen);
         float *v[w];
         for (int q = 0; q < w; q++) v[q] = q == x->rank ? bufs[i] + mlo : x->scratch + (size_t)q * piece;
-        if (mlen) x->dev->k->tree_sum(&x->dev->kc, v, w, 0, mlen, 0);
-        if (v[0] != bufs[i] + mlo) DP_TRY(x->dev->copy(x->dev, bufs[i] + mlo, v[0], mlen * sizeof(float)));
+        if (mlen) x->st->dev->k->tree_sum(&x->st->kc, v, w, 0, mlen, 0);
+        if (v[0] != bufs[i] + mlo) DP_TRY(x->st->copy(x->st, bufs[i] + mlo, v[0], mlen * sizeof(float)));
     }
     /* the finished shards: to everyone, or to the root */
     DP_TRY(dp_nccl_group_start(m, what));
@@ -249,7 +249,7 @@ dp_status dp_nccl_broadcast(dp_backend_t b, float *const *bufs, size_t n, int ro
 
 dp_status dp_nccl_allgather(dp_backend_t b, const float *const *send, float *const *recv, size_t n) {
     nccl_impl *m = dp_nccl_impl(b);
-    if (m->world == 1) return m->loc[0].dev->copy(m->loc[0].dev, recv[0], send[0], n * sizeof(float));
+    if (m->world == 1) return m->loc[0].st->copy(m->loc[0].st, recv[0], send[0], n * sizeof(float));
     EACH_LOCAL(m, "all-gather", ncclAllGather(send[i], recv[i], n, ncclFloat, x->comm, stream_of(x)));
     return DP_OK;
 }
@@ -259,7 +259,7 @@ dp_status dp_nccl_gather(dp_backend_t b, const float *const *send, float *const 
     nccl_impl *m = dp_nccl_impl(b);
     for (int i = 0; i < m->n_local; i++)
         if (m->loc[i].rank == root)
-            DP_TRY(m->loc[i].dev->copy(m->loc[i].dev, recv[i] + (size_t)root * n, send[i], n * sizeof(float)));
+            DP_TRY(m->loc[i].st->copy(m->loc[i].st, recv[i] + (size_t)root * n, send[i], n * sizeof(float)));
     if (m->world == 1 || n == 0) return DP_OK;
     DP_TRY(dp_nccl_group_start(m, "gather"));
     for (int i = 0; i < m->n_local; i++) {
@@ -279,7 +279,7 @@ dp_status dp_nccl_scatter(dp_backend_t b, const float *const *send, float *const
     nccl_impl *m = dp_nccl_impl(b);
     for (int i = 0; i < m->n_local; i++)
         if (m->loc[i].rank == root)
-            DP_TRY(m->loc[i].dev->copy(m->loc[i].dev, recv[i], send[i] + (size_t)root * n, n * sizeof(float)));
+            DP_TRY(m->loc[i].st->copy(m->loc[i].st, recv[i], send[i] + (size_t)root * n, n * sizeof(float)));
     if (m->world == 1 || n == 0) return DP_OK;
     DP_TRY(dp_nccl_group_start(m, "scatter"));
     for (int i = 0; i < m->n_local; i++) {
@@ -300,7 +300,7 @@ dp_status dp_nccl_barrier(dp_backend_t b) {
     if (m->world == 1) return DP_OK;
     DP_TRY(scratch_holds(m, 1, 1, "barrier"));
     EACH_LOCAL(m, "barrier", ncclAllReduce(x->scratch, x->scratch, 1, ncclFloat, ncclSum, x->comm, stream_of(x)));
-    for (int i = 0; i < m->n_local; i++) DP_TRY(m->loc[i].dev->wait(m->loc[i].dev));
+    for (int i = 0; i < m->n_local; i++) DP_TRY(m->loc[i].st->wait(m->loc[i].st));
     return DP_OK;
 }
 

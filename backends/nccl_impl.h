@@ -23,8 +23,8 @@ typedef struct {
     ncclComm_t comm;
     int rank;        /* its global rank */
     int gpu;         /* its CUDA ordinal (-1 under the test double, whose ranks move host memory) */
-    dp_dev *dev;     /* where its collectives run: the device's collective stream (kernels/device.h: coll) */
-    dp_dev *home;    /* the trainer's device; its waits call the watch while this backend lives */
+    const dp_dev_stream *st; /* where its collectives, copies and sums run: the device's collective stream (dp_dev_coll) */
+    const dp_dev *home;      /* the trainer's device (its memory) */
     float *scratch;  /* the shard owner's receive buffer: world pieces of the largest shard */
     size_t scratch_n;
 } nccl_local;
@@ -45,7 +45,9 @@ typedef struct {
     char abort_what[1200]; /* what the watchdog says while an abort, or the teardown after one, runs */
     int torn_down;         /* abort (backend.h) ran: the devices are released, the watchdog on until destroy */
     dp_sidechan *sc;       /* tells the other processes at once when this one fails, and this one when they do */
-    unsigned long long allowance; /* added to each home->reserved: NCCL's lazy buffers (nccl_memory.h) */
+    unsigned long long allowance; /* NCCL's lazy buffers (nccl_memory.h): b->comm_memory_reserved */
+    int host_buffers;      /* the devices' memory is the host's (dp_backend_config.host_memory) */
+    dp_wait_policy *waits; /* the devices' opener's: its watch is nccl_watch while this backend lives (or NULL) */
 } nccl_impl;
 
 static inline nccl_impl *dp_nccl_impl(dp_backend_t b) { return (nccl_impl *)b->impl; }

@@ -36,7 +36,7 @@ int dp_nccl_device_used(const nccl_impl *m, unsigned long long used[]) {
     for (int i = 0; i < m->n_local; i++) {
         const dp_dev *h = m->loc[i].home;
         unsigned long long free_b = 0, total_b = 0;
-        if ((h->caps & DP_CAP_HOST_MEMORY) || !h->mem_info || h->mem_info(h, &free_b, &total_b) != DP_OK) return 0;
+        if (m->host_buffers || !h->mem_info || h->mem_info(h, &free_b, &total_b) != DP_OK) return 0;
         used[i] = total_b - free_b;
     }
     return 1;
@@ -64,12 +64,12 @@ dp_status dp_nccl_warmup(dp_backend_t b, unsigned long long *measured, int *know
     float *buf[DP_MAX_LOCAL_DEVICES] = {0}, *one[DP_MAX_LOCAL_DEVICES] = {0};
     dp_status s = dp_nccl_reserve(b, w); /* the barrier's and the sum's receive buffer; grown at set-up later */
     for (int i = 0; s == DP_OK && i < m->n_local; i++) {
-        const dp_dev *d = m->loc[i].dev;
-        s = d->alloc(d, &buf[i], w + 1, "the nccl warm-up's buffer");
+        const dp_dev_stream *q = m->loc[i].st;
+        s = q->alloc(q, &buf[i], w + 1, "the nccl warm-up's buffer");
         one[i] = buf[i] ? buf[i] + w : NULL;
     }
     if (s == DP_OK) /* the zeroing queued by alloc is done before the first reading */
-        for (int i = 0; s == DP_OK && i < m->n_local; i++) s = m->loc[i].dev->wait(m->loc[i].dev);
+        for (int i = 0; s == DP_OK && i < m->n_local; i++) s = m->loc[i].st->wait(m->loc[i].st);
     unsigned long long before[DP_MAX_LOCAL_DEVICES], after[DP_MAX_LOCAL_DEVICES];
     const int readable = s == DP_OK && dp_nccl_device_used(m, before);
     if (s == DP_OK) {
@@ -91,7 +91,7 @@ dp_status dp_nccl_warmup(dp_backend_t b, unsigned long long *measured, int *know
     /* after a failure the communicators are aborted, but a free waits for the device: under the watchdog */
     if (s != DP_OK) dp_nccl_watchdog_enter_brief(m->wd, "freeing the nccl warm-up's buffers after a failed warm-up");
     for (int i = 0; i < m->n_local; i++)
-        if (buf[i]) m->loc[i].dev->free(m->loc[i].dev, buf[i]);
+        if (buf[i]) m->loc[i].st->dev->free(m->loc[i].st->dev, buf[i]);
     if (s != DP_OK) dp_nccl_watchdog_leave(m->wd);
     return s;
 }

@@ -14,14 +14,16 @@
 #include "kernels/kdef.h"
 #include "kernels/shapes.h"
 
-/* What a kernel call runs on: the CPU's thread count, or a device's stream. */
+/* What a kernel call runs on: the CPU's thread count, or a device's stream. The fields beyond
+ * nthreads mean what the device's table makes of them (kernels/cuda/: a cudaStream_t, a
+ * cublasHandle_t, TF32, the GPU ordinal). */
 typedef struct {
     int nthreads;   /* CPU: OpenMP threads the call may use */
-    void *stream;   /* CUDA: the cudaStream_t to enqueue on (NULL: the default stream) */
-    void *blas;     /* CUDA: a cublasHandle_t bound to that stream (NULL: the table's own) */
-    int tf32;       /* CUDA: convolutions may use TF32 (cuBLAS takes it from its handle's math mode) */
-    int device;     /* CUDA: the ordinal of the stream's GPU, made current before each call (one process
-                       may drive several GPUs: nccl --gpus) */
+    void *stream;   /* a device stream to enqueue on (NULL: the device's default stream) */
+    void *handle;   /* a math library handle bound to that stream (NULL: the table's own) */
+    int fast_math;  /* matrix products and convolutions may trade precision for speed (CUDA: TF32) */
+    int ordinal;    /* which device of its kind the stream is on, made current before each call (one
+                       process may drive several: nccl --gpus) */
 } dp_kctx;
 
 struct dp_kcall; /* kernels/kcall.h */
@@ -41,8 +43,5 @@ extern const dp_kernels dp_cpu_kernels;
  * (AVX-512; chosen at run time)", "x86-64-v3 (AVX2, FMA; chosen at run time)", "x86-64 baseline (SSE2;
  * chosen at run time)" or the -march=native build's line, for --version and the log. */
 const char *dp_cpu_kernel_variant(void);
-/* The CUDA table (kernels/cuda/), in builds with the CUDA toolkit; pointers are device memory,
- * softmax_xent's loss and correct included. */
-extern const dp_kernels dp_cuda_kernels;
 
 #endif

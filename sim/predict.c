@@ -176,7 +176,7 @@ static dp_status measure_step_overhead(dp_trainer *t, dp_profile *p, int devices
     one.backend = "sim", one.replicas = 1, one.chunks = lanes, one.threads = workers, one.accumulate = 1;
     /* on this process's first device (the rank's GPU under nccl, the first of --gpus), not --gpu's:
        the sim takes one device, by ordinal */
-    one.n_gpus = 0, one.gpu = t->dev->kc.device;
+    one.n_gpus = 0, one.gpu = t->dev->main.kc.ordinal;
     one.batch_size = batch;
     dp_settings_drop_files(&one); /* the helper writes and reads none of the run's files */
     one.predict_only = 0, one.quiet = 1, one.progress = 0, one.epochs = 1;

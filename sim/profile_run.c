@@ -118,10 +118,9 @@ static dp_status worker_run(const dp_model *m, const dp_dev *dev, int batch, int
     if (st == DP_OK) st = dev->alloc(dev, &dev_scalars, 2, "the timing run's loss");
     if (st == DP_OK) st = dev->wait(dev);
     const dp_kernels *k = dev->k;
-    dp_exec ex = {.batch = batch, .stat_batch = batch, .training = 1, .update_stats = 1, .nthreads = 1, .k = k,
-                  .stream = dev->kc.stream, .blas = dev->kc.blas, .tf32 = dev->kc.tf32, .device = dev->kc.device,
+    dp_exec ex = {.batch = batch, .stat_batch = batch, .training = 1, .update_stats = 1, .k = k, .kc = dev->main.kc,
                   .params = rep.params, .grads = rep.grads, .buffers = rep.buffers};
-    dp_sgd sgd = {.lr = 1e-4f, .momentum = 0.9f, .k = k, .stream = dev->kc.stream, .device = dev->kc.device};
+    dp_sgd sgd = {.lr = 1e-4f, .momentum = 0.9f, .k = k, .kc = dev->main.kc};
     for (int s = 0; s < warm + steps; s++) {
         double *t = s >= warm ? times + (size_t)(s - warm) * slots : NULL;
         int mk = 0;
@@ -135,7 +134,7 @@ static dp_status worker_run(const dp_model *m, const dp_dev *dev, int batch, int
             if (st == DP_OK) st = clock_mark(&clk, mk++);
         }
         if (st == DP_OK) {
-            m->head->loss(k, &dev->kc, batch, m->n_classes, ln->acts.out[m->output], (const int32_t *)dy,
+            m->head->loss(k, &dev->main.kc, batch, m->n_classes, ln->acts.out[m->output], (const int32_t *)dy,
                           1.0f / batch, ln->acts.dout[m->output], dev_scalars, (int32_t *)(dev_scalars + 1));
             st = clock_mark(&clk, mk++);
         }
@@ -149,7 +148,7 @@ static dp_status worker_run(const dp_model *m, const dp_dev *dev, int batch, int
             st = clock_mark(&clk, mk++);
         }
         if (st == DP_OK) {
-            k->tree_sum(&dev->kc, rep.lane_grads, 2, 0, m->params.n, 1);
+            k->tree_sum(&dev->main.kc, rep.lane_grads, 2, 0, m->params.n, 1);
             st = clock_mark(&clk, mk++);
         }
         if (st == DP_OK) st = dev->wait(dev); /* a kernel's failure surfaces here */

@@ -29,8 +29,8 @@ void sim_reduce(float *const *bufs, int n_rep, size_t n, int root, int nthreads)
 void sim_tree_reduce(float *const *bufs, int n_rep, size_t n, int root, int nthreads);
 void sim_broadcast(float *const *bufs, int n_rep, size_t n, int root, int nthreads);
 /* On a device (sim/ring_device.c): the ordered sums of sim_ordered_allreduce (root < 0) or
- * sim_ordered_reduce (into bufs[root]) as kernels queued on the device's stream. */
-dp_status sim_device_ordered(const dp_dev *dev, float *const *bufs, int n_rep, size_t n, int root);
+ * sim_ordered_reduce (into bufs[root]) as kernels queued on stream q of the buffers' device. */
+dp_status sim_device_ordered(const dp_dev_stream *q, float *const *bufs, int n_rep, size_t n, int root);
 void sim_scale(float *const *bufs, int n_rep, size_t n, float s, int nthreads);
 
 #endif

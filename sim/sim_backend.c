@@ -13,7 +13,7 @@
 typedef struct {
     int n;
     int algo; /* ALGO_* */
-    const dp_dev *dev; /* a device's memory (NULL: the host's) */
+    const dp_dev_stream *st; /* the stream of the device whose memory the buffers are (NULL: the host's) */
 } sim_impl;
 
 enum { ALGO_ORDERED = 0, ALGO_RING, ALGO_TREE };
@@ -33,15 +33,15 @@ static int sim_rank(dp_backend_t b, int local) {
 /* Copies of n floats between replicas' buffers, on the host or queued on the device. */
 static dp_status copy_floats(const sim_impl *s, float *dst, const float *src, size_t n) {
     if (dst == src || n == 0) return DP_OK;
-    if (s->dev) return s->dev->copy(s->dev, dst, src, n * sizeof(float));
+    if (s->st) return s->st->copy(s->st, dst, src, n * sizeof(float));
     memcpy(dst, src, n * sizeof(float));
     return DP_OK;
 }
 
 static dp_status sim_allreduce_op(dp_backend_t b, float *const *bufs, size_t n, dp_redop op) {
     sim_impl *s = impl_of(b);
-    if (s->dev && op == DP_AVG) return dp_fail(DP_ERR_UNSUPPORTED, "sim on a device: all-reduce with averaging");
-    if (s->dev) return sim_device_ordered(s->dev, bufs, s->n, n, -1);
+    if (s->st && op == DP_AVG) return dp_fail(DP_ERR_UNSUPPORTED, "sim on a device: all-reduce with averaging");
+    if (s->st) return sim_device_ordered(s->st, bufs, s->n, n, -1);
     if (s->algo == ALGO_TREE) sim_tree_allreduce(bufs, s->n, n, b->threads);
     else if (s->algo == ALGO_RING) sim_ring_allreduce(bufs, s->n, n, b->threads);
     else sim_ordered_allreduce(bufs, s->n, n, b->threads);
@@ -52,7 +52,7 @@ static dp_status sim_allreduce_op(dp_backend_t b, float *const *bufs, size_t n, 
 static dp_status sim_broadcast_op(dp_backend_t b, float *const *bufs, size_t n, int root) {
     sim_impl *s = impl_of(b);
     if (root < 0 || root >= s->n) return dp_fail(DP_ERR_INTERNAL, "sim broadcast: root %d of %d", root, s->n);
-    if (s->dev) {
+    if (s->st) {
         for (int r = 0; r < s->n; r++) DP_TRY(copy_floats(s, bufs[r], bufs[root], n));
         return DP_OK;
     }
@@ -63,8 +63,8 @@ static dp_status sim_broadcast_op(dp_backend_t b, float *const *bufs, size_t n, 
 static dp_status sim_reduce_op(dp_backend_t b, float *const *bufs, size_t n, dp_redop op, int root) {
     sim_impl *s = impl_of(b);
     if (root < 0 || root >= s->n) return dp_fail(DP_ERR_INTERNAL, "sim reduce: root %d of %d", root, s->n);
-    if (s->dev && op == DP_AVG) return dp_fail(DP_ERR_UNSUPPORTED, "sim on a device: reduce with averaging");
-    if (s->dev) return sim_device_ordered(s->dev, bufs, s->n, n, root);
+    if (s->st && op == DP_AVG) return dp_fail(DP_ERR_UNSUPPORTED, "sim on a device: reduce with averaging");
+    if (s->st) return sim_device_ordered(s->st, bufs, s->n, n, root);
     if (s->algo == ALGO_TREE) sim_tree_reduce(bufs, s->n, n, root, b->threads);
     else if (s->algo == ALGO_RING) sim_reduce(bufs, s->n, n, root, b->threads);
     else sim_ordered_reduce(bufs, s->n, n, root, b->threads);
@@ -131,7 +131,7 @@ static dp_status sim_create(const dp_backend_config *cfg, dp_backend_t *out) {
     else if (cfg->algorithm && strcmp(cfg->algorithm, "ordered") != 0)
         return dp_fail(DP_ERR_USAGE, "--allreduce: unknown algorithm '%s' (expected ordered, ring or tree)",
                        cfg->algorithm);
-    const dp_dev *dev = cfg->dev && !(cfg->dev->caps & DP_CAP_HOST_MEMORY) ? cfg->dev : NULL;
+    const dp_dev *dev = cfg->dev && !cfg->host_memory ? cfg->dev : NULL;
     if (dev && algo != ALGO_ORDERED)
         return dp_fail(DP_ERR_USAGE, "--allreduce %s: runs on the CPU only; --device %s uses ordered (the default)",
                        cfg->algorithm, dev->name);
@@ -144,7 +144,7 @@ static dp_status sim_create(const dp_backend_config *cfg, dp_backend_t *out) {
     }
     s->n = cfg->replicas;
     s->algo = algo;
-    s->dev = dev ? dp_dev_coll(dev) : NULL; /* its sums and copies go on the collective stream */
+    s->st = dev ? dp_dev_coll(dev) : NULL; /* its sums and copies go on the collective stream */
     b->iface = &sim_iface;
     b->impl = s;
     b->threads = cfg->nthreads > 0 ? cfg->nthreads : 1;

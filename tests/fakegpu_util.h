@@ -15,12 +15,15 @@
         if (fgt_s_ != DP_OK) fail_msg("%s: %s", #expr, dp_last_error());       \
     } while (0)
 
+/* The wait policy fgt_open's devices are opened with (a suite may set its watch, as nccl does). */
+static dp_wait_policy fgt_waits;
+
 /* Opens fakegpu 0; delay_us: the largest queueing delay (NULL: the environment's or the default). */
 static inline dp_dev *fgt_open(const char *delay_us) {
     if (delay_us) setenv("DP_FAKEGPU_DELAY_US", delay_us, 1);
     FGT_OK(dp_fakegpu_register());
     dp_dev *d = NULL;
-    FGT_OK(dp_dev_open("fakegpu", 0, 0, &d));
+    FGT_OK(dp_dev_open("fakegpu", 0, 0, &fgt_waits, &d));
     return d;
 }
 

@@ -46,6 +46,7 @@ typedef struct {
     int w;
     dp_backend_t b;        /* NULL: the plan on the host */
     dp_dev *devs[8];       /* the devices opened: w (NCCL), 1 (the sim on a device) or none */
+    dp_wait_policy waits;  /* theirs (the opener's) */
     int n_devs;
     float *dbuf[8];        /* rank i's device buffer, on dev(r, i) */
 } cc_run;
@@ -136,13 +137,23 @@ static void cc_open(cc_run *r, const cc_backend *be, int w) {
     r->n_devs = is_nccl(be) ? w : 1;
     for (int i = 0; i < r->n_devs; i++) {
         ordinals[i] = i;
-        if (dp_dev_open(be->device, i, 0, &r->devs[i]) != DP_OK) fail_msg("%s: %s", be->name, dp_last_error());
+        if (dp_dev_open(be->device, i, 0, &r->waits, &r->devs[i]) != DP_OK)
+            fail_msg("%s: %s", be->name, dp_last_error());
     }
-    dp_backend_config cfg = {.name = "nccl", .nthreads = 1, .timeout_s = 60, .dev = r->devs[0], .devs = r->devs,
-                             .ordinals = ordinals, .n_devs = w};
+    const int host = !strcmp(be->device, "cpu");
+    dp_backend_config cfg = {.name = "nccl", .nthreads = 1, .timeout_s = 60, .dev = r->devs[0], .host_memory = host,
+                             .waits = &r->waits, .devs = r->devs, .ordinals = ordinals, .n_devs = w};
     if (!is_nccl(be)) cfg = (dp_backend_config){.name = "sim", .replicas = w, .nthreads = 1, .algorithm = be->algorithm,
-                                                .dev = r->devs[0]};
+                                                .dev = r->devs[0], .host_memory = host, .waits = &r->waits};
+    /* a backend writes no device (only its opener does): nccl's watch goes into the opener's wait policy */
+    dp_dev before[8];
+    for (int i = 0; i < r->n_devs; i++) before[i] = *r->devs[i];
     if (dp_backend_create(&cfg, &r->b) != DP_OK) fail_msg("%s at %d ranks: %s", be->name, w, dp_last_error());
+    for (int i = 0; i < r->n_devs; i++)
+        if (memcmp(&before[i], r->devs[i], sizeof before[i]))
+            fail_msg("%s at %d ranks: creating the backend wrote into device %d", be->name, w, i);
+    if (is_nccl(be) && w > 1 && !r->waits.watch)
+        fail_msg("%s at %d ranks: no watch in the devices' wait policy (a dead peer would hang a wait)", be->name, w);
     size_t most = cc_counts[cc_n_counts - 1];
     if (dp_backend_reserve(r->b, most) != DP_OK) fail_msg("%s: %s", be->name, dp_last_error());
     for (int i = 0; i < w; i++)
@@ -152,6 +163,7 @@ static void cc_open(cc_run *r, const cc_backend *be, int w) {
 
 static void cc_close(cc_run *r) {
     if (r->b) dp_backend_destroy(r->b);
+    if (r->waits.watch) fail_msg("%s: the backend left its watch in the devices' wait policy", r->be->name);
     for (int i = 0; i < r->w && r->n_devs; i++) dev(r, i)->free(dev(r, i), r->dbuf[i]);
     for (int i = 0; i < r->n_devs; i++) dp_dev_close(r->devs[i]);
 }
@@ -172,7 +184,7 @@ static void cc_do(void *ctx, cc_op op, float *const *bufs, size_t n, int root) {
         on = r->dbuf;
         /* the backend queues on each device's collective stream: after the uploads, as the executor orders it */
         for (int i = 0; i < r->n_devs; i++)
-            if (r->devs[i]->coll_wait_main && r->devs[i]->coll_wait_main(r->devs[i]) != DP_OK)
+            if (r->devs[i]->coll.wait_for && r->devs[i]->coll.wait_for(&r->devs[i]->coll, &r->devs[i]->main) != DP_OK)
                 fail_msg("%s: %s", r->be->name, dp_last_error());
     }
     dp_status s = op == CC_SUM ? dp_allreduce(r->b, on, n, DP_SUM)
@@ -182,7 +194,7 @@ static void cc_do(void *ctx, cc_op op, float *const *bufs, size_t n, int root) {
     if (s != DP_OK) fail_msg("%s: %s", r->be->name, dp_last_error());
     if (!r->be->device) return;
     for (int i = 0; i < r->n_devs; i++)
-        if (r->devs[i]->main_wait_coll && r->devs[i]->main_wait_coll(r->devs[i]) != DP_OK)
+        if (r->devs[i]->coll.wait_for && r->devs[i]->main.wait_for(&r->devs[i]->main, &r->devs[i]->coll) != DP_OK)
             fail_msg("%s: %s", r->be->name, dp_last_error());
     for (int i = 0; i < w; i++)
         if (n && dev(r, i)->download(dev(r, i), bufs[i], r->dbuf[i], n * sizeof(float)) != DP_OK)

@@ -42,7 +42,7 @@ static dp_dev *D; /* an opened CUDA device (main) */
 enum { N_CTX = 4 };
 static const char *ctx_name[N_CTX] = {"the table's own handle", "the device's main stream", "lane 0", "lane 5"};
 static const dp_kctx *ctx(int i) {
-    return i == 0 ? &gc : i == 1 ? &D->kc : i == 2 ? &D->lane_kc[0] : &D->lane_kc[5];
+    return i == 0 ? &gc : i == 1 ? &D->main.kc : i == 2 ? &D->lanes[0].kc : &D->lanes[5].kc;
 }
 
 static float *host_rand(size_t n, float scale) {
@@ -522,17 +522,17 @@ static void test_fused(void **state) {
 static void test_errors_stay_with_their_device(void **state) {
     (void)state;
     float *gx = dev(NULL, 64), *gw = dev(NULL, 64), *gy = dev(NULL, 64);
-    G->linear_forward(&D->kc, 2, -1, 3, gx, gw, NULL, gy);
+    G->linear_forward(&D->main.kc, 2, -1, 3, gx, gw, NULL, gy);
     assert_int_equal(D->wait(D), DP_ERR_BACKEND);
     if (!tu_contains(dp_last_error(), "cublasSgemm") || !tu_contains(dp_last_error(), "CUDA device 0"))
         fail_msg("%s", dp_last_error());
     assert_int_equal(D->wait(D), DP_OK); /* read once */
-    G->linear_forward(&D->kc, 2, -1, 3, gx, gw, NULL, gy); /* noted, never read */
+    G->linear_forward(&D->main.kc, 2, -1, 3, gx, gw, NULL, gy); /* noted, never read */
     dp_dev_close(D);
     D = NULL;
     char msg[512];
     assert_int_equal(dp_cuda_kernels_error(msg, sizeof msg), 0);
-    assert_int_equal(dp_dev_open("cuda", 0, 0, &D), DP_OK);
+    assert_int_equal(dp_dev_open("cuda", 0, 0, NULL, &D), DP_OK);
     assert_int_equal(D->wait(D), DP_OK);
     int n = 0, cur = -1;
     assert_int_equal(cudaGetDeviceCount(&n), cudaSuccess);
@@ -567,7 +567,7 @@ static void test_bf16(void **state) {
     dp_kcall_rec rec[2];
     memset(rec, 0, sizeof rec);
     for (int l = 0; l < 2; l++) {
-        const dp_kctx rk = {.stream = &rec[l], .device = D->kc.device};
+        const dp_kctx rk = {.stream = &rec[l], .ordinal = D->main.kc.ordinal};
         dp_kcall_recorder.round_bf16(&rk, n / 2, gx + l * (n / 2), gx + l * (n / 2));
     }
     const dp_kcall *calls[2] = {&rec[0].calls[0], &rec[1].calls[0]};
@@ -578,7 +578,7 @@ static void test_bf16(void **state) {
     cudaFree(gx), cudaFree(gy), free(x), free(ref);
 
     dp_dev *T = NULL;
-    assert_int_equal(dp_dev_open("cuda", D->kc.device, 1, &T), DP_OK);
+    assert_int_equal(dp_dev_open("cuda", D->main.kc.ordinal, 1, NULL, &T), DP_OK);
     const int B = 9, I = 400, O = 120;
     for (int bf = 1; bf >= 0; bf--) {
         float *lx = host_rand((size_t)B * I, 1), *w = host_rand((size_t)O * I, 0.05f);
@@ -626,7 +626,7 @@ static void test_bf16(void **state) {
 
 static int open_device(void **state) {
     (void)state;
-    return dp_dev_open("cuda", 0, 0, &D) == DP_OK ? 0 : -1;
+    return dp_dev_open("cuda", 0, 0, NULL, &D) == DP_OK ? 0 : -1;
 }
 static int close_device(void **state) {
     (void)state;
@@ -665,8 +665,8 @@ static void test_lanes(void **state) {
         lab[l] = dev(hl, (size_t)batch[l] * 4);
         free(hx), free(hg);
         for (int k = 0; k < NB; k++) {
-            const dp_kctx rk = {.stream = &rec[l], .device = D->kc.device};
-            const dp_kctx *R = k ? &rk : &D->kc;
+            const dp_kctx rk = {.stream = &rec[l], .ordinal = D->main.kc.ordinal};
+            const dp_kctx *R = k ? &rk : &D->main.kc;
             const dp_kernels *K = k ? &dp_kcall_recorder : G;
             K->relu_forward(R, ni, x[k][l], x[k][l]);
             K->maxpool_forward(R, batch[l], CH, H, W, 2, 2, 0, x[k][l], y[k][l], am[k][l]);
@@ -682,7 +682,7 @@ static void test_lanes(void **state) {
     for (int j = 0; j < 8; j++) {
         const dp_kcall *calls[L];
         for (int l = 0; l < L; l++) calls[l] = &rec[l].calls[j];
-        G->lanes(&D->kc, L, calls);
+        G->lanes(&D->main.kc, L, calls);
     }
     for (int l = 0; l < L; l++) {
         const size_t ni = (size_t)batch[l] * CH * H * W, no = (size_t)batch[l] * CH * OH * OW;

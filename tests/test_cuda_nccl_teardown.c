@@ -88,7 +88,7 @@ static int child(void) {
         fprintf(stderr, "the nccl backend has no abort\n");
         return 4;
     }
-    if (launch_spin(t->devs[0]->kc.stream, flag) != 0) return 77;
+    if (launch_spin(t->devs[0]->main.kc.stream, flag) != 0) return 77;
     fprintf(stderr, "spinning\n");
     fflush(stderr);
     dp_trainer_destroy(t); /* its frees and the device's close wait for the kernel */

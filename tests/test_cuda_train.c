@@ -559,7 +559,7 @@ int main(void) {
         return 1;
     }
     dp_dev *d;
-    if (dp_dev_open(GPU, 0, 0, &d) != DP_OK) {
+    if (dp_dev_open(GPU, 0, 0, NULL, &d) != DP_OK) {
         fprintf(stderr, "skipped: %s\n", dp_last_error());
         return 77;
     }

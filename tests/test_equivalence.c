@@ -214,7 +214,7 @@ static void test_bn_uses_shard_statistics(void **state) {
     dp_acts full, shard;
     assert_int_equal(dp_acts_create(&m, B, 1, &full), DP_OK);
     assert_int_equal(dp_acts_create(&m, half, 1, &shard), DP_OK);
-    dp_exec e = {.batch = B, .stat_batch = B, .training = 1, .update_stats = 1, .nthreads = 1, .params = p, .grads = g,
+    dp_exec e = {.batch = B, .stat_batch = B, .training = 1, .update_stats = 1, .kc.nthreads = 1, .params = p, .grads = g,
                  .buffers = b};
     assert_int_equal(dp_model_forward(&m, &full, &e, x), DP_OK);
     e.batch = e.stat_batch = half;

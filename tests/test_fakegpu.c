@@ -49,7 +49,7 @@ static int in_child(void (*fn)(void), char *err, size_t n) {
 static float *child_block(dp_dev **d) {
     setenv("DP_FAKEGPU_DELAY_US", "0", 1);
     float *p = NULL;
-    if (dp_fakegpu_register() != DP_OK || dp_dev_open("fakegpu", 0, 0, d) != DP_OK ||
+    if (dp_fakegpu_register() != DP_OK || dp_dev_open("fakegpu", 0, 0, NULL, d) != DP_OK ||
         (*d)->alloc(*d, &p, N, "probe") != DP_OK || (*d)->wait(*d) != DP_OK)
         _exit(3);
     return p;
@@ -92,13 +92,13 @@ static void child_host_pointer_to_kernel(void) {
     dp_dev *d;
     float *p = child_block(&d);
     static float host[N];
-    d->k->relu_forward(&d->kc, N, host, p);
+    d->k->relu_forward(&d->main.kc, N, host, p);
 }
 
 static void child_overrun(void) {
     dp_dev *d;
     float *p = child_block(&d);
-    d->k->add(&d->kc, N / 2 + 1, p, p, p + N / 2); /* one float past the end */
+    d->k->add(&d->main.kc, N / 2 + 1, p, p, p + N / 2); /* one float past the end */
 }
 
 static void child_freed(void) {
@@ -132,9 +132,18 @@ static void test_open_and_describe(void **state) {
     assert_string_equal(d->name, "fakegpu");
     assert_int_equal(d->caps, DP_CAP_ASYNC | DP_CAP_LANES | DP_CAP_GRAPHS | DP_CAP_EVENTS | DP_CAP_COLL_STREAM);
     assert_int_equal(d->n_lanes, DP_DEV_LANES);
-    assert_non_null(d->coll);
-    assert_int_equal(d->coll->caps, DP_CAP_ASYNC | DP_CAP_EVENTS);
-    assert_ptr_not_equal(d->coll->kc.stream, d->kc.stream);
+    /* its streams, each with its own kernel context, all of this device */
+    assert_ptr_equal(d->main.dev, d);
+    assert_ptr_equal(d->coll.dev, d);
+    assert_ptr_equal(dp_dev_coll(d), &d->coll);
+    assert_non_null(d->coll.wait_for);
+    assert_ptr_not_equal(d->coll.kc.stream, d->main.kc.stream);
+    for (int i = 0; i < DP_DEV_LANES; i++) {
+        assert_ptr_equal(d->lanes[i].dev, d);
+        assert_ptr_not_equal(d->lanes[i].kc.stream, d->main.kc.stream);
+        assert_ptr_not_equal(d->lanes[i].kc.stream, d->coll.kc.stream);
+    }
+    assert_ptr_equal(d->waits, &fgt_waits);
     assert_true(tu_contains(d->desc, "fakegpu:0"));
     unsigned long long free0, total, free1;
     FGT_OK(d->mem_info(d, &free0, &total));
@@ -148,8 +157,8 @@ static void test_open_and_describe(void **state) {
     d->free(d, p);
     fgt_close(d);
     dp_dev *x = NULL;
-    assert_int_equal(dp_dev_open("fakegpu", 8, 0, &x), DP_ERR_USAGE);
-    assert_int_equal(dp_dev_open("fakegpu", 0, 1, &x), DP_ERR_USAGE);
+    assert_int_equal(dp_dev_open("fakegpu", 8, 0, NULL, &x), DP_ERR_USAGE);
+    assert_int_equal(dp_dev_open("fakegpu", 0, 1, NULL, &x), DP_ERR_USAGE);
 }
 
 /* An upload from host_alloc memory reads it when it runs: refilling the staging buffer before a
@@ -208,9 +217,9 @@ static void test_pageable_upload_is_staged(void **state) {
 static int lanes_once(dp_dev *d, float *const *src, float *const *part, int lanes, int join) {
     for (int l = 0; l < lanes; l++) FGT_OK(d->zero(d, part[l], N * sizeof(float)));
     FGT_OK(d->fork(d, lanes));
-    for (int l = 0; l < lanes; l++) d->k->copy(&d->lane_kc[l], N, src[l], part[l]);
+    for (int l = 0; l < lanes; l++) d->k->copy(&d->lanes[l].kc, N, src[l], part[l]);
     if (join) FGT_OK(d->join(d, lanes));
-    d->k->tree_sum(&d->kc, part, lanes, 0, N, 0);
+    d->k->tree_sum(&d->main.kc, part, lanes, 0, N, 0);
     float back[N];
     fgt_get(d, back, part[0], sizeof back);
     if (!join) { /* settle before the next try */
@@ -247,14 +256,14 @@ static int coll_once(dp_dev *d, float *x, float *y, float *out, int t, int cwm, 
     float v[N];
     for (int i = 0; i < N; i++) v[i] = (float)t;
     FGT_OK(d->upload(d, x, v, sizeof v));
-    if (cwm) FGT_OK(d->coll_wait_main(d));
-    d->k->copy(&d->coll->kc, N, x, y);
-    if (mwc) FGT_OK(d->main_wait_coll(d));
-    d->k->copy(&d->kc, N, y, out);
+    if (cwm) FGT_OK(d->coll.wait_for(&d->coll, &d->main));
+    d->k->copy(&d->coll.kc, N, x, y);
+    if (mwc) FGT_OK(d->main.wait_for(&d->main, &d->coll));
+    d->k->copy(&d->main.kc, N, y, out);
     fgt_get(d, v, out, sizeof v);
-    FGT_OK(d->coll->wait(d->coll)); /* settle before the next try */
-    FGT_OK(d->coll_wait_main(d));
-    FGT_OK(d->coll->wait(d->coll));
+    FGT_OK(d->coll.wait(&d->coll)); /* settle before the next try */
+    FGT_OK(d->coll.wait_for(&d->coll, &d->main));
+    FGT_OK(d->coll.wait(&d->coll));
     for (int i = 0; i < N; i++)
         if (v[i] != (float)t) return 0;
     return 1;
@@ -267,8 +276,8 @@ static void test_collective_stream_ordering(void **state) {
     int t = 1, early_read = 0, late_result = 0;
     for (int k = 0; k < TRIES; k++, t++) early_read += !coll_once(d, x, y, out, t, 0, 1);
     for (int k = 0; k < TRIES; k++, t++) late_result += !coll_once(d, x, y, out, t, 1, 0);
-    if (!early_read) fail_msg("without coll_wait_main the collective stream never read early (%d tries)", TRIES);
-    if (!late_result) fail_msg("without main_wait_coll the main stream never read early (%d tries)", TRIES);
+    if (!early_read) fail_msg("without coll.wait_for(main) the collective stream never read early (%d tries)", TRIES);
+    if (!late_result) fail_msg("without main.wait_for(coll) the main stream never read early (%d tries)", TRIES);
     for (int k = 0; k < TRIES; k++, t++)
         if (!coll_once(d, x, y, out, t, 1, 1)) fail_msg("try %d: wrong with both orderings", k);
     d->free(d, x), d->free(d, y), d->free(d, out);
@@ -306,15 +315,15 @@ static void net_free(dp_dev *d, net *n) {
 static void net_step(dp_dev *d, net *n) {
     FGT_OK(d->fork(d, LN));
     for (int l = 0; l < LN; l++) {
-        d->k->linear_forward(&d->lane_kc[l], B, I, O, n->x + l * B * I, n->w, n->b, n->z[l]);
-        d->k->relu_forward(&d->lane_kc[l], B * O, n->z[l], n->y[l]);
+        d->k->linear_forward(&d->lanes[l].kc, B, I, O, n->x + l * B * I, n->w, n->b, n->z[l]);
+        d->k->relu_forward(&d->lanes[l].kc, B * O, n->z[l], n->y[l]);
     }
     FGT_OK(d->join(d, LN));
-    d->k->tree_sum(&d->kc, n->y, LN, 0, B * O, 0);
-    FGT_OK(d->coll_wait_main(d));
-    d->k->add(&d->coll->kc, B * O, n->acc, n->y[0], n->acc);
-    FGT_OK(d->main_wait_coll(d));
-    d->k->sgd(&d->kc, B * O, n->p, n->acc, n->mom, 0.1f, 0.9f, 1e-4f, 1);
+    d->k->tree_sum(&d->main.kc, n->y, LN, 0, B * O, 0);
+    FGT_OK(d->coll.wait_for(&d->coll, &d->main));
+    d->k->add(&d->coll.kc, B * O, n->acc, n->y[0], n->acc);
+    FGT_OK(d->main.wait_for(&d->main, &d->coll));
+    d->k->sgd(&d->main.kc, B * O, n->p, n->acc, n->mom, 0.1f, 0.9f, 1e-4f, 1);
 }
 
 static void net_result(dp_dev *d, const net *n, float *out) {
@@ -375,7 +384,7 @@ static void test_capture_rules(void **state) {
     FGT_OK(d->capture_begin(d));
     forbidden(d, d->wait(d), "wait");
     FGT_OK(d->capture_begin(d));
-    forbidden(d, d->coll->wait(d->coll), "wait");
+    forbidden(d, d->coll.wait(&d->coll), "wait");
     FGT_OK(d->capture_begin(d));
     forbidden(d, d->download(d, h, x, sizeof h), "download");
     FGT_OK(d->capture_begin(d));
@@ -387,18 +396,18 @@ static void test_capture_rules(void **state) {
     expect_spoiled(d, "free");
     /* CUDA's capture rules: a lane that never waited for the main stream, work never joined */
     FGT_OK(d->capture_begin(d));
-    d->k->relu_forward(&d->lane_kc[2], N, x, x);
+    d->k->relu_forward(&d->lanes[2].kc, N, x, x);
     assert_int_equal(d->capture_end(d, &g), DP_ERR_INTERNAL);
     assert_true(tu_contains(dp_last_error(), "relu_forward queued on lane stream 2, which never waited"));
     FGT_OK(d->capture_begin(d));
     FGT_OK(d->fork(d, 2));
-    d->k->relu_forward(&d->lane_kc[1], N, x, x);
+    d->k->relu_forward(&d->lanes[1].kc, N, x, x);
     FGT_OK(d->join(d, 1));
     assert_int_equal(d->capture_end(d, &g), DP_ERR_INTERNAL);
     assert_true(tu_contains(dp_last_error(), "lane stream 1 has recorded work the main stream never waited for"));
     FGT_OK(d->capture_begin(d));
-    FGT_OK(d->coll_wait_main(d));
-    d->k->relu_forward(&d->coll->kc, N, x, x);
+    FGT_OK(d->coll.wait_for(&d->coll, &d->main));
+    d->k->relu_forward(&d->coll.kc, N, x, x);
     assert_int_equal(d->capture_end(d, &g), DP_ERR_INTERNAL);
     assert_true(tu_contains(dp_last_error(), "the collective stream has recorded work"));
     FGT_OK(d->capture_begin(d));
@@ -428,15 +437,15 @@ static void test_free_synchronises(void **state) {
     for (int t = 0; t < TRIES / 2; t++) {
         float *tmp = fgt_put(d, NULL, 16);
         for (int i = 0; i < N; i++) stage[i] = (float)t;
-        FGT_OK(d->coll_wait_main(d)); /* after the main stream's last read of x */
-        FGT_OK(d->upload(d->coll, x, stage, N * 4)); /* on the collective stream */
+        FGT_OK(d->coll.wait_for(&d->coll, &d->main)); /* after the main stream's last read of x */
+        FGT_OK(d->coll.upload(&d->coll, x, stage, N * 4)); /* on the collective stream */
         FGT_OK(d->fork(d, 3));
-        d->k->copy(&d->lane_kc[2], 2, tmp, tmp + 2); /* the lane and the freed block: still queued */
+        d->k->copy(&d->lanes[2].kc, 2, tmp, tmp + 2); /* the lane and the freed block: still queued */
         d->free(d, tmp);
         for (int i = 0; i < N; i++) stage[i] = -1.0f;
         FGT_OK(d->join(d, 3));
-        FGT_OK(d->main_wait_coll(d));
-        d->k->copy(&d->kc, N, x, y);
+        FGT_OK(d->main.wait_for(&d->main, &d->coll));
+        d->k->copy(&d->main.kc, N, x, y);
         fgt_get(d, back, y, sizeof back);
         for (int i = 0; i < N; i++)
             if (back[i] != (float)t) fail_msg("try %d: element %d is %g: free did not wait for the upload", t, i, back[i]);
@@ -456,16 +465,16 @@ static void test_events(void **state) {
     int early = 0;
     for (int t = 0; t < TRIES / 4; t++) {
         FGT_OK(d->event_record(d, ev, 0));
-        for (int k = 0; k < 5; k++) d->k->relu_forward(&d->kc, N, x, x);
+        for (int k = 0; k < 5; k++) d->k->relu_forward(&d->main.kc, N, x, x);
         FGT_OK(d->event_record(d, ev, 1));
-        FGT_OK(d->event_record(d->coll, ev, 2));
+        FGT_OK(d->coll.record(&d->coll, ev, 2));
         if (d->event_elapsed(d, ev, 0, 1, &s) != DP_OK) /* no wait yet */
             early++, assert_true(tu_contains(dp_last_error(), "has not completed"));
         FGT_OK(d->wait(d));
-        FGT_OK(d->coll->wait(d->coll));
+        FGT_OK(d->coll.wait(&d->coll));
         FGT_OK(d->event_elapsed(d, ev, 0, 1, &s));
         assert_true(s >= 0);
-        FGT_OK(d->event_elapsed(d->coll, ev, 2, 2, &s));
+        FGT_OK(d->event_elapsed(d, ev, 2, 2, &s));
         assert_true(s == 0);
     }
     assert_true(early > 0);
@@ -474,7 +483,7 @@ static void test_events(void **state) {
     /* recorded in a graph: they complete when its replay does */
     FGT_OK(d->capture_begin(d));
     FGT_OK(d->event_record(d, ev, 3));
-    d->k->relu_forward(&d->kc, N, x, x);
+    d->k->relu_forward(&d->main.kc, N, x, x);
     FGT_OK(d->event_record(d, ev, 1));
     FGT_OK(d->capture_end(d, &g));
     FGT_OK(d->replay(d, g));
@@ -487,7 +496,8 @@ static void test_events(void **state) {
     fgt_close(d);
 }
 
-/* A wait with a watch set (nccl) polls it, and its failure ends the wait. */
+/* A wait under a policy with a watch (nccl sets one in its opener's policy) polls it, and its
+ * failure ends the wait. */
 static int watched;
 static dp_status watch_fails(void *ctx, double waited_s) {
     (void)ctx, (void)waited_s;
@@ -500,12 +510,12 @@ static void test_watch_ends_a_wait(void **state) {
     dp_dev *d = fgt_open("500");
     float *x = fgt_put(d, NULL, N * 4);
     FGT_OK(d->wait(d));
-    for (int k = 0; k < 40; k++) d->k->relu_forward(&d->kc, N, x, x); /* ~10 ms of delays */
-    d->watch = watch_fails;
+    for (int k = 0; k < 40; k++) d->k->relu_forward(&d->main.kc, N, x, x); /* ~10 ms of delays */
+    fgt_waits.watch = watch_fails; /* the opener's policy: the device reads it, nobody writes the device */
     assert_int_equal(d->wait(d), DP_ERR_BACKEND);
     assert_string_equal(dp_last_error(), "a peer died");
     assert_true(watched > 0);
-    d->watch = NULL;
+    fgt_waits.watch = NULL;
     FGT_OK(d->wait(d));
     d->free(d, x);
     fgt_close(d);
@@ -536,7 +546,7 @@ static const struct dp_backend_i bypass_iface = {
 static void test_staging_waits_for_each_device(void **state) {
     (void)state;
     dp_dev *d0 = fgt_open("50"), *d1 = NULL;
-    FGT_OK(dp_dev_open("fakegpu", 1, 0, &d1));
+    FGT_OK(dp_dev_open("fakegpu", 1, 0, NULL, &d1));
     dp_model m;
     FGT_OK(dp_model_build("lenet", (dp_shape){1, 28, 28}, 10, &m));
     struct dp_backend be = {.iface = &bypass_iface};

@@ -61,37 +61,37 @@ static void test_elementwise_sgd_tree(void **state) {
     const dp_kernels *G = D->k;
     const size_t n = 10007;
     pair x = mk(D, n, 3), y = mk(D, n, 3), g = mk(D, n, 1), out = mk(D, n, 0);
-    C->relu_forward(&cc, n, x.h, out.h), G->relu_forward(&D->kc, n, x.d, out.d);
+    C->relu_forward(&cc, n, x.h, out.h), G->relu_forward(&D->main.kc, n, x.d, out.d);
     same(D, "relu_forward", out);
     FGT_OK(D->fork(D, 4)); /* a lane runs after the main stream's uploads only if forked */
-    C->relu_backward(&cc, n, y.h, g.h, out.h), G->relu_backward(&D->lane_kc[3], n, y.d, g.d, out.d);
+    C->relu_backward(&cc, n, y.h, g.h, out.h), G->relu_backward(&D->lanes[3].kc, n, y.d, g.d, out.d);
     FGT_OK(D->join(D, 4));
     same(D, "relu_backward (lane stream)", out);
-    FGT_OK(D->coll_wait_main(D));
-    C->add(&cc, n, x.h, y.h, out.h), G->add(&D->coll->kc, n, x.d, y.d, out.d);
-    FGT_OK(D->main_wait_coll(D));
+    FGT_OK(D->coll.wait_for(&D->coll, &D->main));
+    C->add(&cc, n, x.h, y.h, out.h), G->add(&D->coll.kc, n, x.d, y.d, out.d);
+    FGT_OK(D->main.wait_for(&D->main, &D->coll));
     same(D, "add (collective stream)", out);
-    C->copy(&cc, n - 1, x.h + 1, out.h), G->copy(&D->kc, n - 1, x.d + 1, out.d); /* slices of device pointers */
+    C->copy(&cc, n - 1, x.h + 1, out.h), G->copy(&D->main.kc, n - 1, x.d + 1, out.d); /* slices of device pointers */
     same(D, "copy", out);
     pair p = mk(D, n, 1), buf = mk(D, n, 0);
     for (int s = 0; s < 3; s++) { /* queued back to back: stream order carries the state */
         C->sgd(&cc, n, p.h, g.h, buf.h, 0.05f, 0.9f, 1e-4f, s & 1);
-        G->sgd(&D->kc, n, p.d, g.d, buf.d, 0.05f, 0.9f, 1e-4f, s & 1);
+        G->sgd(&D->main.kc, n, p.d, g.d, buf.d, 0.05f, 0.9f, 1e-4f, s & 1);
     }
     same(D, "sgd", p), same(D, "sgd momentum", buf);
-    C->sgd(&cc, n, p.h, g.h, NULL, 0.1f, 0.0f, 0.0f, 0), G->sgd(&D->kc, n, p.d, g.d, NULL, 0.1f, 0.0f, 0.0f, 0);
+    C->sgd(&cc, n, p.h, g.h, NULL, 0.1f, 0.0f, 0.0f, 0), G->sgd(&D->main.kc, n, p.d, g.d, NULL, 0.1f, 0.0f, 0.0f, 0);
     same(D, "sgd without momentum", p);
     enum { V = 5 };
     pair v[V];
     float *hv[V], *dv[V];
     for (int i = 0; i < V; i++) v[i] = mk(D, n, 100), hv[i] = v[i].h, dv[i] = v[i].d;
     C->tree_sum(&cc, hv, V, 7, n - 7, 1);
-    G->tree_sum(&D->kc, dv, V, 7, n - 7, 1);
+    G->tree_sum(&D->main.kc, dv, V, 7, n - 7, 1);
     for (int i = 0; i < V; i++) dv[i] = NULL; /* the caller's array may change once the call returns */
     for (int i = 0; i < V; i++) same(D, "tree_sum", v[i]), drop(D, v[i]);
     enum { NL = 7 }; /* a replica's lanes' metrics: the tree over their losses (partial sums left) and the hits */
     pair ll = mk(D, NL, 100), hits = mk_int(D, NL, 300), lm = mk(D, 2, 0);
-    C->lane_metrics(&cc, NL, ll.h, ih(hits), lm.h), G->lane_metrics(&D->kc, NL, ll.d, id(hits), lm.d);
+    C->lane_metrics(&cc, NL, ll.h, ih(hits), lm.h), G->lane_metrics(&D->main.kc, NL, ll.d, id(hits), lm.d);
     same(D, "lane_metrics", lm), same(D, "lane_metrics' partial sums", ll);
     drop(D, ll), drop(D, hits), drop(D, lm);
     /* the gradients' check: a NaN, +Inf or -Inf anywhere (the last element too) sets the flag, a large
@@ -103,7 +103,7 @@ static void test_elementwise_sgd_tree(void **state) {
         const float was = g.h[at[k]];
         g.h[at[k]] = poison[k];
         FGT_OK(D->upload(D, g.d + at[k], g.h + at[k], sizeof(float)));
-        C->nonfinite(&cc, n, g.h, f.h), G->nonfinite(&D->kc, n, g.d, f.d);
+        C->nonfinite(&cc, n, g.h, f.h), G->nonfinite(&D->main.kc, n, g.d, f.d);
         same(D, "nonfinite", f);
         if (f.h[0] != (k < 3 ? 1.0f : 0.0f)) fail_msg("nonfinite: case %d gives %g", k, f.h[0]);
         g.h[at[k]] = was;
@@ -113,7 +113,7 @@ static void test_elementwise_sgd_tree(void **state) {
     pair set = mk(D, 1, 0);
     set.h[0] = 1.0f;
     FGT_OK(D->upload(D, set.d, set.h, sizeof(float)));
-    C->nonfinite(&cc, n, g.h, set.h), G->nonfinite(&D->kc, n, g.d, set.d);
+    C->nonfinite(&cc, n, g.h, set.h), G->nonfinite(&D->main.kc, n, g.d, set.d);
     same(D, "nonfinite over finite values (the flag stays)", set);
     drop(D, set);
     drop(D, x), drop(D, y), drop(D, g), drop(D, out), drop(D, p), drop(D, buf);
@@ -131,15 +131,15 @@ static void test_pooling(void **state) {
         const size_t ni = (size_t)B * ch * h * w, no = (size_t)B * ch * oh * ow;
         pair x = mk(D, ni, 2), y = mk(D, no, 0), g = mk(D, no, 1), dx = mk(D, ni, 0), am = mk_int(D, no, 1);
         C->maxpool_forward(&cc, B, ch, h, w, ks, s, p, x.h, y.h, ih(am));
-        G->maxpool_forward(&D->kc, B, ch, h, w, ks, s, p, x.d, y.d, id(am));
+        G->maxpool_forward(&D->main.kc, B, ch, h, w, ks, s, p, x.d, y.d, id(am));
         same(D, "maxpool_forward", y), same(D, "maxpool_forward argmax", am);
         C->maxpool_backward(&cc, B, ch, h, w, ks, s, p, oh, ow, g.h, ih(am), dx.h);
-        G->maxpool_backward(&D->kc, B, ch, h, w, ks, s, p, oh, ow, g.d, id(am), dx.d);
+        G->maxpool_backward(&D->main.kc, B, ch, h, w, ks, s, p, oh, ow, g.d, id(am), dx.d);
         same(D, "maxpool_backward", dx);
-        C->avgpool_forward(&cc, B, ch, h * w, x.h, y.h), G->avgpool_forward(&D->kc, B, ch, h * w, x.d, y.d);
+        C->avgpool_forward(&cc, B, ch, h * w, x.h, y.h), G->avgpool_forward(&D->main.kc, B, ch, h * w, x.d, y.d);
         y.n = (size_t)B * ch;
         same(D, "avgpool_forward", y);
-        C->avgpool_backward(&cc, B, ch, h * w, g.h, dx.h), G->avgpool_backward(&D->kc, B, ch, h * w, g.d, dx.d);
+        C->avgpool_backward(&cc, B, ch, h * w, g.h, dx.h), G->avgpool_backward(&D->main.kc, B, ch, h * w, g.d, dx.d);
         same(D, "avgpool_backward", dx);
         drop(D, x), drop(D, y), drop(D, g), drop(D, dx), drop(D, am);
     }
@@ -159,21 +159,21 @@ static void test_batchnorm(void **state) {
         pair sums = mk(D, 2 * ch, 0), mean = mk(D, ch, 0), inv = mk(D, ch, 0), rm = mk(D, ch, 0.1f), rv = mk(D, ch, 0);
         pair out = mk(D, n, 0), local = mk(D, 2 * ch, 0), pg = mk(D, 2 * ch, 0.5f);
         const double count = (double)B * hw;
-        C->bn_sums(&cc, B, ch, hw, x.h, sums.h, ws.h), G->bn_sums(&D->kc, B, ch, hw, x.d, sums.d, ws.d);
+        C->bn_sums(&cc, B, ch, hw, x.h, sums.h, ws.h), G->bn_sums(&D->main.kc, B, ch, hw, x.d, sums.d, ws.d);
         same(D, "bn_sums", sums);
         C->bn_stats(&cc, ch, 1, sums.h, count, 1e-5f, 0.1f, 1, mean.h, inv.h, rm.h, rv.h);
-        G->bn_stats(&D->kc, ch, 1, sums.d, count, 1e-5f, 0.1f, 1, mean.d, inv.d, rm.d, rv.d);
+        G->bn_stats(&D->main.kc, ch, 1, sums.d, count, 1e-5f, 0.1f, 1, mean.d, inv.d, rm.d, rv.d);
         same(D, "bn_stats mean", mean), same(D, "bn_stats invstd", inv), same(D, "bn_stats running mean", rm);
         same(D, "bn_stats running var", rv);
         C->bn_apply(&cc, B, ch, hw, x.h, mean.h, inv.h, gamma.h, beta.h, out.h);
-        G->bn_apply(&D->kc, B, ch, hw, x.d, mean.d, inv.d, gamma.d, beta.d, out.d);
+        G->bn_apply(&D->main.kc, B, ch, hw, x.d, mean.d, inv.d, gamma.d, beta.d, out.d);
         same(D, "bn_apply", out);
         C->bn_backward_sums(&cc, B, ch, hw, x.h, g.h, mean.h, inv.h, local.h, ws.h);
-        G->bn_backward_sums(&D->kc, B, ch, hw, x.d, g.d, mean.d, inv.d, local.d, ws.d);
+        G->bn_backward_sums(&D->main.kc, B, ch, hw, x.d, g.d, mean.d, inv.d, local.d, ws.d);
         same(D, "bn_backward_sums", local);
         C->bn_backward(&cc, B, ch, hw, x.h, g.h, mean.h, inv.h, gamma.h, local.h, local.h, count, out.h, pg.h + ch,
                        pg.h, ws.h);
-        G->bn_backward(&D->kc, B, ch, hw, x.d, g.d, mean.d, inv.d, gamma.d, local.d, local.d, count, out.d, pg.d + ch,
+        G->bn_backward(&D->main.kc, B, ch, hw, x.d, g.d, mean.d, inv.d, gamma.d, local.d, local.d, count, out.d, pg.d + ch,
                        pg.d, ws.d);
         same(D, "bn_backward dx", out), same(D, "bn_backward dgamma, dbeta", pg);
         pair all[] = {x, g, gamma, beta, ws, sums, mean, inv, rm, rv, out, local, pg};
@@ -190,21 +190,21 @@ static void test_linear_and_loss(void **state) {
     pair x = mk(D, (size_t)B * I, 1), w = mk(D, (size_t)O * I, 0.05f), b = mk(D, O, 0.1f), dy = mk(D, (size_t)B * O, 0.1f);
     pair y = mk(D, (size_t)B * O, 0), dx = mk(D, (size_t)B * I, 0), dw = mk(D, (size_t)O * I, 0.01f), db = mk(D, O, 0);
     FGT_OK(D->fork(D, 1));
-    C->linear_forward(&cc, B, I, O, x.h, w.h, b.h, y.h), G->linear_forward(&D->lane_kc[0], B, I, O, x.d, w.d, b.d, y.d);
+    C->linear_forward(&cc, B, I, O, x.h, w.h, b.h, y.h), G->linear_forward(&D->lanes[0].kc, B, I, O, x.d, w.d, b.d, y.d);
     FGT_OK(D->join(D, 1));
     same(D, "linear_forward", y);
     C->linear_backward(&cc, B, I, O, x.h, w.h, dy.h, dx.h, dw.h, db.h);
-    G->linear_backward(&D->kc, B, I, O, x.d, w.d, dy.d, dx.d, dw.d, db.d);
+    G->linear_backward(&D->main.kc, B, I, O, x.d, w.d, dy.d, dx.d, dw.d, db.d);
     same(D, "linear_backward dx", dx), same(D, "linear_backward dw", dw), same(D, "linear_backward db", db);
     pair z = mk(D, (size_t)B * K, 4), dz = mk(D, (size_t)B * K, 0), lab = mk_int(D, B, K), loss = mk(D, 1, 0);
     pair cor = mk_int(D, 1, 1);
     int32_t correct = 0;
     C->softmax_xent(&cc, B, K, z.h, ih(lab), 1.0f / B, dz.h, loss.h, &correct);
-    G->softmax_xent(&D->kc, B, K, z.d, id(lab), 1.0f / B, dz.d, loss.d, id(cor));
+    G->softmax_xent(&D->main.kc, B, K, z.d, id(lab), 1.0f / B, dz.d, loss.d, id(cor));
     ih(cor)[0] = correct;
     same(D, "softmax_xent dlogits", dz), same(D, "softmax_xent loss", loss), same(D, "softmax_xent correct", cor);
     C->softmax_xent(&cc, B, K, z.h, ih(lab), 1.0f, NULL, loss.h, &correct); /* evaluation: no gradient */
-    G->softmax_xent(&D->kc, B, K, z.d, id(lab), 1.0f, NULL, loss.d, id(cor));
+    G->softmax_xent(&D->main.kc, B, K, z.d, id(lab), 1.0f, NULL, loss.d, id(cor));
     ih(cor)[0] = correct;
     same(D, "softmax_xent loss (no gradient)", loss), same(D, "softmax_xent correct (no gradient)", cor);
     pair all[] = {x, w, b, dy, y, dx, dw, db, z, dz, lab, loss, cor};
@@ -231,17 +231,17 @@ static void test_conv2d(void **state) {
         pair x = mk(D, nx, 1), w = mk(D, nw, 0.2f), b = mk(D, d.out_c, 0.1f), g = mk(D, ny, 0.1f), y = mk(D, ny, 0);
         pair dx = mk(D, nx, 0), dw = mk(D, nw, 0.01f), db = mk(D, d.out_c, 0.01f), ws = mk(D, nws, 0);
         C->conv2d_forward(&cc, &d, B, x.h, w.h, b.h, y.h, ws.h);
-        G->conv2d_forward(&D->kc, &d, B, x.d, w.d, b.d, y.d, ws.d);
+        G->conv2d_forward(&D->main.kc, &d, B, x.d, w.d, b.d, y.d, ws.d);
         memset(&d, 0, sizeof d); /* a launch copied them */
         same(D, "conv2d_forward", y);
         d = keep;
         C->conv2d_backward(&cc, &d, B, x.h, w.h, g.h, dx.h, dw.h, db.h, ws.h);
-        G->conv2d_backward(&D->kc, &d, B, x.d, w.d, g.d, dx.d, dw.d, db.d, ws.d);
+        G->conv2d_backward(&D->main.kc, &d, B, x.d, w.d, g.d, dx.d, dw.d, db.d, ws.d);
         d.k = 99;
         same(D, "conv2d_backward dx", dx), same(D, "conv2d_backward dw", dw), same(D, "conv2d_backward db", db);
         d = keep; /* the first layer: no input gradient */
         C->conv2d_backward(&cc, &d, B, x.h, w.h, g.h, NULL, dw.h, db.h, ws.h);
-        G->conv2d_backward(&D->kc, &d, B, x.d, w.d, g.d, NULL, dw.d, db.d, ws.d);
+        G->conv2d_backward(&D->main.kc, &d, B, x.d, w.d, g.d, NULL, dw.d, db.d, ws.d);
         same(D, "conv2d_backward dw (no dx)", dw);
         pair all[] = {x, w, b, g, y, dx, dw, db, ws};
         for (size_t i = 0; i < sizeof all / sizeof *all; i++) drop(D, all[i]);
@@ -260,7 +260,7 @@ static void test_gather_batch(void **state) {
     pair idx = mk_int(D, B, N), lut = mk(D, CH * 256, 2), x = mk(D, (size_t)B * CH * HW, 0), y = mk_int(D, B, 1);
     void *dpx = fgt_put(D, px, sizeof px), *dlab = fgt_put(D, lab, sizeof lab);
     C->gather_batch(&cc, B, CH, HW, px, lab, ih(idx), lut.h, x.h, ih(y));
-    D->k->gather_batch(&D->kc, B, CH, HW, dpx, dlab, id(idx), lut.d, x.d, id(y));
+    D->k->gather_batch(&D->main.kc, B, CH, HW, dpx, dlab, id(idx), lut.d, x.d, id(y));
     same(D, "gather_batch", x), same(D, "gather_batch labels", y);
     D->free(D, dpx), D->free(D, dlab);
     drop(D, idx), drop(D, lut), drop(D, x), drop(D, y);
@@ -282,7 +282,7 @@ static void test_lanes(void **state) {
         const size_t ni = (size_t)batch[l] * CH * H * W, no = (size_t)batch[l] * CH * OH * OW;
         x[l] = mk(D, ni, 2), y[l] = mk(D, no, 0), am[l] = mk_int(D, no, 1), g[l] = mk(D, no, 1), dx[l] = mk(D, ni, 0);
         lo[l] = mk(D, (size_t)batch[l] * OUT, 0);
-        const dp_kctx rk = {.stream = &rec[l], .device = D->kc.device}, *R = &rk;
+        const dp_kctx rk = {.stream = &rec[l], .ordinal = D->main.kc.ordinal}, *R = &rk;
         const dp_kernels *K = &dp_kcall_recorder;
         K->relu_forward(R, ni, x[l].d, x[l].d); /* in place, as a fused layer may */
         K->maxpool_forward(R, batch[l], CH, H, W, 2, 2, 0, x[l].d, y[l].d, id(am[l]));
@@ -306,7 +306,7 @@ static void test_lanes(void **state) {
         for (int l = 0; l < L; l++) calls[l] = &rec[l].calls[j];
         for (int l = 1; l < L; l++)
             if (!dp_kcall_same(calls[0], calls[l])) fail_msg("call %d: lane %d's record is not lane 0's call", j, l);
-        D->k->lanes(&D->kc, L, calls);
+        D->k->lanes(&D->main.kc, L, calls);
     }
     const unsigned long launched = dp_fakegpu_launches().kernels - before.kernels;
     print_message("7 calls of %d lanes: %lu launches\n", L, launched);

@@ -62,7 +62,7 @@ static void test_bad_models(void **state) {
 static double loss_and_grad(const dp_model *m, dp_acts *a, float *params, float *grads, float *buffers,
                             const float *x, const int32_t *y, int batch) {
     memset(grads, 0, m->params.n * sizeof(float));
-    dp_exec e = {.batch = batch, .stat_batch = batch, .training = 1, .update_stats = 1, .nthreads = 2, .params = params,
+    dp_exec e = {.batch = batch, .stat_batch = batch, .training = 1, .update_stats = 1, .kc.nthreads = 2, .params = params,
                  .grads = grads, .buffers = buffers};
     assert_int_equal(dp_model_forward(m, a, &e, x), DP_OK);
     double l = softmax_xent_cpu(batch, m->n_classes, a->out[m->output], y, 1.0f / batch, a->dout[m->output], NULL);

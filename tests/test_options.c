@@ -332,7 +332,7 @@ static void test_device_choices_from_registry(void **state) {
     int n = 0;
     for (; dp_device_names[n]; n++) {
         dp_dev *d = NULL;
-        const dp_status s = dp_dev_open(dp_device_names[n], 0, 0, &d);
+        const dp_status s = dp_dev_open(dp_device_names[n], 0, 0, NULL, &d);
         if (s == DP_OK) {
             dp_dev_close(d);
             continue;
@@ -344,7 +344,7 @@ static void test_device_choices_from_registry(void **state) {
     assert_true(n >= 2); /* cpu, and cuda built or not */
 #if !DP_HAVE_CUDA
     dp_dev *d = NULL;
-    assert_int_equal(dp_dev_open("cuda", 0, 0, &d), DP_ERR_UNSUPPORTED);
+    assert_int_equal(dp_dev_open("cuda", 0, 0, NULL, &d), DP_ERR_UNSUPPORTED);
     assert_string_equal(dp_last_error(), "--device cuda: this dptrain was built without CUDA (no nvcc was found); "
                                          "rebuild with the CUDA toolkit: cmake -B build -DDP_WITH_CUDA=ON");
 #endif
@@ -359,7 +359,7 @@ static void test_cpu_open_blas_threads(void **state) {
     (void)state;
     openblas_set_num_threads(2);
     dp_dev *d = NULL;
-    assert_int_equal(dp_dev_open("cpu", 0, 0, &d), DP_OK);
+    assert_int_equal(dp_dev_open("cpu", 0, 0, NULL, &d), DP_OK);
     assert_int_equal(openblas_get_num_threads(), 1);
     dp_dev_close(d);
 }

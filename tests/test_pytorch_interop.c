@@ -57,7 +57,7 @@ static void logits_match(const char *name, dp_shape in, int batch) {
     tu_write_file(inp, x, nin * sizeof *x);
     dp_acts a;
     assert_int_equal(dp_acts_create(&m, batch, 1, &a), DP_OK);
-    dp_exec e = {.batch = batch, .stat_batch = batch, .training = 0, .nthreads = 1, .params = params, .buffers = buffers};
+    dp_exec e = {.batch = batch, .stat_batch = batch, .training = 0, .kc.nthreads = 1, .params = params, .buffers = buffers};
     assert_int_equal(dp_model_forward(&m, &a, &e, x), DP_OK);
     char *o;
     int rc = tu_sh(&o, "%s %s logits --model %s --ckpt %s --shape %dx%dx%d --classes 10 --input %s --batch %d --out %s",

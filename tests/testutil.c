@@ -224,7 +224,7 @@ const char *tu_fake_cgroup_v2(const char *name) {
 
 int tu_have_gpu(void) {
     dp_dev *d;
-    if (dp_dev_open("cuda", 0, 0, &d) != DP_OK) {
+    if (dp_dev_open("cuda", 0, 0, NULL, &d) != DP_OK) {
         fprintf(stderr, "skipped: %s\n", dp_last_error());
         return 0;
     }

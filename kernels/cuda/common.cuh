@@ -12,6 +12,7 @@
 extern "C" {
 #include "kernels/kernels.h"
 }
+#include "kernels/cuda/cuda_kernels.h" // dp_cuda_kernels: its definition (table.cu) keeps C linkage
 
 #define DP_CUDA_THREADS 256
 
@@ -22,7 +23,7 @@ void dp_cuda_use(int ordinal);
 // The stream of a call, with its device made current: every launch names its stream through this.
 static inline cudaStream_t dp_stream(const dp_kctx *c) {
     if (!c) return 0;
-    dp_cuda_use(c->device);
+    dp_cuda_use(c->ordinal);
     return (cudaStream_t)c->stream;
 }
 

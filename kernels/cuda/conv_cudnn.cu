@@ -206,7 +206,7 @@ static int algos_env(char *why, size_t cap) { return dp_conv_algos_pin_env(why, 
  * fails at the next wait) when it could not be made, at that call and at every later one. */
 static const plan_t *plan_for(const dp_kctx *c, cudnnHandle_t h, const dp_conv2d_dims *d, int batch) {
     std::lock_guard<std::mutex> g(plans_mu);
-    const int tf32 = c ? c->tf32 : 0, dev = dp_cuda_current_device();
+    const int tf32 = c ? c->fast_math : 0, dev = dp_cuda_current_device();
     plan_t *p = nullptr;
     for (int i = 0; i < MAX_PLANS; i++) {
         plan_t *q = &plans[i];

@@ -1,5 +1,5 @@
-/* cuda_kernels.h: what the CUDA kernel table (kernels/kernels.h: dp_cuda_kernels) adds for its
- * callers, in C. */
+/* cuda_kernels.h: the CUDA kernel table (dp_cuda_kernels; its entries mean what kernels/kernels.h
+ * says) and what it adds for its callers, in C. */
 #ifndef DP_CUDA_KERNELS_H
 #define DP_CUDA_KERNELS_H
 
@@ -8,6 +8,12 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+#include "kernels/kernels.h"
+
+/* The CUDA table, in builds with the CUDA toolkit; pointers are device memory, softmax_xent's loss
+ * and correct included. Only the CUDA device (device.cu) registers it; tests compare it with the CPU's. */
+extern const dp_kernels dp_cuda_kernels;
 
 /* The first launch or library failure on device dev since the last call (0 if none; failures are
  * recorded for the device current when they happen): its message into buf. Clears it. */

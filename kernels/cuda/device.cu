@@ -1,7 +1,7 @@
 // device.cu: the CUDA device of kernels/device.h: cudaMalloc'd memory, a main non-blocking stream
-// with a cuBLAS handle bound to it, lane streams, and a collective stream (the `coll` view, whose
-// operations queue there and whose ordering with the main stream is by events). Every call is checked; a failure names the call, the device
-// and CUDA's reason. Kernel launches are asynchronous, so their failures surface at wait().
+// with a cuBLAS handle bound to it, lane streams, and a collective stream; one stream waits for
+// another by an event recorded there (each stream's impl). Every call is checked; a failure names
+// the call, the device and CUDA's reason. Kernel launches are asynchronous, so their failures surface at wait().
 // Every operation first makes its device the thread's current one (cudaSetDevice when another is,
 // e.g. after a second device was opened on this thread), so allocations, events and the kernels
 // queued after it land on this device; NCCL's communicator is made on the current device too.
@@ -30,16 +30,15 @@ typedef struct {
     void *lane_ws[DP_DEV_LANES];
     cudaEvent_t forked, joined[DP_DEV_LANES];
     cudaStream_t coll_stream;
-    cudaEvent_t main_mark, coll_mark; /* the last point of each stream the other waits for */
-    dp_dev dev, coll;                 /* the device, and its view on the collective stream */
+    cudaEvent_t main_mark, coll_mark; /* the last point of each stream another waits for */
+    dp_dev dev;
 } cuda_dev;
 
 static cuda_dev *impl_of(const dp_dev *d) { return (cuda_dev *)d->impl; }
 static void use(const dp_dev *d) { dp_cuda_use(impl_of(d)->ordinal); }
-static cudaStream_t stream_of(const dp_dev *d) {
-    cuda_dev *c = impl_of(d);
-    use(d); /* every caller goes on to queue or wait there */
-    return d == &c->coll ? c->coll_stream : c->stream;
+static cudaStream_t stream_of(const dp_dev_stream *s) {
+    use(s->dev); /* every caller goes on to queue or wait there */
+    return (cudaStream_t)s->kc.stream;
 }
 
 static dp_status fail_cuda(const dp_dev *d, const char *what, cudaError_t e) {
@@ -62,7 +61,8 @@ static cudaError_t use_device(const dp_dev *d) {
 }
 #define ENTER(d) CHECK(d, use_device(d))
 
-static dp_status cuda_alloc(const dp_dev *d, float **p, size_t n, const char *what) {
+static dp_status s_alloc(const dp_dev_stream *s, float **p, size_t n, const char *what) {
+    const dp_dev *d = s->dev;
     *p = NULL;
     ENTER(d);
     size_t bytes = (n ? n : 1) * sizeof(float);
@@ -74,9 +74,10 @@ static dp_status cuda_alloc(const dp_dev *d, float **p, size_t n, const char *wh
         return dp_fail(DP_ERR_NOMEM, "CUDA device %d: out of memory for %s: %.1f MiB asked, %.1f MiB free of %.1f MiB",
                        impl_of(d)->ordinal, what, bytes / 1048576.0, free_b / 1048576.0, total_b / 1048576.0);
     }
-    CHECK(d, cudaMemsetAsync(*p, 0, bytes, stream_of(d)));
+    CHECK(d, cudaMemsetAsync(*p, 0, bytes, stream_of(s)));
     return DP_OK;
 }
+static dp_status cuda_alloc(const dp_dev *d, float **p, size_t n, const char *what) { return s_alloc(&d->main, p, n, what); }
 
 static void cuda_free(const dp_dev *d, void *p) {
     if (p && use_device(d) == cudaSuccess) cudaFree(p);
@@ -98,7 +99,7 @@ static void cuda_host_free(const dp_dev *d, void *p) {
     if (p && use_device(d) == cudaSuccess) cudaFreeHost(p);
 }
 
-static dp_status cuda_wait(const dp_dev *d);
+static dp_status s_wait(const dp_dev_stream *s);
 
 /* Whether host memory is pageable: a copy from or to it may wait for the stream inside the CUDA
  * call, where no watch can end the wait. */
@@ -111,36 +112,45 @@ static int pageable(const void *host) {
     return a.type == cudaMemoryTypeUnregistered;
 }
 
-static dp_status cuda_upload(const dp_dev *d, void *dst, const void *src, size_t bytes) {
+static dp_status s_upload(const dp_dev_stream *s, void *dst, const void *src, size_t bytes) {
+    const dp_dev *d = s->dev;
     ENTER(d);
-    /* with collectives queued (a watch is set, on the device: it serves its views), a pageable
-       source would make the copy wait for them unwatched: wait here first, polled, so a dead peer
-       ends the wait; a pinned source queues without waiting */
-    if (bytes && impl_of(d)->dev.watch && pageable(src)) DP_TRY(cuda_wait(d));
-    if (bytes) CHECK(d, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_of(d)));
+    /* with collectives queued (the wait policy has a watch), a pageable source would make the copy
+       wait for them unwatched: wait here first, polled, so a dead peer ends the wait; a pinned
+       source queues without waiting */
+    if (bytes && d->waits->watch && pageable(src)) DP_TRY(s_wait(s));
+    if (bytes) CHECK(d, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_of(s)));
     return DP_OK;
 }
+static dp_status cuda_upload(const dp_dev *d, void *dst, const void *src, size_t bytes) {
+    return s_upload(&d->main, dst, src, bytes);
+}
 
-static dp_status cuda_copy(const dp_dev *d, void *dst, const void *src, size_t bytes) {
+static dp_status s_copy(const dp_dev_stream *s, void *dst, const void *src, size_t bytes) {
+    const dp_dev *d = s->dev;
     ENTER(d);
-    if (bytes && dst != src) CHECK(d, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_of(d)));
+    if (bytes && dst != src) CHECK(d, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_of(s)));
     return DP_OK;
+}
+static dp_status cuda_copy(const dp_dev *d, void *dst, const void *src, size_t bytes) {
+    return s_copy(&d->main, dst, src, bytes);
 }
 
 static dp_status cuda_zero(const dp_dev *d, void *p, size_t bytes) {
     ENTER(d);
-    if (bytes) CHECK(d, cudaMemsetAsync(p, 0, bytes, stream_of(d)));
+    if (bytes) CHECK(d, cudaMemsetAsync(p, 0, bytes, stream_of(&d->main)));
     return DP_OK;
 }
 
 #define WAIT_SPIN_S 200e-6      // a watched wait spins this long before napping
 #define WAIT_WATCH_EVERY_S 1e-3 // and runs the watch this often
 
-static dp_status cuda_wait(const dp_dev *d) {
+static dp_status s_wait(const dp_dev_stream *s) {
+    const dp_dev *d = s->dev;
     ENTER(d);
-    const dp_dev *md = &impl_of(d)->dev; /* the watch is set on the device, and serves its views */
-    if (!md->watch) {
-        CHECK(d, cudaStreamSynchronize(stream_of(d)));
+    const dp_wait_policy *w = d->waits;
+    if (!w->watch) {
+        CHECK(d, cudaStreamSynchronize(stream_of(s)));
     } else { /* poll, so that a dead peer or the deadline can end the wait */
         /* a step's wait usually ends within tens of microseconds of the GPU: spin on the query for
            WAIT_SPIN_S before napping (a nap of 20 us is ~70 us with Linux's timer slack), and run
@@ -149,12 +159,12 @@ static dp_status cuda_wait(const dp_dev *d) {
         const double t0 = dp_now();
         double next_watch = WAIT_WATCH_EVERY_S;
         for (;;) {
-            cudaError_t e = cudaStreamQuery(stream_of(d));
+            cudaError_t e = cudaStreamQuery(stream_of(s));
             if (e == cudaSuccess) break;
             if (e != cudaErrorNotReady) return fail_cuda(d, "waiting for the stream (cudaStreamQuery)", e);
             const double waited = dp_now() - t0;
             if (waited >= next_watch) {
-                DP_TRY(md->watch(md->watch_ctx, waited));
+                DP_TRY(w->watch(w->ctx, waited));
                 next_watch = waited + WAIT_WATCH_EVERY_S;
             }
             if (waited > WAIT_SPIN_S) {
@@ -168,14 +178,15 @@ static dp_status cuda_wait(const dp_dev *d) {
         return dp_fail(DP_ERR_BACKEND, "CUDA device %d: %s", impl_of(d)->ordinal, msg);
     return DP_OK;
 }
+static dp_status cuda_wait(const dp_dev *d) { return s_wait(&d->main); }
 
 static dp_status cuda_download(const dp_dev *d, void *dst, const void *src, size_t bytes) {
     ENTER(d);
     /* a copy to pageable memory returns only when it is done, so it would wait inside the call
        for a collective that never ends: with a watch set, the queued work is waited for first;
        a pinned destination (the step metrics') queues at once, and the one wait below is watched */
-    if (bytes && impl_of(d)->dev.watch && pageable(dst)) DP_TRY(cuda_wait(d));
-    if (bytes) CHECK(d, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_of(d)));
+    if (bytes && d->waits->watch && pageable(dst)) DP_TRY(cuda_wait(d));
+    if (bytes) CHECK(d, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_of(&d->main)));
     return cuda_wait(d);
 }
 
@@ -197,19 +208,14 @@ static dp_status cuda_join(const dp_dev *d, int n) {
     return DP_OK;
 }
 
-static dp_status cuda_coll_wait_main(const dp_dev *d) {
-    cuda_dev *c = impl_of(d);
+// s waits for the work queued on `on` so far: on's mark recorded there (the main and collective
+// streams have one each; lanes are ordered by fork and join)
+static dp_status s_wait_for(const dp_dev_stream *s, const dp_dev_stream *on) {
+    const dp_dev *d = s->dev;
     ENTER(d);
-    CHECK(d, cudaEventRecord(c->main_mark, c->stream));
-    CHECK(d, cudaStreamWaitEvent(c->coll_stream, c->main_mark, 0));
-    return DP_OK;
-}
-
-static dp_status cuda_main_wait_coll(const dp_dev *d) {
-    cuda_dev *c = impl_of(d);
-    ENTER(d);
-    CHECK(d, cudaEventRecord(c->coll_mark, c->coll_stream));
-    CHECK(d, cudaStreamWaitEvent(c->stream, c->coll_mark, 0));
+    if (!on->impl) return dp_fail(DP_ERR_INTERNAL, "CUDA device %d: a stream with no mark to wait for", impl_of(d)->ordinal);
+    CHECK(d, cudaEventRecord((cudaEvent_t)on->impl, (cudaStream_t)on->kc.stream));
+    CHECK(d, cudaStreamWaitEvent((cudaStream_t)s->kc.stream, (cudaEvent_t)on->impl, 0));
     return DP_OK;
 }
 
@@ -223,7 +229,7 @@ static dp_status cuda_mem_info(const dp_dev *d, unsigned long long *free_b, unsi
 
 static dp_status cuda_capture_begin(const dp_dev *d) {
     ENTER(d);
-    CHECK(d, cudaStreamBeginCapture(stream_of(d), cudaStreamCaptureModeThreadLocal));
+    CHECK(d, cudaStreamBeginCapture(stream_of(&d->main), cudaStreamCaptureModeThreadLocal));
     return DP_OK;
 }
 
@@ -231,7 +237,7 @@ static dp_status cuda_capture_end(const dp_dev *d, void **graph) {
     *graph = NULL;
     ENTER(d);
     cudaGraph_t g = NULL;
-    CHECK(d, cudaStreamEndCapture(stream_of(d), &g));
+    CHECK(d, cudaStreamEndCapture(stream_of(&d->main), &g));
     char msg[512];
     if (dp_cuda_device_error(impl_of(d)->ordinal, msg, sizeof msg)) { // a launch failed while recording
         cudaGraphDestroy(g);
@@ -247,7 +253,7 @@ static dp_status cuda_capture_end(const dp_dev *d, void **graph) {
 
 static dp_status cuda_replay(const dp_dev *d, void *graph) {
     ENTER(d);
-    CHECK(d, cudaGraphLaunch((cudaGraphExec_t)graph, stream_of(d)));
+    CHECK(d, cudaGraphLaunch((cudaGraphExec_t)graph, stream_of(&d->main)));
     return DP_OK;
 }
 
@@ -265,11 +271,13 @@ static dp_status cuda_events_create(const dp_dev *d, int n, void **events) {
     return DP_OK;
 }
 
-static dp_status cuda_event_record(const dp_dev *d, void *events, int i) {
+static dp_status s_record(const dp_dev_stream *s, void *events, int i) {
+    const dp_dev *d = s->dev;
     ENTER(d);
-    CHECK(d, cudaEventRecord(((cudaEvent_t *)events)[i], stream_of(d)));
+    CHECK(d, cudaEventRecord(((cudaEvent_t *)events)[i], stream_of(s)));
     return DP_OK;
 }
+static dp_status cuda_event_record(const dp_dev *d, void *events, int i) { return s_record(&d->main, events, i); }
 
 static dp_status cuda_event_elapsed(const dp_dev *d, void *events, int i, int j, double *seconds) {
     float ms = 0;
@@ -287,14 +295,14 @@ static dp_status cuda_event_wait(const dp_dev *d, void *events, int i) {
     cudaError_t e = cudaEventQuery(ev);
     if (e == cudaSuccess) return DP_OK;
     if (e != cudaErrorNotReady) return fail_cuda(d, "querying an upload's event (cudaEventQuery)", e);
-    const dp_dev *md = &impl_of(d)->dev;
-    if (!md->watch) {
+    const dp_wait_policy *w = d->waits;
+    if (!w->watch) {
         CHECK(d, cudaEventSynchronize(ev));
         return DP_OK;
     }
     const double t0 = dp_now();
     while ((e = cudaEventQuery(ev)) == cudaErrorNotReady) {
-        DP_TRY(md->watch(md->watch_ctx, dp_now() - t0));
+        DP_TRY(w->watch(w->ctx, dp_now() - t0));
         struct timespec nap = {0, 20000};
         nanosleep(&nap, NULL);
     }
@@ -348,7 +356,7 @@ static void cuda_close(dp_dev *d) {
     cudaGetLastError();
 }
 
-// The operations; dp_cuda_dev_open copies them in and adds the streams, handles and description.
+// The operations; cuda_open copies them in and adds the streams, handles and description.
 static dp_dev make_ops(void) {
     dp_dev o;
     memset(&o, 0, sizeof o);
@@ -361,7 +369,6 @@ static dp_dev make_ops(void) {
     o.capture_begin = cuda_capture_begin, o.capture_end = cuda_capture_end, o.replay = cuda_replay;
     o.graph_free = cuda_graph_free, o.fork = cuda_fork, o.join = cuda_join, o.mem_info = cuda_mem_info;
     o.events_create = cuda_events_create, o.event_record = cuda_event_record;
-    o.coll_wait_main = cuda_coll_wait_main, o.main_wait_coll = cuda_main_wait_coll;
     o.event_elapsed = cuda_event_elapsed, o.events_free = cuda_events_free;
     o.event_wait = cuda_event_wait;
     o.reserved = (unsigned long long)256 << 20; // cuDNN's handle and plans, graphs, headroom
@@ -369,6 +376,8 @@ static dp_dev make_ops(void) {
     return o;
 }
 static const dp_dev cuda_ops = make_ops();
+static const dp_dev_stream cuda_stream_ops = {NULL, {}, NULL, s_alloc, s_upload, s_copy, s_wait, s_record, s_wait_for};
+static const dp_wait_policy cuda_blocking = {NULL, NULL};
 
 // A test-only device map: DPTRAIN_TEST_DEVICE_MAP="0,0" makes ordinal i open GPU map[i], so that
 // `--gpus 0,1` puts two replicas, each with its own streams, on the one GPU of a test machine
@@ -392,7 +401,7 @@ static dp_status mapped_ordinal(int *ordinal) {
     return DP_OK; // ordinals past the list open themselves
 }
 
-static dp_status cuda_open(int ordinal, int tf32, dp_dev **out) {
+static dp_status cuda_open(int ordinal, int tf32, const dp_wait_policy *waits, dp_dev **out) {
     *out = NULL;
     DP_TRY(mapped_ordinal(&ordinal));
     int n = 0;
@@ -472,21 +481,19 @@ static dp_status cuda_open(int ordinal, int tf32, dp_dev **out) {
     // a failure noted before this GPU's first open is no business of this device's (with one open
     // already, say a predictor's companion of a trainer, a failure there is that trainer's, unread)
     if (first) dp_cuda_forget_errors(ordinal);
-    d->kc = (dp_kctx){.nthreads = 1, .stream = c->stream, .blas = c->blas, .tf32 = tf32, .device = ordinal};
+    d->waits = waits ? waits : &cuda_blocking;
+    dp_kctx lane_kc[DP_DEV_LANES];
     for (int i = 0; i < DP_DEV_LANES; i++)
-        d->lane_kc[i] = (dp_kctx){.nthreads = 1, .stream = c->lane[i], .blas = c->lane_blas[i], .tf32 = tf32,
-                                  .device = ordinal};
-    // the collective view: the same memory and operations, queued on the collective stream; its
-    // kernels (the sim's sums) need no cuBLAS handle
-    c->coll = *d;
-    c->coll.kc = (dp_kctx){.nthreads = 1, .stream = c->coll_stream, .blas = NULL, .tf32 = tf32, .device = ordinal};
-    c->coll.caps = DP_CAP_ASYNC | DP_CAP_EVENTS, c->coll.n_lanes = 0, c->coll.fork = NULL, c->coll.join = NULL;
-    c->coll.capture_begin = NULL, c->coll.capture_end = NULL, c->coll.replay = NULL, c->coll.graph_free = NULL;
-    c->coll.coll_wait_main = NULL, c->coll.main_wait_coll = NULL, c->coll.close = NULL;
-    d->coll = &c->coll;
+        lane_kc[i] = (dp_kctx){.nthreads = 1, .stream = c->lane[i], .handle = c->lane_blas[i], .fast_math = tf32,
+                               .ordinal = ordinal};
+    // the collective stream's kernels (the sim's sums) need no cuBLAS handle
+    const dp_kctx coll_kc = {.nthreads = 1, .stream = c->coll_stream, .handle = NULL, .fast_math = tf32, .ordinal = ordinal};
+    dp_dev_streams_init(d, &cuda_stream_ops,
+                        (dp_kctx){.nthreads = 1, .stream = c->stream, .handle = c->blas, .fast_math = tf32, .ordinal = ordinal},
+                        lane_kc, DP_DEV_LANES, &coll_kc);
+    d->main.impl = c->main_mark, d->coll.impl = c->coll_mark;
     snprintf(d->desc, sizeof d->desc, "%.80s (cuda:%d, sm_%d%d, %.1f GiB, TF32 %s, convolutions: %s)", p.name, ordinal,
              p.major, p.minor, p.totalGlobalMem / 1073741824.0, tf32 ? "on" : "off", dp_cuda_conv_impl());
-    snprintf(c->coll.desc, sizeof c->coll.desc, "%s", d->desc);
     *out = d;
     return DP_OK;
 }

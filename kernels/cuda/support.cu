@@ -131,7 +131,7 @@ void dp_cuda_use(int ordinal) {
 void *dp_cuda_thread_handle(const dp_kctx *c, int kind, void *(*create)(void **aux),
                             void (*destroy)(void *h, void *aux), const char *bind_what,
                             const char *(*bind)(void *h, cudaStream_t s)) {
-    dp_cuda_use(c ? c->device : 0);
+    dp_cuda_use(c ? c->ordinal : 0);
     const int dev = dp_cuda_current_device();
     void *h = dp_cuda_handle_find(kind, dev);
     if (!h) {
@@ -179,14 +179,14 @@ static const char *bind_blas(void *h, cudaStream_t s) {
 // The table's own handle (tests, callers without an executor): one per host thread and device,
 // since a handle must not be used by two threads at once and belongs to the device current at its
 // creation; the workspace every handle has (DP_CUDA_BLAS_WORKSPACE), fp32 math (no TF32) so results
-// compare with the CPU's. The executor's handles are its devices' own (c->blas); the call's device
-// (c->device) is made current first, since one thread may drive several (nccl --gpus).
+// compare with the CPU's. The executor's handles are its devices' own (c->handle); the call's device
+// (c->ordinal) is made current first, since one thread may drive several (nccl --gpus).
 cublasHandle_t dp_cuda_blas(const dp_kctx *c) {
-    if (!c || !c->blas)
+    if (!c || !c->handle)
         return (cublasHandle_t)dp_cuda_thread_handle(c, DP_CUDA_HANDLE_BLAS, make_blas, destroy_blas,
                                                      "cublasSetStream", bind_blas);
-    dp_cuda_use(c->device);
-    return (cublasHandle_t)c->blas;
+    dp_cuda_use(c->ordinal);
+    return (cublasHandle_t)c->handle;
 }
 
 void dp_cuda_gemm(const dp_kctx *c, int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,

@@ -1,6 +1,6 @@
 /* coll.c: the executor's collectives. On a device with a collective stream each one waits for
  * the compute queued before it (an event the collective stream waits on) and is issued there by
- * the backend (which queues on dp_dev_coll); the compute queued after a blocking one waits for
+ * the backend (which queues on dp_dev_coll: the device's coll stream); the compute queued after a blocking one waits for
  * it, while an overlapping all-reduce is waited for only by dp_exec_wait_all, so backward runs
  * on beside it. Where work runs as called (the CPU) the ordering calls are absent and the
  * backend's own non-blocking all-reduce (mpi) overlaps instead. With the replicas on several
@@ -18,7 +18,7 @@ static int bwd_end_event(const dp_executor *ex) { return 2 * ex->comm.cap; }
 dp_status dp_exec_colls_wait_mains(const dp_executor *ex) {
     for (int i = 0; i < dp_exec_n_devs(ex); i++) {
         const dp_dev *d = dp_exec_dev(ex, i);
-        if (d->coll_wait_main) DP_TRY(d->coll_wait_main(d));
+        if (d->coll.wait_for) DP_TRY(d->coll.wait_for(&d->coll, &d->main));
     }
     return DP_OK;
 }
@@ -26,7 +26,7 @@ dp_status dp_exec_colls_wait_mains(const dp_executor *ex) {
 dp_status dp_exec_mains_wait_colls(const dp_executor *ex) {
     for (int i = 0; i < dp_exec_n_devs(ex); i++) {
         const dp_dev *d = dp_exec_dev(ex, i);
-        if (d->main_wait_coll) DP_TRY(d->main_wait_coll(d));
+        if (d->coll.wait_for) DP_TRY(d->main.wait_for(&d->main, &d->coll));
     }
     return DP_OK;
 }
@@ -36,14 +36,14 @@ static dp_status coll_begin(dp_executor *ex, dp_coll_kind kind, int overlap) {
     DP_TRY(dp_exec_colls_wait_mains(ex));
     if (!ex->comm.timed || ex->comm.n == ex->comm.cap) return DP_OK;
     ex->comm.kind[ex->comm.n] = (unsigned char)kind, ex->comm.overlap[ex->comm.n] = (unsigned char)overlap;
-    return d->coll->event_record(d->coll, ex->comm.ev, 2 * ex->comm.n);
+    return d->coll.record(&d->coll, ex->comm.ev, 2 * ex->comm.n);
 }
 
 /* After the backend queued the collective: its end event, then (blocking) the main stream waits. */
 static dp_status coll_issued(dp_executor *ex, dp_status s) {
     if (s != DP_OK || !ex->comm.timed || ex->comm.n == ex->comm.cap) return s;
     const dp_dev *d = ex->dev;
-    s = d->coll->event_record(d->coll, ex->comm.ev, 2 * ex->comm.n + 1);
+    s = d->coll.record(&d->coll, ex->comm.ev, 2 * ex->comm.n + 1);
     ex->comm.n++;
     return s;
 }
@@ -74,19 +74,20 @@ void dp_exec_coll_timing_free(dp_executor *ex) {
 
 dp_status dp_exec_collect_coll_times(dp_executor *ex) {
     if (!ex->comm.timed || !ex->comm.n) return DP_OK;
-    const dp_dev *d = ex->dev, *c = d->coll;
+    const dp_dev *d = ex->dev;
+    const dp_dev_stream *c = &d->coll;
     if (ex->comm.drained != ex->comm.n) { /* else the step metrics' download waited for them all */
         DP_TRY(c->wait(c));
         if (ex->comm.bwd_end_recorded) DP_TRY(d->wait(d)); /* the end of backward is the main stream's */
     }
     for (int i = 0; i < ex->comm.n; i++) {
         double s = 0;
-        DP_TRY(c->event_elapsed(c, ex->comm.ev, 2 * i, 2 * i + 1, &s));
+        DP_TRY(d->event_elapsed(d, ex->comm.ev, 2 * i, 2 * i + 1, &s));
         ex->comm.s[ex->comm.kind[i]] += s;
         if (!ex->comm.overlap[i] || !ex->comm.bwd_end_recorded) continue;
         /* the part of it before backward ended: hidden behind compute */
         double before = 0;
-        DP_TRY(c->event_elapsed(c, ex->comm.ev, 2 * i, bwd_end_event(ex), &before));
+        DP_TRY(d->event_elapsed(d, ex->comm.ev, 2 * i, bwd_end_event(ex), &before));
         ex->comm.hidden_s += before <= 0 ? 0 : before < s ? before : s;
     }
     ex->comm.n = 0, ex->comm.bwd_end_recorded = 0, ex->comm.drained = -1;

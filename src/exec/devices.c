@@ -59,13 +59,13 @@ static int index_in(const char *const *list, const char *name) {
     return -1;
 }
 
-dp_status dp_dev_open(const char *name, int ordinal, int tf32, dp_dev **out) {
+dp_status dp_dev_open(const char *name, int ordinal, int tf32, const dp_wait_policy *waits, dp_dev **out) {
     *out = NULL;
     const dp_dev_kind *kind = find(name);
-    if (kind) return kind->open(ordinal, tf32, out);
+    if (kind) return kind->open(ordinal, tf32, waits, out);
     if (index_in(in_plugin, name) >= 0) { /* loaded at the first open */
         DP_TRY(dp_gpu_plugin_device(name, &kind));
-        return kind->open(ordinal, tf32, out);
+        return kind->open(ordinal, tf32, waits, out);
     }
     const int gone = index_in(left_out, name);
     if (gone >= 0) return dp_fail(DP_ERR_UNSUPPORTED, "--device %s: %s", name, left_out_how[gone]);
@@ -100,3 +100,5 @@ void dp_dev_describe(char *buf, size_t n) {
         snprintf(buf + at, n - at, "%s%s (not built)", k ? ", " : "", left_out[i]);
     }
 }
+
+int dp_dev_host_memory(const dp_dev *d) { return !d || (d->caps & DP_CAP_HOST_MEMORY) != 0; }

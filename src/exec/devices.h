@@ -16,8 +16,10 @@
 extern const char *const dp_device_names[];
 
 /* Opens the device named `name` from the registry. An unknown name, or a device this build
- * left out, fails with a message that lists what there is and how to get the missing one. */
-dp_status dp_dev_open(const char *name, int ordinal, int tf32, dp_dev **out);
+ * left out, fails with a message that lists what there is and how to get the missing one. waits:
+ * how its waits end (the caller's, valid until it closes the device; a backend may set its watch:
+ * dp_backend_config.waits); NULL: they block. */
+dp_status dp_dev_open(const char *name, int ordinal, int tf32, const dp_wait_policy *waits, dp_dev **out);
 void dp_dev_close(dp_dev *d);
 /* Adds a device kind (tests: a device that is not offered to users); fails when the name is
  * taken or the registry is full. */
@@ -26,5 +28,7 @@ dp_status dp_dev_register(const dp_dev_kind *kind);
  * "cpu (OpenMP), cuda (cuBLAS, cuDNN; --device cuda; loaded on use)", a device left out
  * "cuda (not built)". */
 void dp_dev_describe(char *buf, size_t n);
+/* 1 if host code may read and write d's memory directly (what a backend is told: dp_backend_config). */
+int dp_dev_host_memory(const dp_dev *d);
 
 #endif

@@ -138,13 +138,20 @@ static dp_status dev_alloc(dp_executor *ex, void *out, size_t n, const char *wha
     return ex->dev->alloc(ex->dev, (float **)out, n, what);
 }
 
+/* What a device keeps besides the run's arenas: its own workspaces, and what the backend's library
+ * may still allocate there (nccl: backend.h's comm_memory_reserved). */
+static unsigned long long dev_reserve(const dp_dev *d, dp_backend_t b) {
+    return d->reserved + (b ? b->comm_memory_reserved : 0);
+}
+
 static dp_status make_resident(dp_executor *ex, const dp_dataset *d) {
     const dp_dev *dev = ex->dev;
     const size_t chw = (size_t)d->c * d->h * d->w, px = (size_t)d->n * chw;
     unsigned long long free_b = 0, total_b = 0;
     if (!dev->mem_info || dev->mem_info(dev, &free_b, &total_b) != DP_OK) return DP_OK;
     /* the spare is the device's reserve (its workspaces, and NCCL's connections still to come) */
-    const unsigned long long spare = dev->reserved > (512ull << 20) ? dev->reserved : 512ull << 20;
+    const unsigned long long reserve = dev_reserve(dev, ex->backend);
+    const unsigned long long spare = reserve > (512ull << 20) ? reserve : 512ull << 20;
     if ((unsigned long long)px + spare > free_b) return DP_OK;
     ex->data_c = d->c, ex->data_hw = d->h * d->w;
     DP_TRY(dev_alloc(ex, &ex->d_pixels, (px + 3) / 4, "the training set on the device"));
@@ -177,7 +184,7 @@ static void free_resident(dp_executor *ex) {
 dp_status dp_exec_create(dp_executor **out, const dp_exec_config *c) {
     dp_executor *ex = *out = calloc(1, sizeof *ex);
     if (!ex) return dp_fail(DP_ERR_NOMEM, "out of memory for the executor");
-    ex->dev = c->devs ? c->devs[0] : c->dev, ex->k = ex->dev->k, ex->kc = ex->dev->kc;
+    ex->dev = c->devs ? c->devs[0] : c->dev, ex->k = ex->dev->k, ex->kc = ex->dev->main.kc;
     ex->backend = c->backend, ex->model = c->model;
     ex->threads = c->threads, ex->sync_bn = c->sync_bn;
     ex->team = dp_exec_team_size(ex->dev, c->threads, dp_backend_n_local(c->backend), c->n_slots);
@@ -479,14 +486,14 @@ void dp_exec_eval_weights(const dp_executor *ex, int r, float **params, float **
     *buffers = own ? ex->eval_buffers[r] : ex->rep[0].buffers;
 }
 
-dp_status dp_exec_check_memory(dp_dev *const *devs, int n_devs, const dp_mem_estimate *e, const dp_mem_shape *sh,
-                               int data_loaded) {
+dp_status dp_exec_check_memory(dp_dev *const *devs, int n_devs, dp_backend_t backend, const dp_mem_estimate *e,
+                               const dp_mem_shape *sh, int data_loaded) {
     const dp_dev *d0 = devs[0];
     if ((d0->caps & DP_CAP_HOST_MEMORY) || !d0->mem_info) return dp_check_memory(e, sh, data_loaded);
     for (int i = 0; i < n_devs; i++) {
         unsigned long long free_b = 0, total_b = 0;
         DP_TRY(devs[i]->mem_info(devs[i], &free_b, &total_b));
-        DP_TRY(dp_check_device_memory(e, sh, data_loaded, free_b, devs[i]->reserved, devs[i]->desc));
+        DP_TRY(dp_check_device_memory(e, sh, data_loaded, free_b, dev_reserve(devs[i], backend), devs[i]->desc));
     }
     return DP_OK;
 }

@@ -299,9 +299,9 @@ void dp_exec_eval_weights(const dp_executor *ex, int r, float **params, float **
 dp_status dp_exec_host_buffer(dp_executor *ex, float *dst, size_t n, float **out);
 void dp_exec_host_buffer_free(dp_executor *ex, float *dst, float *buf);
 
-/* The run's memory against what the devices (each one's free memory, for the replicas on it:
- * sh->per_device) or the host can give. */
-dp_status dp_exec_check_memory(dp_dev *const *devs, int n_devs, const dp_mem_estimate *e, const dp_mem_shape *sh,
-                               int data_loaded);
+/* The run's memory against what the devices (each one's free memory, less its reserve and what
+ * the backend may still take there, for the replicas on it: sh->per_device) or the host can give. */
+dp_status dp_exec_check_memory(dp_dev *const *devs, int n_devs, dp_backend_t backend, const dp_mem_estimate *e,
+                               const dp_mem_shape *sh, int data_loaded);
 
 #endif

@@ -182,8 +182,8 @@ dp_status dp_exec_launch_sums(dp_executor *ex, const dp_step_in *in, dp_step_sum
     for (int r = 0; r < ex->n_local; r++) {
         const dp_dev *d = dp_exec_dev(ex, r);
         float *m = L->d_m[r] + (size_t)L->slot * M;
-        d->k->lane_metrics(&d->kc, ex->n_lanes, ex->d_lane_loss[r], ex->d_lane_correct[r], m);
-        if (in->check && in->check[r]) d->k->nonfinite(&d->kc, ex->model->params.n, ex->rep[r].grads, m + 5);
+        d->k->lane_metrics(&d->main.kc, ex->n_lanes, ex->d_lane_loss[r], ex->d_lane_correct[r], m);
+        if (in->check && in->check[r]) d->k->nonfinite(&d->main.kc, ex->model->params.n, ex->rep[r].grads, m + 5);
     }
     *out = (dp_step_sums){0}; /* finite, no stop: the step applies its update; its sums come after the launch */
     return DP_OK;

@@ -75,7 +75,7 @@ static const dp_kctx *slot_kc(const dp_executor *ex, int q) {
     if (batched(ex)) return &ex->rep[r].slots[q % ex->rep[0].n_active].rec_kc;
     const dp_dev *d = dp_exec_dev(ex, r);
     const int on_dev = ex->multi_dev ? q % ex->rep[0].n_active : q;
-    return n ? &d->lane_kc[on_dev % n] : &d->kc;
+    return n ? &d->lanes[on_dev % n].kc : &d->main.kc;
 }
 
 /* The device thread t of a team of nt drives (its slots' device): device i's by thread i mod nt with
@@ -126,10 +126,10 @@ static dp_status flush_dev(dp_executor *ex, int i) {
     const dp_kcall *calls[ns];
     for (int j = 0; aligned && j < n; j++) {
         for (int q = lo; q < hi; q++) calls[q - lo] = &slot_rec(ex, q)->calls[j];
-        d->k->lanes(&d->kc, ns, calls);
+        d->k->lanes(&d->main.kc, ns, calls);
     }
     for (int q = lo; !aligned && q < hi; q++)
-        for (int j = 0; j < slot_rec(ex, q)->n; j++) dp_kcall_run(d->k, &d->kc, &slot_rec(ex, q)->calls[j]);
+        for (int j = 0; j < slot_rec(ex, q)->n; j++) dp_kcall_run(d->k, &d->main.kc, &slot_rec(ex, q)->calls[j]);
     return DP_OK;
 }
 
@@ -175,13 +175,8 @@ static dp_exec exec_of(const dp_executor *ex, int r, int l, const dp_batch *b, c
     x.stat_batch = ex->sync_bn ? mi->micro_samples : b[r].n;
     x.training = 1;
     x.update_stats = l == 0;
-    x.nthreads = 1;
     x.k = batched(ex) ? &dp_kcall_recorder : ex->k;
-    const dp_kctx *kc = slot_kc(ex, r * rep->n_active + l);
-    x.stream = kc->stream;
-    x.blas = kc->blas;
-    x.tf32 = kc->tf32;
-    x.device = kc->device;
+    x.kc = *slot_kc(ex, r * rep->n_active + l);
     x.params = rep->params;
     x.grads = rep->slots[l].grads;
     x.buffers = rep->buffers;
@@ -209,7 +204,7 @@ static dp_status reduce_sums(dp_executor *ex, int i) {
     for (int r = 0; r < ex->n_local; r++) {
         float *v[na];
         for (int l = 0; l < na; l++) v[l] = ex->rep[r].slots[l].acts.sync[i];
-        ex->k->tree_sum(&dp_exec_dev(ex, r)->kc, v, na, 0, n, 0);
+        ex->k->tree_sum(&dp_exec_dev(ex, r)->main.kc, v, na, 0, n, 0);
         ex->ptrs[r] = v[0];
     }
     if (ex->sync_bn) DP_TRY(dp_exec_allreduce(ex, ex->ptrs, n));
@@ -223,11 +218,11 @@ static dp_status reduce_sums(dp_executor *ex, int i) {
                 rec[l].p[0] = ex->rep[r].slots[0].acts.sync[i], rec[l].p[1] = ex->rep[r].slots[l].acts.sync[i];
                 calls[l - 1] = &rec[l];
             }
-            d->k->lanes(&d->kc, na - 1, calls);
+            d->k->lanes(&d->main.kc, na - 1, calls);
             continue;
         }
         for (int l = 1; l < na; l++)
-            ex->k->copy(&d->kc, n, ex->rep[r].slots[0].acts.sync[i], ex->rep[r].slots[l].acts.sync[i]);
+            ex->k->copy(&d->main.kc, n, ex->rep[r].slots[0].acts.sync[i], ex->rep[r].slots[l].acts.sync[i]);
     }
     return DP_OK;
 }
@@ -313,7 +308,7 @@ static void sum_lanes(dp_executor *ex, int k) {
                     for (int i = 0; i < mm - h; i++)
                         if ((r * na + i) % T == t) {
                             float *const pair[2] = {ex->rep[r].lane_grads[i], ex->rep[r].lane_grads[i + h]};
-                            ex->k->tree_sum(&ex->dev->kc, pair, 2, s->offset, s->count, 1);
+                            ex->k->tree_sum(&ex->dev->main.kc, pair, 2, s->offset, s->count, 1);
                         }
         }
         while (m > 1 && (m + 1) / 2 % T == 0) m = (m + 1) / 2;
@@ -334,7 +329,7 @@ static void sum_lanes(dp_executor *ex, int k) {
     for (long q = 0; q < total; q++) {
         const int r = (int)(q / (long)n_pieces);
         const size_t lo = (size_t)(q % (long)n_pieces) * piece;
-        ex->k->tree_sum(&dp_exec_dev(ex, r)->kc, ex->rep[r].lane_grads, m, s->offset + lo,
+        ex->k->tree_sum(&dp_exec_dev(ex, r)->main.kc, ex->rep[r].lane_grads, m, s->offset + lo,
                         lo + piece < s->count ? piece : s->count - lo, 1);
     }
 }

@@ -7,7 +7,7 @@ static dp_status slot_create(dp_slot *s, const dp_model *m, const dp_dev *dev, i
     DP_TRY(dp_acts_create_on(m, max_batch, 1, dev, &s->acts));
     DP_TRY(dev->alloc(dev, &s->eval_x, (size_t)max_batch * dp_shape_size(m->input), "evaluation batch"));
     DP_ALLOC(s->eval_y, max_batch, "evaluation labels"); /* on the host: the loss is computed there */
-    s->rec_kc = (dp_kctx){.nthreads = 1, .stream = &s->rec, .device = dev->kc.device};
+    s->rec_kc = (dp_kctx){.nthreads = 1, .stream = &s->rec, .ordinal = dev->main.kc.ordinal};
     return DP_OK;
 }
 

@@ -67,7 +67,7 @@ dp_status dp_exec_step_metrics(dp_executor *ex, float *const *bufs, size_t n, in
     const size_t skip = host_lanes == DP_LANES_HOST ? 0 : 2; /* what the device holds already */
     for (int r = 0; r < ex->n_local; r++) {
         const dp_dev *d = dp_exec_dev(ex, r);
-        if (host_lanes == DP_LANES_DEVICE) d->k->lane_metrics(&d->kc, ex->n_lanes, ex->d_lane_loss[r], ex->d_lane_correct[r], ex->d_metrics[r]);
+        if (host_lanes == DP_LANES_DEVICE) d->k->lane_metrics(&d->main.kc, ex->n_lanes, ex->d_lane_loss[r], ex->d_lane_correct[r], ex->d_metrics[r]);
         /* the last step's upload from this pinned copy is done: on replica 0's device the step's
            download proved it, elsewhere the device's event says so (the collective need not have
            made replica 0's sums wait for it) */
@@ -77,7 +77,7 @@ dp_status dp_exec_step_metrics(dp_executor *ex, float *const *bufs, size_t n, in
         DP_TRY(d->upload(d, ex->d_metrics[r] + skip, ex->h_metrics_up[r] + skip, (n - skip) * sizeof(float)));
         if (ex->multi_dev || r == ex->n_local - 1) DP_TRY(dp_exec_staging_queued(ex, i, DP_EXEC_STAGES));
         /* after the upload, in stream order: it wrote the flag's 0 */
-        if (check && check[r]) d->k->nonfinite(&d->kc, ex->model->params.n, ex->rep[r].grads, ex->d_metrics[r] + check_at);
+        if (check && check[r]) d->k->nonfinite(&d->main.kc, ex->model->params.n, ex->rep[r].grads, ex->d_metrics[r] + check_at);
     }
     const struct dp_backend_i *b = ex->backend->iface;
     DP_TRY(dp_exec_colls_wait_mains(ex));

@@ -38,7 +38,7 @@ static dp_status step_replica(void *arg, int r) {
     const sgd_args *a = arg;
     dp_replica *rep = &a->ex->rep[r];
     dp_sgd o = *a->o;
-    o.stream = rep->dev->kc.stream, o.device = rep->dev->kc.device; /* on the replica's device */
+    o.kc = rep->dev->main.kc; /* on the replica's device */
     dp_sgd_step(&o, &a->ex->model->params, rep->params, rep->grads, rep->momentum, a->lr);
     return DP_OK;
 }
@@ -124,7 +124,7 @@ dp_status dp_exec_set_dlogits(dp_executor *ex, int r, const float *src) {
 dp_status dp_exec_loss(dp_executor *ex, int r, int n, const float *logits, const int32_t *labels, float scale,
                        float *dlogits, float *loss, int32_t *hits) {
     const dp_dev *d = dp_exec_dev(ex, r);
-    ex->model->head->loss(d->k, &d->kc, n, ex->model->n_classes, logits, labels, scale, dlogits, loss, hits);
+    ex->model->head->loss(d->k, &d->main.kc, n, ex->model->n_classes, logits, labels, scale, dlogits, loss, hits);
     return DP_OK;
 }
 
@@ -153,8 +153,8 @@ dp_status dp_exec_set_step_loss(dp_executor *ex, int r, int groups, int per, flo
     float *v[groups > 0 ? groups : 1];
     for (int g = 0; g < groups; g++) {
         v[g] = g == 0 ? ex->d_metrics[r] : pairs + 2 * (size_t)g;
-        d->k->lane_metrics(&d->kc, per, loss + (size_t)g * per, hits + (size_t)g * per, v[g]);
+        d->k->lane_metrics(&d->main.kc, per, loss + (size_t)g * per, hits + (size_t)g * per, v[g]);
     }
-    if (groups > 1) d->k->tree_sum(&d->kc, v, groups, 0, 2, 0);
+    if (groups > 1) d->k->tree_sum(&d->main.kc, v, groups, 0, 2, 0);
     return DP_OK;
 }

@@ -28,23 +28,16 @@ typedef struct {
                            batch when it is split over lanes, the global batch with SyncBN */
     int training;       /* 1: batch statistics; 0: eval (running statistics) */
     int update_stats;   /* training: this call updates the BN running statistics (one lane of each replica) */
-    int nthreads;       /* OpenMP threads the kernels may use */
     const dp_kernels *k; /* the device's kernel table (NULL: the CPU's) */
-    void *stream;       /* the device stream the kernels run on */
-    void *blas;         /* and the cuBLAS handle bound to it (NULL: the table's own) */
-    int tf32;           /* the device allows TF32 (--tf32) */
-    int device;         /* CUDA: the stream's GPU (dp_kctx.device) */
+    dp_kctx kc;         /* what its kernels run on: OpenMP threads, or a device stream (a device's own) */
     float *ws;          /* scratch, dp_model.ws_floats(batch) floats */
     const float *params;
     float *grads;
     float *buffers;     /* BN running statistics */
 } dp_exec;
 
-/* The kernel table and call context of an exec. */
+/* The kernel table of an exec. */
 static inline const dp_kernels *dp_exec_kernels(const dp_exec *x) { return x->k ? x->k : &dp_cpu_kernels; }
-static inline dp_kctx dp_exec_kctx(const dp_exec *x) {
-    return (dp_kctx){.nthreads = x->nthreads, .stream = x->stream, .blas = x->blas, .tf32 = x->tf32, .device = x->device};
-}
 
 /* Everything but plan may assume shapes were checked by plan. `in` has n_in entries.
  * din[i] may be NULL (model input: no gradient needed). Gradients of parameters accumulate. */

@@ -297,8 +297,7 @@ dp_status dp_node_backward(const dp_model *m, int node, dp_acts *a, const dp_exe
         const dp_layer *src = &m->nodes[l->in[tmp_used]];
         size_t n = (size_t)x->batch * dp_shape_size(src->out);
         float *dst = a->dout[l->in[tmp_used]];
-        const dp_kctx c = dp_exec_kctx(x);
-        dp_exec_kernels(x)->add(&c, n, dst, a->din_tmp, dst);
+        dp_exec_kernels(x)->add(&x->kc, n, dst, a->din_tmp, dst);
     }
     return DP_OK;
 }

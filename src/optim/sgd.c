@@ -14,7 +14,7 @@ int dp_all_finite(const float *x, size_t n) {
 void dp_sgd_step(const dp_sgd *o, const dp_layout *L, float *params, const float *grads, float *momentum_buf,
                  float lr) {
     const dp_kernels *k = o->k ? o->k : &dp_cpu_kernels;
-    const dp_kctx c = {.nthreads = 1, .stream = o->stream, .device = o->device};
+    const dp_kctx *c = &o->kc;
     /* host memory: checked here; a device's gradients were checked where they are, in the step's
        metrics (train/strategy.h), and its step is not called with NaN/Inf ones */
     if (k == &dp_cpu_kernels && !dp_all_finite(grads, L->n)) {
@@ -27,7 +27,7 @@ void dp_sgd_step(const dp_sgd *o, const dp_layout *L, float *params, const float
     for (int t = 0; t < L->n_tensors; t++)
         if ((L->tensors[t].flags & DP_TENSOR_NO_DECAY) && o->weight_decay != 0.0f) uniform = 0;
     if (uniform) {
-        k->sgd(&c, L->n, params, grads, o->momentum != 0.0f ? momentum_buf : NULL, lr, o->momentum, o->weight_decay,
+        k->sgd(c, L->n, params, grads, o->momentum != 0.0f ? momentum_buf : NULL, lr, o->momentum, o->weight_decay,
                o->nesterov);
         return;
     }
@@ -35,7 +35,7 @@ void dp_sgd_step(const dp_sgd *o, const dp_layout *L, float *params, const float
         const dp_tensor_info *ti = &L->tensors[t];
         const float wd = (ti->flags & DP_TENSOR_NO_DECAY) ? 0.0f : o->weight_decay;
         const size_t off = ti->s.offset;
-        k->sgd(&c, ti->s.count, params + off, grads + off, o->momentum != 0.0f ? momentum_buf + off : NULL, lr,
+        k->sgd(c, ti->s.count, params + off, grads + off, o->momentum != 0.0f ? momentum_buf + off : NULL, lr,
                o->momentum, wd, o->nesterov);
     }
 }

@@ -16,15 +16,13 @@
 #include <stdatomic.h>
 
 #include "core/arena.h"
-
-struct dp_kernels;
+#include "kernels/kernels.h"
 
 typedef struct {
     float lr, momentum, weight_decay;
     int nesterov;
-    const struct dp_kernels *k; /* the device's kernels (NULL: the CPU's) */
-    void *stream;               /* and its stream */
-    int device;                 /* and the stream's GPU (dp_kctx.device) */
+    const dp_kernels *k;        /* the device's kernels (NULL: the CPU's) */
+    dp_kctx kc;                 /* and the stream the step runs on (zero: the CPU's) */
     atomic_int *nonfinite;      /* may be NULL; set to 1 by a step that found a NaN/Inf gradient */
 } dp_sgd;
 

@@ -43,11 +43,10 @@ dp_status dp_evaluate(dp_trainer *t, const dp_dataset *d, dp_step_metrics *m, lo
         dp_slot *sl = &dp_exec_replica(ex, r)->slots[q % ns];
         float *sr = stats + (size_t)r * nstat;
         int *my_idx = idx + (size_t)q * piece;
-        const dp_kctx *kc = &dp_exec_dev(ex, r)->kc;
         float *params, *buffers;
         dp_exec_eval_weights(ex, r, &params, &buffers);
-        dp_exec x = {.training = 0, .nthreads = 1, .k = dp_exec_kernel_table(ex), .stream = kc->stream, .blas = kc->blas,
-                     .tf32 = kc->tf32, .device = kc->device, .params = params, .buffers = buffers};
+        dp_exec x = {.training = 0, .k = dp_exec_kernel_table(ex), .kc = dp_exec_dev(ex, r)->main.kc, .params = params,
+                     .buffers = buffers};
         int32_t *ey = sl->eval_y;
         const int worker = dp_exec_rank(ex, r) * ns + q % ns;
         for (int c = worker; c < n_pieces && st[q] == DP_OK; c += t->world * ns) {

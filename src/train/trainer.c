@@ -105,7 +105,7 @@ static dp_status check_memory(dp_trainer *t, int n_local, const dp_model *m, con
                        .loader_slots = train ? (c->workers > 0 ? 2 * c->workers + 1 : 1) : 0, .k = t->dev->k,
                        .per_device = t->n_devs > 1 ? 1 : 0};
     dp_estimate_memory(m, train, test, &sh, &me);
-    return dp_exec_check_memory(t->devs, t->n_devs, &me, &sh, data_loaded);
+    return dp_exec_check_memory(t->devs, t->n_devs, t->backend, &me, &sh, data_loaded);
 }
 
 /* Synthetic data's size is known from the flags: estimate the whole run before generating
@@ -194,13 +194,13 @@ static dp_status setup(dp_trainer *t) {
        fp32: the products of the CPU reference, only the order of the sums is the library's */
     const int tf32 = c->tf32 || (c->precision == DP_PRECISION_BF16 && c->device && strcmp(c->device, "cuda") == 0);
     for (; t->n_devs < n_ord; t->n_devs++)
-        DP_TRY(dp_dev_open(c->device, ordinals[t->n_devs], tf32, &t->devs[t->n_devs]));
+        DP_TRY(dp_dev_open(c->device, ordinals[t->n_devs], tf32, &t->waits, &t->devs[t->n_devs]));
     t->dev = t->devs[0];
 
     dp_backend_config bc = {.name = c->backend, .replicas = c->replicas, .nthreads = c->threads,
                             .algorithm = c->allreduce_algo, .timeout_s = c->timeout_s,
-                            .argc = c->argc, .argv = c->argv, .dev = t->dev, .devs = t->devs, .ordinals = ordinals,
-                            .n_devs = t->n_devs};
+                            .argc = c->argc, .argv = c->argv, .dev = t->dev, .host_memory = dp_dev_host_memory(t->dev),
+                            .waits = &t->waits, .devs = t->devs, .ordinals = ordinals, .n_devs = t->n_devs};
     DP_TRY(dp_backend_create(&bc, &t->backend));
     t->world = dp_backend_world(t->backend);
     const int n_local = dp_backend_n_local(t->backend);

@@ -31,6 +31,7 @@ typedef struct dp_trainer {
     dp_dev *dev;              /* the device opened for the run (kernels/device.h): devs[0] */
     dp_dev *devs[DP_MAX_LOCAL_DEVICES]; /* nccl --gpus: one per local replica; else devs[0] alone */
     int n_devs;
+    dp_wait_policy waits;               /* how their waits end: the backend's watch, if it has one */
     int world;                /* replicas over all processes */
     int cores;                /* the cores --threads defaults from (default_threads) */
     char cores_from[640];     /* which limit gave them, for the config line */

@@ -1,11 +1,11 @@
 /* capture.c: graph recording and replay on the fake GPU, with CUDA's stream-capture rules, so
  * that code whose recording CUDA would reject fails here too rather than in the GPU's CI:
  *   - capture_begin starts recording on the main stream; a stream joins the recording by waiting
- *     for one in it (fork, coll_wait_main); an op on a stream that never joined fails the capture
+ *     for one in it (fork, coll.wait_for(main)); an op on a stream that never joined fails the capture
  *     (CUDA would have run it at once, outside the graph), as does a wait on a stream outside it
  *     (cudaErrorStreamCaptureIsolation);
  *   - every stream's recorded work must be waited for by the main stream before capture_end
- *     (join, main_wait_coll), else capture_end fails (cudaErrorStreamCaptureUnjoined);
+ *     (join, main.wait_for(coll)), else capture_end fails (cudaErrorStreamCaptureUnjoined);
  *   - calls that block the host (alloc, free, wait, download, host_alloc, host_free, an upload
  *     from pageable memory) fail and invalidate the recording (cudaErrorStreamCaptureUnsupported).
  * A graph keeps the recorded ops (each owns copies of its arguments); replay queues them again on
@@ -49,7 +49,7 @@ void fg_record(fg_dev *g, int si, fg_op *op) {
     }
     if (!s->in_capture)
         invalidate(g, "fakegpu: %s queued on %s, which never waited for the recording main stream (a missing fork or "
-                   "coll_wait_main: CUDA would run it at once, outside the graph)", op->what,
+                   "coll.wait_for(main): CUDA would run it at once, outside the graph)", op->what,
                    stream_name(si, a, sizeof a));
     if (!g->invalid[0] && g->n_rec == g->cap_rec) {
         const size_t cap = g->cap_rec ? 2 * g->cap_rec : 256;
@@ -105,7 +105,7 @@ dp_status fg_capture_end(const dp_dev *d, void **graph) {
     for (int i = 0; i < FG_NSTREAMS; i++)
         if (i != FG_MAIN && g->s[i].recorded > g->s[i].joined)
             invalidate(g, "fakegpu: %s has recorded work the main stream never waited for (a missing join or "
-                       "main_wait_coll; CUDA: cudaErrorStreamCaptureUnjoined)", stream_name(i, a, sizeof a));
+                       "main.wait_for(coll); CUDA: cudaErrorStreamCaptureUnjoined)", stream_name(i, a, sizeof a));
     fg_rec *rec = g->rec;
     const size_t n = g->n_rec;
     g->rec = NULL, g->n_rec = g->cap_rec = 0;

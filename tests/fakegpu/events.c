@@ -1,4 +1,4 @@
-/* events.c: timing events on the fake GPU. event_record queues an op on the view's stream that
+/* events.c: timing events on the fake GPU. event_record queues an op on a stream that
  * notes the time its worker ran it; event_elapsed gives the seconds between two such times and,
  * as cudaEventElapsedTime, fails for an event still queued (the caller did not wait) or never
  * recorded; event_wait returns once its last recording has run (cudaEventQuery, then
@@ -59,16 +59,17 @@ dp_status fg_events_create(const dp_dev *d, int n, void **events) {
     return DP_OK;
 }
 
-dp_status fg_event_record(const dp_dev *d, void *events, int i) {
+dp_status fg_s_record(const dp_dev_stream *s, void *events, int i) {
     fg_events *ev = events;
     if (!ev || i < 0 || i >= ev->n) return dp_fail(DP_ERR_INTERNAL, "fakegpu: event_record: no event %d", i);
     ev_op *o = malloc(sizeof *o);
     if (!o) return dp_fail(DP_ERR_NOMEM, "fakegpu: out of host memory queueing event_record");
     *o = (ev_op){.op = {.run = ev_run, .on_enqueue = ev_queued, .what = "event_record", .waits_for = -1},
                  .ev = ev, .i = i};
-    fg_submit(fg_of(d), fg_stream_of(d), &o->op);
+    fg_submit(fg_of(s->dev), fg_stream_of(s), &o->op);
     return DP_OK;
 }
+dp_status fg_event_record(const dp_dev *d, void *events, int i) { return fg_s_record(&d->main, events, i); }
 
 dp_status fg_event_elapsed(const dp_dev *d, void *events, int i, int j, double *seconds) {
     fg_events *ev = events;

@@ -1,6 +1,6 @@
-/* fakegpu.c: the fake GPU device (fakegpu.h): opening and closing it, memory, waits, the lane
- * and collective orderings, and the dp_dev it hands out, built as kernels/cuda/device.cu builds
- * the CUDA one (a device and its `coll` view sharing one memory). The streams are in stream.c,
+/* fakegpu.c: the fake GPU device (fakegpu.h): opening and closing it, memory, waits, the orderings
+ * between its streams, and the dp_dev it hands out, with the streams kernels/cuda/device.cu's has
+ * (main, lanes, collective: kernels/device.h's dp_dev_streams_init). The streams are in stream.c,
  * graphs in capture.c, transfers in transfer.c, timing events in events.c, kernels in kernels.c. */
 #include <errno.h>
 #include <stdint.h>
@@ -28,8 +28,8 @@ dp_status fg_forbidden(fg_dev *g, const char *call) {
 static _Atomic unsigned long device_allocs;
 unsigned long dp_fakegpu_allocs(void) { return device_allocs; }
 
-static dp_status fg_alloc(const dp_dev *d, float **p, size_t n, const char *what) {
-    fg_dev *g = fg_of(d);
+static dp_status fg_s_alloc(const dp_dev_stream *s, float **p, size_t n, const char *what) {
+    fg_dev *g = fg_of(s->dev);
     *p = NULL;
     DP_TRY(fg_forbidden(g, "alloc"));
     if (n > SIZE_MAX / sizeof(float)) return dp_fail(DP_ERR_NOMEM, "fakegpu: %zu floats for %s: too many", n, what);
@@ -50,7 +50,7 @@ static dp_status fg_alloc(const dp_dev *d, float **p, size_t n, const char *what
         return dp_fail(DP_ERR_NOMEM, "fakegpu: out of host memory recording the allocation for %s", what);
     }
     float *fake = (float *)((uintptr_t)real ^ FG_ALIAS_BIT);
-    const dp_status st = fg_zero(d, fake, bytes); /* cudaMemsetAsync on the view's stream, as device.cu */
+    const dp_status st = fg_s_zero(s, fake, bytes); /* cudaMemsetAsync on the stream, as device.cu */
     if (st != DP_OK) {
         fg_blocks_remove(g, &g->mem, (uintptr_t)real);
         free(real);
@@ -60,6 +60,7 @@ static dp_status fg_alloc(const dp_dev *d, float **p, size_t n, const char *what
     device_allocs++;
     return DP_OK;
 }
+static dp_status fg_alloc(const dp_dev *d, float **p, size_t n, const char *what) { return fg_s_alloc(&d->main, p, n, what); }
 
 static void fg_free(const dp_dev *d, void *p) {
     if (!p) return;
@@ -145,17 +146,17 @@ static _Atomic unsigned long host_waits;
 void fg_count_host_wait(void) { host_waits++; }
 unsigned long dp_fakegpu_host_waits(void) { return host_waits; }
 
-/* The view's stream drained; with a watch set (nccl) polled, so a dead peer ends the wait. */
-dp_status fg_wait(const dp_dev *d) {
-    fg_dev *g = fg_of(d);
+/* The stream drained; with a watch in the wait policy (nccl) polled, so a dead peer ends the wait. */
+dp_status fg_s_wait(const dp_dev_stream *st_) {
+    fg_dev *g = fg_of(st_->dev);
     fg_count_host_wait();
-    const dp_dev *md = &g->dev; /* the watch is set on the device, and serves its views */
-    const fg_stream *s = &g->s[fg_stream_of(d)];
+    const dp_wait_policy *w = st_->dev->waits;
+    const fg_stream *s = &g->s[fg_stream_of(st_)];
     pthread_mutex_lock(&g->mu);
     dp_status st = fg_forbidden_locked(g, "wait");
     const double t0 = now_s();
     while (st == DP_OK && s->done < s->enqueued) {
-        if (!md->watch) {
+        if (!w->watch) {
             pthread_cond_wait(&g->progress, &g->mu);
             continue;
         }
@@ -166,7 +167,7 @@ dp_status fg_wait(const dp_dev *d) {
         pthread_cond_timedwait(&g->progress, &g->mu, &at);
         if (s->done >= s->enqueued) break;
         pthread_mutex_unlock(&g->mu);
-        st = md->watch(md->watch_ctx, now_s() - t0);
+        st = w->watch(w->ctx, now_s() - t0);
         pthread_mutex_lock(&g->mu);
     }
     if (st == DP_OK && g->fail != DP_OK) { /* a queued op that failed: reported once, as a CUDA error */
@@ -176,6 +177,7 @@ dp_status fg_wait(const dp_dev *d) {
     pthread_mutex_unlock(&g->mu);
     return st;
 }
+dp_status fg_wait(const dp_dev *d) { return fg_s_wait(&d->main); }
 
 static dp_status fg_fork(const dp_dev *d, int n) {
     for (int i = 0; i < n && i < DP_DEV_LANES; i++) DP_TRY(fg_stream_wait(fg_of(d), FG_LANE0 + i, FG_MAIN));
@@ -187,8 +189,9 @@ static dp_status fg_join(const dp_dev *d, int n) {
     return DP_OK;
 }
 
-static dp_status fg_coll_wait_main(const dp_dev *d) { return fg_stream_wait(fg_of(d), FG_COLL, FG_MAIN); }
-static dp_status fg_main_wait_coll(const dp_dev *d) { return fg_stream_wait(fg_of(d), FG_MAIN, FG_COLL); }
+static dp_status fg_s_wait_for(const dp_dev_stream *s, const dp_dev_stream *on) {
+    return fg_stream_wait(fg_of(s->dev), fg_stream_of(s), fg_stream_of(on));
+}
 
 /* ---- opening and closing */
 
@@ -230,12 +233,15 @@ static dp_dev make_ops(void) {
     o.events_create = fg_events_create, o.event_record = fg_event_record;
     o.event_elapsed = fg_event_elapsed, o.events_free = fg_events_free;
     o.event_wait = fg_event_wait;
-    o.coll_wait_main = fg_coll_wait_main, o.main_wait_coll = fg_main_wait_coll;
     o.close = fg_close;
     return o;
 }
 
-static dp_status fg_open(int ordinal, int tf32, dp_dev **out) {
+static const dp_dev_stream fg_stream_ops = {.alloc = fg_s_alloc, .upload = fg_s_upload, .copy = fg_s_copy,
+                                             .wait = fg_s_wait, .record = fg_s_record, .wait_for = fg_s_wait_for};
+static const dp_wait_policy fg_blocking = {0};
+
+static dp_status fg_open(int ordinal, int tf32, const dp_wait_policy *waits, dp_dev **out) {
     *out = NULL;
     if (tf32) return dp_fail(DP_ERR_USAGE, "--tf32: the fakegpu device computes in fp32 only (its kernels are the CPU's)");
     if (ordinal < 0 || ordinal >= FG_ORDINALS)
@@ -259,18 +265,16 @@ static dp_status fg_open(int ordinal, int tf32, dp_dev **out) {
     dp_dev *d = &g->dev;
     *d = make_ops();
     d->impl = g;
-    d->kc = (dp_kctx){.nthreads = 1, .stream = &g->s[FG_MAIN], .device = ordinal};
-    for (int i = 0; i < DP_DEV_LANES; i++)
-        d->lane_kc[i] = (dp_kctx){.nthreads = 1, .stream = &g->s[FG_LANE0 + i], .device = ordinal};
+    d->waits = waits ? waits : &fg_blocking;
+    dp_kctx lane_kc[DP_DEV_LANES];
+    for (int i = 0; i < DP_DEV_LANES; i++) lane_kc[i] = (dp_kctx){.nthreads = 1, .stream = &g->s[FG_LANE0 + i], .ordinal = ordinal};
+    const dp_kctx coll_kc = {.nthreads = 1, .stream = &g->s[FG_COLL], .ordinal = ordinal};
+    dp_dev_streams_init(d, &fg_stream_ops, (dp_kctx){.nthreads = 1, .stream = &g->s[FG_MAIN], .ordinal = ordinal},
+                        lane_kc, DP_DEV_LANES, &coll_kc);
+    d->main.impl = &g->s[FG_MAIN], d->coll.impl = &g->s[FG_COLL];
+    for (int i = 0; i < DP_DEV_LANES; i++) d->lanes[i].impl = &g->s[FG_LANE0 + i];
     snprintf(d->desc, sizeof d->desc, "fakegpu:%d (CPU kernels on worker-thread streams, delays up to %u us, seed %llu)",
              ordinal, g->delay_us, seed);
-    /* the collective view, as device.cu's: the same memory, queued on the collective stream */
-    g->coll = *d;
-    g->coll.kc = (dp_kctx){.nthreads = 1, .stream = &g->s[FG_COLL], .device = ordinal};
-    g->coll.caps = DP_CAP_ASYNC | DP_CAP_EVENTS, g->coll.n_lanes = 0, g->coll.fork = NULL, g->coll.join = NULL;
-    g->coll.capture_begin = NULL, g->coll.capture_end = NULL, g->coll.replay = NULL, g->coll.graph_free = NULL;
-    g->coll.coll_wait_main = NULL, g->coll.main_wait_coll = NULL, g->coll.close = NULL;
-    d->coll = &g->coll;
     *out = d;
     return DP_OK;
 }

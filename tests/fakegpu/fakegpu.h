@@ -7,7 +7,7 @@
  *     queued kernels and copies later, after random delays, in stream order only;
  *   - a host write to pinned memory while an upload from it is still queued fails the device's
  *     next wait (on a GPU the copy would silently read the new bytes);
- *   - fork/join, coll_wait_main/main_wait_coll, timing events, graph capture and replay, and the
+ *   - fork/join, one stream waiting for another (wait_for), timing events, graph capture and replay, and the
  *     calls CUDA makes blocking (wait, download, free) behave as on CUDA.
  * Its kernels are the CPU table's (nthreads 1), so results are bitwise the CPU's. For tests only:
  * never linked into dptrain or dptrain_core.

@@ -77,7 +77,7 @@ typedef struct {
 } fg_graph;
 
 struct fg_dev {
-    dp_dev dev, coll; /* the device and its view on the collective stream (impl: this) */
+    dp_dev dev; /* the device (impl: this; each of its streams' impl: its fg_stream) */
     int ordinal;
     unsigned delay_us;
     uint64_t seed;
@@ -118,8 +118,8 @@ struct fg_dev {
 #endif
 
 static inline fg_dev *fg_of(const dp_dev *d) { return (fg_dev *)d->impl; }
-/* The stream a device or its collective view queues on. */
-static inline int fg_stream_of(const dp_dev *d) { return d == &fg_of(d)->coll ? FG_COLL : FG_MAIN; }
+/* The fake stream behind one of the device's streams. */
+static inline int fg_stream_of(const dp_dev_stream *s) { return ((const fg_stream *)s->impl)->index; }
 
 /* ---- stream.c: workers, queues, waits */
 dp_status fg_streams_start(fg_dev *g);
@@ -167,12 +167,16 @@ size_t fg_blocks_live(fg_dev *g, const fg_blocks *t, size_t *bytes);
 
 /* ---- fakegpu.c: the device */
 dp_status fg_wait(const dp_dev *d);
+dp_status fg_s_wait(const dp_dev_stream *s);
 /* One more call that held the host until queued work finished (dp_fakegpu_host_waits). */
 void fg_count_host_wait(void);
 /* fg_forbidden_locked, taking the lock */
 dp_status fg_forbidden(fg_dev *g, const char *call);
 
-/* ---- transfer.c: upload, copy, zero, download */
+/* ---- transfer.c: upload, copy, zero (on a stream, or the main one), download */
+dp_status fg_s_upload(const dp_dev_stream *s, void *dst, const void *src, size_t bytes);
+dp_status fg_s_copy(const dp_dev_stream *s, void *dst, const void *src, size_t bytes);
+dp_status fg_s_zero(const dp_dev_stream *s, void *p, size_t bytes);
 dp_status fg_upload(const dp_dev *d, void *dst, const void *src, size_t bytes);
 dp_status fg_copy(const dp_dev *d, void *dst, const void *src, size_t bytes);
 dp_status fg_zero(const dp_dev *d, void *p, size_t bytes);
@@ -181,6 +185,7 @@ dp_status fg_download(const dp_dev *d, void *dst, const void *src, size_t bytes)
 /* ---- events.c: timing events */
 dp_status fg_events_create(const dp_dev *d, int n, void **events);
 dp_status fg_event_record(const dp_dev *d, void *events, int i);
+dp_status fg_s_record(const dp_dev_stream *s, void *events, int i);
 dp_status fg_event_elapsed(const dp_dev *d, void *events, int i, int j, double *seconds);
 void fg_events_free(const dp_dev *d, void *events, int n);
 dp_status fg_event_wait(const dp_dev *d, void *events, int i);

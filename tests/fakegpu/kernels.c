@@ -64,9 +64,9 @@ static void note_launcher(fg_dev *g, const char *name) {
 /* A new call on the stream c names; NULL (the failure kept for the next wait) out of memory. */
 static k_op *k_new(const dp_kctx *c, int kind, const char *name, int np) {
     fg_stream *s = fg_stream_from(c ? c->stream : NULL, name);
-    if (c && c->device != s->g->ordinal) { /* CUDA would make another GPU current and fail the launch */
-        fprintf(stderr, "fakegpu: %s: dp_kctx.device is %d but its stream is fakegpu %d's (pass the device's kc, "
-                "lane_kc[i] or coll->kc whole)\n", name, c->device, s->g->ordinal);
+    if (c && c->ordinal != s->g->ordinal) { /* CUDA would make another GPU current and fail the launch */
+        fprintf(stderr, "fakegpu: %s: dp_kctx.ordinal is %d but its stream is fakegpu %d's (pass the kc of one of "
+                "the device's streams whole)\n", name, c->ordinal, s->g->ordinal);
         abort();
     }
     if (filling && (np > 11 || filling->n == filling->cap)) {

@@ -48,8 +48,8 @@ fg_stream *fg_stream_from(const void *stream, const char *call) {
     if (!found) {
         /* a kernel with no stream to queue on is a bug of the caller (or a device closed under it) */
         fprintf(stderr,
-                "fakegpu: %s: dp_kctx.stream %p is not a stream of an open fakegpu device (pass the device's kc, "
-                "lane_kc[i] or coll->kc)\n",
+                "fakegpu: %s: dp_kctx.stream %p is not a stream of an open fakegpu device (pass the kc of one of "
+                "the device's streams: main, lanes[i] or coll)\n",
                 call, stream);
         abort();
     }
@@ -257,7 +257,7 @@ void dp_fakegpu_stream_hang(const dp_dev *d) {
     fg_op *op = malloc(sizeof *op);
     if (!op) abort();
     *op = (fg_op){.run = hang_run, .what = "a kernel that never returns (dp_fakegpu_stream_hang)", .waits_for = -1};
-    fg_submit(fg_of(d), fg_stream_of(d), op);
+    fg_submit(fg_of(d), FG_MAIN, op);
 }
 
 /* ---- a long kernel (dp_fakegpu_stream_pause) */
@@ -280,5 +280,5 @@ void dp_fakegpu_stream_pause(const dp_dev *d, unsigned us) {
     if (!o) abort();
     *o = (pause_op){.op = {.run = pause_run, .what = "a long kernel (dp_fakegpu_stream_pause)", .waits_for = -1},
                     .us = us};
-    fg_submit(fg_of(d), fg_stream_of(d), &o->op);
+    fg_submit(fg_of(d), FG_MAIN, &o->op);
 }

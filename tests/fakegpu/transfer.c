@@ -5,7 +5,7 @@
  *     source taken when queued differs from the one when it runs); from other (pageable) memory the bytes are staged at the call, which
  *     then returns (as CUDA does through its own pinned staging buffer);
  *   - copy and zero are queued;
- *   - download waits for the view's stream, then copies (a copy into pageable memory returns only
+ *   - download waits for the main stream, then copies (a copy into pageable memory returns only
  *     when done; device.cu waits after it in every case).
  * Device pointers are checked at the call and translated again when the op runs. */
 #include <stdio.h>
@@ -68,7 +68,7 @@ static void zero_run(fg_dev *g, fg_op *op, uint64_t unused) {
     memset(fg_real(g, o->dst, 0, o->bytes, "zero", "p"), 0, o->bytes);
 }
 
-static dp_status queue(const dp_dev *d, const char *what, void (*run)(fg_dev *, fg_op *, uint64_t), void *dst,
+static dp_status queue(const dp_dev_stream *s, const char *what, void (*run)(fg_dev *, fg_op *, uint64_t), void *dst,
                        const void *src, size_t bytes, size_t staged) {
     mv_op *o = malloc(sizeof *o + staged);
     if (!o) return dp_fail(DP_ERR_NOMEM, "fakegpu: out of host memory queueing %s of %zu bytes", what, bytes);
@@ -76,7 +76,7 @@ static dp_status queue(const dp_dev *d, const char *what, void (*run)(fg_dev *, 
                     .launch = strcmp(what, "NCCL's write") ? FG_COPY : 0};
     o->dst = dst, o->src = staged ? NULL : src, o->bytes = bytes;
     if (staged) memcpy(o->staged, src, bytes);
-    fg_submit(fg_of(d), fg_stream_of(d), &o->op);
+    fg_submit(fg_of(s->dev), fg_stream_of(s), &o->op);
     return DP_OK;
 }
 
@@ -89,30 +89,33 @@ static void host_side(const void *p, const char *call, const char *arg) {
     }
 }
 
-dp_status fg_upload(const dp_dev *d, void *dst, const void *src, size_t bytes) {
+dp_status fg_s_upload(const dp_dev_stream *s, void *dst, const void *src, size_t bytes) {
     if (!bytes) return DP_OK;
-    fg_dev *g = fg_of(d);
+    fg_dev *g = fg_of(s->dev);
     fg_real(g, dst, 0, bytes, "upload", "dst");
     host_side(src, "upload", "src");
-    if (fg_is_pinned(g, src, bytes)) return queue(d, "upload", upload_run, dst, src, bytes, 0);
+    if (fg_is_pinned(g, src, bytes)) return queue(s, "upload", upload_run, dst, src, bytes, 0);
     /* pageable: CUDA cannot record it in a graph; with a watch set, device.cu waits first (polled) */
     DP_TRY(fg_forbidden(g, "upload from pageable host memory"));
-    if (g->dev.watch) DP_TRY(fg_wait(d));
-    return queue(d, "upload", upload_run, dst, src, bytes, bytes);
+    if (s->dev->waits->watch) DP_TRY(fg_s_wait(s));
+    return queue(s, "upload", upload_run, dst, src, bytes, bytes);
 }
+dp_status fg_upload(const dp_dev *d, void *dst, const void *src, size_t bytes) { return fg_s_upload(&d->main, dst, src, bytes); }
 
-dp_status fg_copy(const dp_dev *d, void *dst, const void *src, size_t bytes) {
+dp_status fg_s_copy(const dp_dev_stream *s, void *dst, const void *src, size_t bytes) {
     if (!bytes || dst == src) return DP_OK;
-    fg_real(fg_of(d), dst, 0, bytes, "copy", "dst");
-    fg_real(fg_of(d), src, 0, bytes, "copy", "src");
-    return queue(d, "copy", copy_run, dst, src, bytes, 0);
+    fg_real(fg_of(s->dev), dst, 0, bytes, "copy", "dst");
+    fg_real(fg_of(s->dev), src, 0, bytes, "copy", "src");
+    return queue(s, "copy", copy_run, dst, src, bytes, 0);
 }
+dp_status fg_copy(const dp_dev *d, void *dst, const void *src, size_t bytes) { return fg_s_copy(&d->main, dst, src, bytes); }
 
-dp_status fg_zero(const dp_dev *d, void *p, size_t bytes) {
+dp_status fg_s_zero(const dp_dev_stream *s, void *p, size_t bytes) {
     if (!bytes) return DP_OK;
-    fg_real(fg_of(d), p, 0, bytes, "zero", "p");
-    return queue(d, "zero", zero_run, p, NULL, bytes, 0);
+    fg_real(fg_of(s->dev), p, 0, bytes, "zero", "p");
+    return queue(s, "zero", zero_run, p, NULL, bytes, 0);
 }
+dp_status fg_zero(const dp_dev *d, void *p, size_t bytes) { return fg_s_zero(&d->main, p, bytes); }
 
 dp_status fg_download(const dp_dev *d, void *dst, const void *src, size_t bytes) {
     fg_dev *g = fg_of(d);
@@ -148,10 +151,10 @@ void dp_fakegpu_stream_write(const void *stream, void *dst, const void *src, siz
         fprintf(stderr, "fakegpu: dp_fakegpu_stream_write: a lane stream (only the main and collective streams)\n");
         abort();
     }
-    const dp_dev *d = s->index == FG_COLL ? &s->g->coll : &s->g->dev;
+    const dp_dev_stream *st = s->index == FG_COLL ? &s->g->dev.coll : &s->g->dev.main;
     if (!bytes) return;
     fg_real(s->g, dst, 0, bytes, "dp_fakegpu_stream_write", "dst");
     /* staged now and queued, without upload's wait (whose watch would call back into NCCL) */
-    if (queue(d, "NCCL's write", upload_run, dst, src, bytes, bytes) != DP_OK)
+    if (queue(st, "NCCL's write", upload_run, dst, src, bytes, bytes) != DP_OK)
         fg_set_fail(s->g, DP_ERR_NOMEM, "fakegpu: %s", dp_last_error());
 }

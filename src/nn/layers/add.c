@@ -14,17 +14,17 @@ static dp_status plan(dp_layer *l, dp_layout *params, dp_layout *buffers) {
 static dp_status forward(const dp_layer *l, const dp_exec *x, const float *const *in, float *out, float *ctx,
                          const float *sync) {
     (void)ctx, (void)sync;
-    const dp_kctx c = dp_exec_kctx(x);
-    dp_exec_kernels(x)->add(&c, (size_t)x->batch * dp_shape_size(l->out), in[0], in[1], out);
+    const dp_kctx *c = &x->kc;
+    dp_exec_kernels(x)->add(c, (size_t)x->batch * dp_shape_size(l->out), in[0], in[1], out);
     return DP_OK;
 }
 
 static dp_status backward(const dp_layer *l, const dp_exec *x, const float *const *in, const float *out,
                           const float *dout, float *const *din, const float *ctx, const float *sync) {
     (void)in, (void)out, (void)ctx, (void)sync;
-    const dp_kctx c = dp_exec_kctx(x);
+    const dp_kctx *c = &x->kc;
     for (int j = 0; j < 2; j++)
-        if (din[j]) dp_exec_kernels(x)->copy(&c, (size_t)x->batch * dp_shape_size(l->out), dout, din[j]);
+        if (din[j]) dp_exec_kernels(x)->copy(c, (size_t)x->batch * dp_shape_size(l->out), dout, din[j]);
     return DP_OK;
 }
 

@@ -39,8 +39,8 @@ static void init(const dp_layer *l, float *params, float *buffers, dp_rng *rng) 
 
 static void forward_sums(const dp_layer *l, const dp_exec *x, const float *const *in, float *sync) {
     if (!x->training) return;
-    const dp_kctx c = dp_exec_kctx(x);
-    dp_exec_kernels(x)->bn_sums(&c, x->batch, l->in_shape[0].c, hw_of(l), in[0], sync, x->ws);
+    const dp_kctx *c = &x->kc;
+    dp_exec_kernels(x)->bn_sums(c, x->batch, l->in_shape[0].c, hw_of(l), in[0], sync, x->ws);
 }
 
 /* The forward, with its relu into r when r is set (fuse.h). */
@@ -48,17 +48,17 @@ static dp_status forward_to(const dp_layer *l, const dp_exec *x, const float *co
                             const float *sync, float *r) {
     const int ch = l->in_shape[0].c;
     const dp_kernels *k = dp_exec_kernels(x);
-    const dp_kctx c = dp_exec_kctx(x);
+    const dp_kctx *c = &x->kc;
     const double count = (double)x->stat_batch * hw_of(l);
     if (x->training && count <= 0) return DP_OK;
     float *mean = ctx, *invstd = ctx + ch;
-    k->bn_stats(&c, ch, x->training, sync, count, l->cfg.bn.eps, l->cfg.bn.momentum, x->update_stats, mean, invstd,
+    k->bn_stats(c, ch, x->training, sync, count, l->cfg.bn.eps, l->cfg.bn.momentum, x->update_stats, mean, invstd,
                 x->buffers + l->boff[0], x->buffers + l->boff[1]);
     if (x->batch > 0 && r)
-        k->bn_apply_relu(&c, x->batch, ch, hw_of(l), in[0], mean, invstd, x->params + l->poff[0],
+        k->bn_apply_relu(c, x->batch, ch, hw_of(l), in[0], mean, invstd, x->params + l->poff[0],
                          x->params + l->poff[1], out, r);
     else if (x->batch > 0)
-        k->bn_apply(&c, x->batch, ch, hw_of(l), in[0], mean, invstd, x->params + l->poff[0], x->params + l->poff[1],
+        k->bn_apply(c, x->batch, ch, hw_of(l), in[0], mean, invstd, x->params + l->poff[0], x->params + l->poff[1],
                     out);
     return DP_OK;
 }
@@ -77,18 +77,18 @@ static void backward_sums(const dp_layer *l, const dp_exec *x, const float *cons
                           float *sync) {
     const int ch = l->in_shape[0].c;
     const dp_kernels *k = dp_exec_kernels(x);
-    const dp_kctx c = dp_exec_kctx(x);
-    k->bn_backward_sums(&c, x->batch, ch, hw_of(l), in[0], dout, ctx, ctx + ch, sync, x->ws);
+    const dp_kctx *c = &x->kc;
+    k->bn_backward_sums(c, x->batch, ch, hw_of(l), in[0], dout, ctx, ctx + ch, sync, x->ws);
     /* keep this call's own sums: the parameter gradients use them, dx the summed ones */
-    k->copy(&c, 2 * (size_t)ch, sync, ctx + 2 * ch);
+    k->copy(c, 2 * (size_t)ch, sync, ctx + 2 * ch);
 }
 
 static dp_status backward(const dp_layer *l, const dp_exec *x, const float *const *in, const float *out,
                           const float *dout, float *const *din, const float *ctx, const float *sync) {
     (void)out;
     const int ch = l->in_shape[0].c;
-    const dp_kctx c = dp_exec_kctx(x);
-    dp_exec_kernels(x)->bn_backward(&c, x->batch, ch, hw_of(l), in[0], dout, ctx, ctx + ch, x->params + l->poff[0],
+    const dp_kctx *c = &x->kc;
+    dp_exec_kernels(x)->bn_backward(c, x->batch, ch, hw_of(l), in[0], dout, ctx, ctx + ch, x->params + l->poff[0],
                                     ctx + 2 * ch, sync, (double)x->stat_batch * hw_of(l), din[0],
                                     x->grads + l->poff[0], x->grads + l->poff[1], x->ws);
     return DP_OK;

@@ -49,21 +49,21 @@ static dp_status forward(const dp_layer *l, const dp_exec *x, const float *const
     (void)ctx, (void)sync;
     if (x->batch == 0) return DP_OK;
     dp_conv2d_dims d = dims_of(l);
-    const dp_kctx c = dp_exec_kctx(x);
+    const dp_kctx *c = &x->kc;
     const dp_kernels *k = dp_exec_kernels(x);
     const float *w = x->params + l->poff[0], *b = l->cfg.conv.bias ? x->params + l->poff[1] : NULL;
     if (!l->bf16) {
-        k->conv2d_forward(&c, &d, x->batch, in[0], w, b, out, x->ws);
+        k->conv2d_forward(c, &d, x->batch, in[0], w, b, out, x->ws);
         return DP_OK;
     }
     const dp_bf16_scratch s = dp_bf16_carve(l, x, weight_floats(&d));
     const size_t n_in = (size_t)x->batch * dp_shape_size(l->in_shape[0]);
     const size_t n_out = (size_t)x->batch * dp_shape_size(l->out);
-    k->round_bf16(&c, n_in, in[0], s.x);
-    k->round_bf16(&c, weight_floats(&d), w, s.w);
-    if (b) k->round_bf16(&c, (size_t)d.out_c, b, s.dy);
-    k->conv2d_forward(&c, &d, x->batch, s.x, s.w, b ? s.dy : NULL, out, s.rest);
-    k->round_bf16(&c, n_out, out, out);
+    k->round_bf16(c, n_in, in[0], s.x);
+    k->round_bf16(c, weight_floats(&d), w, s.w);
+    if (b) k->round_bf16(c, (size_t)d.out_c, b, s.dy);
+    k->conv2d_forward(c, &d, x->batch, s.x, s.w, b ? s.dy : NULL, out, s.rest);
+    k->round_bf16(c, n_out, out, out);
     return DP_OK;
 }
 
@@ -71,8 +71,8 @@ dp_status dp_conv2d_forward_relu(const dp_layer *l, const dp_exec *x, const floa
                                  const dp_layer *pool, float *pooled, float *argmax) {
     if (x->batch == 0) return DP_OK;
     dp_conv2d_dims d = dims_of(l);
-    const dp_kctx c = dp_exec_kctx(x);
-    dp_exec_kernels(x)->conv2d_relu_forward(&c, &d, x->batch, in, x->params + l->poff[0],
+    const dp_kctx *c = &x->kc;
+    dp_exec_kernels(x)->conv2d_relu_forward(c, &d, x->batch, in, x->params + l->poff[0],
                                              l->cfg.conv.bias ? x->params + l->poff[1] : NULL, out, x->ws, r,
                                              pool ? pool->cfg.pool.k : 0, pool ? pool->cfg.pool.stride : 0,
                                              pool ? pool->cfg.pool.pad : 0, pooled, (int32_t *)(void *)argmax);
@@ -84,21 +84,21 @@ static dp_status backward(const dp_layer *l, const dp_exec *x, const float *cons
     (void)out, (void)ctx, (void)sync;
     if (x->batch == 0) return DP_OK;
     dp_conv2d_dims d = dims_of(l);
-    const dp_kctx c = dp_exec_kctx(x);
+    const dp_kctx *c = &x->kc;
     const dp_kernels *k = dp_exec_kernels(x);
     float *dw = x->grads + l->poff[0], *db = l->cfg.conv.bias ? x->grads + l->poff[1] : NULL;
     if (!l->bf16) {
-        k->conv2d_backward(&c, &d, x->batch, in[0], x->params + l->poff[0], dout, din[0], dw, db, x->ws);
+        k->conv2d_backward(c, &d, x->batch, in[0], x->params + l->poff[0], dout, din[0], dw, db, x->ws);
         return DP_OK;
     }
     const dp_bf16_scratch s = dp_bf16_carve(l, x, weight_floats(&d));
     const size_t n_in = (size_t)x->batch * dp_shape_size(l->in_shape[0]);
     const size_t n_out = (size_t)x->batch * dp_shape_size(l->out);
-    k->round_bf16(&c, n_in, in[0], s.x);
-    k->round_bf16(&c, weight_floats(&d), x->params + l->poff[0], s.w);
-    k->round_bf16(&c, n_out, dout, s.dy);
-    k->conv2d_backward(&c, &d, x->batch, s.x, s.w, s.dy, din[0], dw, db, s.rest);
-    if (din[0]) k->round_bf16(&c, n_in, din[0], din[0]);
+    k->round_bf16(c, n_in, in[0], s.x);
+    k->round_bf16(c, weight_floats(&d), x->params + l->poff[0], s.w);
+    k->round_bf16(c, n_out, dout, s.dy);
+    k->conv2d_backward(c, &d, x->batch, s.x, s.w, s.dy, din[0], dw, db, s.rest);
+    if (din[0]) k->round_bf16(c, n_in, din[0], din[0]);
     return DP_OK;
 }
 

@@ -32,20 +32,20 @@ static dp_status forward(const dp_layer *l, const dp_exec *x, const float *const
                          const float *sync) {
     (void)ctx, (void)sync;
     if (x->batch == 0) return DP_OK;
-    const dp_kctx c = dp_exec_kctx(x);
+    const dp_kctx *c = &x->kc;
     const dp_kernels *k = dp_exec_kernels(x);
     const int in_f = (int)dp_shape_size(l->in_shape[0]), out_f = l->cfg.linear.out_f;
     const float *w = x->params + l->poff[0], *b = l->cfg.linear.bias ? x->params + l->poff[1] : NULL;
     if (!l->bf16) {
-        k->linear_forward(&c, x->batch, in_f, out_f, in[0], w, b, out);
+        k->linear_forward(c, x->batch, in_f, out_f, in[0], w, b, out);
         return DP_OK;
     }
     const dp_bf16_scratch s = dp_bf16_carve(l, x, weight_floats(l));
-    k->round_bf16(&c, (size_t)x->batch * in_f, in[0], s.x);
-    k->round_bf16(&c, weight_floats(l), w, s.w);
-    if (b) k->round_bf16(&c, (size_t)out_f, b, s.dy);
-    k->linear_forward(&c, x->batch, in_f, out_f, s.x, s.w, b ? s.dy : NULL, out);
-    k->round_bf16(&c, (size_t)x->batch * out_f, out, out);
+    k->round_bf16(c, (size_t)x->batch * in_f, in[0], s.x);
+    k->round_bf16(c, weight_floats(l), w, s.w);
+    if (b) k->round_bf16(c, (size_t)out_f, b, s.dy);
+    k->linear_forward(c, x->batch, in_f, out_f, s.x, s.w, b ? s.dy : NULL, out);
+    k->round_bf16(c, (size_t)x->batch * out_f, out, out);
     return DP_OK;
 }
 
@@ -53,20 +53,20 @@ static dp_status backward(const dp_layer *l, const dp_exec *x, const float *cons
                           const float *dout, float *const *din, const float *ctx, const float *sync) {
     (void)out, (void)ctx, (void)sync;
     if (x->batch == 0) return DP_OK;
-    const dp_kctx c = dp_exec_kctx(x);
+    const dp_kctx *c = &x->kc;
     const dp_kernels *k = dp_exec_kernels(x);
     const int in_f = (int)dp_shape_size(l->in_shape[0]), out_f = l->cfg.linear.out_f;
     float *dw = x->grads + l->poff[0], *db = l->cfg.linear.bias ? x->grads + l->poff[1] : NULL;
     if (!l->bf16) {
-        k->linear_backward(&c, x->batch, in_f, out_f, in[0], x->params + l->poff[0], dout, din[0], dw, db);
+        k->linear_backward(c, x->batch, in_f, out_f, in[0], x->params + l->poff[0], dout, din[0], dw, db);
         return DP_OK;
     }
     const dp_bf16_scratch s = dp_bf16_carve(l, x, weight_floats(l));
-    k->round_bf16(&c, (size_t)x->batch * in_f, in[0], s.x);
-    k->round_bf16(&c, weight_floats(l), x->params + l->poff[0], s.w);
-    k->round_bf16(&c, (size_t)x->batch * out_f, dout, s.dy);
-    k->linear_backward(&c, x->batch, in_f, out_f, s.x, s.w, s.dy, din[0], dw, db);
-    if (din[0]) k->round_bf16(&c, (size_t)x->batch * in_f, din[0], din[0]);
+    k->round_bf16(c, (size_t)x->batch * in_f, in[0], s.x);
+    k->round_bf16(c, weight_floats(l), x->params + l->poff[0], s.w);
+    k->round_bf16(c, (size_t)x->batch * out_f, dout, s.dy);
+    k->linear_backward(c, x->batch, in_f, out_f, s.x, s.w, s.dy, din[0], dw, db);
+    if (din[0]) k->round_bf16(c, (size_t)x->batch * in_f, din[0], din[0]);
     return DP_OK;
 }
 

@@ -24,8 +24,8 @@ static dp_status forward(const dp_layer *l, const dp_exec *x, const float *const
                          const float *sync) {
     (void)sync;
     const dp_shape s = l->in_shape[0];
-    const dp_kctx c = dp_exec_kctx(x);
-    dp_exec_kernels(x)->maxpool_forward(&c, x->batch, s.c, s.h, s.w, l->cfg.pool.k, l->cfg.pool.stride, l->cfg.pool.pad,
+    const dp_kctx *c = &x->kc;
+    dp_exec_kernels(x)->maxpool_forward(c, x->batch, s.c, s.h, s.w, l->cfg.pool.k, l->cfg.pool.stride, l->cfg.pool.pad,
                                          in[0], out, (int32_t *)ctx);
     return DP_OK;
 }
@@ -34,9 +34,9 @@ static dp_status backward(const dp_layer *l, const dp_exec *x, const float *cons
                           const float *dout, float *const *din, const float *ctx, const float *sync) {
     (void)in, (void)out, (void)sync;
     const dp_shape s = l->in_shape[0];
-    const dp_kctx c = dp_exec_kctx(x);
+    const dp_kctx *c = &x->kc;
     if (din[0])
-        dp_exec_kernels(x)->maxpool_backward(&c, x->batch, s.c, s.h, s.w, l->cfg.pool.k, l->cfg.pool.stride,
+        dp_exec_kernels(x)->maxpool_backward(c, x->batch, s.c, s.h, s.w, l->cfg.pool.k, l->cfg.pool.stride,
                                               l->cfg.pool.pad, l->out.h, l->out.w, dout, (const int32_t *)ctx, din[0]);
     return DP_OK;
 }
@@ -44,8 +44,8 @@ static dp_status backward(const dp_layer *l, const dp_exec *x, const float *cons
 void dp_maxpool_relu_backward(const dp_layer *l, const dp_exec *x, const float *dout, const float *ctx, const float *y,
                               float *dpool, float *dx) {
     const dp_shape s = l->in_shape[0];
-    const dp_kctx c = dp_exec_kctx(x);
-    dp_exec_kernels(x)->maxpool_relu_backward(&c, x->batch, s.c, s.h, s.w, l->cfg.pool.k, l->cfg.pool.stride,
+    const dp_kctx *c = &x->kc;
+    dp_exec_kernels(x)->maxpool_relu_backward(c, x->batch, s.c, s.h, s.w, l->cfg.pool.k, l->cfg.pool.stride,
                                               l->cfg.pool.pad, l->out.h, l->out.w, dout, (const int32_t *)ctx, y,
                                               dpool, dx);
 }

@@ -10,16 +10,16 @@ static dp_status plan(dp_layer *l, dp_layout *params, dp_layout *buffers) {
 static dp_status forward(const dp_layer *l, const dp_exec *x, const float *const *in, float *out, float *ctx,
                          const float *sync) {
     (void)ctx, (void)sync;
-    const dp_kctx c = dp_exec_kctx(x);
-    dp_exec_kernels(x)->relu_forward(&c, (size_t)x->batch * dp_shape_size(l->out), in[0], out);
+    const dp_kctx *c = &x->kc;
+    dp_exec_kernels(x)->relu_forward(c, (size_t)x->batch * dp_shape_size(l->out), in[0], out);
     return DP_OK;
 }
 
 static dp_status backward(const dp_layer *l, const dp_exec *x, const float *const *in, const float *out,
                           const float *dout, float *const *din, const float *ctx, const float *sync) {
     (void)in, (void)ctx, (void)sync;
-    const dp_kctx c = dp_exec_kctx(x);
-    if (din[0]) dp_exec_kernels(x)->relu_backward(&c, (size_t)x->batch * dp_shape_size(l->out), out, dout, din[0]);
+    const dp_kctx *c = &x->kc;
+    if (din[0]) dp_exec_kernels(x)->relu_backward(c, (size_t)x->batch * dp_shape_size(l->out), out, dout, din[0]);
     return DP_OK;
 }
 
