@@ -449,15 +449,15 @@ static void test_fused(void **state) {
             gam[t] = dev(NULL, np * 4 + 4), gdp[t] = dev(NULL, ny * 4), gdx[t] = dev(NULL, ny * 4);
         }
         /* [0] fused, [1] the entries one by one */
-        G->conv2d_relu_forward(&D->kc, &d, B, gx, gw, gb, gy[0], gws, gr[0], pk, ps, pp, gp[0], gam[0]);
-        G->conv2d_forward(&D->kc, &d, B, gx, gw, gb, gy[1], gws);
-        G->relu_forward(&D->kc, ny, gy[1], gr[1]);
+        G->conv2d_relu_forward(&D->main.kc, &d, B, gx, gw, gb, gy[0], gws, gr[0], pk, ps, pp, gp[0], gam[0]);
+        G->conv2d_forward(&D->main.kc, &d, B, gx, gw, gb, gy[1], gws);
+        G->relu_forward(&D->main.kc, ny, gy[1], gr[1]);
         if (pk) {
-            G->maxpool_forward(&D->kc, B, d.out_c, d.out_h, d.out_w, pk, ps, pp, gr[1], gp[1], gam[1]);
-            G->maxpool_relu_backward(&D->kc, B, d.out_c, d.out_h, d.out_w, pk, ps, pp, oh, ow, gg, gam[0], gr[0],
+            G->maxpool_forward(&D->main.kc, B, d.out_c, d.out_h, d.out_w, pk, ps, pp, gr[1], gp[1], gam[1]);
+            G->maxpool_relu_backward(&D->main.kc, B, d.out_c, d.out_h, d.out_w, pk, ps, pp, oh, ow, gg, gam[0], gr[0],
                                      gdp[0], gdx[0]);
-            G->maxpool_backward(&D->kc, B, d.out_c, d.out_h, d.out_w, pk, ps, pp, oh, ow, gg, gam[1], gdp[1]);
-            G->relu_backward(&D->kc, ny, gr[1], gdp[1], gdx[1]);
+            G->maxpool_backward(&D->main.kc, B, d.out_c, d.out_h, d.out_w, pk, ps, pp, oh, ow, gg, gam[1], gdp[1]);
+            G->relu_backward(&D->main.kc, ny, gr[1], gdp[1], gdx[1]);
         }
         float *h[2][6];
         for (int t = 0; t < 2; t++) {
@@ -500,9 +500,9 @@ static void test_fused(void **state) {
             float *gbe = dev(be, ch * 4), *gy = dev(NULL, nn * 4), *gr = dev(NULL, nn * 4), *gy1 = dev(NULL, nn * 4);
             float *gr1 = dev(NULL, nn * 4);
             C->bn_apply_relu(&cc, Bn, ch, hw, x, mean, inv, ga, be, y, r);
-            G->bn_apply_relu(&D->kc, Bn, ch, hw, gx, gm, gi, gga, gbe, gy, gr);
-            G->bn_apply(&D->kc, Bn, ch, hw, gx, gm, gi, gga, gbe, gy1);
-            G->relu_forward(&D->kc, nn, gy1, gr1);
+            G->bn_apply_relu(&D->main.kc, Bn, ch, hw, gx, gm, gi, gga, gbe, gy, gr);
+            G->bn_apply(&D->main.kc, Bn, ch, hw, gx, gm, gi, gga, gbe, gy1);
+            G->relu_forward(&D->main.kc, nn, gy1, gr1);
             float *hy = back(gy, nn), *hr = back(gr, nn), *hy1 = back(gy1, nn), *hr1 = back(gr1, nn);
             same("bn_apply_relu y", "the fused call against the entries one by one", hy, hy1, nn);
             same("bn_apply_relu relu", "the fused call against the entries one by one", hr, hr1, nn);
@@ -571,7 +571,7 @@ static void test_bf16(void **state) {
         dp_kcall_recorder.round_bf16(&rk, n / 2, gx + l * (n / 2), gx + l * (n / 2));
     }
     const dp_kcall *calls[2] = {&rec[0].calls[0], &rec[1].calls[0]};
-    G->lanes(&D->kc, 2, calls);
+    G->lanes(&D->main.kc, 2, calls);
     h = back(gx, n);
     expect("round_bf16 through lanes()", ref, h, n, 0), free(h);
     dp_kcall_rec_free(&rec[0]), dp_kcall_rec_free(&rec[1]);
@@ -591,8 +591,8 @@ static void test_bf16(void **state) {
         float *glx = dev(lx, (size_t)B * I * 4), *gw = dev(w, (size_t)O * I * 4), *gdy = dev(dyh, (size_t)B * O * 4);
         float *gly = dev(NULL, (size_t)B * O * 4), *gdx = dev(NULL, (size_t)B * I * 4);
         float *gdw = dev(NULL, (size_t)O * I * 4);
-        G->linear_forward(&T->kc, B, I, O, glx, gw, NULL, gly);
-        G->linear_backward(&T->kc, B, I, O, glx, gw, gdy, gdx, gdw, NULL);
+        G->linear_forward(&T->main.kc, B, I, O, glx, gw, NULL, gly);
+        G->linear_backward(&T->main.kc, B, I, O, glx, gw, gdy, gdx, gdw, NULL);
         float *hy = back(gly, (size_t)B * O), *hdx = back(gdx, (size_t)B * I), *hdw = back(gdw, (size_t)O * I);
         if (bf) {
             expect("bf16 linear forward on TF32", y, hy, (size_t)B * O, 1e-5);
@@ -616,7 +616,7 @@ static void test_bf16(void **state) {
     C->conv2d_forward(&cc, &d, 3, cx, cw, NULL, cy, cws);
     float *gcx = dev(cx, nx * 4), *gcw = dev(cw, nw * 4), *gcy = dev(NULL, ny * 4);
     float *gws = dev(NULL, G->conv2d_workspace_floats(&d, 3, 1) * 4);
-    G->conv2d_forward(&T->kc, &d, 3, gcx, gcw, NULL, gcy, gws);
+    G->conv2d_forward(&T->main.kc, &d, 3, gcx, gcw, NULL, gcy, gws);
     h = back(gcy, ny);
     expect("bf16 conv2d forward on TF32", cy, h, ny, 1e-4);
     free(h), free(cx), free(cw), free(cy), free(cws);

@@ -162,7 +162,7 @@ static void step_with(const dp_model *m, const dp_kernels *k, dp_acts *a, const 
     memset(a->mem, 0, dp_acts_floats(m, batch, 2) * sizeof(float));
     memset(g, 0, m->params.n * sizeof(float));
     memcpy(b, b0, m->buffers.n * sizeof(float));
-    dp_exec e = {.batch = batch, .stat_batch = batch, .training = 1, .update_stats = 1, .nthreads = 2, .k = k,
+    dp_exec e = {.batch = batch, .stat_batch = batch, .training = 1, .update_stats = 1, .kc.nthreads = 2, .k = k,
                  .params = p, .grads = g, .buffers = b};
     assert_int_equal(dp_model_forward(m, a, &e, x), DP_OK);
     softmax_xent_cpu(batch, m->n_classes, a->out[m->output], y, 1.0f / batch, a->dout[m->output], NULL);
@@ -269,7 +269,7 @@ static void test_bf16_layers(void **state) {
         assert_int_equal(dp_acts_create(&m, B, 2, &a), DP_OK);
         float *grads = bf ? g : g32;
         memset(grads, 0, m.params.n * sizeof(float));
-        dp_exec e = {.batch = B, .stat_batch = B, .training = 1, .update_stats = 1, .nthreads = 2, .params = p,
+        dp_exec e = {.batch = B, .stat_batch = B, .training = 1, .update_stats = 1, .kc.nthreads = 2, .params = p,
                      .grads = grads};
         assert_int_equal(dp_model_forward(&m, &a, &e, x), DP_OK);
         memcpy(a.dout[m.output], dlog, sizeof dlog);

@@ -247,7 +247,7 @@ static dp_status fg_open(int ordinal, int tf32, const dp_wait_policy *waits, dp_
     if (ordinal < 0 || ordinal >= FG_ORDINALS)
         return dp_fail(DP_ERR_USAGE, "--gpu %d: the fakegpu device has ordinals 0..%d", ordinal, FG_ORDINALS - 1);
     dp_dev *cpu; /* its kernels are the CPU's: what opening the CPU device sets up holds for them too */
-    DP_TRY(dp_dev_open("cpu", 0, 0, &cpu));
+    DP_TRY(dp_dev_open("cpu", 0, 0, NULL, &cpu));
     unsigned long long seed, delay;
     DP_TRY(env_u64("DP_FAKEGPU_SEED", 0x5eed, ~0ull, &seed));
     DP_TRY(env_u64("DP_FAKEGPU_DELAY_US", 200, 1000000, &delay));
