@@ -46,13 +46,22 @@ static int has(const dp_kernels *k, int kind) {
     }
 }
 
+/* Whether the fused forward headed by node runs: the table has it, and the head is not a convolution
+ * under --precision bf16, whose operands and output are rounded around the convolution
+ * (nn/layers/bf16.h), which the fused kernel does not do. */
+static int fwd_applies(const dp_model *m, int head, const dp_kernels *k) {
+    const int kind = m->fuse[head].fwd;
+    if ((kind == DP_FUSE_CONV_RELU || kind == DP_FUSE_CONV_RELU_POOL) && m->nodes[head].bf16) return 0;
+    return has(k, kind);
+}
+
 int dp_fuse_forward(const dp_model *m, int node, dp_acts *a, const dp_exec *x, const float *const *in, dp_status *st) {
     if (!m->fuse) return 0;
     const dp_fuse *f = &m->fuse[node];
     const dp_kernels *k = dp_exec_kernels(x);
     *st = DP_OK;
-    if (f->fwd == DP_FUSE_TAIL) return has(k, m->fuse[f->fwd_head].fwd);
-    if (!has(k, f->fwd)) return 0;
+    if (f->fwd == DP_FUSE_TAIL) return fwd_applies(m, f->fwd_head, k);
+    if (!fwd_applies(m, node, k)) return 0;
     const dp_layer *l = &m->nodes[node];
     if (f->fwd == DP_FUSE_BN_RELU)
         *st = dp_batchnorm_forward_relu(l, x, in, a->out[node], a->ctx[node], a->sync[node], a->out[node + 1]);
