@@ -120,7 +120,8 @@ static dp_status worker_run(const dp_model *m, const dp_dev *dev, int batch, int
     const dp_kernels *k = dev->k;
     dp_exec ex = {.batch = batch, .stat_batch = batch, .training = 1, .update_stats = 1, .k = k, .kc = dev->main.kc,
                   .params = rep.params, .grads = rep.grads, .buffers = rep.buffers};
-    dp_sgd sgd = {.lr = 1e-4f, .momentum = 0.9f, .k = k, .kc = dev->main.kc};
+    dp_sgd sgd = {.lr = 1e-4f, .momentum = 0.9f, .k = k, .kc = dev->main.kc,
+                  .device_memory = !(dev->caps & DP_CAP_HOST_MEMORY)};
     for (int s = 0; s < warm + steps; s++) {
         double *t = s >= warm ? times + (size_t)(s - warm) * slots : NULL;
         int mk = 0;

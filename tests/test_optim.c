@@ -61,6 +61,29 @@ static void test_sgd_plain_and_no_decay_flag(void **state) {
     dp_layout_free(&L);
 }
 
+/* Who reads the gradients for NaN/Inf is decided by where they live, not by which kernel table
+ * runs the step: a table other than the CPU's (here a copy of it, as a device over host memory
+ * would have) over host memory is checked here and refused; over a device's own memory the step
+ * leaves the check to the step's metrics and applies what it is given. */
+static void test_sgd_nonfinite_by_memory(void **state) {
+    (void)state;
+    dp_layout L = one_tensor(4, 0);
+    const dp_kernels other = dp_cpu_kernels;
+    atomic_int bad = 0;
+    float p[16] = {1.0f, 1.0f, 1.0f, 1.0f}, g[16] = {0.5f, NAN, 0.5f, 0.5f}, b[16] = {0};
+    dp_sgd o = {.lr = 0.1f, .momentum = 0.9f, .k = &other, .nonfinite = &bad};
+    dp_sgd_step(&o, &L, p, g, b, o.lr);
+    assert_int_equal(atomic_load(&bad), 1);
+    for (int i = 0; i < 4; i++) assert_float_equal(p[i], 1.0f, 0), assert_float_equal(b[i], 0.0f, 0);
+    atomic_store(&bad, 0);
+    o.device_memory = 1;
+    dp_sgd_step(&o, &L, p, g, b, o.lr);
+    assert_int_equal(atomic_load(&bad), 0);
+    assert_float_equal(p[0], 0.95f, 1e-6);
+    assert_true(isnan(p[1]));
+    dp_layout_free(&L);
+}
+
 static void test_schedule(void **state) {
     (void)state;
     dp_schedule s = {.lr = 0.1f, .gamma = 0.1f, .milestones = {10, 20}, .n_milestones = 2};
@@ -112,6 +135,7 @@ int main(void) {
         cmocka_unit_test(test_sgd_momentum_weight_decay),
         cmocka_unit_test(test_sgd_nesterov),
         cmocka_unit_test(test_sgd_plain_and_no_decay_flag),
+        cmocka_unit_test(test_sgd_nonfinite_by_memory),
         cmocka_unit_test(test_schedule),
         cmocka_unit_test(test_buckets),
     };

@@ -39,6 +39,7 @@ static dp_status step_replica(void *arg, int r) {
     dp_replica *rep = &a->ex->rep[r];
     dp_sgd o = *a->o;
     o.kc = rep->dev->main.kc; /* on the replica's device */
+    o.device_memory = !(rep->dev->caps & DP_CAP_HOST_MEMORY); /* there its metrics checked the gradients */
     dp_sgd_step(&o, &a->ex->model->params, rep->params, rep->grads, rep->momentum, a->lr);
     return DP_OK;
 }

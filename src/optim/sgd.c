@@ -17,7 +17,7 @@ void dp_sgd_step(const dp_sgd *o, const dp_layout *L, float *params, const float
     const dp_kctx *c = &o->kc;
     /* host memory: checked here; a device's gradients were checked where they are, in the step's
        metrics (train/strategy.h), and its step is not called with NaN/Inf ones */
-    if (k == &dp_cpu_kernels && !dp_all_finite(grads, L->n)) {
+    if (!o->device_memory && !dp_all_finite(grads, L->n)) {
         if (o->nonfinite) atomic_store(o->nonfinite, 1);
         return;
     }
