@@ -33,7 +33,7 @@ int dp_conv_algos_parse(const char *s, dp_conv_algo *a, int max, char *why, size
         const int got = sscanf(s, "%d,%d,%d,%d,%d,%d,%d,%d,%d:%d,%d,%d%n", &d->in_c, &d->in_h, &d->in_w, &d->out_c,
                                &d->k, &d->stride, &d->pad, &e.batch, &e.tf32, &e.fwd, &e.data, &e.filter, &used);
         const char next = got == 12 ? s[used] : '?';
-        if (got != 12 || (next != ';' && next != '\0') || conv2d_dims_init(d) != 0 || e.batch < 1 ||
+        if (got != 12 || (next != ';' && next != '\0') || dp_conv2d_dims_init(d) != 0 || e.batch < 1 ||
             (e.tf32 != 0 && e.tf32 != 1) || e.fwd < -1 || e.data < -1 || e.filter < -1) {
             snprintf(why, why_cap, "entry %d is not in_c,in_h,in_w,out_c,k,stride,pad,batch,tf32:forward,data,filter "
                      "with a valid shape", n + 1);

@@ -13,7 +13,7 @@
 #include "kernels/shapes.h"
 
 typedef struct {
-    dp_conv2d_dims d; /* out_h, out_w filled (conv2d_dims_init) */
+    dp_conv2d_dims d; /* out_h, out_w filled (dp_conv2d_dims_init) */
     int batch, tf32;
     int fwd, data, filter; /* cuDNN algorithm numbers; -1: im2col + cuBLAS */
 } dp_conv_algo;

@@ -1,7 +1,7 @@
 /* shapes.c: output sizes of convolution and pooling (shapes.h). */
 #include "kernels/shapes.h"
 
-int conv2d_dims_init(dp_conv2d_dims *d) {
+int dp_conv2d_dims_init(dp_conv2d_dims *d) {
     if (!d) return -1;
     d->out_h = d->out_w = 0;
     if (d->in_c < 1 || d->in_h < 1 || d->in_w < 1 || d->out_c < 1 || d->k < 1 || d->stride < 1 || d->pad < 0)
@@ -13,7 +13,7 @@ int conv2d_dims_init(dp_conv2d_dims *d) {
     return 0;
 }
 
-int pool_out_size(int in, int k, int stride, int pad) {
+int dp_pool_out_size(int in, int k, int stride, int pad) {
     if (k < 1 || stride < 1 || pad < 0) return 0;
     const int e = in + 2 * pad - k;
     return e < 0 ? 0 : e / stride + 1;

@@ -7,14 +7,14 @@
 typedef struct {
     int in_c, in_h, in_w;
     int out_c, k, stride, pad;
-    int out_h, out_w;   /* (in + 2 pad - k) / stride + 1, filled by conv2d_dims_init */
+    int out_h, out_w;   /* (in + 2 pad - k) / stride + 1, filled by dp_conv2d_dims_init */
 } dp_conv2d_dims;
 
 /* Fills out_h/out_w; returns 0 if the shape is valid (output at least 1x1), -1 otherwise. */
-int conv2d_dims_init(dp_conv2d_dims *d);
+int dp_conv2d_dims_init(dp_conv2d_dims *d);
 
 /* Output size of a k x k pooling window with this stride and padding (PyTorch floor mode); 0 for an
  * invalid window. */
-int pool_out_size(int in, int k, int stride, int pad);
+int dp_pool_out_size(int in, int k, int stride, int pad);
 
 #endif

@@ -368,7 +368,7 @@ static void test_conv2d(void **state) {
     const int B = 3;
     for (size_t k = 0; k < sizeof shapes / sizeof *shapes; k++) {
         dp_conv2d_dims d = shapes[k];
-        assert_int_equal(conv2d_dims_init(&d), 0);
+        assert_int_equal(dp_conv2d_dims_init(&d), 0);
         const size_t nx = (size_t)B * d.in_c * d.in_h * d.in_w, nw = (size_t)d.out_c * d.in_c * d.k * d.k,
                      ny = (size_t)B * d.out_c * d.out_h * d.out_w, nb = (size_t)d.out_c;
         const double macs = (double)d.out_c * d.out_h * d.out_w * d.in_c * d.k * d.k;
@@ -430,7 +430,7 @@ static void test_fused(void **state) {
     const int B = 3;
     for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
         dp_conv2d_dims d = cases[k].d;
-        assert_int_equal(conv2d_dims_init(&d), 0);
+        assert_int_equal(dp_conv2d_dims_init(&d), 0);
         const int pk = cases[k].pk, ps = cases[k].ps, pp = cases[k].pp;
         const int oh = pk ? (d.out_h + 2 * pp - pk) / ps + 1 : 0, ow = pk ? (d.out_w + 2 * pp - pk) / ps + 1 : 0;
         const size_t nx = (size_t)B * d.in_c * d.in_h * d.in_w, nw = (size_t)d.out_c * d.in_c * d.k * d.k,
@@ -607,7 +607,7 @@ static void test_bf16(void **state) {
     }
     /* a convolution big enough for cuDNN */
     dp_conv2d_dims d = {64, 14, 14, 64, 3, 1, 1, 0, 0};
-    assert_int_equal(conv2d_dims_init(&d), 0);
+    assert_int_equal(dp_conv2d_dims_init(&d), 0);
     const size_t nx = (size_t)3 * d.in_c * d.in_h * d.in_w, nw = (size_t)d.out_c * d.in_c * d.k * d.k,
                  ny = (size_t)3 * d.out_c * d.out_h * d.out_w;
     float *cx = host_rand(nx, 1), *cw = host_rand(nw, 0.2f), *cy = malloc(ny * 4);

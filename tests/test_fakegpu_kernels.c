@@ -222,7 +222,7 @@ static void test_conv2d(void **state) {
     const int B = 3;
     for (size_t k = 0; k < sizeof shapes / sizeof *shapes; k++) {
         dp_conv2d_dims d = shapes[k];
-        assert_int_equal(conv2d_dims_init(&d), 0);
+        assert_int_equal(dp_conv2d_dims_init(&d), 0);
         const dp_conv2d_dims keep = d;
         const size_t nx = (size_t)B * d.in_c * d.in_h * d.in_w, nw = (size_t)d.out_c * d.in_c * d.k * d.k,
                      ny = (size_t)B * d.out_c * d.out_h * d.out_w;

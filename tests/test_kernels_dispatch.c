@@ -76,7 +76,7 @@ static void test_conv_variants_agree(void **state) {
         if (!fwd) continue; /* the CPU cannot run it */
         for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
             dp_conv2d_dims d = shapes[s];
-            assert_int_equal(conv2d_dims_init(&d), 0);
+            assert_int_equal(dp_conv2d_dims_init(&d), 0);
             const int B = 5, nt = 2;
             const size_t nx = (size_t)B * d.in_c * d.in_h * d.in_w, nw = (size_t)d.out_c * d.in_c * d.k * d.k;
             const size_t ny = (size_t)B * d.out_c * d.out_h * d.out_w;

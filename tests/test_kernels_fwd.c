@@ -46,7 +46,7 @@ static const conv_case conv_cases[] = {
 static void conv_fwd_case(const conv_case *cc) {
     kr_rng r = {(uint64_t)(cc->in_c * 1000 + cc->h * 31 + cc->k)};
     dp_conv2d_dims d = {cc->in_c, cc->h, cc->w, cc->out_c, cc->k, cc->stride, cc->pad, 0, 0};
-    assert_int_equal(conv2d_dims_init(&d), 0);
+    assert_int_equal(dp_conv2d_dims_init(&d), 0);
     const int B = cc->batch;
     const size_t nx = (size_t)B * cc->in_c * cc->h * cc->w, nw = (size_t)cc->out_c * cc->in_c * cc->k * cc->k;
     const size_t ny = (size_t)B * cc->out_c * d.out_h * d.out_w;
@@ -89,17 +89,17 @@ static void test_conv_forward(void **state) {
 static void test_conv_dims(void **state) {
     (void)state;
     dp_conv2d_dims d = {1, 28, 28, 6, 5, 1, 0, 0, 0};
-    assert_int_equal(conv2d_dims_init(&d), 0);
+    assert_int_equal(dp_conv2d_dims_init(&d), 0);
     assert_int_equal(d.out_h, 24);
     assert_int_equal(d.out_w, 24);
     dp_conv2d_dims r = {3, 32, 30, 64, 7, 2, 3, 0, 0};
-    assert_int_equal(conv2d_dims_init(&r), 0);
+    assert_int_equal(dp_conv2d_dims_init(&r), 0);
     assert_int_equal(r.out_h, 16);
     assert_int_equal(r.out_w, 15);
     dp_conv2d_dims bad = {1, 4, 4, 6, 5, 1, 0, 0, 0}; /* kernel does not fit */
-    assert_int_equal(conv2d_dims_init(&bad), -1);
+    assert_int_equal(dp_conv2d_dims_init(&bad), -1);
     dp_conv2d_dims bad2 = {1, 4, 4, 6, 3, 0, 0, 0, 0}; /* stride 0 */
-    assert_int_equal(conv2d_dims_init(&bad2), -1);
+    assert_int_equal(dp_conv2d_dims_init(&bad2), -1);
 }
 
 /* A workspace sized for a batch and a thread count also serves smaller ones. */
@@ -109,7 +109,7 @@ static void test_conv_workspace_smaller(void **state) {
     for (int path = 1; path <= 2; path++) {
         dp_conv2d_force_path = path;
         dp_conv2d_dims d = {3, 9, 9, 5, 3, 1, 1, 0, 0};
-        assert_int_equal(conv2d_dims_init(&d), 0);
+        assert_int_equal(dp_conv2d_dims_init(&d), 0);
         const size_t big = conv2d_workspace_floats(&d, 8, 3);
         for (int B = 1; B <= 8; B++)
             for (int nt = 1; nt <= 3; nt++) assert_true(conv2d_workspace_floats(&d, B, nt) <= big);
@@ -165,16 +165,16 @@ static void test_linear_forward(void **state) {
 
 static void test_pool_out_size(void **state) {
     (void)state;
-    assert_int_equal(pool_out_size(24, 2, 2, 0), 12);
-    assert_int_equal(pool_out_size(25, 2, 2, 0), 12); /* floor mode */
-    assert_int_equal(pool_out_size(16, 3, 2, 1), 8);
-    assert_int_equal(pool_out_size(7, 3, 2, 1), 4);
-    assert_int_equal(pool_out_size(1, 2, 2, 0), 0);
+    assert_int_equal(dp_pool_out_size(24, 2, 2, 0), 12);
+    assert_int_equal(dp_pool_out_size(25, 2, 2, 0), 12); /* floor mode */
+    assert_int_equal(dp_pool_out_size(16, 3, 2, 1), 8);
+    assert_int_equal(dp_pool_out_size(7, 3, 2, 1), 4);
+    assert_int_equal(dp_pool_out_size(1, 2, 2, 0), 0);
 }
 
 static void maxpool_case(int B, int C, int h, int w, int k, int s, int p, int ties, uint64_t seed) {
     kr_rng r = {seed};
-    const int oh = pool_out_size(h, k, s, p), ow = pool_out_size(w, k, s, p);
+    const int oh = dp_pool_out_size(h, k, s, p), ow = dp_pool_out_size(w, k, s, p);
     assert_true(oh > 0 && ow > 0);
     const size_t nx = (size_t)B * C * h * w, ny = (size_t)B * C * oh * ow;
     float *x = kr_floats(nx), *y = kr_floats(ny);
@@ -424,7 +424,7 @@ static void test_conv_algo_record(void **state) {
     dp_conv_algo a[3] = {{{64, 56, 56, 64, 3, 1, 1, 0, 0}, 256, 0, 1, 0, -1},
                          {{3, 224, 224, 64, 7, 2, 3, 0, 0}, 256, 1, 6, 1, 5},
                          {{64, 56, 56, 64, 3, 1, 1, 0, 0}, 256, 0, 7, 7, 7}}; /* the first shape again */
-    for (int i = 0; i < 3; i++) assert_int_equal(conv2d_dims_init(&a[i].d), 0), dp_conv_algos_note(&a[i]);
+    for (int i = 0; i < 3; i++) assert_int_equal(dp_conv2d_dims_init(&a[i].d), 0), dp_conv_algos_note(&a[i]);
     const size_t len = dp_conv_algos_current(buf, sizeof buf);
     assert_string_equal(buf, "64,56,56,64,3,1,1,256,0:1,0,-1;3,224,224,64,7,2,3,256,1:6,1,5");
     assert_int_equal(len, strlen(buf));

@@ -115,7 +115,7 @@ static const conv_case conv_cases[] = {
 static void conv_grad_case(const conv_case *cc) {
     kr_rng r = {(uint64_t)(cc->in_c * 7919 + cc->h * 17 + cc->k * 3 + cc->stride)};
     dp_conv2d_dims d = {cc->in_c, cc->h, cc->w, cc->out_c, cc->k, cc->stride, cc->pad, 0, 0};
-    assert_int_equal(conv2d_dims_init(&d), 0);
+    assert_int_equal(dp_conv2d_dims_init(&d), 0);
     const int B = cc->batch, O = cc->out_c;
     const size_t nx = (size_t)B * cc->in_c * cc->h * cc->w, nw = (size_t)O * cc->in_c * cc->k * cc->k;
     const size_t ny = (size_t)B * O * d.out_h * d.out_w;
@@ -261,7 +261,7 @@ static double maxpool_loss(void *p) {
 
 static void maxpool_grad_case(int B, int C, int h, int w, int k, int s, int p, uint64_t seed) {
     kr_rng r = {seed};
-    const int oh = pool_out_size(h, k, s, p), ow = pool_out_size(w, k, s, p);
+    const int oh = dp_pool_out_size(h, k, s, p), ow = dp_pool_out_size(w, k, s, p);
     const size_t nx = (size_t)B * C * h * w, ny = (size_t)B * C * oh * ow;
     float *x = kr_floats(nx), *y = kr_floats(ny), *dy = kr_floats(ny), *dx = kr_floats(nx);
     int32_t *am = calloc(ny, sizeof(int32_t));

@@ -282,7 +282,7 @@ static void test_bf16_layers(void **state) {
         /* the reference, step by step */
         const dp_kctx c = {.nthreads = 2};
         dp_conv2d_dims d = {C, H, W, O, K, 1, 1, 0, 0};
-        conv2d_dims_init(&d);
+        dp_conv2d_dims_init(&d);
         float xr[B * C * H * W], w1r[O * C * K * K], b1r[O], y1[B * F], w2r[CLS * F], b2r[CLS], y2[B * CLS];
         bf16_ref(x, xr, B * C * H * W), bf16_ref(w1, w1r, O * C * K * K), bf16_ref(b1, b1r, O);
         bf16_ref(w2, w2r, CLS * F), bf16_ref(b2, b2r, CLS);

@@ -144,10 +144,10 @@ int main(int argc, char **argv) {
 
     const int B = batch, C0 = bn ? 3 : 1, S0 = bn ? 32 : 28, NCLS = 10;
     dp_conv2d_dims d1 = {C0, S0, S0, 6, 5, 1, 0, 0, 0};
-    conv2d_dims_init(&d1);
+    dp_conv2d_dims_init(&d1);
     const int p1 = d1.out_h / 2;
     dp_conv2d_dims d2 = {6, p1, p1, 16, 5, 1, 0, 0, 0};
-    conv2d_dims_init(&d2);
+    dp_conv2d_dims_init(&d2);
     const int p2 = d2.out_h / 2, F1 = 16 * p2 * p2;
     const size_t a1 = (size_t)B * 6 * d1.out_h * d1.out_w, a1p = (size_t)B * 6 * p1 * p1;
     const size_t a2 = (size_t)B * 16 * d2.out_h * d2.out_w, a2p = (size_t)B * F1;

@@ -280,7 +280,7 @@ static void maxpool_s2_16(int lo, int hi, int h, int w, int k, int p, int oh, in
 
 void maxpool2d_forward_cpu(int batch, int c, int h, int w, int k, int stride, int pad, const float *x, float *y,
                            int32_t *argmax, int nthreads) {
-    const int oh = pool_out_size(h, k, stride, pad), ow = pool_out_size(w, k, stride, pad);
+    const int oh = dp_pool_out_size(h, k, stride, pad), ow = dp_pool_out_size(w, k, stride, pad);
     const int planes = batch * c;
     if (planes <= 0 || oh <= 0 || ow <= 0) return;
     const int nt = plane_threads(planes, (size_t)h * w, nthreads);

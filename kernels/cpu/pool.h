@@ -4,7 +4,7 @@
 
 #include <stdint.h>
 
-#include "kernels/shapes.h" /* pool_out_size */
+#include "kernels/shapes.h" /* dp_pool_out_size */
 /* MaxPool2d (padding counts as -inf). argmax (batch, c, oh, ow) keeps the flat h*w index of
  * each maximum inside its (sample, channel) plane; the first maximum wins on ties, as PyTorch. */
 void maxpool2d_forward_cpu(int batch, int c, int h, int w, int k, int stride, int pad, const float *x, float *y,

@@ -8,7 +8,7 @@
 static dp_conv2d_dims dims_of(const dp_layer *l) {
     dp_conv2d_dims d = {l->in_shape[0].c, l->in_shape[0].h, l->in_shape[0].w, l->cfg.conv.out_c, l->cfg.conv.k,
                         l->cfg.conv.stride, l->cfg.conv.pad, 0, 0};
-    conv2d_dims_init(&d);
+    dp_conv2d_dims_init(&d);
     return d;
 }
 
@@ -20,7 +20,7 @@ static dp_status plan(dp_layer *l, dp_layout *params, dp_layout *buffers) {
                        l->cfg.conv.stride, l->cfg.conv.pad);
     dp_conv2d_dims d = {l->in_shape[0].c, l->in_shape[0].h, l->in_shape[0].w, oc, k, l->cfg.conv.stride,
                         l->cfg.conv.pad, 0, 0};
-    if (conv2d_dims_init(&d) != 0)
+    if (dp_conv2d_dims_init(&d) != 0)
         return dp_fail(DP_ERR_FORMAT, "a %dx%d kernel with padding %d does not fit the input: the images are too small "
                        "for this model", k, k, l->cfg.conv.pad);
     l->out = (dp_shape){oc, d.out_h, d.out_w};

@@ -11,7 +11,7 @@ static dp_status plan(dp_layer *l, dp_layout *params, dp_layout *buffers) {
     const int k = l->cfg.pool.k, s = l->cfg.pool.stride, p = l->cfg.pool.pad;
     if (k < 1 || s < 1 || p < 0 || 2 * p > k)
         return dp_fail(DP_ERR_INTERNAL, "invalid max pooling (kernel %d, stride %d, pad %d)", k, s, p);
-    int oh = pool_out_size(in.h, k, s, p), ow = pool_out_size(in.w, k, s, p);
+    int oh = dp_pool_out_size(in.h, k, s, p), ow = dp_pool_out_size(in.w, k, s, p);
     if (oh < 1 || ow < 1)
         return dp_fail(DP_ERR_FORMAT, "a %dx%d pooling window does not fit: the images are too small for this model", k,
                        k);
