@@ -22,6 +22,8 @@
 #if DP_HAVE_NCCL
 #include <nccl.h>
 
+#include "nccl_api.h"
+
 /* Whether a message places the failure in the run: a step, an epoch's evaluation, the final one. */
 static int placed(const char *log) {
     return tu_contains(log, "(epoch ") || tu_contains(log, "(evaluating epoch ") ||
@@ -331,43 +333,16 @@ static void test_ranks_share_the_cores(void **state) {
 }
 
 /* ---- the double itself, through dlopen ---- */
-typedef struct {
-    void *h;
-    ncclResult_t (*get_id)(ncclUniqueId *);
-    ncclResult_t (*init)(ncclComm_t *, int, ncclUniqueId, int, ncclConfig_t *);
-    ncclResult_t (*async_error)(ncclComm_t, ncclResult_t *);
-    const char *(*last_error)(ncclComm_t);
-    ncclResult_t (*bcast)(const void *, void *, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t);
-    ncclResult_t (*allgather)(const void *, void *, size_t, ncclDataType_t, ncclComm_t, cudaStream_t);
-    ncclResult_t (*allreduce)(const void *, void *, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t, cudaStream_t);
-    ncclResult_t (*destroy)(ncclComm_t);
-} api;
-
-static api load(void) {
-    api a;
-    a.h = dlopen(rk_double(), RTLD_NOW | RTLD_LOCAL);
-    assert_non_null(a.h);
-    *(void **)&a.get_id = dlsym(a.h, "ncclGetUniqueId");
-    *(void **)&a.init = dlsym(a.h, "ncclCommInitRankConfig");
-    *(void **)&a.async_error = dlsym(a.h, "ncclCommGetAsyncError");
-    *(void **)&a.last_error = dlsym(a.h, "ncclGetLastError");
-    *(void **)&a.bcast = dlsym(a.h, "ncclBroadcast");
-    *(void **)&a.allgather = dlsym(a.h, "ncclAllGather");
-    *(void **)&a.allreduce = dlsym(a.h, "ncclAllReduce");
-    *(void **)&a.destroy = dlsym(a.h, "ncclCommDestroy");
-    assert_true(a.get_id && a.init && a.async_error && a.last_error && a.bcast && a.allgather && a.allreduce && a.destroy);
-    return a;
-}
 
 /* Polls a non-blocking call to its end (10 s at most); the final result. */
-static ncclResult_t settle(const api *a, ncclComm_t c, ncclResult_t r) {
+static ncclResult_t settle(const rk_nccl_api *a, ncclComm_t c, ncclResult_t r) {
     time_t t0 = time(NULL);
     while (r == ncclInProgress && time(NULL) - t0 < 10) a->async_error(c, &r);
     return r;
 }
 
 /* Rank `rank` of 2 in a child: what `body` returns is its exit status. */
-static pid_t child(const api *a, ncclUniqueId id, int rank, int (*body)(const api *, ncclComm_t, int)) {
+static pid_t child(const rk_nccl_api *a, ncclUniqueId id, int rank, int (*body)(const rk_nccl_api *, ncclComm_t, int)) {
     pid_t pid = fork();
     assert_true(pid >= 0);
     if (pid) return pid;
@@ -386,7 +361,7 @@ static int exit_of(pid_t pid) {
     return WIFEXITED(st) ? WEXITSTATUS(st) : 100 + WTERMSIG(st);
 }
 
-static int sums_in_rank_order(const api *a, ncclComm_t c, int rank) {
+static int sums_in_rank_order(const rk_nccl_api *a, ncclComm_t c, int rank) {
     float v[3] = {1.0f + (float)rank, 2.0f, 1e8f * (float)(rank == 0 ? 1 : -1)};
     if (settle(a, c, a->allreduce(v, v, 3, ncclFloat, ncclSum, c, NULL)) != ncclSuccess) return 2;
     float g[4] = {0};
@@ -396,7 +371,7 @@ static int sums_in_rank_order(const api *a, ncclComm_t c, int rank) {
 
 static void test_double_moves_and_sums(void **state) {
     (void)state;
-    api a = load();
+    rk_nccl_api a = rk_nccl_load();
     ncclUniqueId id;
     assert_int_equal(a.get_id(&id), ncclSuccess);
     pid_t p0 = child(&a, id, 0, sums_in_rank_order), p1 = child(&a, id, 1, sums_in_rank_order);
@@ -406,7 +381,7 @@ static void test_double_moves_and_sums(void **state) {
 }
 
 /* Rank 0 broadcasts while rank 1 gathers: the checker fails rank 0 at once, naming both. */
-static int mismatched(const api *a, ncclComm_t c, int rank) {
+static int mismatched(const rk_nccl_api *a, ncclComm_t c, int rank) {
     float v[4] = {0}, g[8];
     ncclResult_t r = rank == 0 ? a->bcast(v, v, 4, ncclFloat, 0, c, NULL) : a->allgather(v, g, 4, ncclFloat, c, NULL);
     r = settle(a, c, r);
@@ -424,7 +399,7 @@ static int mismatched(const api *a, ncclComm_t c, int rank) {
 
 static void test_checker_names_both_ranks(void **state) {
     (void)state;
-    api a = load();
+    rk_nccl_api a = rk_nccl_load();
     ncclUniqueId id;
     assert_int_equal(a.get_id(&id), ncclSuccess);
     time_t t0 = time(NULL);

@@ -23,6 +23,8 @@
 #if DP_HAVE_NCCL
 #include <nccl.h>
 
+#include "nccl_api.h"
+
 #define DATA "--dataset synthetic --samples 384 --batch-size 64 --seed 5 --threads 1"
 
 /* One dptrain process in DIR with the double preloaded (env: more variables, may be ""). */
@@ -201,39 +203,9 @@ static void test_predict_beside_gpus(void **state) {
 }
 
 /* ---- the double itself: two communicators of one process, one group (through dlopen) ---- */
-typedef struct {
-    void *h;
-    ncclResult_t (*get_id)(ncclUniqueId *);
-    ncclResult_t (*init)(ncclComm_t *, int, ncclUniqueId, int, ncclConfig_t *);
-    ncclResult_t (*async_error)(ncclComm_t, ncclResult_t *);
-    const char *(*last_error)(ncclComm_t);
-    ncclResult_t (*group_start)(void);
-    ncclResult_t (*group_end)(void);
-    ncclResult_t (*bcast)(const void *, void *, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t);
-    ncclResult_t (*allgather)(const void *, void *, size_t, ncclDataType_t, ncclComm_t, cudaStream_t);
-    ncclResult_t (*destroy)(ncclComm_t);
-} api;
-
-static api load(void) {
-    api a;
-    a.h = dlopen(rk_double(), RTLD_NOW | RTLD_LOCAL);
-    assert_non_null(a.h);
-    *(void **)&a.get_id = dlsym(a.h, "ncclGetUniqueId");
-    *(void **)&a.init = dlsym(a.h, "ncclCommInitRankConfig");
-    *(void **)&a.async_error = dlsym(a.h, "ncclCommGetAsyncError");
-    *(void **)&a.last_error = dlsym(a.h, "ncclGetLastError");
-    *(void **)&a.group_start = dlsym(a.h, "ncclGroupStart");
-    *(void **)&a.group_end = dlsym(a.h, "ncclGroupEnd");
-    *(void **)&a.bcast = dlsym(a.h, "ncclBroadcast");
-    *(void **)&a.allgather = dlsym(a.h, "ncclAllGather");
-    *(void **)&a.destroy = dlsym(a.h, "ncclCommDestroy");
-    assert_true(a.get_id && a.init && a.async_error && a.last_error && a.group_start && a.group_end && a.bcast &&
-                a.allgather && a.destroy);
-    return a;
-}
 
 /* Polls both communicators until neither is in progress (10 s at most): the first error, else success. */
-static ncclResult_t settle2(const api *a, ncclComm_t c[2], ncclResult_t r) {
+static ncclResult_t settle2(const rk_nccl_api *a, ncclComm_t c[2], ncclResult_t r) {
     const time_t t0 = time(NULL);
     while (r == ncclInProgress && time(NULL) - t0 < 10) {
         ncclResult_t r0 = ncclSuccess, r1 = ncclSuccess;
@@ -246,7 +218,7 @@ static ncclResult_t settle2(const api *a, ncclComm_t c[2], ncclResult_t r) {
 }
 
 /* Ranks 0 and 1 of 2, both in this (child) process, created in one group. */
-static int two_comms(const api *a, ncclComm_t c[2]) {
+static int two_comms(const rk_nccl_api *a, ncclComm_t c[2]) {
     ncclUniqueId id;
     if (a->get_id(&id) != ncclSuccess) return 0;
     ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
@@ -261,7 +233,7 @@ static int two_comms(const api *a, ncclComm_t c[2]) {
 
 /* 4 MiB each way between two communicators of one process, in one group: more than a socket
  * holds, so it completes only if both are progressed together. */
-static int gather_between_comms(const api *a) {
+static int gather_between_comms(const rk_nccl_api *a) {
     ncclComm_t c[2];
     if (!two_comms(a, c)) return 20;
     const size_t n = (size_t)1 << 20;
@@ -284,7 +256,7 @@ static int gather_between_comms(const api *a) {
 
 /* Rank 0 broadcasts while rank 1 all-gathers, in one group of one process: the checker fails at
  * once, naming both ranks and both operations. */
-static int mismatch_between_comms(const api *a) {
+static int mismatch_between_comms(const rk_nccl_api *a) {
     ncclComm_t c[2];
     if (!two_comms(a, c)) return 30;
     float v[4] = {0}, g[8];
@@ -300,8 +272,8 @@ static int mismatch_between_comms(const api *a) {
                : 31;
 }
 
-static void in_child(int (*body)(const api *)) {
-    api a = load();
+static void in_child(int (*body)(const rk_nccl_api *)) {
+    rk_nccl_api a = rk_nccl_load();
     const time_t t0 = time(NULL);
     pid_t pid = fork();
     assert_true(pid >= 0);
