@@ -219,23 +219,21 @@ static dp_status env_u64(const char *name, unsigned long long def, unsigned long
     return DP_OK;
 }
 
-static dp_dev make_ops(void) {
-    dp_dev o;
-    memset(&o, 0, sizeof o);
-    o.name = "fakegpu";
-    o.caps = DP_CAP_ASYNC | DP_CAP_LANES | DP_CAP_GRAPHS | DP_CAP_EVENTS | DP_CAP_COLL_STREAM;
-    o.k = &dp_fakegpu_kernels;
-    o.n_lanes = DP_DEV_LANES;
-    o.alloc = fg_alloc, o.free = fg_free, o.host_alloc = fg_host_alloc, o.host_free = fg_host_free;
-    o.upload = fg_upload, o.copy = fg_copy, o.zero = fg_zero, o.download = fg_download, o.wait = fg_wait;
-    o.capture_begin = fg_capture_begin, o.capture_end = fg_capture_end, o.replay = fg_replay;
-    o.graph_free = fg_graph_free, o.fork = fg_fork, o.join = fg_join, o.mem_info = fg_mem_info;
-    o.events_create = fg_events_create, o.event_record = fg_event_record;
-    o.event_elapsed = fg_event_elapsed, o.events_free = fg_events_free;
-    o.event_wait = fg_event_wait;
-    o.close = fg_close;
-    return o;
-}
+/* The operations; fg_open copies them in and adds the streams and the opener's wait policy. */
+static const dp_dev fg_ops = {
+    .name = "fakegpu",
+    .caps = DP_CAP_ASYNC | DP_CAP_LANES | DP_CAP_GRAPHS | DP_CAP_EVENTS | DP_CAP_COLL_STREAM,
+    .k = &dp_fakegpu_kernels,
+    .n_lanes = DP_DEV_LANES,
+    .alloc = fg_alloc, .free = fg_free, .host_alloc = fg_host_alloc, .host_free = fg_host_free,
+    .upload = fg_upload, .copy = fg_copy, .zero = fg_zero, .download = fg_download, .wait = fg_wait,
+    .capture_begin = fg_capture_begin, .capture_end = fg_capture_end, .replay = fg_replay,
+    .graph_free = fg_graph_free, .fork = fg_fork, .join = fg_join, .mem_info = fg_mem_info,
+    .events_create = fg_events_create, .event_record = fg_event_record,
+    .event_elapsed = fg_event_elapsed, .events_free = fg_events_free,
+    .event_wait = fg_event_wait,
+    .close = fg_close,
+};
 
 static const dp_dev_stream fg_stream_ops = {.alloc = fg_s_alloc, .upload = fg_s_upload, .copy = fg_s_copy,
                                              .wait = fg_s_wait, .record = fg_s_record, .wait_for = fg_s_wait_for};
@@ -263,7 +261,7 @@ static dp_status fg_open(int ordinal, int tf32, const dp_wait_policy *waits, dp_
         return st;
     }
     dp_dev *d = &g->dev;
-    *d = make_ops();
+    *d = fg_ops;
     d->impl = g;
     d->waits = waits ? waits : &fg_blocking;
     dp_kctx lane_kc[DP_DEV_LANES];
