@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/elf_whole.h"
 #include "core/exe_dir.h"
 #include "dp_config.h"
 
@@ -43,6 +44,10 @@ static dp_status load(const char *what, const dp_gpu_plugin **out) {
         return dp_fail(DP_ERR_UNSUPPORTED, "%s: cannot load the CUDA parts of this build: %s is neither in %s nor in "
                        "%s/%s; install dptrain with it, or use %s", what, DP_GPU_PLUGIN_FILE, dir, dir,
                        DP_PLUGIN_RELDIR, instead);
+    char cut[256];
+    if (dp_elf_whole(path, cut, sizeof cut) != 0)
+        return dp_fail(DP_ERR_UNSUPPORTED, "%s: cannot load %s: %s; install dptrain with it again, or use %s", what,
+                       path, cut, instead);
     /* global: the NCCL test double and the CUDA libraries find each other's symbols as they did
        when the executable linked them */
     void *h = dlopen(path, RTLD_NOW | RTLD_GLOBAL);

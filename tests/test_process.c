@@ -175,6 +175,35 @@ static void test_missing_plugin_is_named(void **state) {
     free(out);
 }
 
+/* A plugin cut short (a copy interrupted by a full disk) is refused with a message: the dynamic
+ * loader would map pages past its end and the first touch killed dptrain with SIGBUS. */
+static void test_truncated_plugin_is_refused(void **state) {
+    (void)state;
+    if (!DP_HAVE_CUDA) skip();
+    const char *dir = tu_path("cutplugin");
+    char *out;
+    static const long cuts[] = {200000, 1000000};
+    static const char *const flags[] = {"--device cuda", "--backend nccl"};
+    for (int c = 0; c < 2; c++) {
+        if (tu_sh(&out, "rm -rf %s && mkdir -p %s && cp %s %s/dptrain && b=$(dirname %s)/dptrain_cuda.so && "
+                  "test $(stat -c %%s $b) -gt %ld && head -c %ld $b > %s/dptrain_cuda.so", dir, dir, bin(), dir, bin(),
+                  cuts[c], cuts[c], dir) != 0)
+            fail_msg("cannot make a cut copy of the plugin: %s", out);
+        free(out);
+        for (int i = 0; i < 2; i++) {
+            int rc = tu_sh(&out, "%s/dptrain " QUICK_TRAIN " %s", dir, flags[i]);
+            char want[256];
+            snprintf(want, sizeof want, "dptrain: %s: cannot load %s/dptrain_cuda.so: the file is cut short: %ld bytes",
+                     flags[i], dir, cuts[c]);
+            if (rc != 1 || !tu_contains(out, want) || !tu_contains(out, "install dptrain with it again"))
+                fail_msg("a plugin cut at %ld bytes, %s: exit %d:\n%s", cuts[c], flags[i], rc, out);
+            free(out);
+        }
+    }
+    tu_sh(&out, "rm -rf %s", dir);
+    free(out);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_comm_is_dptrain),
@@ -183,6 +212,7 @@ int main(void) {
         cmocka_unit_test(test_cpu_run_loads_no_gpu_library),
         cmocka_unit_test(test_gpu_run_loads_the_plugin),
         cmocka_unit_test(test_missing_plugin_is_named),
+        cmocka_unit_test(test_truncated_plugin_is_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
