@@ -229,10 +229,14 @@ dp_status dp_topology_load_list(const char *flag, const char *list, dp_topology 
     return s;
 }
 
+int dp_topology_file(const char *name_or_path, char *path, size_t n) {
+    if (strchr(name_or_path, '/') || is_file(name_or_path)) return snprintf(path, n, "%s", name_or_path) < (int)n;
+    return dp_preset_find(name_or_path, path, n);
+}
+
 dp_status dp_topology_load(const char *name_or_path, dp_topology *t) {
     char path[512];
-    if (strchr(name_or_path, '/') || is_file(name_or_path)) snprintf(path, sizeof path, "%s", name_or_path);
-    else if (!dp_preset_find(name_or_path, path, sizeof path)) {
+    if (!dp_topology_file(name_or_path, path, sizeof path)) {
         char dirs[2048];
         dp_topology_dirs(dirs, sizeof dirs);
         return dp_fail(DP_ERR_USAGE, "topology '%s': no such file, and no preset of that name in %s (presets: pcie4, "

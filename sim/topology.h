@@ -48,6 +48,9 @@ int dp_topology_kind_index(int kind);
 /* Reads `name_or_path`: a path (contains '/' or names an existing file) or a preset name looked
  * up in the preset directories (dp_topology_dirs). Fails naming the file and line. */
 dp_status dp_topology_load(const char *name_or_path, dp_topology *t);
+/* The file a topology item names into path (n bytes): the item itself when it has a '/' or names
+ * a file, else the preset of that name. 0 when it names neither. */
+int dp_topology_file(const char *name_or_path, char *path, size_t n);
 /* A --predict / --topology list: names or paths separated by single commas; an empty item
  * ("pcie4,", "a,,b", ""), more than `max` items or one of DP_TOPO_ITEM characters or more is
  * refused naming `flag`. dp_topology_load_list then loads each (*n: those loaded). */

@@ -279,13 +279,63 @@ static void test_calibrate_memory(void **state) {
     free(out);
 }
 
+/* No output replaces a file the run reads, whichever flag named it: the data set's files under
+ * --data (the default --data is the installed package's directory), each topology file of a
+ * --predict / --topology list, and the names the checkpoint directory writes, prunes or locks.
+ * Refused with exit 2 before anything is read, the file untouched. */
+static void test_inputs_never_overwritten(void **state) {
+    (void)state;
+    const char *dir = tu_fresh_dir("inputs");
+    char *out;
+    if (tu_sh(&out, "cd %s && mkdir -p fm cf/cifar-10-batches-bin ck && for f in train-images-idx3-ubyte.gz "
+              "t10k-labels-idx1-ubyte.gz train-labels-idx1-ubyte; do echo keep > fm/$f; done && echo keep > "
+              "cf/cifar-10-batches-bin/test_batch.bin && printf 'bus_bandwidth_GBps 10\\n' > t.topo && cp t.topo t.svg && "
+              "echo keep > ck/log.jsonl", dir) != 0)
+        fail_msg("setup: %s", out);
+    free(out);
+    static const char *const runs[][2] = {
+        {"train --data fm --max-steps 2 --log-file fm/t10k-labels-idx1-ubyte.gz",
+         "--log-file would overwrite a file of the fashion-mnist data set in fm ('fm/t10k-labels-idx1-ubyte.gz')"},
+        {"train --data fm --max-steps 2 --save ./fm/train-labels-idx1-ubyte", "--save would overwrite a file of the "
+         "fashion-mnist data set"},
+        {"eval --data fm --load x.safetensors --log-file fm/train-images-idx3-ubyte.gz", "--log-file would overwrite"},
+        {"train --dataset cifar10 --data cf --save cf/cifar-10-batches-bin/test_batch.bin", "--save would overwrite a "
+         "file of the cifar10 data set in cf"},
+        {"train " DATA " --predict ./t.topo --log-file t.topo", "--log-file would overwrite the file given to --predict"},
+        {"train " DATA " --predict ./t.topo --save-profile t.topo", "--save-profile would overwrite the file given to "
+         "--predict ('t.topo')"},
+        {"train " DATA " --predict pcie4,t.topo --save t.topo", "--save would overwrite the file given to --predict"},
+        {"predict --batch-size 64 --topology pcie4,./t.svg --plot t.svg", "--plot would overwrite the file given to "
+         "--topology"},
+        {"train " DATA " --checkpoint ck --log-file ck/ckpt-0000000002.safetensors", "--log-file "
+         "ck/ckpt-0000000002.safetensors: --checkpoint ck writes, prunes or locks files of that name there"},
+        {"train " DATA " --resume ck --log-file ./ck/.dptrain.lock", "--resume ck writes, prunes or locks"},
+        {"train " DATA " --checkpoint ck --save-profile ck/.ckpt-0000000002.safetensors.AbC123 --predict host",
+         "--save-profile ck/.ckpt-0000000002.safetensors.AbC123: --checkpoint ck writes"},
+    };
+    for (size_t i = 0; i < sizeof runs / sizeof *runs; i++) {
+        int rc = tu_sh(&out, "cd %s && %s %s --quiet 2>&1", dir, bin(), runs[i][0]);
+        if (rc != 2 || !tu_contains(out, runs[i][1])) fail_msg("%s: rc %d:\n%s", runs[i][0], rc, out);
+        free(out);
+    }
+    if (tu_sh(&out, "cd %s && cat fm/* cf/*/* | grep -c keep && grep -h bus_ t.topo t.svg", dir) != 0 ||
+        !tu_contains(out, "4\nbus_bandwidth_GBps 10\nbus_bandwidth_GBps 10"))
+        fail_msg("an input was touched: %s", out);
+    free(out);
+    /* another name in the checkpoint directory is the user's: accepted, and kept through --keep 1 */
+    int rc = tu_sh(&out, "cd %s && %s train " DATA " --max-steps 3 --save-every 1 --keep 1 --checkpoint ck --log-file "
+                   "ck/log.jsonl --quiet 2>&1 && grep -c '\"event\"' ck/log.jsonl", dir, bin());
+    if (rc != 0) fail_msg("a log beside the checkpoints: rc %d:\n%s", rc, out);
+    free(out);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_topology_ranges), cmocka_unit_test(test_profile_ranges),
         cmocka_unit_test(test_fifo_refused),    cmocka_unit_test(test_outputs_checked_at_start),
         cmocka_unit_test(test_calibrate_memory), cmocka_unit_test(test_outputs_distinct),
         cmocka_unit_test(test_predict_says_cpu_profile), cmocka_unit_test(test_settings_given_twice),
-        cmocka_unit_test(test_topology_list),
+        cmocka_unit_test(test_topology_list), cmocka_unit_test(test_inputs_never_overwritten),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

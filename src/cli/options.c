@@ -13,6 +13,7 @@
 
 #include "backends/backend_kind.h"
 #include "cli/options.h"
+#include "cli/paths_check.h"
 #include "core/parse_num.h"
 #include "dp_config.h"
 #include "exec/devices.h"
@@ -409,26 +410,6 @@ dp_status dp_parse_args(int argc, char **argv, dp_config *c, dp_action *action) 
     if (c->on_nan_skip && c->accumulate > 1)
         return dp_fail(DP_ERR_USAGE, "--on-nan skip needs --accumulate 1 (a step of several micro-batches cannot be "
                        "skipped halfway)");
-    /* no output may replace another output or an input; the same file under two spellings ("x" and
-       "./x") counts too: compared by inode or real directory. Checked here, before the checkpoint
-       directory is created: a refused run leaves nothing behind. */
-    enum { N_OUTS = 6, N_INS = 5 };
-    const char *outs[N_OUTS] = {c->log_path, c->save_path, c->save_profile, c->plot_path, c->calibrate_out,
-                                c->checkpoint_dir};
-    const char *const out_flags[N_OUTS] = {log_flag, "--save", "--save-profile", "--plot", "--out",
-                                           c->resume_path == c->checkpoint_dir ? "--resume" : "--checkpoint"};
-    const char *ins[N_INS] = {c->load_path, c->init_path, c->resume_path, c->compute_profile, c->framework};
-    static const char *const in_flags[N_INS] = {"--load", "--init-from", "--resume", "--compute", "--framework"};
-    for (int i = 0; i < N_OUTS; i++) {
-        if (!outs[i]) continue;
-        for (int j = i + 1; j < N_OUTS; j++)
-            if (outs[j] && dp_same_file(outs[i], outs[j]))
-                return dp_fail(DP_ERR_USAGE, "%s and %s name the same %s ('%s' and '%s'); give each its own",
-                               out_flags[i], out_flags[j], j == N_OUTS - 1 ? "path" : "file", outs[i], outs[j]);
-        for (int j = 0; j < N_INS && i < N_OUTS - 1; j++) /* --resume DIR is --checkpoint DIR on purpose */
-            if (ins[j] && dp_same_file(outs[i], ins[j]))
-                return dp_fail(DP_ERR_USAGE, "%s would overwrite the file given to %s ('%s')", out_flags[i], in_flags[j],
-                               outs[i]);
-    }
-    return DP_OK;
+    /* before the checkpoint directory is created or anything is read */
+    return dp_check_output_paths(c, log_flag);
 }

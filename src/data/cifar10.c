@@ -63,6 +63,16 @@ static dp_status read_file(const char *path, long long records, uint8_t *pixels,
     return s;
 }
 
+/* data_batch_1..5.bin and test_batch.bin, directly in the directory or in cifar-10-batches-bin */
+int dp_cifar10_file_name(int i, char *buf, size_t cap) {
+    if (i < 0 || i >= 2 * (CIFAR_MAX_FILES + 1)) return 0;
+    const char *sub = i >= CIFAR_MAX_FILES + 1 ? "cifar-10-batches-bin/" : "";
+    const int f = i % (CIFAR_MAX_FILES + 1);
+    if (f < CIFAR_MAX_FILES) snprintf(buf, cap, "%sdata_batch_%d.bin", sub, f + 1);
+    else snprintf(buf, cap, "%stest_batch.bin", sub);
+    return 1;
+}
+
 static dp_status load(const char *dir, int train, dp_dataset *out) {
     const int nf = train ? CIFAR_MAX_FILES : 1;
     char names[CIFAR_MAX_FILES][32];

@@ -47,6 +47,16 @@ const char *dp_dataset_default_dir(const char *name) {
     return k ? k->dir : "";
 }
 
+int dp_dataset_file_name(const char *name, int i, char *buf, size_t cap) {
+    const known_set *k = find(name);
+    if (!k || !*k->dir || i < 0) return 0;
+    if (strcmp(k->name, "cifar10") == 0) return dp_cifar10_file_name(i, buf, cap);
+    static const char *const prefix[] = {"train", "t10k"}, *const kind[] = {"images-idx3", "labels-idx1"};
+    if (i >= 8) return 0; /* {train,t10k} x {images,labels} x {raw, .gz} */
+    snprintf(buf, cap, "%s-%s-ubyte%s", prefix[i / 4], kind[(i / 2) % 2], i % 2 ? ".gz" : "");
+    return 1;
+}
+
 static int exists(const char *path) {
     struct stat st;
     return stat(path, &st) == 0;

@@ -43,6 +43,12 @@ int dp_dataset_known(const char *name);
 /* Default directory for a data set ("/usr/share/datasets/fashion-mnist" for fashion-mnist). */
 const char *dp_dataset_default_dir(const char *name);
 
+/* The i-th name, relative to its directory, of a file the reader of data set `name` may open
+ * (0 <= i, until it returns 0): the outputs of a run are checked against these, so that no
+ * --log-file or --save replaces a file of the data. 0 for synthetic. */
+int dp_dataset_file_name(const char *name, int i, char *buf, size_t cap);
+int dp_cifar10_file_name(int i, char *buf, size_t cap);
+
 /* Individual readers (also used by the tests). */
 dp_status dp_idx_load(const char *images_path, const char *labels_path, int n_classes, dp_dataset *out);
 dp_status dp_cifar10_load(const char *dir, int train, dp_dataset *out);

@@ -25,6 +25,17 @@ static long step_of(const char *name) {
     return step;
 }
 
+/* .ckpt-<10 digits>.safetensors.XXXXXX: a checkpoint writer's temporary file (atomic.c) */
+static int is_temp(const char *nm) {
+    size_t len = strlen(nm);
+    return nm[0] == '.' && len == 1 + strlen("ckpt-0000000000.safetensors") + 7 && nm[len - 7] == '.' &&
+           strncmp(nm + 1, "ckpt-", 5) == 0;
+}
+
+int dp_ckpt_dir_owns(const char *name) {
+    return step_of(name) >= 0 || is_temp(name) || strcmp(name, ".dptrain.lock") == 0;
+}
+
 typedef struct {
     long step;
     char *path;
@@ -94,9 +105,7 @@ dp_status dp_ckpt_dir_prune(const char *dir, int keep) {
     if (!d) return DP_OK;
     for (struct dirent *e; (e = readdir(d)) != NULL;) {
         const char *nm = e->d_name;
-        size_t len = strlen(nm);
-        if (nm[0] == '.' && len == 1 + strlen("ckpt-0000000000.safetensors") + 7 && step_of(nm + 1) < 0 &&
-            strncmp(nm + 1, "ckpt-", 5) == 0 && nm[len - 7] == '.') {
+        if (is_temp(nm)) {
             char path[4096];
             snprintf(path, sizeof path, "%s/%s", dir, nm);
             unlink(path);

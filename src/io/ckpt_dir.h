@@ -13,6 +13,9 @@ void dp_ckpt_dir_path(const char *dir, long step, char *buf, size_t n);
  * dp_ckpt_dir_free). A missing directory is an error naming it. */
 dp_status dp_ckpt_dir_list(const char *dir, char ***paths, int *n);
 void dp_ckpt_dir_free(char **paths, int n);
+/* 1 when a file of this name (no directory) in a checkpoint directory is one the directory's
+ * writer replaces, prunes or locks: a checkpoint, a writer's temporary file, the lock. */
+int dp_ckpt_dir_owns(const char *name);
 /* Removes all but the newest `keep` checkpoints and any temporary file a killed writer left. */
 dp_status dp_ckpt_dir_prune(const char *dir, int keep);
 
