@@ -518,7 +518,7 @@ dp_status dp_predict_from_profile(const dp_config *cfg) {
     dp_config c = *cfg;
     if (c.threads <= 0) c.threads = dp_default_threads();
     if (c.plot_path) DP_TRY(dp_check_output_file("--plot", c.plot_path));
-    DP_TRY(dp_report_check_path(c.log_path));
+    DP_TRY(dp_report_check_path(c.log_flag, c.log_path));
     dp_topology topos[MAX_TOPOS];
     int n_topos = 0, devs[MAX_DEVS], n_batches = 0, n_samples = 0;
     DP_TRY(split_topologies(&c, topos, &n_topos));
@@ -534,7 +534,7 @@ dp_status dp_predict_from_profile(const dp_config *cfg) {
     dp_reporter r;
     memset(&r, 0, sizeof r);
     int opened = 0;
-    if (s == DP_OK) s = dp_report_open(&r, c.log_path, 0, !c.quiet, 0), opened = s == DP_OK;
+    if (s == DP_OK) s = dp_report_open(&r, c.log_flag, c.log_path, 0, !c.quiet, 0), opened = s == DP_OK;
     if (s == DP_OK) s = log_predict_config(&r, &c, &m, n_batches);
     dp_framework fw;
     measured_run mr = {.fw = &fw};

@@ -132,8 +132,22 @@ static void test_log_directory_checked_at_start(void **state) {
         fail_msg("expected exit 1 before training, naming the path, got %d:\n%s", rc, out);
     free(out);
     rc = tu_run_dptrain(&out, "train " SYNTH " --samples 200 --epochs 1 --log /");
-    if (rc != 1 || !tu_contains(out, "is a directory")) fail_msg("--log /: got %d:\n%s", rc, out);
+    if (rc != 1 || !tu_contains(out, "dptrain: --log /: is a directory")) fail_msg("--log /: got %d:\n%s", rc, out);
     free(out);
+    /* messages name the flag as it was given */
+    rc = tu_run_dptrain(&out, "train " SYNTH " --samples 200 --epochs 1 --log-file /");
+    if (rc != 1 || !tu_contains(out, "dptrain: --log-file /: is a directory"))
+        fail_msg("--log-file /: got %d:\n%s", rc, out);
+    free(out);
+    /* a FIFO nobody reads: said so, not "No such device or address" */
+    const char *fifo = tu_path("log.fifo");
+    unlink(fifo);
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    rc = tu_run_dptrain(&out, "train " SYNTH " --samples 200 --epochs 1 --log-file %s", fifo);
+    if (rc != 1 || !tu_contains(out, ": is a FIFO (named pipe) that no process reads"))
+        fail_msg("--log-file FIFO: got %d:\n%s", rc, out);
+    free(out);
+    unlink(fifo);
 }
 
 /* A one-page (4 KiB) tmpfs fills during the first epoch: the run stops there with a message and the file

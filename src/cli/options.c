@@ -261,7 +261,6 @@ static int is_dashdash(int argc, char **argv, int i) { return i < argc && strcmp
 
 dp_status dp_parse_args(int argc, char **argv, dp_config *c, dp_action *action) {
     int have_shape = 0, have_classes = 0, have_samples = 0, have_data = 0, have_gpu = 0;
-    const char *log_flag = "--log-file";
     *action = DP_ACTION_RUN;
     optind = 1;
     opterr = 0;
@@ -297,7 +296,7 @@ dp_status dp_parse_args(int argc, char **argv, dp_config *c, dp_action *action) 
             }
             DP_TRY(apply(o, optarg, c, action));
             if (*action != DP_ACTION_RUN) return DP_OK;
-            if (o->off == OFF(log_path) && o->kind == DP_K_STRING) log_flag = o->name[3] ? "--log-file" : "--log";
+            if (o->off == OFF(log_path) && o->kind == DP_K_STRING) c->log_flag = o->name[3] ? "--log-file" : "--log";
             have_shape |= o->kind == DP_K_SPECIAL && o->set == DP_S_SHAPE;
             have_classes |= o->off == OFF(data.n_classes) && o->kind == DP_K_INT;
             have_samples |= o->off == OFF(data.samples) && o->kind == DP_K_INT;
@@ -411,5 +410,5 @@ dp_status dp_parse_args(int argc, char **argv, dp_config *c, dp_action *action) 
         return dp_fail(DP_ERR_USAGE, "--on-nan skip needs --accumulate 1 (a step of several micro-batches cannot be "
                        "skipped halfway)");
     /* before the checkpoint directory is created or anything is read */
-    return dp_check_output_paths(c, log_flag);
+    return dp_check_output_paths(c);
 }

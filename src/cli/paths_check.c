@@ -68,10 +68,10 @@ static dp_status against_checkpoints(const char *out_flag, const char *out, cons
     return DP_OK;
 }
 
-dp_status dp_check_output_paths(const dp_config *c, const char *log_flag) {
+dp_status dp_check_output_paths(const dp_config *c) {
     /* the checkpoint directory comes last: an input given as --resume DIR is it on purpose */
     const named_path outs[N_OUTS] = {
-        {log_flag, c->log_path},          {"--save", c->save_path}, {"--save-profile", c->save_profile},
+        {c->log_flag, c->log_path},          {"--save", c->save_path}, {"--save-profile", c->save_profile},
         {"--plot", c->plot_path},         {"--out", c->calibrate_out},
         {c->resume_path == c->checkpoint_dir ? "--resume" : "--checkpoint", c->checkpoint_dir}};
     const named_path ins[] = {{"--load", c->load_path},

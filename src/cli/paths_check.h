@@ -8,8 +8,7 @@
 #include "core/status.h"
 #include "train/config.h"
 
-/* Checked after parsing, before anything is read or created: a refused run leaves nothing behind.
- * log_flag: how the log's flag was spelled (--log-file or --log). */
-dp_status dp_check_output_paths(const dp_config *c, const char *log_flag);
+/* Checked after parsing, before anything is read or created: a refused run leaves nothing behind. */
+dp_status dp_check_output_paths(const dp_config *c);
 
 #endif

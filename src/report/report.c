@@ -15,25 +15,25 @@
 
 #define LOG_BATCH_BYTES (64 * 1024) /* step lines are written when this much is pending */
 
-dp_status dp_report_check_path(const char *log_path) {
+dp_status dp_report_check_path(const char *flag, const char *log_path) {
     if (!log_path) return DP_OK;
-    if (!*log_path) return dp_fail(DP_ERR_USAGE, "--log: empty file name");
+    if (!*log_path) return dp_fail(DP_ERR_USAGE, "%s: empty file name", flag);
     struct stat st;
     if (stat(log_path, &st) == 0) {
-        if (S_ISDIR(st.st_mode)) return dp_fail(DP_ERR_IO, "--log %s: is a directory, expected a file name", log_path);
+        if (S_ISDIR(st.st_mode)) return dp_fail(DP_ERR_IO, "%s %s: is a directory, expected a file name", flag, log_path);
         if (access(log_path, W_OK) != 0)
-            return dp_fail(DP_ERR_IO, "--log %s: cannot write: %s", log_path, strerror(errno));
+            return dp_fail(DP_ERR_IO, "%s %s: cannot write: %s", flag, log_path, strerror(errno));
         return DP_OK;
     }
     char copy[4096];
-    if (strlen(log_path) >= sizeof copy) return dp_fail(DP_ERR_USAGE, "--log: file name longer than 4095 bytes");
+    if (strlen(log_path) >= sizeof copy) return dp_fail(DP_ERR_USAGE, "%s: file name longer than 4095 bytes", flag);
     snprintf(copy, sizeof copy, "%s", log_path);
     const char *dir = dirname(copy);
     if (stat(dir, &st) != 0)
-        return dp_fail(DP_ERR_IO, "--log %s: directory %s: %s", log_path, dir, strerror(errno));
-    if (!S_ISDIR(st.st_mode)) return dp_fail(DP_ERR_IO, "--log %s: %s is not a directory", log_path, dir);
+        return dp_fail(DP_ERR_IO, "%s %s: directory %s: %s", flag, log_path, dir, strerror(errno));
+    if (!S_ISDIR(st.st_mode)) return dp_fail(DP_ERR_IO, "%s %s: %s is not a directory", flag, log_path, dir);
     if (access(dir, W_OK | X_OK) != 0)
-        return dp_fail(DP_ERR_IO, "--log %s: cannot create a file in directory %s: %s", log_path, dir, strerror(errno));
+        return dp_fail(DP_ERR_IO, "%s %s: cannot create a file in directory %s: %s", flag, log_path, dir, strerror(errno));
     return DP_OK;
 }
 
@@ -57,18 +57,22 @@ static off_t drop_partial_line(int fd, off_t size) {
     return ftruncate(fd, 0) == 0 ? 0 : size;
 }
 
-dp_status dp_report_open(dp_reporter *r, const char *log_path, int append, int console, int progress) {
+dp_status dp_report_open(dp_reporter *r, const char *flag, const char *log_path, int append, int console,
+                         int progress) {
     memset(r, 0, sizeof *r);
     r->console = console;
     r->progress = progress;
     if (log_path) {
-        DP_TRY(dp_report_check_path(log_path));
+        DP_TRY(dp_report_check_path(flag, log_path));
         /* O_NONBLOCK: a FIFO without a reader fails here instead of blocking the run */
         /* appending to a regular file reads it too (drop_partial_line); a FIFO keeps O_WRONLY's semantics */
         struct stat pre;
         int rw = append && stat(log_path, &pre) == 0 && S_ISREG(pre.st_mode) ? O_RDWR : O_WRONLY;
         int fd = open(log_path, rw | (append ? O_APPEND : O_TRUNC) | O_CREAT | O_CLOEXEC | O_NONBLOCK, 0644);
-        if (fd < 0) return dp_fail(DP_ERR_IO, "--log %s: cannot open for writing: %s", log_path, strerror(errno));
+        if (fd < 0 && errno == ENXIO) /* O_NONBLOCK on a FIFO nobody reads */
+            return dp_fail(DP_ERR_IO, "%s %s: is a FIFO (named pipe) that no process reads; start its reader first, "
+                           "or give a regular file", flag, log_path);
+        if (fd < 0) return dp_fail(DP_ERR_IO, "%s %s: cannot open for writing: %s", flag, log_path, strerror(errno));
         int fl = fcntl(fd, F_GETFL);
         if (fl >= 0) fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
         r->fd = fd;
@@ -76,6 +80,7 @@ dp_status dp_report_open(dp_reporter *r, const char *log_path, int append, int c
         struct stat st;
         if (append && fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) r->written = drop_partial_line(fd, st.st_size);
         snprintf(r->path, sizeof r->path, "%s", log_path);
+        r->flag = flag;
     }
     return DP_OK;
 }
@@ -105,8 +110,8 @@ static dp_status write_pending(dp_reporter *r) {
                     r->written += (long long)done, r->lines = lines;
                 }
             }
-            r->failed = dp_fail(DP_ERR_IO, "--log %s: writing failed after %lld bytes (%ld complete lines kept): %s",
-                                r->path, r->written, r->lines, strerror(err));
+            r->failed = dp_fail(DP_ERR_IO, "%s %s: writing failed after %lld bytes (%ld complete lines kept): %s",
+                                r->flag, r->path, r->written, r->lines, strerror(err));
             return r->failed;
         }
         done += (size_t)k;
@@ -140,10 +145,10 @@ dp_status dp_report_json(dp_reporter *r, dp_json *line, int now) {
     }
     char *text = dp_json_print(line);
     dp_json_free(line);
-    if (!text) return r->failed = dp_fail(DP_ERR_NOMEM, "--log %s: out of memory building a log line", r->path);
+    if (!text) return r->failed = dp_fail(DP_ERR_NOMEM, "%s %s: out of memory building a log line", r->flag, r->path);
     int ok = append_pending(r, text, strlen(text)) && append_pending(r, "\n", 1);
     cJSON_free(text);
-    if (!ok) return r->failed = dp_fail(DP_ERR_NOMEM, "--log %s: out of memory buffering lines", r->path);
+    if (!ok) return r->failed = dp_fail(DP_ERR_NOMEM, "%s %s: out of memory buffering lines", r->flag, r->path);
     if (now || r->pending.len >= LOG_BATCH_BYTES) return write_pending(r);
     return DP_OK;
 }
@@ -320,7 +325,7 @@ dp_status dp_report_close(dp_reporter *r) {
     free(r->pending.p);
     memset(&r->pending, 0, sizeof r->pending);
     if (w != DP_OK) return w;
-    if (closed != 0) return dp_fail(DP_ERR_IO, "--log %s: closing failed: %s", r->path, strerror(err));
+    if (closed != 0) return dp_fail(DP_ERR_IO, "%s %s: closing failed: %s", r->flag, r->path, strerror(err));
     return s;
 }
 

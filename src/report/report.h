@@ -19,6 +19,7 @@ typedef struct {
     int has_log;            /* --log given and open (a zeroed reporter has none) */
     int fd;
     char path[4096];
+    const char *flag;       /* the log's flag as given (--log-file or --log), for messages */
     struct {
         char *p;
         size_t len, cap;
@@ -51,10 +52,11 @@ typedef struct {
 
 /* Checks, before any work, that the log can be created: its directory exists and is writable,
  * and the path is not a directory. Creates nothing. */
-dp_status dp_report_check_path(const char *log_path);
+dp_status dp_report_check_path(const char *flag, const char *log_path);
 /* Opens the log (if path != NULL) for writing, or appending (a resumed run continues its log);
  * nothing is created when this fails. */
-dp_status dp_report_open(dp_reporter *r, const char *log_path, int append, int console, int progress);
+dp_status dp_report_open(dp_reporter *r, const char *flag, const char *log_path, int append, int console,
+                         int progress);
 /* seconds: the step's wall time, from the end of the previous step (data wait included). */
 dp_status dp_report_step(dp_reporter *r, int epoch, long step, double loss, double lr, double seconds);
 /* Whether a line handed to dp_report_json would be written (a log is open and has not failed):

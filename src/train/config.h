@@ -62,6 +62,7 @@ typedef struct {
     int chunks;               /* C: the step's samples are summed in C fixed chunks (data/chunks.h) */
     double timeout_s;
     const char *log_path;
+    const char *log_flag;     /* how the log's flag was spelled (--log-file, or its alias --log), for messages */
     const char *save_path;
     const char *load_path;     /* eval: the checkpoint to evaluate */
     const char *init_path;     /* train --init-from (or the old train --load): initial weights */

@@ -216,6 +216,7 @@ static const void *cfield(const dp_setting *s, const dp_config *c) { return (con
 
 void dp_config_defaults(dp_config *c) {
     memset(c, 0, sizeof *c);
+    c->log_flag = "--log-file";
     for (int i = 0; i < dp_n_settings; i++) {
         const dp_setting *s = &dp_settings[i];
         void *f = field(s, c);

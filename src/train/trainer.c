@@ -220,7 +220,7 @@ static dp_status setup(dp_trainer *t) {
         if (s == DP_OK && c->save_path) s = dp_check_output_file("--save", c->save_path);
         if (s == DP_OK && c->plot_path) s = dp_check_output_file("--plot", c->plot_path);
         /* before any data is read: a log that cannot be created is a start-time error (rank 0 writes it) */
-        if (s == DP_OK) s = dp_report_check_path(c->log_path);
+        if (s == DP_OK) s = dp_report_check_path(c->log_flag, c->log_path);
         if (s != DP_OK && made) rmdir(c->checkpoint_dir); /* fails, as it should, if anything is in it */
         DP_TRY(s);
     }
@@ -297,7 +297,8 @@ static dp_status setup(dp_trainer *t) {
     int rank0 = dp_trainer_holds_rank0(t);
     int console = rank0 && !c->quiet;
     int progress = console && dp_progress_wanted(c->progress, STDOUT_FILENO);
-    DP_TRY(dp_report_open(&t->report, rank0 ? c->log_path : NULL, c->resume_path != NULL, console, progress));
+    DP_TRY(dp_report_open(&t->report, c->log_flag, rank0 ? c->log_path : NULL, c->resume_path != NULL, console,
+                          progress));
     return DP_OK;
 }
 
