@@ -208,6 +208,16 @@ static void test_refused_before_anything(void **state) {
         tu_contains(out, "dptrain-data"))
         fail_msg("exit %d:\n%s", rc, out);
     free(out);
+    /* every hook through the strict parser: junk and an out-of-range count are refused, not read as 0 or wrapped */
+    static const char *const reserve[] = {"abc", "18446744073709551615", "-1", " 8"};
+    for (int i = 0; i < 4; i++) {
+        setenv("DPTRAIN_TEST_RESERVE_FLOATS", reserve[i], 1);
+        rc = tu_run_dptrain(&out, "--dataset mnist --data /nonexistent/dptrain-data");
+        unsetenv("DPTRAIN_TEST_RESERVE_FLOATS");
+        if (rc != 2 || !tu_contains(out, "DPTRAIN_TEST_RESERVE_FLOATS='") || !tu_contains(out, "is not a number of floats"))
+            fail_msg("DPTRAIN_TEST_RESERVE_FLOATS='%s': exit %d:\n%s", reserve[i], rc, out);
+        free(out);
+    }
 
     expect(2, "calibrate --device cuda", "calibrate: --device is for train, eval and predict, not calibrate");
     expect(2, "calibrate --epochs 3", "calibrate: --epochs is for train, not calibrate");
@@ -217,6 +227,18 @@ static void test_refused_before_anything(void **state) {
     expect(2, args, "predict: --save is for train, not predict");
     assert_false(exists(f));
     expect(2, "--dataset synthetic --gpu 3", "--gpu 3: this run computes on the CPU");
+    /* settings that would do nothing on the CPU are refused, as --tf32 is */
+    expect(2, "--dataset synthetic --samples 256 --max-steps 2 --steps-per-graph 4",
+           "--steps-per-graph 4 would do nothing in this run: the device records no graphs");
+    expect(2, "--dataset synthetic --samples 256 --max-steps 2 --mode dp --replicas 2 --steps-per-graph 2",
+           "--steps-per-graph 2 would do nothing in this run: it is for --mode ddp");
+    expect(2, "--dataset synthetic --samples 256 --max-steps 2 --no-graph", "--no-graph: --device cpu records no graphs");
+    expect(2, "--dataset synthetic --samples 256 --max-steps 2 --tf32", "--tf32 is for --device cuda");
+    /* a flag's value that is the next flag: refused, not a file named --quiet */
+    expect(2, "--dataset synthetic --max-steps 1 --save --quiet", "--save: missing value (the next word, '--quiet', is a flag");
+    expect(2, "--dataset synthetic --log-file -- --quiet", "--log-file: missing value (the next word, '--', is a flag");
+    expect(2, "--dataset synthetic --log-file --epochs=3", "--log-file: missing value (the next word, '--epochs=3'");
+    expect(2, "--dataset synthetic --lr-steps --help", "--lr-steps: missing value");
     expect(2, "--epochs ' 5'", "--epochs: expected an integer in 1..100000, got ' 5'");
     expect(2, "--epochs '5 '", "--epochs: expected an integer in 1..100000, got '5 '");
 

@@ -242,6 +242,17 @@ static const struct option *long_options(void) {
     return lo;
 }
 
+/* "--" or "--name[=...]" of a known flag: getopt takes the next word as a flag's value, so
+ * `--save --quiet` wrote a file named --quiet and was not quiet */
+static int names_a_flag(const char *v) {
+    if (strncmp(v, "--", 2) != 0) return 0;
+    const size_t n = strcspn(v + 2, "=");
+    if (n == 0) return v[2] == '\0';
+    for (int i = 0; i < dp_n_settings; i++)
+        if (strlen(dp_settings[i].name) == n && strncmp(dp_settings[i].name, v + 2, n) == 0) return 1;
+    return 0;
+}
+
 /* "train", "train and predict", "train, eval and predict": the subcommands in cmds. */
 static void cmds_text(unsigned cmds, char *buf, size_t cap) {
     int n = 0, k = 0;
@@ -294,6 +305,9 @@ dp_status dp_parse_args(int argc, char **argv, dp_config *c, dp_action *action) 
                 return dp_fail(DP_ERR_USAGE, "%s: --%s is for %s, not %s (it would do nothing here); leave it out", sub,
                                o->name, list, sub);
             }
+            if (optarg && names_a_flag(optarg))
+                return dp_fail(DP_ERR_USAGE, "--%s: missing value (the next word, '%s', is a flag; see dptrain --help)",
+                               o->name, optarg);
             DP_TRY(apply(o, optarg, c, action));
             if (*action != DP_ACTION_RUN) return DP_OK;
             if (o->off == OFF(log_path) && o->kind == DP_K_STRING) c->log_flag = o->name[3] ? "--log-file" : "--log";

@@ -10,10 +10,20 @@
 
 #define M DP_STEP_METRICS
 
-int dp_exec_launch_possible(const dp_executor *ex) {
+int dp_exec_launch_possible(const dp_executor *ex) { return dp_exec_no_launch_reason(ex) == NULL; }
+
+const char *dp_exec_no_launch_reason(const dp_executor *ex) {
+    if (!(ex->dev->caps & DP_CAP_GRAPHS)) return "the device records no graphs (--device cuda does)";
     /* one device: the indices and the launch's graph are its own (make_resident, graphs_on) */
-    return ex->graphs_on && ex->resident && !ex->multi_dev;
+    if (ex->multi_dev) return "one process drives several GPUs (--gpus)";
+    if (!ex->graphs_on)
+        return "graphs are off in this run (--no-graph, --predict or --save-profile, or a backend whose collectives "
+               "cannot be recorded)";
+    if (!ex->resident) return "the training set is not on the device (--augment)";
+    return NULL;
 }
+
+int dp_exec_records_graphs(const dp_executor *ex) { return (ex->dev->caps & DP_CAP_GRAPHS) != 0; }
 
 int dp_exec_launch_slot(const dp_executor *ex) { return ex->launch.k ? ex->launch.slot : -1; }
 

@@ -25,6 +25,10 @@
 
 /* Launches can run here: graphs are recorded and the training set is on the device. */
 int dp_exec_launch_possible(const dp_executor *ex);
+/* Why launches cannot run here (NULL when they can), for the message refusing --steps-per-graph. */
+const char *dp_exec_no_launch_reason(const dp_executor *ex);
+/* The device records graphs at all (--no-graph has something to turn off). */
+int dp_exec_records_graphs(const dp_executor *ex);
 /* The staging, metrics blocks and the state's copies for launches of up to k steps in up to
  * `micros` micro-steps (--accumulate). */
 dp_status dp_exec_launch_alloc(dp_executor *ex, int k, int micros);

@@ -258,9 +258,17 @@ static dp_status setup(dp_trainer *t) {
     DP_TRY(init_params(t));
     const dp_step_ctx sc = dp_train_step_ctx(t);
     DP_TRY(t->strategy->alloc(&sc, &t->strategy_state));
-    /* several whole DDP steps a launch, where the device records them and holds the data */
-    if (c->steps_per_graph > 1 && t->have_train && strcmp(t->strategy->name, "ddp") == 0 &&
-        dp_exec_launch_possible(t->ex)) {
+    /* several whole DDP steps a launch, where the device records them and holds the data; a
+       setting that would do nothing is refused, not silently ignored */
+    if (!c->graphs && !dp_exec_records_graphs(t->ex))
+        return dp_fail(DP_ERR_USAGE, "--no-graph: --device %s records no graphs, so there are none to turn off; leave "
+                       "it out", c->device ? c->device : "cpu");
+    if (c->steps_per_graph > 1 && t->have_train) {
+        const char *why = strcmp(t->strategy->name, "ddp") != 0 ? "it is for --mode ddp"
+                                                                  : dp_exec_no_launch_reason(t->ex);
+        if (why)
+            return dp_fail(DP_ERR_USAGE, "--steps-per-graph %d would do nothing in this run: %s; leave it out",
+                           c->steps_per_graph, why);
         t->launch_k = c->steps_per_graph;
         DP_TRY(dp_exec_launch_alloc(t->ex, t->launch_k, t->launch_k * c->accumulate));
     }
