@@ -134,6 +134,16 @@ usage --bogus "$PY" "$E/reports/reports.py" --report 000 --out "$TMP/r" --bogus
 usage --report "$PY" "$E/reports/reports.py" --report 999 --out "$TMP/r"
 wait
 
+# ---- --help from the script's own directory by a relative path (it used to read "./check.sh" after a cd)
+while IFS= read -r script; do
+    rc=0
+    (cd "$(dirname "$script")" && timeout 30 "./$(basename "$script")" --help) > "$TMP/help.out" 2> "$TMP/help.err" \
+        < /dev/null || rc=$?
+    if [ $rc != 0 ] || [ ! -s "$TMP/help.out" ] || [ -s "$TMP/help.err" ]; then
+        fail "cd $(dirname "${script#"$ROOT/"}") && ./$(basename "$script") --help: exit $rc: $(head -c 300 "$TMP/help.err")"
+    fi
+done < <(find "$E" -name '*.sh' -perm -u+x ! -path '*/lib/*' | sort)
+
 # ---- no GPU: nothing was measured, exit non-zero
 # measured NAME CMD...: CMD exits non-zero, its stderr saying nothing was measured
 measured() {

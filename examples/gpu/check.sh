@@ -40,7 +40,7 @@ while [ $# -gt 0 ]; do
         --phases) need_value "$@"; PHASES=$2; shift ;;
         --out) need_value "$@"; OUTDIR=$2; shift ;;
         --build) need_value "$@"; BUILD=$2; shift ;;
-        -h|--help) sed -n 2,25p "$0"; exit 0 ;;
+        -h|--help) sed -n 2,25p "$ROOT/examples/gpu/check.sh"; exit 0 ;;
         *) unknown_arg "$1" ;;
     esac
     shift

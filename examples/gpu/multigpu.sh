@@ -35,7 +35,7 @@ while [ $# -gt 0 ]; do
         --gpus) need_value "$@"; NG=$2; shift ;;
         --steps) need_value "$@"; STEPS=$2; shift ;;
         --dry-run) DRY=1 ;;
-        -h|--help) sed -n 2,21p "$0"; exit 0 ;;
+        -h|--help) sed -n 2,21p "$ROOT/examples/gpu/multigpu.sh"; exit 0 ;;
         *) unknown_arg "$1" ;;
     esac
     shift
