@@ -61,12 +61,14 @@ dp_status dp_framework_parse(const char *text, const char *origin, dp_framework 
 }
 
 dp_status dp_framework_load(const char *path_or_name, dp_framework *f) {
-    char path[512];
-    snprintf(path, sizeof path, "%s", path_or_name);
+    /* the argument itself, never a copy cut to a buffer: a cut one names another file */
+    const char *path = path_or_name;
+    char preset[512];
     if (!strchr(path_or_name, '/') && !strchr(path_or_name, '.')) { /* a name: NAME.framework next to the presets */
         char file[256];
         snprintf(file, sizeof file, "%s.framework", path_or_name);
-        if (!dp_preset_find(file, path, sizeof path)) {
+        path = preset;
+        if (!dp_preset_find(file, preset, sizeof preset)) {
             char dirs[2048];
             dp_topology_dirs(dirs, sizeof dirs);
             return dp_fail(DP_ERR_USAGE, "--framework %s: no %s in %s; give a path or a shipped name (pytorch-cpu)",

@@ -11,7 +11,7 @@
 
 typedef struct {
     char name[64];
-    char path[512];
+    char path[4096]; /* the file it was read from; PATH_MAX: any path a file opens by */
     /* seconds per step, each only on more than one device */
     double ddp_step_s;    /* DDP: the reducer's per-step work (prepare, finalize, hooks) */
     double ddp_bucket_s;  /* DDP: per gradient bucket (copy in, launch, wait, copy out), wire time apart */

@@ -334,7 +334,7 @@ static dp_status predict_and_report(const dp_config *c, dp_reporter *report, dp_
     if (!pred) return dp_fail(DP_ERR_NOMEM, "out of memory for the overhead model");
     dp_status s = DP_OK;
     dp_predict_series series[MAX_TOPOS];
-    char what[1400];
+    char what[2 * 4096 + 512]; /* two paths of up to PATH_MAX (framework, profile), whole */
     if (mr)
         snprintf(what, sizeof what, "%s, global batch %d, %d steps/epoch, from %s's measured %.6g s %s on one device "
                  "(batch %d; speedup against its epoch), its costs %s, links and timeline: %s profile %s", model_name,
@@ -367,7 +367,7 @@ static dp_status predict_and_report(const dp_config *c, dp_reporter *report, dp_
             series[k].pred[m] = out;
         }
         /* a GPU topology priced with a CPU profile: its compute column is this CPU's, said where it is read */
-        char what_k[1600];
+        char what_k[sizeof what + 256];
         const int cpu_profile = strncmp(p->device, "cpu", 3) == 0;
         snprintf(what_k, sizeof what_k, "%s%s%s%s", what, cpu_profile && !topos[k].shared_memory_bus
                  ? "; NOTE: the compute is this CPU's, not a " : "", cpu_profile && !topos[k].shared_memory_bus

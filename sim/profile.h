@@ -28,7 +28,7 @@ typedef struct {
 typedef struct {
     char model[32];
     char device[64];  /* "cpu", "h100", ...: where the times were measured */
-    char path[512];   /* the file it was read from ("" when measured here) */
+    char path[4096];  /* the file it was read from ("" when measured here); PATH_MAX: any path a file opens by */
     int input_chw[3]; /* the sample shape the times are of (C, H, W) */
     int n_nodes;
     char node_names[DP_PROFILE_MAX_NODES][32];

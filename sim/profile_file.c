@@ -222,17 +222,19 @@ dp_status dp_profile_parse(const char *text, const char *origin, dp_profile *p) 
 }
 
 dp_status dp_profile_load(const char *name_or_path, const char *model, dp_profile *p) {
-    char path[512];
+    /* the argument itself, never a copy cut to a buffer: a cut one names another file */
+    const char *path = name_or_path;
+    char preset[512];
     struct stat st;
     /* anything there is read as the file (a FIFO or directory is then refused by name, not opened) */
-    if (stat(name_or_path, &st) == 0 || strchr(name_or_path, '/')) snprintf(path, sizeof path, "%s", name_or_path);
-    else {
+    if (stat(name_or_path, &st) != 0 && !strchr(name_or_path, '/')) {
         char file[300], per_model[300];
         snprintf(file, sizeof file, "%s.profile", name_or_path);
         snprintf(per_model, sizeof per_model, "%s-%s.profile", name_or_path, model ? model : "");
         /* a device's profiles, one per model (h100-lenet.profile), or one for all */
-        int found = model && dp_preset_find(per_model, path, sizeof path);
-        if (!found) found = dp_preset_find(file, path, sizeof path);
+        path = preset;
+        int found = model && dp_preset_find(per_model, preset, sizeof preset);
+        if (!found) found = dp_preset_find(file, preset, sizeof preset);
         if (!found) {
             char dirs[2048];
             dp_topology_dirs(dirs, sizeof dirs);

@@ -740,6 +740,43 @@ static void test_framework_file(void **state) {
     assert_true(tu_contains(dp_last_error(), "no nosuch.framework in"));
 }
 
+/* A --framework or --compute path of more than 511 bytes is the file read, not its first 511
+ * bytes (they were cut into a 512-byte buffer, and a file of that prefix was read in its place). */
+static void test_long_paths(void **state) {
+    (void)state;
+    const char *root = tu_fresh_dir("longpath");
+    char d1[201], d2[256], rel[700], full[1024], prefix[512];
+    memset(d1, 'd', 200), d1[200] = '\0';
+    /* the prefix file is root/d1/d2/ and 30 x's: 511 bytes; the full name is 600 */
+    const int n2 = 511 - 30 - (int)strlen(root) - 1 - 200 - 1 - 1;
+    assert_true(n2 > 0 && n2 < 256);
+    memset(d2, 'e', (size_t)n2), d2[n2] = '\0';
+    snprintf(rel, sizeof rel, "%s/%s/%0*d", d1, d2, 600 - 511 + 30, 0);
+    for (char *c = strrchr(rel, '/') + 1; *c; c++) *c = 'x';
+    snprintf(full, sizeof full, "%s/%s", root, rel);
+    assert_int_equal((int)strlen(full), 600);
+    snprintf(prefix, sizeof prefix, "%s", full);
+    assert_int_equal((int)strlen(prefix), 511);
+    tu_put(root, rel, "name full\nddp_step_us 1\nddp_bucket_us 1\ndp_step_us 1\ndp_device_us 1\ndp_tensor_us 1\n");
+    tu_write_file(prefix, "name prefix\nddp_step_us 2\nddp_bucket_us 2\ndp_step_us 2\ndp_device_us 2\ndp_tensor_us 2\n",
+                  strlen("name prefix\nddp_step_us 2\nddp_bucket_us 2\ndp_step_us 2\ndp_device_us 2\ndp_tensor_us 2\n"));
+    dp_framework f;
+    if (dp_framework_load(full, &f) != DP_OK) fail_msg("%s", dp_last_error());
+    assert_string_equal(f.name, "full");
+    assert_string_equal(f.path, full);
+    /* the same for a compute profile: its device names the file read */
+    dp_profile *p = synthetic_profile(), *q = calloc(1, sizeof *q);
+    assert_non_null(q);
+    snprintf(p->device, sizeof p->device, "full");
+    assert_int_equal(dp_profile_save("test", full, p), DP_OK);
+    snprintf(p->device, sizeof p->device, "prefix");
+    assert_int_equal(dp_profile_save("test", prefix, p), DP_OK);
+    if (dp_profile_load(full, NULL, q) != DP_OK) fail_msg("%s", dp_last_error());
+    assert_string_equal(q->device, "full");
+    assert_string_equal(q->path, full);
+    free(p), free(q);
+}
+
 /* predict --measured-epoch: the one-device row is the measured epoch, each refusal is one line
  * naming the flag, exit 2, before any data is read. */
 static void test_predict_measured(void **state) {
@@ -868,6 +905,7 @@ int main(void) {
         cmocka_unit_test(test_predict_memory),
         cmocka_unit_test(test_framework_step),
         cmocka_unit_test(test_framework_file),
+        cmocka_unit_test(test_long_paths),
         cmocka_unit_test(test_predict_measured),
         cmocka_unit_test(test_dp_chain),
         cmocka_unit_test(test_sweep_speedup),
