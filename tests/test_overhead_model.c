@@ -706,7 +706,14 @@ static void test_framework_step(void **state) {
     assert_float_equal(o.step_s, 2.58e-3, 1e-12);
     /* a measured step below what the model puts outside compute cannot be this run's */
     assert_int_equal(dp_framework_step(&f, &sh, DP_PREDICT_DDP, 4, 0.25, 0.4e-3, &one, &four, 100, &o), DP_ERR_USAGE);
-    assert_true(tu_contains(dp_last_error(), "is not above what the model puts outside compute"));
+    assert_true(tu_contains(dp_last_error(), "is shorter than the model's own time per step on one device"));
+    /* nor below the host's time (launches inside compute) plus the loss and the optimizer: 0.8 + 0.3 ms */
+    const dp_prediction gpu = {.step_s = 2e-3, .compute_s = 2e-3, .host_s = 0.8e-3, .loss_opt_s = 0.3e-3};
+    assert_int_equal(dp_framework_step(&f, &sh, DP_PREDICT_DDP, 4, 0.25, 1.0e-3, &gpu, &four, 100, &o), DP_ERR_USAGE);
+    assert_true(tu_contains(dp_last_error(), "the measured step, 0.001 s, is shorter than the model's own time per step "
+                                             "on one device outside the forward and backward, 0.0011 s (host 0.0008 s, "
+                                             "loss and optimizer 0.0003 s)"));
+    assert_int_equal(dp_framework_step(&f, &sh, DP_PREDICT_DDP, 4, 0.25, 1.1e-3, &gpu, &four, 100, &o), DP_OK);
 }
 
 /* A .framework file: every cost required, each a finite number >= 0, each once; NAME finds
@@ -807,6 +814,9 @@ static void test_predict_measured(void **state) {
         {"--measured-epoch nan --framework pytorch-cpu", "--measured-epoch"},
         {"--measured-epoch inf --framework pytorch-cpu", "--measured-epoch"},
         {"--measured-step -0.5 --framework pytorch-cpu", "--measured-step"},
+        /* below the model's own host, loss and optimizer time on one device (0 was the floor on a GPU) */
+        {"--measured-step 1e-300 --framework pytorch-cpu", "--measured-step: the measured step, 1e-300 s, is shorter"},
+        {"--measured-epoch 1e-9 --framework pytorch-cpu", "--measured-epoch: the measured step, 1.27877e-12 s, is shorter"},
         {"--measured-epoch 3.29", "--measured-epoch needs --framework"},
         {"--framework pytorch-cpu", "--framework needs --measured-epoch"},
         {"--measured-batch 64", "--measured-batch needs --measured-epoch"},
