@@ -18,6 +18,7 @@ static dp_status write_profile(FILE *f, void *ctx) {
     fprintf(f, "# dptrain compute profile: seconds of one worker per node and step (docs/overhead-model.md)\n");
     fprintf(f, "model %s\ndevice %s\ninput %dx%dx%d\ninput_floats %zu\nclasses %d\nparams %zu\nbuffers %zu\nnodes %d\n", p->model,
             p->device[0] ? p->device : "unknown", p->input_chw[0], p->input_chw[1], p->input_chw[2], p->input_floats, p->n_classes, p->param_floats, p->buffer_floats, p->n_nodes);
+    fprintf(f, "precision %s\ntf32 %d\n", p->bf16 ? "bf16" : "fp32", p->tf32);
     fprintf(f, "# overhead LANES THREADS SECONDS: the CPU trainer's cost per step beyond the nodes\n");
     for (int i = 0; i < p->n_overheads; i++)
         fprintf(f, "overhead %d %d %.6e\n", p->overheads[i].lanes, p->overheads[i].workers, p->overheads[i].seconds);
@@ -81,6 +82,20 @@ static dp_status profile_line(dp_sf_reader *r, dp_profile *p, dp_profile_row **r
         DP_TRY(dp_sf_words(r, 2, 2, "device NAME"));
         DP_TRY(dp_sf_once(r, key));
         return dp_sf_name(r, 1, p->device, sizeof p->device);
+    }
+    /* optional: a profile without them (an older dptrain's, the presets) is of fp32, tf32 off */
+    if (!strcmp(key, "precision")) {
+        DP_TRY(dp_sf_words(r, 2, 2, "precision fp32|bf16"));
+        DP_TRY(dp_sf_once(r, key));
+        if (strcmp(r->w[1], "fp32") != 0 && strcmp(r->w[1], "bf16") != 0)
+            return dp_fail(DP_ERR_FORMAT, "%s:%d: precision: expected fp32 or bf16, got '%s'", r->origin, r->line,
+                           r->w[1]);
+        return p->bf16 = strcmp(r->w[1], "bf16") == 0, DP_OK;
+    }
+    if (!strcmp(key, "tf32")) {
+        DP_TRY(dp_sf_words(r, 2, 2, "tf32 0|1"));
+        DP_TRY(dp_sf_once(r, key));
+        return dp_sf_int(r, 1, 0, 1, &p->tf32);
     }
     if (!strcmp(key, "input")) {
         DP_TRY(dp_sf_words(r, 2, 2, "input CxHxW"));

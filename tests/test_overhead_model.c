@@ -105,12 +105,15 @@ static void test_profile_interpolation(void **state) {
     dp_profile_node(p, 1, 12, 1, &f, &b); /* between rows: linear */
     assert_float_equal(f, 2.5e-3, EPS);
     assert_float_equal(b, 4.5e-3, EPS);
-    /* save and read back */
+    /* save and read back (the numerics too) */
     const char *path = tu_path("toy.profile");
+    p->bf16 = 1, p->tf32 = 1;
     assert_int_equal(dp_profile_save("test", path, p), DP_OK);
     dp_profile *q = calloc(1, sizeof *q);
     assert_int_equal(dp_profile_load(path, NULL, q), DP_OK);
     assert_string_equal(q->model, "toy");
+    assert_int_equal(q->bf16, 1);
+    assert_int_equal(q->tf32, 1);
     assert_int_equal(q->n_rows, 2);
     assert_int_equal(q->bucket_node[0], 1);
     assert_int_equal((int)q->bucket_floats[1], 750000);
@@ -530,6 +533,15 @@ static void test_profile_matches_run(void **state) {
     assert_int_equal(describe_run("lenet", (dp_shape){1, 28, 28}, 5, run), DP_OK);
     assert_int_equal(dp_profile_match("--compute", p, run), DP_ERR_USAGE);
     assert_true(tu_contains(dp_last_error(), "h100-lenet.profile: classes 10, but this run's is 5; "));
+    /* a profile has the run's precision and tf32: the presets (no such lines) are fp32, tf32 off */
+    assert_int_equal(describe_run("lenet", (dp_shape){1, 28, 28}, 10, run), DP_OK);
+    assert_int_equal(p->bf16 + p->tf32, 0);
+    run->bf16 = 1;
+    assert_int_equal(dp_profile_match("--compute", p, run), DP_ERR_USAGE);
+    assert_true(tu_contains(dp_last_error(), "h100-lenet.profile: precision fp32, but this run's is bf16; "));
+    run->bf16 = 0, run->tf32 = 1;
+    assert_int_equal(dp_profile_match("--compute", p, run), DP_ERR_USAGE);
+    assert_true(tu_contains(dp_last_error(), "h100-lenet.profile: tf32 0, but this run's is 1; "));
     /* this run's bucket plan (--bucket-mb) replaces the recorded one */
     assert_int_equal(describe_run("lenet", (dp_shape){1, 28, 28}, 10, run), DP_OK);
     run->n_buckets = 2, run->bucket_floats[0] = 850, run->bucket_floats[1] = 44480 - 850, run->bucket_node[0] = 11;
@@ -552,6 +564,15 @@ static void test_profile_matches_run(void **state) {
     assert_int_equal(dp_profile_parse(forged, "forged", p), DP_OK);
     assert_int_equal(dp_profile_match("--compute", p, run), DP_ERR_USAGE);
     assert_true(tu_contains(dp_last_error(), "(profile): params 1, but this run's is 44480"));
+    /* the numerics' lines: each once, a known value */
+    static const char *const numerics[][2] = {{"precision fp16", "precision: expected fp32 or bf16, got 'fp16'"},
+                                              {"tf32 2", "numerics:2"},
+                                              {"precision bf16\nprecision bf16", "'precision' is given twice"}};
+    for (size_t i = 0; i < sizeof numerics / sizeof *numerics; i++) {
+        snprintf(forged, strlen(text) + 16, "model lenet\n%s\n", numerics[i][0]);
+        assert_int_equal(dp_profile_parse(forged, "numerics", p), DP_ERR_FORMAT);
+        if (!tu_contains(dp_last_error(), numerics[i][1])) fail_msg("'%s': %s", numerics[i][0], dp_last_error());
+    }
     /* a profile of an older dptrain (no 'input' line): refused, saying what to add */
     at = strstr(text, "input 1x28x28\n");
     assert_non_null(at);
@@ -564,8 +585,10 @@ static void test_profile_matches_run(void **state) {
     static const char *const runs[][2] = {
         {"--shape 3x32x32", "h100-lenet.profile: input 1x28x28, but this run's is 3x32x32"},
         {"--shape 1x28x28 --classes 5", "h100-lenet.profile: classes 10, but this run's is 5"},
+        {"--shape 1x28x28 --precision bf16", "h100-lenet.profile: precision fp32, but this run's is bf16"},
+        {"--shape 1x28x28 --tf32", "h100-lenet.profile: tf32 0, but this run's is 1"},
     };
-    for (int i = 0; i < 2; i++) {
+    for (size_t i = 0; i < sizeof runs / sizeof *runs; i++) {
         int rc = tu_run_dptrain(&out, "predict --dataset synthetic %s --samples 640 --batch-size 64 --topology "
                                       "nvlink4 --compute h100", runs[i][0]);
         if (rc != 2 || !tu_contains(out, runs[i][1]) || tu_contains(out, "predicted on"))
