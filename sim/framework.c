@@ -93,9 +93,9 @@ dp_status dp_framework_step(const dp_framework *f, const dp_framework_shape *sh,
     const double host = one->host_s > one_rest ? one->host_s : one_rest, floor_s = host + one->loss_opt_s;
     if (!(measured_step_s > one_rest && measured_step_s >= floor_s) || !(one->compute_s > 0))
         return dp_fail(DP_ERR_USAGE, "the measured step, %.6g s, is shorter than the model's own time per step on one "
-                       "device outside the forward and backward, %.6g s (host %.6g s, loss and optimizer %.6g s): a time "
-                       "of another model or batch? (--measured-batch is the measured run's batch)", measured_step_s,
-                       floor_s, host, one->loss_opt_s);
+                       "device outside the forward and backward, %.6g s (host %.6g s, loss and optimizer %.6g s): a "
+                       "time of another model or batch? (--measured-batch is the measured run's batch)",
+                       measured_step_s, floor_s, host, one->loss_opt_s);
     double added = 0;
     if (devices > 1)
         added = mode == DP_PREDICT_DDP ? f->ddp_step_s + sh->buckets * f->ddp_bucket_s
