@@ -63,8 +63,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 void dp_fuzz_seeds(void (*add)(const uint8_t *data, size_t size)) {
     dp_fuzz_seed_file(add, DP_SOURCE_PRESETS, "pytorch-cpu.framework");
     static const char *const seeds[] = {
-        "name pytorch-2.3-h100\nddp_step_us 120\nddp_bucket_us 35.5\ndp_step_us 900\ndp_device_us 250\n"
-        "dp_tensor_us 4.2  # replicate\n",
+        ("name pytorch-2.3-h100\nddp_step_us 120\nddp_bucket_us 35.5\ndp_step_us 900\ndp_device_us 250\n"
+         "dp_tensor_us 4.2  # replicate\n"),
         "name a\nddp_step_us 1\nddp_step_us 2\nddp_bucket_us 1\ndp_step_us 1\ndp_device_us 1\ndp_tensor_us 1\n",
         "name a\nddp_step_us 1\nddp_bucket_us 1\ndp_step_us 1\ndp_device_us 1\n", /* no dp_tensor_us */
     };
