@@ -61,12 +61,14 @@ dp_status dp_framework_parse(const char *text, const char *origin, dp_framework 
 }
 
 dp_status dp_framework_load(const char *path_or_name, dp_framework *f) {
-    char path[512];
-    snprintf(path, sizeof path, "%s", path_or_name);
+    /* the argument itself, never a copy cut to a buffer: a cut one names another file */
+    const char *path = path_or_name;
+    char preset[512];
     if (!strchr(path_or_name, '/') && !strchr(path_or_name, '.')) { /* a name: NAME.framework next to the presets */
         char file[256];
         snprintf(file, sizeof file, "%s.framework", path_or_name);
-        if (!dp_preset_find(file, path, sizeof path)) {
+        path = preset;
+        if (!dp_preset_find(file, preset, sizeof preset)) {
             char dirs[2048];
             dp_topology_dirs(dirs, sizeof dirs);
             return dp_fail(DP_ERR_USAGE, "--framework %s: no %s in %s; give a path or a shipped name (pytorch-cpu)",
@@ -84,10 +86,16 @@ dp_status dp_framework_step(const dp_framework *f, const dp_framework_shape *sh,
                             double share, double measured_step_s, const dp_prediction *one,
                             const dp_prediction *model, long steps_per_epoch, dp_prediction *out) {
     const double one_rest = one->step_s - one->compute_s;
-    if (!(measured_step_s > one_rest) || !(one->compute_s > 0))
-        return dp_fail(DP_ERR_USAGE, "the measured step, %.6g s, is not above what the model puts outside compute on "
-                       "one device (%.6g s): a time of another model or batch? (--measured-batch is the measured run's "
-                       "batch)", measured_step_s, one_rest);
+    /* The floor is not one_rest alone: on one GPU that is 0 (no collective calls, no CPU trainer's
+     * overhead), while the host's launches sit inside compute (a node takes at least its launches) and
+     * so do the loss and the optimizer. A step shorter than that host time plus the loss and the
+     * optimizer is not of this model and batch. host_s holds one_rest's calls and overhead too. */
+    const double host = one->host_s > one_rest ? one->host_s : one_rest, floor_s = host + one->loss_opt_s;
+    if (!(measured_step_s > one_rest && measured_step_s >= floor_s) || !(one->compute_s > 0))
+        return dp_fail(DP_ERR_USAGE, "the measured step, %.6g s, is shorter than the model's own time per step on one "
+                       "device outside the forward and backward, %.6g s (host %.6g s, loss and optimizer %.6g s): a "
+                       "time of another model or batch? (--measured-batch is the measured run's batch)",
+                       measured_step_s, floor_s, host, one->loss_opt_s);
     double added = 0;
     if (devices > 1)
         added = mode == DP_PREDICT_DDP ? f->ddp_step_s + sh->buckets * f->ddp_bucket_s

@@ -11,7 +11,7 @@
 
 typedef struct {
     char name[64];
-    char path[512];
+    char path[4096]; /* the file it was read from; PATH_MAX: any path a file opens by */
     /* seconds per step, each only on more than one device */
     double ddp_step_s;    /* DDP: the reducer's per-step work (prepare, finalize, hooks) */
     double ddp_bucket_s;  /* DDP: per gradient bucket (copy in, launch, wait, copy out), wire time apart */
@@ -39,8 +39,10 @@ typedef struct {
  *   step = (measured - (one.step - one.compute)) * share + (model.step - model.compute) + added(mode, N)
  * added = 0 on one device; DDP: ddp_step + buckets * ddp_bucket; DP: dp_step + N * (dp_device +
  * tensors * dp_tensor). out: model's fields with compute, host (+ added) and step replaced;
- * epoch_s = step * steps_per_epoch. DP_ERR_USAGE when the measured step is not above the model's
- * non-compute part on one device. */
+ * epoch_s = step * steps_per_epoch. DP_ERR_USAGE when the measured step is shorter than the model's
+ * own per-step time on one device besides forward and backward: its host time (one.host_s: launches,
+ * calls, the CPU trainer's overhead; at least one.step - one.compute) plus its loss and optimizer
+ * (one.loss_opt_s), or not above one.step - one.compute. */
 dp_status dp_framework_step(const dp_framework *f, const dp_framework_shape *sh, dp_predict_mode mode, int devices,
                             double share, double measured_step_s, const dp_prediction *one,
                             const dp_prediction *model, long steps_per_epoch, dp_prediction *out);

@@ -167,6 +167,7 @@ static void predict_ddp(const dp_profile *p, const dp_topology *t, const dp_pred
     if (n > 1) opt += t->touch_allreduce_s_per_byte * 4.0 * p->param_floats;
     /* the lane sums of the buckets finish before their all-reduces start: on the critical path */
     o->compute_s = c.fwd + c.loss + c.bwd + c.lane_sums + opt;
+    o->loss_opt_s = c.loss + opt;
     o->exposed_comm_s = exposed;
     o->serial_s = 0;
     const double over = overhead(p, t, q);
@@ -206,6 +207,7 @@ static void predict_dp(const dp_profile *p, const dp_topology *t, const dp_predi
         calls = (long)chunks + 3 + (long)gchunks + 1;
     }
     o->compute_s = c.fwd + loss + c.bwd + c.lane_sums + opt;
+    o->loss_opt_s = loss + opt;
     o->exposed_comm_s = 0;
     o->serial_s = serial;
     const double over = overhead(p, t, q);

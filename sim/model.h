@@ -49,6 +49,7 @@ double dp_ddp_overlap(const double *bwd, int n_nodes, const int *ready_node, con
 typedef struct {
     double step_s, epoch_s;
     double compute_s;       /* forward, loss, backward, optimizer on the critical path */
+    double loss_opt_s;      /* of which the loss and the optimizer (a measured step cannot be shorter) */
     double exposed_comm_s;  /* DDP: communication not hidden behind backward (buffers broadcast included) */
     double serial_s;        /* DP: the chain of replicate, scatter, gather, scatter, reduce */
     double host_s;          /* host costs per collective call and kernel launches not hidden */

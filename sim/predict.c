@@ -294,6 +294,12 @@ static int device_counts(const dp_config *c, int *devs) {
     return n_devs;
 }
 
+/* The numerics a profile's times are of, from this run's flags (dp_profile_match compares them). */
+static void describe_numerics(const dp_config *c, dp_profile *p) {
+    p->bf16 = c->precision == DP_PRECISION_BF16;
+    p->tf32 = c->tf32 != 0;
+}
+
 /* A measured single-device time of another framework (--measured-epoch / --measured-step): its step,
  * its epoch, its batch and steps, and the framework's costs. */
 typedef struct {
@@ -334,7 +340,7 @@ static dp_status predict_and_report(const dp_config *c, dp_reporter *report, dp_
     if (!pred) return dp_fail(DP_ERR_NOMEM, "out of memory for the overhead model");
     dp_status s = DP_OK;
     dp_predict_series series[MAX_TOPOS];
-    char what[1400];
+    char what[2 * 4096 + 512]; /* two paths of up to PATH_MAX (framework, profile), whole */
     if (mr)
         snprintf(what, sizeof what, "%s, global batch %d, %d steps/epoch, from %s's measured %.6g s %s on one device "
                  "(batch %d; speedup against its epoch), its costs %s, links and timeline: %s profile %s", model_name,
@@ -367,7 +373,7 @@ static dp_status predict_and_report(const dp_config *c, dp_reporter *report, dp_
             series[k].pred[m] = out;
         }
         /* a GPU topology priced with a CPU profile: its compute column is this CPU's, said where it is read */
-        char what_k[1600];
+        char what_k[sizeof what + 256];
         const int cpu_profile = strncmp(p->device, "cpu", 3) == 0;
         snprintf(what_k, sizeof what_k, "%s%s%s%s", what, cpu_profile && !topos[k].shared_memory_bus
                  ? "; NOTE: the compute is this CPU's, not a " : "", cpu_profile && !topos[k].shared_memory_bus
@@ -408,10 +414,12 @@ dp_status dp_predict_run(dp_trainer *t) {
         s = run ? dp_profile_load(c->compute_profile, t->model.name, p)
                 : dp_fail(DP_ERR_NOMEM, "out of memory for the overhead model");
         if (s == DP_OK) s = dp_profile_describe(&t->model, dp_exec_bucket_nodes(t->ex), run);
+        if (s == DP_OK) describe_numerics(c, run);
         if (s == DP_OK) s = dp_profile_match("--compute", p, run);
         free(run);
     } else {
         s = dp_profile_describe(&t->model, dp_exec_bucket_nodes(t->ex), p);
+        describe_numerics(c, p);
         if (!dp_exec_clock_times_work(t->ex)) device_token(t->dev, p->device, sizeof p->device);
         if (s == DP_OK) s = row_from_run(t, p);
         if (s == DP_OK && n_topos) s = measure_rows(t, topos, n_topos, devs, n_devs, p);
@@ -455,6 +463,7 @@ static dp_status describe_only(const dp_config *c, dp_model *m, dp_profile *run,
     int bucket_node[DP_PROFILE_MAX_BUCKETS] = {0};
     for (int b = 0; b < m->params.n_buckets && b < DP_PROFILE_MAX_BUCKETS; b++) bucket_node[b] = dp_model_bucket_node(m, b);
     DP_TRY(dp_profile_describe(m, bucket_node, run));
+    describe_numerics(c, run);
     dp_sampler smp; /* the trainer's own count of an epoch's steps (padding, --drop-last) */
     DP_TRY(dp_sampler_init(&smp, samples, c->replicas, c->batch_size, 0, c->drop_last, c->seed));
     *n_batches = smp.n_batches;

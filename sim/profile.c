@@ -123,6 +123,10 @@ dp_status dp_profile_match(const char *flag, dp_profile *p, const dp_profile *ru
     snprintf(a, sizeof a, "%dx%dx%d", p->input_chw[0], p->input_chw[1], p->input_chw[2]);
     snprintf(b, sizeof b, "%dx%dx%d", run->input_chw[0], run->input_chw[1], run->input_chw[2]);
     if (strcmp(a, b) != 0) return MISMATCH(flag, p, "input", "%s", a, b);
+    /* bf16 and tf32 change every convolution's and linear layer's kernels */
+    if (p->bf16 != run->bf16)
+        return MISMATCH(flag, p, "precision", "%s", p->bf16 ? "bf16" : "fp32", run->bf16 ? "bf16" : "fp32");
+    if (p->tf32 != run->tf32) return MISMATCH(flag, p, "tf32", "%d", p->tf32, run->tf32);
     if (p->n_classes != run->n_classes) return MISMATCH(flag, p, "classes", "%d", p->n_classes, run->n_classes);
     if (p->param_floats != run->param_floats) return MISMATCH(flag, p, "params", "%zu", p->param_floats, run->param_floats);
     if (p->buffer_floats != run->buffer_floats)

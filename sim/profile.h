@@ -28,8 +28,9 @@ typedef struct {
 typedef struct {
     char model[32];
     char device[64];  /* "cpu", "h100", ...: where the times were measured */
-    char path[512];   /* the file it was read from ("" when measured here) */
+    char path[4096];  /* the file it was read from ("" when measured here); PATH_MAX: any path a file opens by */
     int input_chw[3]; /* the sample shape the times are of (C, H, W) */
+    int bf16, tf32;   /* the numerics they are of: --precision bf16, --tf32 (a file without the lines: fp32, off) */
     int n_nodes;
     char node_names[DP_PROFILE_MAX_NODES][32];
     int kernels_fwd[DP_PROFILE_MAX_NODES], kernels_bwd[DP_PROFILE_MAX_NODES]; /* launches on a GPU */
@@ -72,8 +73,9 @@ int dp_profile_has_overhead(const dp_profile *p, int lanes, int workers);
 double dp_profile_compute(const dp_profile *p, int batch, int concurrent);
 
 /* Refuses a profile read from a file (flag: the option that named it) that is not of this run's
- * model as `run` describes it (dp_profile_describe): the model, the input shape, the classes, the
- * parameters, the buffers and the nodes (names and kernel launches) must all be the same, or the
+ * model as `run` describes it (dp_profile_describe): the model, the input shape, the precision and
+ * tf32, the classes, the parameters, the buffers and the nodes (names and kernel launches) must all
+ * be the same, or the
  * times are another computation's. Names the file, the field, both values and how to record a
  * profile of this run. The bucket plan is this run's (--bucket-mb), not the recorded device's:
  * it is taken from `run`. */

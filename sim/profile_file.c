@@ -18,6 +18,7 @@ static dp_status write_profile(FILE *f, void *ctx) {
     fprintf(f, "# dptrain compute profile: seconds of one worker per node and step (docs/overhead-model.md)\n");
     fprintf(f, "model %s\ndevice %s\ninput %dx%dx%d\ninput_floats %zu\nclasses %d\nparams %zu\nbuffers %zu\nnodes %d\n", p->model,
             p->device[0] ? p->device : "unknown", p->input_chw[0], p->input_chw[1], p->input_chw[2], p->input_floats, p->n_classes, p->param_floats, p->buffer_floats, p->n_nodes);
+    fprintf(f, "precision %s\ntf32 %d\n", p->bf16 ? "bf16" : "fp32", p->tf32);
     fprintf(f, "# overhead LANES THREADS SECONDS: the CPU trainer's cost per step beyond the nodes\n");
     for (int i = 0; i < p->n_overheads; i++)
         fprintf(f, "overhead %d %d %.6e\n", p->overheads[i].lanes, p->overheads[i].workers, p->overheads[i].seconds);
@@ -81,6 +82,20 @@ static dp_status profile_line(dp_sf_reader *r, dp_profile *p, dp_profile_row **r
         DP_TRY(dp_sf_words(r, 2, 2, "device NAME"));
         DP_TRY(dp_sf_once(r, key));
         return dp_sf_name(r, 1, p->device, sizeof p->device);
+    }
+    /* optional: a profile without them (an older dptrain's, the presets) is of fp32, tf32 off */
+    if (!strcmp(key, "precision")) {
+        DP_TRY(dp_sf_words(r, 2, 2, "precision fp32|bf16"));
+        DP_TRY(dp_sf_once(r, key));
+        if (strcmp(r->w[1], "fp32") != 0 && strcmp(r->w[1], "bf16") != 0)
+            return dp_fail(DP_ERR_FORMAT, "%s:%d: precision: expected fp32 or bf16, got '%s'", r->origin, r->line,
+                           r->w[1]);
+        return p->bf16 = strcmp(r->w[1], "bf16") == 0, DP_OK;
+    }
+    if (!strcmp(key, "tf32")) {
+        DP_TRY(dp_sf_words(r, 2, 2, "tf32 0|1"));
+        DP_TRY(dp_sf_once(r, key));
+        return dp_sf_int(r, 1, 0, 1, &p->tf32);
     }
     if (!strcmp(key, "input")) {
         DP_TRY(dp_sf_words(r, 2, 2, "input CxHxW"));
@@ -222,17 +237,19 @@ dp_status dp_profile_parse(const char *text, const char *origin, dp_profile *p) 
 }
 
 dp_status dp_profile_load(const char *name_or_path, const char *model, dp_profile *p) {
-    char path[512];
+    /* the argument itself, never a copy cut to a buffer: a cut one names another file */
+    const char *path = name_or_path;
+    char preset[512];
     struct stat st;
     /* anything there is read as the file (a FIFO or directory is then refused by name, not opened) */
-    if (stat(name_or_path, &st) == 0 || strchr(name_or_path, '/')) snprintf(path, sizeof path, "%s", name_or_path);
-    else {
+    if (stat(name_or_path, &st) != 0 && !strchr(name_or_path, '/')) {
         char file[300], per_model[300];
         snprintf(file, sizeof file, "%s.profile", name_or_path);
         snprintf(per_model, sizeof per_model, "%s-%s.profile", name_or_path, model ? model : "");
         /* a device's profiles, one per model (h100-lenet.profile), or one for all */
-        int found = model && dp_preset_find(per_model, path, sizeof path);
-        if (!found) found = dp_preset_find(file, path, sizeof path);
+        path = preset;
+        int found = model && dp_preset_find(per_model, preset, sizeof preset);
+        if (!found) found = dp_preset_find(file, preset, sizeof preset);
         if (!found) {
             char dirs[2048];
             dp_topology_dirs(dirs, sizeof dirs);

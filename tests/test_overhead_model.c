@@ -105,12 +105,15 @@ static void test_profile_interpolation(void **state) {
     dp_profile_node(p, 1, 12, 1, &f, &b); /* between rows: linear */
     assert_float_equal(f, 2.5e-3, EPS);
     assert_float_equal(b, 4.5e-3, EPS);
-    /* save and read back */
+    /* save and read back (the numerics too) */
     const char *path = tu_path("toy.profile");
+    p->bf16 = 1, p->tf32 = 1;
     assert_int_equal(dp_profile_save("test", path, p), DP_OK);
     dp_profile *q = calloc(1, sizeof *q);
     assert_int_equal(dp_profile_load(path, NULL, q), DP_OK);
     assert_string_equal(q->model, "toy");
+    assert_int_equal(q->bf16, 1);
+    assert_int_equal(q->tf32, 1);
     assert_int_equal(q->n_rows, 2);
     assert_int_equal(q->bucket_node[0], 1);
     assert_int_equal((int)q->bucket_floats[1], 750000);
@@ -530,6 +533,15 @@ static void test_profile_matches_run(void **state) {
     assert_int_equal(describe_run("lenet", (dp_shape){1, 28, 28}, 5, run), DP_OK);
     assert_int_equal(dp_profile_match("--compute", p, run), DP_ERR_USAGE);
     assert_true(tu_contains(dp_last_error(), "h100-lenet.profile: classes 10, but this run's is 5; "));
+    /* a profile has the run's precision and tf32: the presets (no such lines) are fp32, tf32 off */
+    assert_int_equal(describe_run("lenet", (dp_shape){1, 28, 28}, 10, run), DP_OK);
+    assert_int_equal(p->bf16 + p->tf32, 0);
+    run->bf16 = 1;
+    assert_int_equal(dp_profile_match("--compute", p, run), DP_ERR_USAGE);
+    assert_true(tu_contains(dp_last_error(), "h100-lenet.profile: precision fp32, but this run's is bf16; "));
+    run->bf16 = 0, run->tf32 = 1;
+    assert_int_equal(dp_profile_match("--compute", p, run), DP_ERR_USAGE);
+    assert_true(tu_contains(dp_last_error(), "h100-lenet.profile: tf32 0, but this run's is 1; "));
     /* this run's bucket plan (--bucket-mb) replaces the recorded one */
     assert_int_equal(describe_run("lenet", (dp_shape){1, 28, 28}, 10, run), DP_OK);
     run->n_buckets = 2, run->bucket_floats[0] = 850, run->bucket_floats[1] = 44480 - 850, run->bucket_node[0] = 11;
@@ -552,6 +564,15 @@ static void test_profile_matches_run(void **state) {
     assert_int_equal(dp_profile_parse(forged, "forged", p), DP_OK);
     assert_int_equal(dp_profile_match("--compute", p, run), DP_ERR_USAGE);
     assert_true(tu_contains(dp_last_error(), "(profile): params 1, but this run's is 44480"));
+    /* the numerics' lines: each once, a known value */
+    static const char *const numerics[][2] = {{"precision fp16", "precision: expected fp32 or bf16, got 'fp16'"},
+                                              {"tf32 2", "numerics:2"},
+                                              {"precision bf16\nprecision bf16", "'precision' is given twice"}};
+    for (size_t i = 0; i < sizeof numerics / sizeof *numerics; i++) {
+        snprintf(forged, strlen(text) + 16, "model lenet\n%s\n", numerics[i][0]);
+        assert_int_equal(dp_profile_parse(forged, "numerics", p), DP_ERR_FORMAT);
+        if (!tu_contains(dp_last_error(), numerics[i][1])) fail_msg("'%s': %s", numerics[i][0], dp_last_error());
+    }
     /* a profile of an older dptrain (no 'input' line): refused, saying what to add */
     at = strstr(text, "input 1x28x28\n");
     assert_non_null(at);
@@ -564,8 +585,10 @@ static void test_profile_matches_run(void **state) {
     static const char *const runs[][2] = {
         {"--shape 3x32x32", "h100-lenet.profile: input 1x28x28, but this run's is 3x32x32"},
         {"--shape 1x28x28 --classes 5", "h100-lenet.profile: classes 10, but this run's is 5"},
+        {"--shape 1x28x28 --precision bf16", "h100-lenet.profile: precision fp32, but this run's is bf16"},
+        {"--shape 1x28x28 --tf32", "h100-lenet.profile: tf32 0, but this run's is 1"},
     };
-    for (int i = 0; i < 2; i++) {
+    for (size_t i = 0; i < sizeof runs / sizeof *runs; i++) {
         int rc = tu_run_dptrain(&out, "predict --dataset synthetic %s --samples 640 --batch-size 64 --topology "
                                       "nvlink4 --compute h100", runs[i][0]);
         if (rc != 2 || !tu_contains(out, runs[i][1]) || tu_contains(out, "predicted on"))
@@ -706,7 +729,14 @@ static void test_framework_step(void **state) {
     assert_float_equal(o.step_s, 2.58e-3, 1e-12);
     /* a measured step below what the model puts outside compute cannot be this run's */
     assert_int_equal(dp_framework_step(&f, &sh, DP_PREDICT_DDP, 4, 0.25, 0.4e-3, &one, &four, 100, &o), DP_ERR_USAGE);
-    assert_true(tu_contains(dp_last_error(), "is not above what the model puts outside compute"));
+    assert_true(tu_contains(dp_last_error(), "is shorter than the model's own time per step on one device"));
+    /* nor below the host's time (launches inside compute) plus the loss and the optimizer: 0.8 + 0.3 ms */
+    const dp_prediction gpu = {.step_s = 2e-3, .compute_s = 2e-3, .host_s = 0.8e-3, .loss_opt_s = 0.3e-3};
+    assert_int_equal(dp_framework_step(&f, &sh, DP_PREDICT_DDP, 4, 0.25, 1.0e-3, &gpu, &four, 100, &o), DP_ERR_USAGE);
+    assert_true(tu_contains(dp_last_error(), "the measured step, 0.001 s, is shorter than the model's own time per step "
+                                             "on one device outside the forward and backward, 0.0011 s (host 0.0008 s, "
+                                             "loss and optimizer 0.0003 s)"));
+    assert_int_equal(dp_framework_step(&f, &sh, DP_PREDICT_DDP, 4, 0.25, 1.1e-3, &gpu, &four, 100, &o), DP_OK);
 }
 
 /* A .framework file: every cost required, each a finite number >= 0, each once; NAME finds
@@ -740,6 +770,43 @@ static void test_framework_file(void **state) {
     assert_true(tu_contains(dp_last_error(), "no nosuch.framework in"));
 }
 
+/* A --framework or --compute path of more than 511 bytes is the file read, not its first 511
+ * bytes (they were cut into a 512-byte buffer, and a file of that prefix was read in its place). */
+static void test_long_paths(void **state) {
+    (void)state;
+    const char *root = tu_fresh_dir("longpath");
+    char d1[201], d2[256], rel[700], full[1024], prefix[512];
+    memset(d1, 'd', 200), d1[200] = '\0';
+    /* the prefix file is root/d1/d2/ and 30 x's: 511 bytes; the full name is 600 */
+    const int n2 = 511 - 30 - (int)strlen(root) - 1 - 200 - 1 - 1;
+    assert_true(n2 > 0 && n2 < 256);
+    memset(d2, 'e', (size_t)n2), d2[n2] = '\0';
+    snprintf(rel, sizeof rel, "%s/%s/%0*d", d1, d2, 600 - 511 + 30, 0);
+    for (char *c = strrchr(rel, '/') + 1; *c; c++) *c = 'x';
+    snprintf(full, sizeof full, "%s/%s", root, rel);
+    assert_int_equal((int)strlen(full), 600);
+    snprintf(prefix, sizeof prefix, "%s", full);
+    assert_int_equal((int)strlen(prefix), 511);
+    tu_put(root, rel, "name full\nddp_step_us 1\nddp_bucket_us 1\ndp_step_us 1\ndp_device_us 1\ndp_tensor_us 1\n");
+    tu_write_file(prefix, "name prefix\nddp_step_us 2\nddp_bucket_us 2\ndp_step_us 2\ndp_device_us 2\ndp_tensor_us 2\n",
+                  strlen("name prefix\nddp_step_us 2\nddp_bucket_us 2\ndp_step_us 2\ndp_device_us 2\ndp_tensor_us 2\n"));
+    dp_framework f;
+    if (dp_framework_load(full, &f) != DP_OK) fail_msg("%s", dp_last_error());
+    assert_string_equal(f.name, "full");
+    assert_string_equal(f.path, full);
+    /* the same for a compute profile: its device names the file read */
+    dp_profile *p = synthetic_profile(), *q = calloc(1, sizeof *q);
+    assert_non_null(q);
+    snprintf(p->device, sizeof p->device, "full");
+    assert_int_equal(dp_profile_save("test", full, p), DP_OK);
+    snprintf(p->device, sizeof p->device, "prefix");
+    assert_int_equal(dp_profile_save("test", prefix, p), DP_OK);
+    if (dp_profile_load(full, NULL, q) != DP_OK) fail_msg("%s", dp_last_error());
+    assert_string_equal(q->device, "full");
+    assert_string_equal(q->path, full);
+    free(p), free(q);
+}
+
 /* predict --measured-epoch: the one-device row is the measured epoch, each refusal is one line
  * naming the flag, exit 2, before any data is read. */
 static void test_predict_measured(void **state) {
@@ -770,6 +837,9 @@ static void test_predict_measured(void **state) {
         {"--measured-epoch nan --framework pytorch-cpu", "--measured-epoch"},
         {"--measured-epoch inf --framework pytorch-cpu", "--measured-epoch"},
         {"--measured-step -0.5 --framework pytorch-cpu", "--measured-step"},
+        /* below the model's own host, loss and optimizer time on one device (0 was the floor on a GPU) */
+        {"--measured-step 1e-300 --framework pytorch-cpu", "--measured-step: the measured step, 1e-300 s, is shorter"},
+        {"--measured-epoch 1e-9 --framework pytorch-cpu", "--measured-epoch: the measured step, 1.27877e-12 s, is shorter"},
         {"--measured-epoch 3.29", "--measured-epoch needs --framework"},
         {"--framework pytorch-cpu", "--framework needs --measured-epoch"},
         {"--measured-batch 64", "--measured-batch needs --measured-epoch"},
@@ -868,6 +938,7 @@ int main(void) {
         cmocka_unit_test(test_predict_memory),
         cmocka_unit_test(test_framework_step),
         cmocka_unit_test(test_framework_file),
+        cmocka_unit_test(test_long_paths),
         cmocka_unit_test(test_predict_measured),
         cmocka_unit_test(test_dp_chain),
         cmocka_unit_test(test_sweep_speedup),

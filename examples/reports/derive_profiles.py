@@ -72,8 +72,10 @@ def load_profile(path):
                 p["comments"].append(line.rstrip("\n"))
             continue
         k = body[0]
-        if k in ("model", "device", "input"):
+        if k in ("model", "device", "input", "precision"):
             p[k] = body[1]
+        elif k == "tf32":
+            p[k] = int(body[1])
         elif k in ("input_floats", "classes", "params", "buffers"):
             p[k] = int(body[1])
         elif k == "nodes":
@@ -98,6 +100,11 @@ def load_profile(path):
     return p
 
 
+def numerics(p):
+    """The precision and tf32 p's times are of (a profile without the lines: fp32, tf32 off)."""
+    return p.get("precision", "fp32"), p.get("tf32", 0)
+
+
 def save_profile(p, path, header):
     out = [f"# {h}" for h in header]
     out += ["# dptrain compute profile: seconds of one worker per node and step (docs/overhead-model.md)",
@@ -105,7 +112,11 @@ def save_profile(p, path, header):
             f"input {p.get('input') or 'x'.join(map(str, input_shape(p['model'], p['input_floats'])))}",
             f"input_floats {p['input_floats']}",
             f"classes {p['classes']}", f"params {p['params']}", f"buffers {p['buffers']}",
-            f"nodes {len(p['nodes'])}", "# node INDEX NAME KERNELS_FWD KERNELS_BWD"]
+            f"nodes {len(p['nodes'])}"]
+    # as dptrain writes them; it reads a profile without the lines as fp32, tf32 off (the shipped ones)
+    if numerics(p) != ("fp32", 0):
+        out += [f"precision {numerics(p)[0]}", f"tf32 {numerics(p)[1]}"]
+    out += ["# node INDEX NAME KERNELS_FWD KERNELS_BWD"]
     out += [f"node {i} {n['name']} {n['kf']} {n['kb']}" for i, n in enumerate(p["nodes"])]
     out += [f"buckets {len(p['buckets'])}", "# bucket INDEX FLOATS READY_AFTER_NODE"]
     out += [f"bucket {i} {f} {r}" for i, (f, r) in enumerate(p["buckets"])]
@@ -329,6 +340,10 @@ def derive(sources, src_spec, tgt_spec, skeleton, batches, device_name):
         die(f"--from {src_spec['name']} is a {src_spec['kind']}, --to {tgt_spec['name']} a "
                  f"{tgt_spec['kind']}: the fixed cost per node (a function call on a CPU, launches on a GPU) does "
                  f"not carry from one kind to the other; derive from a profile measured on a {tgt_spec['kind']}")
+    for p in sources:
+        if numerics(p) != numerics(skeleton):
+            die(f"{p['path']}: precision {numerics(p)[0]}, tf32 {numerics(p)[1]}, but the skeleton's are "
+                f"{numerics(skeleton)[0]}, {numerics(skeleton)[1]}: its times are of another computation")
     fitted = [(p, *fits_of(p, src_spec)) for p in sources]
     primary = fitted[0][1]
     by_ord = {(f["kind"], f["ord"]): f for f in primary}

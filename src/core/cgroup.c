@@ -8,31 +8,45 @@
 
 #define PATHN 1024
 
-/* The first number in root+path; 0 when the file is missing or says "max". */
-static unsigned long long read_number(const char *root, const char *path, int *present) {
+/* Up to n - 1 bytes of root+path into buf, NUL-terminated; 0 when the file cannot be opened. */
+static int read_text(const char *root, const char *path, char *buf, size_t n) {
     char full[PATHN * 2];
     snprintf(full, sizeof full, "%s%s", root, path);
     FILE *f = fopen(full, "r");
-    if (present) *present = f != NULL;
     if (!f) return 0;
-    unsigned long long v = 0;
-    if (fscanf(f, "%llu", &v) != 1) v = 0;
+    const size_t got = fread(buf, 1, n - 1, f);
     fclose(f);
+    buf[got] = '\0';
+    return 1;
+}
+
+unsigned long long dp_cgroup_parse_number(const char *text) {
+    /* strtoull, not sscanf: its overflow is defined (ULLONG_MAX, read as "no limit") */
+    char *end;
+    const unsigned long long v = strtoull(text, &end, 10);
+    return end == text ? 0 : v;
+}
+
+unsigned long long dp_cgroup_parse_stat(const char *text, const char *key) {
+    unsigned long long v = 0;
+    const size_t kn = strlen(key);
+    for (const char *line = text; line && *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL)
+        if (strncmp(line, key, kn) == 0 && line[kn] == ' ') v = dp_cgroup_parse_number(line + kn + 1);
     return v;
 }
 
-/* The value of `key` in a memory.stat file (0 if absent). */
+/* The first number in root+path; 0 when the file is missing or says "max". */
+static unsigned long long read_number(const char *root, const char *path, int *present) {
+    char text[128];
+    const int got = read_text(root, path, text, sizeof text);
+    if (present) *present = got;
+    return got ? dp_cgroup_parse_number(text) : 0;
+}
+
+/* The value of `key` in a memory.stat file (0 if absent); v2's file is about 2 KiB. */
 static unsigned long long stat_value(const char *root, const char *path, const char *key) {
-    char full[PATHN * 2], line[256];
-    snprintf(full, sizeof full, "%s%s", root, path);
-    FILE *f = fopen(full, "r");
-    if (!f) return 0;
-    unsigned long long v = 0, x;
-    size_t kn = strlen(key);
-    while (fgets(line, sizeof line, f))
-        if (strncmp(line, key, kn) == 0 && line[kn] == ' ' && sscanf(line + kn, "%llu", &x) == 1) v = x;
-    fclose(f);
-    return v;
+    char text[16384];
+    return read_text(root, path, text, sizeof text) ? dp_cgroup_parse_stat(text, key) : 0;
 }
 
 /* 1 if the comma-separated list holds word. */
@@ -151,25 +165,22 @@ static void memory_level(const char *root, const char *dir, int v2, void *ctx) {
     }
 }
 
-/* Two positive decimal numbers at the start of root+path ("150000 100000"); 0 when the file is
- * missing, says "max" or -1 (no quota), or holds anything else. */
-static int read_pair(const char *root, const char *path, long long *a, long long *b, int want_b) {
-    char full[PATHN * 2], text[128] = "";
-    snprintf(full, sizeof full, "%s%s", root, path);
-    FILE *f = fopen(full, "r");
-    if (!f) return 0;
-    const size_t n = fread(text, 1, sizeof text - 1, f);
-    fclose(f);
-    text[n] = '\0';
+int dp_cgroup_parse_pair(const char *text, long long *a, long long *b) {
     char *end;
     *a = strtoll(text, &end, 10);
     if (end == text || *a <= 0 || *a > (1ll << 50)) return 0;
-    if (!want_b) return (*end == '\n' || *end == '\0');
+    if (!b) return (*end == '\n' || *end == '\0');
     char *p = end;
     if (*p != ' ') return 0;
     *b = strtoll(p + 1, &end, 10);
     if (end == p + 1 || *b <= 0 || *b > (1ll << 50)) return 0;
     return *end == '\n' || *end == '\0';
+}
+
+/* dp_cgroup_parse_pair of root+path's start; 0 when the file is missing. */
+static int read_pair(const char *root, const char *path, long long *a, long long *b) {
+    char text[128];
+    return read_text(root, path, text, sizeof text) && dp_cgroup_parse_pair(text, a, b);
 }
 
 /* A CPU level: its quota per period in cores, rounded up (1.5 cores' time keeps 2 threads busy
@@ -180,11 +191,11 @@ static void cpu_level(const char *root, const char *dir, int v2, void *ctx) {
     long long quota = 0, period = 0;
     if (v2) {
         snprintf(file, sizeof file, "%s/cpu.max", dir);
-        if (!read_pair(root, file, &quota, &period, 1)) return;
+        if (!read_pair(root, file, &quota, &period)) return;
     } else {
         snprintf(file, sizeof file, "%s/cpu.cfs_quota_us", dir);
         snprintf(pfile, sizeof pfile, "%s/cpu.cfs_period_us", dir);
-        if (!read_pair(root, file, &quota, NULL, 0) || !read_pair(root, pfile, &period, NULL, 0)) return;
+        if (!read_pair(root, file, &quota, NULL) || !read_pair(root, pfile, &period, NULL)) return;
     }
     const unsigned long long cores = (unsigned long long)((quota + period - 1) / period);
     if (!t->best || cores < t->best) {

@@ -20,4 +20,14 @@ unsigned long long dp_cgroup_headroom(const char *root, char *where, size_t n);
  * numbers. */
 int dp_cgroup_cpu_limit(const char *root, char *where, size_t n);
 
+/* The parsers of the limit files' text (a file's first bytes, NUL-terminated; tests/fuzz/fuzz_cgroup.c).
+ * parse_number: the decimal number at the start (memory.max, memory.current, v1's *_in_bytes), 0 for
+ * "max" or anything not a number, ULLONG_MAX past its range (read as no limit). parse_stat: the number
+ * after the last "KEY " line of a memory.stat, 0 if none. parse_pair: 1 when the text is "A B" (b
+ * given: cpu.max) or "A" (b NULL: cpu.cfs_quota_us, cpu.cfs_period_us), each in 1..2^50, then a newline
+ * or the end; 0 otherwise ("max 100000", "-1"). */
+unsigned long long dp_cgroup_parse_number(const char *text);
+unsigned long long dp_cgroup_parse_stat(const char *text, const char *key);
+int dp_cgroup_parse_pair(const char *text, long long *a, long long *b);
+
 #endif
