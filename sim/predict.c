@@ -297,7 +297,7 @@ static int device_counts(const dp_config *c, int *devs) {
 /* The numerics a profile's times are of, from this run's flags (dp_profile_match compares them). */
 static void describe_numerics(const dp_config *c, dp_profile *p) {
     p->bf16 = c->precision == DP_PRECISION_BF16;
-    p->tf32 = c->tf32 != 0;
+    p->tf32 = dp_config_uses_tf32(c); /* as the devices were opened: bf16 on CUDA is TF32 */
 }
 
 /* A measured single-device time of another framework (--measured-epoch / --measured-step): its step,

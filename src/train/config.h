@@ -93,5 +93,8 @@ typedef struct {
 } dp_config;
 
 void dp_config_defaults(dp_config *c);
+/* Whether the run's GEMMs and convolutions use TF32: --tf32, or --precision bf16 on CUDA (TF32 is
+ * exact on bf16 values). The trainer opens its devices with it; a compute profile records it. */
+int dp_config_uses_tf32(const dp_config *c);
 
 #endif

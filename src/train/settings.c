@@ -214,6 +214,10 @@ _Static_assert(sizeof dp_settings / sizeof *dp_settings <= DP_SETTINGS_MAX, "rai
 static void *field(const dp_setting *s, dp_config *c) { return (char *)c + s->off; }
 static const void *cfield(const dp_setting *s, const dp_config *c) { return (const char *)c + s->off; }
 
+int dp_config_uses_tf32(const dp_config *c) {
+    return c->tf32 || (c->precision == DP_PRECISION_BF16 && c->device && strcmp(c->device, "cuda") == 0);
+}
+
 void dp_config_defaults(dp_config *c) {
     memset(c, 0, sizeof *c);
     c->log_flag = "--log-file";

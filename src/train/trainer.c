@@ -192,7 +192,7 @@ static dp_status setup(dp_trainer *t) {
     /* --precision bf16 on CUDA: every matrix product multiplies bf16 values (nn/layers/bf16.h), which
        TF32's 10 mantissa bits hold exactly, so the tensor cores' TF32 path is exact on them and sums in
        fp32: the products of the CPU reference, only the order of the sums is the library's */
-    const int tf32 = c->tf32 || (c->precision == DP_PRECISION_BF16 && c->device && strcmp(c->device, "cuda") == 0);
+    const int tf32 = dp_config_uses_tf32(c);
     for (; t->n_devs < n_ord; t->n_devs++)
         DP_TRY(dp_dev_open(c->device, ordinals[t->n_devs], tf32, &t->waits, &t->devs[t->n_devs]));
     t->dev = t->devs[0];
