@@ -140,7 +140,7 @@ dp_status dp_persist_save(dp_trainer *t, const char *flag, const char *path) {
     ckpt_settings set;
     settings(t, &set);
     /* the convolution algorithms this run used (or replayed): a resume replays them (kernels/conv_algos.h) */
-    static char algos[16384];
+    static char algos[DP_CONV_ALGOS_RECORD_MAX]; /* the longest record the parser takes, written back */
     if (dp_conv_algos_current(algos, sizeof algos) >= sizeof algos)
         return dp_fail(DP_ERR_INTERNAL, "%s %s: the convolution algorithm record is longer than %zu bytes", flag, path,
                        sizeof algos - 1);
