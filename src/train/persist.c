@@ -172,12 +172,13 @@ static const char *const exact_keys[] = {"dptrain.arg.chunks", "dptrain.arg.repl
 enum { N_EXACT = sizeof exact_keys / sizeof exact_keys[0] };
 
 /* The checkpoint's convolution algorithm record (its last recorded entry), replayed by this process's
- * GPU convolutions (kernels/conv_algos.h); "" in older checkpoints and CPU runs. */
-static dp_status replay_algos(const char *path, const dp_ckpt_recorded *r) {
+ * GPU convolutions (kernels/conv_algos.h); "" in older checkpoints and CPU runs. alone: the file was
+ * named (--resume FILE), not found in a directory that may hold an older one. */
+static dp_status replay_algos(const char *path, const dp_ckpt_recorded *r, int alone) {
     char why[160];
     if (*r[N_EXACT - 1].value && dp_conv_algos_pin(r[N_EXACT - 1].value, why, sizeof why) != 0)
-        return dp_fail(DP_ERR_FORMAT, "--resume %s: the convolution algorithm record (dptrain.conv_algos) is "
-                       "damaged: %s; resume from an earlier checkpoint", path, why);
+        return dp_fail(DP_ERR_FORMAT, "%s%s: the convolution algorithm record (dptrain.conv_algos) is damaged: %s%s",
+                       alone ? "--resume " : "", path, why, alone ? "; resume from an earlier checkpoint" : "");
     return DP_OK;
 }
 
@@ -249,9 +250,10 @@ static dp_status load_newest(dp_trainer *t, dp_replica *r0, dp_train_pos *pos) {
     if (!S_ISDIR(st.st_mode)) {
         DP_TRY(dp_checkpoint_load_resume(src, &t->model, r0->h_params, r0->h_buffers, mom, pos, set.m, set.n_checked, rec,
                                          N_EXACT));
+        DP_TRY(replay_algos(src, rec, 1));
         snprintf(t->last_ckpt, sizeof t->last_ckpt, "%s", src);
         note_inexact(t, src, rec);
-        return replay_algos(src, rec);
+        return DP_OK;
     }
     char **paths;
     int n;
@@ -261,10 +263,10 @@ static dp_status load_newest(dp_trainer *t, dp_replica *r0, dp_train_pos *pos) {
     for (int i = 0; i < n; i++) {
         s = dp_checkpoint_load_resume(paths[i], &t->model, r0->h_params, r0->h_buffers, mom, pos, set.m, set.n_checked,
                                       rec, N_EXACT);
+        if (s == DP_OK) s = replay_algos(paths[i], rec, 0); /* a damaged record: damage like any other */
         if (s == DP_OK) {
             snprintf(t->last_ckpt, sizeof t->last_ckpt, "%s", paths[i]);
             note_inexact(t, paths[i], rec);
-            s = replay_algos(paths[i], rec);
             break;
         }
         if (s == DP_ERR_USAGE) break; /* a different run: refuse rather than fall back to an older file */
@@ -281,7 +283,7 @@ static dp_status load_newest(dp_trainer *t, dp_replica *r0, dp_train_pos *pos) {
     }
     if (s == DP_OK || s == DP_ERR_USAGE) return s;
     return dp_fail(DP_ERR_FORMAT, "--resume %s: none of the %d checkpoints is readable (see the warnings above)", src,
-                   damaged);
+                   damaged); /* every one: the loop breaks at the first that is not damaged */
 }
 
 /* Positions travel as floats (the broadcast's type): 20 bits a piece is exact. */
