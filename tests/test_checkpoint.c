@@ -527,6 +527,10 @@ static void test_conv_algos_recorded(void **state) {
     assert_string_equal(got, rec);
     setenv("DPTRAIN_CONV_ALGOS", "64,56,56,64,3,1,1,32,0:1,0", 1);
     rc = tu_run_dptrain(&o, "%s --max-steps 3 --checkpoint %s", args, fresh_dir("algos_bad"));
+    if (rc != 2 || !tu_contains(o, "dptrain: DPTRAIN_CONV_ALGOS: entry 1 is not ")) fail_msg("rc %d:\n%s", rc, o);
+    free(o);
+    /* eval too (it ran, ignoring it) */
+    rc = tu_run_dptrain(&o, "eval " DATA " --threads 1 --load %s", newest(d, NULL));
     unsetenv("DPTRAIN_CONV_ALGOS");
     if (rc != 2 || !tu_contains(o, "dptrain: DPTRAIN_CONV_ALGOS: entry 1 is not ")) fail_msg("rc %d:\n%s", rc, o);
     free(o);

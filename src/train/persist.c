@@ -293,9 +293,7 @@ static void put_long(float *f, long v) {
 static long get_long(const float *f) { return (long)f[0] | ((long)f[1] << 20) | ((long)f[2] << 40); }
 
 dp_status dp_persist_resume(dp_trainer *t) {
-    char why[160];
-    if (dp_conv_algos_pin_env(why, sizeof why) < 0) /* before a resume's record, which replaces it */
-        return dp_fail(DP_ERR_USAGE, "DPTRAIN_CONV_ALGOS: %s; give \"time\" or a record of a run", why);
+    /* DPTRAIN_CONV_ALGOS was pinned at the start (dp_trainer's setup): a resume's record replaces it */
     if (!t->cfg.resume_path) return DP_OK;
     dp_train_pos pos = {0};
     float *enc[dp_exec_n_local(t->ex)], store[dp_exec_n_local(t->ex)][15];
