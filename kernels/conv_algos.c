@@ -1,6 +1,9 @@
 /* conv_algos.c: the convolution algorithm record (conv_algos.h). */
 #include "kernels/conv_algos.h"
 
+#include "core/parse_num.h"
+#include "core/printable.h"
+
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,27 +27,57 @@ size_t dp_conv_algos_format(const dp_conv_algo *a, int n, char *buf, size_t cap)
     return len;
 }
 
+/* An entry's fields in record order, their ranges and the separator after each ('\0': the entry's
+ * end, ';' or the record's). */
+static const struct {
+    const char *name;
+    long long lo, hi;
+    char sep;
+} fields[12] = {{"in_c", 1, DP_CONV_ALGOS_MAX_SIZE, ','},  {"in_h", 1, DP_CONV_ALGOS_MAX_SIZE, ','},
+                {"in_w", 1, DP_CONV_ALGOS_MAX_SIZE, ','},  {"out_c", 1, DP_CONV_ALGOS_MAX_SIZE, ','},
+                {"k", 1, DP_CONV_ALGOS_MAX_SIZE, ','},     {"stride", 1, DP_CONV_ALGOS_MAX_SIZE, ','},
+                {"pad", 0, DP_CONV_ALGOS_MAX_SIZE, ','},   {"batch", 1, DP_CONV_ALGOS_MAX_BATCH, ','},
+                {"tf32", 0, 1, ':'},                       {"forward", -1, DP_CONV_ALGOS_MAX_ALGO, ','},
+                {"data", -1, DP_CONV_ALGOS_MAX_ALGO, ','}, {"filter", -1, DP_CONV_ALGOS_MAX_ALGO, '\0'}};
+
+#define FORM "in_c,in_h,in_w,out_c,k,stride,pad,batch,tf32:forward,data,filter"
+
 int dp_conv_algos_parse(const char *s, dp_conv_algo *a, int max, char *why, size_t why_cap) {
     int n = 0;
-    while (*s) {
-        dp_conv_algo e = {0};
-        dp_conv2d_dims *d = &e.d;
-        int used = 0;
-        const int got = sscanf(s, "%d,%d,%d,%d,%d,%d,%d,%d,%d:%d,%d,%d%n", &d->in_c, &d->in_h, &d->in_w, &d->out_c,
-                               &d->k, &d->stride, &d->pad, &e.batch, &e.tf32, &e.fwd, &e.data, &e.filter, &used);
-        const char next = got == 12 ? s[used] : '?';
-        if (got != 12 || (next != ';' && next != '\0') || dp_conv2d_dims_init(d) != 0 || e.batch < 1 ||
-            (e.tf32 != 0 && e.tf32 != 1) || e.fwd < -1 || e.data < -1 || e.filter < -1) {
-            snprintf(why, why_cap, "entry %d is not in_c,in_h,in_w,out_c,k,stride,pad,batch,tf32:forward,data,filter "
-                     "with a valid shape", n + 1);
+    for (int more = *s != '\0'; more;) { /* "" holds no entry; "a;" ends in an empty one */
+        if (n == max) {
+            snprintf(why, why_cap, "entry %d: more than %d entries", n + 1, max);
             return -1;
         }
-        if (n == max) {
-            snprintf(why, why_cap, "more than %d entries", max);
+        long long v[12];
+        for (int i = 0; i < 12; i++) {
+            const size_t len = strcspn(s, ",:;");
+            const char end = s[len] == ';' ? '\0' : s[len];
+            if (end != fields[i].sep) { /* a field missing, or one too many */
+                snprintf(why, why_cap, "entry %d is not " FORM, n + 1);
+                return -1;
+            }
+            if (dp_parse_ll_n(s, len, &v[i]) != 0 || v[i] < fields[i].lo || v[i] > fields[i].hi) {
+                char text[24], shown[40];
+                snprintf(text, sizeof text, "%.*s", len < sizeof text ? (int)len : (int)sizeof text - 1, s);
+                snprintf(why, why_cap, "entry %d: %s is '%s%s', expected an integer in %lld..%lld", n + 1,
+                         fields[i].name, dp_printable(text, shown, sizeof shown), len < sizeof text ? "" : "...",
+                         fields[i].lo, fields[i].hi);
+                return -1;
+            }
+            more = s[len] == ';';
+            s += len + (s[len] != '\0');
+        }
+        dp_conv_algo e = {.d = {.in_c = (int)v[0], .in_h = (int)v[1], .in_w = (int)v[2], .out_c = (int)v[3],
+                                .k = (int)v[4], .stride = (int)v[5], .pad = (int)v[6]},
+                          .batch = (int)v[7], .tf32 = (int)v[8], .fwd = (int)v[9], .data = (int)v[10],
+                          .filter = (int)v[11]};
+        if (dp_conv2d_dims_init(&e.d) != 0) {
+            snprintf(why, why_cap, "entry %d: kernel %d is larger than the padded input %dx%d (pad %d)", n + 1, e.d.k,
+                     e.d.in_h, e.d.in_w, e.d.pad);
             return -1;
         }
         a[n++] = e;
-        s += used + (next == ';');
     }
     return n;
 }
@@ -62,6 +95,13 @@ int dp_conv_algos_pin(const char *record, char *why, size_t why_cap) {
     pthread_mutex_lock(&mu);
     memcpy(pinned, tmp, (size_t)n * sizeof *tmp);
     n_pinned = n;
+    int kept = 0; /* the noted shapes the record does not hold, as many as fit beside it */
+    for (int i = 0; i < n_noted; i++) {
+        int seen = 0;
+        for (int j = 0; j < n && !seen; j++) seen = same_shape(&pinned[j], &noted[i].d, noted[i].batch, noted[i].tf32);
+        if (!seen && n + kept < DP_CONV_ALGOS_MAX) noted[kept++] = noted[i];
+    }
+    n_noted = kept;
     pthread_mutex_unlock(&mu);
     return 0;
 }
@@ -78,22 +118,19 @@ int dp_conv_algos_pinned(const dp_conv2d_dims *d, int batch, int tf32, dp_conv_a
 void dp_conv_algos_note(const dp_conv_algo *a) {
     pthread_mutex_lock(&mu);
     int seen = 0;
+    for (int i = 0; i < n_pinned && !seen; i++) seen = same_shape(&pinned[i], &a->d, a->batch, a->tf32);
     for (int i = 0; i < n_noted && !seen; i++) seen = same_shape(&noted[i], &a->d, a->batch, a->tf32);
-    if (!seen && n_noted < DP_CONV_ALGOS_MAX) noted[n_noted++] = *a;
+    /* the record holds what a resume can replay: DP_CONV_ALGOS_MAX entries (a shape beyond is chosen afresh) */
+    if (!seen && n_pinned + n_noted < DP_CONV_ALGOS_MAX) noted[n_noted++] = *a;
     pthread_mutex_unlock(&mu);
 }
 
 size_t dp_conv_algos_current(char *buf, size_t cap) {
-    static dp_conv_algo all[2 * DP_CONV_ALGOS_MAX];
+    static dp_conv_algo all[DP_CONV_ALGOS_MAX];
     pthread_mutex_lock(&mu);
-    int n = n_pinned;
     memcpy(all, pinned, (size_t)n_pinned * sizeof *all);
-    for (int i = 0; i < n_noted; i++) {
-        int seen = 0;
-        for (int j = 0; j < n_pinned && !seen; j++) seen = same_shape(&pinned[j], &noted[i].d, noted[i].batch, noted[i].tf32);
-        if (!seen) all[n++] = noted[i];
-    }
-    const size_t len = dp_conv_algos_format(all, n, buf, cap);
+    memcpy(all + n_pinned, noted, (size_t)n_noted * sizeof *all);
+    const size_t len = dp_conv_algos_format(all, n_pinned + n_noted, buf, cap);
     pthread_mutex_unlock(&mu);
     return len;
 }

@@ -13,7 +13,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <cJSON.h>
+
 #include "io/safetensors.h"
+#include "kernels/conv_algos.h"
 #include "testutil.h"
 
 /* long enough that a signal sent after the first step lands before the end */
@@ -524,8 +527,115 @@ static void test_conv_algos_recorded(void **state) {
     assert_string_equal(got, rec);
     setenv("DPTRAIN_CONV_ALGOS", "64,56,56,64,3,1,1,32,0:1,0", 1);
     rc = tu_run_dptrain(&o, "%s --max-steps 3 --checkpoint %s", args, fresh_dir("algos_bad"));
+    if (rc != 2 || !tu_contains(o, "dptrain: DPTRAIN_CONV_ALGOS: entry 1 is not ")) fail_msg("rc %d:\n%s", rc, o);
+    free(o);
+    /* eval too (it ran, ignoring it) */
+    rc = tu_run_dptrain(&o, "eval " DATA " --threads 1 --load %s", newest(d, NULL));
     unsetenv("DPTRAIN_CONV_ALGOS");
     if (rc != 2 || !tu_contains(o, "dptrain: DPTRAIN_CONV_ALGOS: entry 1 is not ")) fail_msg("rc %d:\n%s", rc, o);
+    free(o);
+}
+
+/* Rewrites the checkpoint at path with metadata key's value replaced (the header's and the data's
+ * CRCs made anew by the writer): a crafted file that passes every check but the value's own. */
+static void set_meta(const char *path, const char *key, const char *value) {
+    dp_st_file f;
+    assert_int_equal(dp_st_read(path, &f), DP_OK);
+    static dp_st_meta m[DP_ST_MAX_META_KEYS];
+    int n = 0;
+    const cJSON *it;
+    cJSON_ArrayForEach(it, (const cJSON *)f.meta_json) {
+        if (strcmp(it->string, "dptrain.data_crc32") == 0 || strcmp(it->string, DP_ST_HEADER_CRC_KEY) == 0) continue;
+        m[n++] = (dp_st_meta){.key = it->string, .value = strcmp(it->string, key) == 0 ? value : it->valuestring};
+    }
+    char tmp[1024];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *o = fopen(tmp, "wb");
+    assert_non_null(o);
+    assert_int_equal(dp_st_write(o, tmp, f.tensors, f.n, m, n), DP_OK);
+    assert_int_equal(fclose(o), 0);
+    dp_st_free(&f);
+    assert_int_equal(rename(tmp, path), 0);
+}
+
+/* The record a checkpoint holds is bounded (kernels/conv_algos.h: DP_CONV_ALGOS_RECORD_MAX): the
+ * longest record the parser takes, 256 entries of the longest fields, is written at every checkpoint
+ * and replayed on resume (a longer one, accepted at start, stopped the run at its first checkpoint
+ * with nothing saved; it is now refused at start, a field out of its range); a longer recorded value
+ * (crafted) is refused as too long, not cut into a damaged record. A damaged
+ * record in the newest checkpoint of a --resume DIR is damage like any other: warned about, naming
+ * the file, and the older checkpoint is used (it stopped the run, "none of the 0 checkpoints"). */
+static void test_conv_algos_bounds(void **state) {
+    (void)state;
+    const char *d = fresh_dir("algos_long");
+    const char *args = "train " DATA " --epochs 2 --threads 1 --save-every 1";
+    static char rec[DP_CONV_ALGOS_RECORD_MAX], got[DP_CONV_ALGOS_RECORD_MAX + 64];
+    size_t k = 0;
+    for (int i = 0; i < DP_CONV_ALGOS_MAX; i++)
+        k += (size_t)snprintf(rec + k, sizeof rec - k, "%s65536,65536,65536,65536,%d,65536,65536,%d,1:-1,-1,-1",
+                              i ? ";" : "", 10000 + i, 1000000 + i);
+    assert_int_equal(k, DP_CONV_ALGOS_RECORD_MAX - 2); /* the longest there is: no ';' after the last, no NUL */
+    char *o;
+    setenv("DPTRAIN_CONV_ALGOS", rec, 1);
+    int rc = tu_run_dptrain(&o, "%s --max-steps 3 --checkpoint %s", args, d);
+    unsetenv("DPTRAIN_CONV_ALGOS");
+    if (rc) fail_msg("rc %d:\n%.2000s", rc, o);
+    free(o);
+    conv_algos_of(d, got, sizeof got);
+    assert_string_equal(got, rec);
+    rc = tu_run_dptrain(&o, "%s --max-steps 4 --resume %s", args, d);
+    if (rc) fail_msg("rc %d:\n%.2000s", rc, o);
+    free(o);
+    conv_algos_of(d, got, sizeof got);
+    assert_string_equal(got, rec);
+    /* the review's 19,967 bytes of 256 entries: refused at start, naming the entry and field */
+    k = 0;
+    for (int i = 0; i < DP_CONV_ALGOS_MAX; i++)
+        k += (size_t)snprintf(rec + k, sizeof rec - k, "%s1000000,2000,2000,64,3,1,1,%d,0:1,0,-1", i ? ";" : "", 64 + i);
+    setenv("DPTRAIN_CONV_ALGOS", rec, 1);
+    rc = tu_run_dptrain(&o, "%s --max-steps 3 --checkpoint %s", args, fresh_dir("algos_longer"));
+    unsetenv("DPTRAIN_CONV_ALGOS");
+    if (rc != 2 || !tu_contains(o, "DPTRAIN_CONV_ALGOS: entry 1: in_c is '1000000', expected an integer in 1..65536"))
+        fail_msg("rc %d:\n%.2000s", rc, o);
+    free(o);
+    /* one byte longer than any record dptrain writes: refused by name, as damage */
+    char one[1024];
+    snprintf(one, sizeof one, "%s", newest(d, NULL));
+    memset(got, '1', DP_CONV_ALGOS_RECORD_MAX);
+    got[DP_CONV_ALGOS_RECORD_MAX] = '\0';
+    set_meta(one, "dptrain.conv_algos", got);
+    rc = tu_run_dptrain(&o, "train " DATA " --epochs 2 --threads 1 --max-steps 5 --resume %s", one);
+    if (rc != 1 || !tu_contains(o, ": metadata dptrain.conv_algos is longer than the ") ||
+        !tu_contains(o, " bytes dptrain writes"))
+        fail_msg("rc %d:\n%.2000s", rc, o);
+    free(o);
+
+    /* the newest of two checkpoints with a damaged record, the older one good */
+    const char *e = fresh_dir("algos_damaged");
+    assert_int_equal(tu_run_dptrain(&o, "%s --max-steps 4 --checkpoint %s", args, e), 0);
+    free(o);
+    int n = 0;
+    snprintf(one, sizeof one, "%s", newest(e, &n));
+    assert_true(n >= 2 && tu_contains(one, "ckpt-0000000004"));
+    set_meta(one, "dptrain.conv_algos", "garbage");
+    const char *all = fresh_dir("algos_all_damaged"); /* a copy: both files damaged */
+    tu_sh(NULL, "mkdir '%s' && cp '%s' '%s'/ckpt-0000000003.safetensors '%s'", all, one, e, all);
+    rc = tu_run_dptrain(&o, "%s --max-steps 5 --resume %s --log %s", args, e, tu_path("algos_damaged.log"));
+    char want[1200];
+    snprintf(want, sizeof want, "dptrain: warning: --resume: skipping a damaged checkpoint: %s: the convolution "
+             "algorithm record (dptrain.conv_algos) is damaged: entry 1 is not ", one);
+    if (rc || !tu_contains(o, want)) fail_msg("rc %d:\n%s", rc, o);
+    free(o);
+    char *l = slurp(tu_path("algos_damaged.log"));
+    if (!tu_contains(l, "\"event\":\"resume\",\"epoch\":1,\"next_batch\":3,\"step\":3")) fail_msg("%s", l);
+    free(l);
+    /* none readable: each warned about, and counted */
+    char older[1024];
+    snprintf(older, sizeof older, "%s/ckpt-0000000003.safetensors", all);
+    set_meta(older, "dptrain.conv_algos", "1,2");
+    rc = tu_run_dptrain(&o, "%s --max-steps 5 --resume %s", args, all);
+    if (rc != 1 || !tu_contains(o, "none of the 2 checkpoints is readable") || !tu_contains(o, "entry 1 is not "))
+        fail_msg("rc %d:\n%s", rc, o);
     free(o);
 }
 
@@ -563,6 +673,7 @@ int main(void) {
         cmocka_unit_test(test_refusals),       cmocka_unit_test(test_outputs_checked),
         cmocka_unit_test(test_disk_full),      cmocka_unit_test(test_nan),
         cmocka_unit_test(test_save_every_epochs), cmocka_unit_test(test_conv_algos_recorded),
+        cmocka_unit_test(test_conv_algos_bounds),
         cmocka_unit_test(test_resume_other_replica_count),
         cmocka_unit_test(test_resume_log_partial_line), cmocka_unit_test(test_resume_note_inexact),
     };

@@ -1,6 +1,7 @@
 /* test_kernels_fwd: every forward CPU kernel against a naive double-precision reference, on
  * several shapes, batch sizes (1, odd, smaller than the thread count) and thread counts. */
 #include <cblas.h>
+#include <limits.h>
 #include <math.h>
 #include <string.h>
 
@@ -448,6 +449,34 @@ static void test_conv_algo_record(void **state) {
         assert_int_equal(dp_conv_algos_parse(bad[i], back, 4, why, sizeof why), -1);
         assert_true(strstr(why, "entry ") != NULL);
     }
+    /* each field a plain decimal in its range, as every number a user types (core/parse_num.h): no
+       wrap (4294967297 was stored as 1), blank, '+', and no int overflow in the shape (pad 2^31-1
+       wrapped to a "valid" 2x2 output; 2^30 overflowed, UB) */
+    const char *strict[] = {"4294967297,28,28,6,5,1,2,64,0:0,0,0", " 1,28,28,6,5,1,2,64,0:0,0,0",
+                            "1, 28,28,6,5,1,2,64,0:0,0,0",         "+1,28,28,6,5,1,2,64,0:0,0,0",
+                            "1,5,5,1,1,1,2147483647,1,0:0,0,0",    "1,1,1,1,1,1,1073741824,1,0:0,0,0",
+                            "1,2147483647,1,1,1,1,1,1,0:0,0,0",    "1,28,28,6,5,1,2,64,0:0,0,100",
+                            "1,28,28,6,5,1,2,64,0:-2,0,0",         "1,28,28,6,5,1,2,64,0:0,0,0;",
+                            "1,28,28,6,5,1,2,64,0:0x1,0,0",        "1,28,28,6,5,0,2,64,0:0,0,0",
+                            "1,28,28,6,5,1,2,64,0:0,0,0,0",        "1,28,28,6,5,1,2,64:0,0,0",
+                            "1,28,28,6,5,1,2,1048577,0:0,0,0",     ";1,28,28,6,5,1,2,64,0:0,0,0"};
+    for (size_t i = 0; i < sizeof strict / sizeof *strict; i++) {
+        why[0] = '\0';
+        if (dp_conv_algos_parse(strict[i], back, 4, why, sizeof why) != -1 || !strstr(why, "entry "))
+            fail_msg("'%s' accepted (%s)", strict[i], why);
+    }
+    assert_int_equal(dp_conv_algos_parse("4294967297,28,28,6,5,1,2,64,0:0,0,0", back, 4, why, sizeof why), -1);
+    assert_string_equal(why, "entry 1: in_c is '4294967297', expected an integer in 1..65536");
+    /* every field at its bound parses, and its shape is computed without overflow */
+    assert_int_equal(dp_conv_algos_parse("65536,65536,65536,65536,1,1,65536,1048576,1:99,-1,0", back, 4, why,
+                                         sizeof why), 1);
+    assert_int_equal(back[0].d.out_h, 65536 + 2 * 65536);
+    dp_conv2d_dims big = {1, INT_MAX, INT_MAX, 1, 1, 1, INT_MAX, 0, 0};
+    assert_int_equal(dp_conv2d_dims_init(&big), -1); /* an output beyond an int */
+    big.stride = 4;
+    assert_int_equal(dp_conv2d_dims_init(&big), 0);
+    assert_int_equal(big.out_h, (int)(((long long)INT_MAX * 3 - 1) / 4 + 1));
+    assert_int_equal(dp_pool_out_size(INT_MAX, 1, 1, INT_MAX), 0);
     assert_int_equal(dp_conv_algos_pin(bad[1], why, sizeof why), -1);
     assert_int_equal(dp_conv_algos_pinned(&a[1].d, 256, 1, &got), 1); /* a bad record leaves the pinned one */
     assert_int_equal(dp_conv_algos_parse(buf, back, 1, why, sizeof why), -1);

@@ -300,7 +300,9 @@ dp_status dp_checkpoint_load_resume(const char *path, const dp_model *m, float *
         pos->epoch = (int)v[0], pos->next_batch = (int)v[1], pos->step = v[2], pos->skipped = v[3], pos->bn_batches = nbt;
     for (int i = 0; i < n_rec && s == DP_OK; i++) {
         const char *have = dp_st_meta_get(&f, rec[i].key);
-        snprintf(rec[i].value, sizeof rec[i].value, "%s", have ? have : "");
+        if (snprintf(rec[i].value, sizeof rec[i].value, "%s", have ? have : "") >= (int)sizeof rec[i].value)
+            s = dp_fail(DP_ERR_FORMAT, "%s: metadata %s is longer than the %zu bytes dptrain writes (damaged or "
+                        "crafted)", path, rec[i].key, sizeof rec[i].value - 1); /* not cut: a cut value misleads */
     }
     dp_st_free(&f);
     return s;

@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "io/safetensors.h"
+#include "kernels/conv_algos.h" /* DP_CONV_ALGOS_RECORD_MAX */
 #include "nn/model.h"
 
 typedef struct {
@@ -51,7 +52,7 @@ dp_status dp_checkpoint_load_weights(const char *flag, const char *path, const d
  * --chunks, kernels), copied out for the caller: value "" when the file has none. */
 typedef struct {
     const char *key;
-    char value[16384]; /* the convolution algorithm record (kernels/conv_algos.h) is the longest */
+    char value[DP_CONV_ALGOS_RECORD_MAX]; /* the convolution algorithm record (kernels/conv_algos.h) is the longest */
 } dp_ckpt_recorded;
 
 /* Everything needed to continue: weights, buffers, momentum and position. Fails with DP_ERR_USAGE

@@ -140,7 +140,7 @@ dp_status dp_persist_save(dp_trainer *t, const char *flag, const char *path) {
     ckpt_settings set;
     settings(t, &set);
     /* the convolution algorithms this run used (or replayed): a resume replays them (kernels/conv_algos.h) */
-    static char algos[16384];
+    static char algos[DP_CONV_ALGOS_RECORD_MAX]; /* the longest record the parser takes, written back */
     if (dp_conv_algos_current(algos, sizeof algos) >= sizeof algos)
         return dp_fail(DP_ERR_INTERNAL, "%s %s: the convolution algorithm record is longer than %zu bytes", flag, path,
                        sizeof algos - 1);
@@ -172,12 +172,13 @@ static const char *const exact_keys[] = {"dptrain.arg.chunks", "dptrain.arg.repl
 enum { N_EXACT = sizeof exact_keys / sizeof exact_keys[0] };
 
 /* The checkpoint's convolution algorithm record (its last recorded entry), replayed by this process's
- * GPU convolutions (kernels/conv_algos.h); "" in older checkpoints and CPU runs. */
-static dp_status replay_algos(const char *path, const dp_ckpt_recorded *r) {
+ * GPU convolutions (kernels/conv_algos.h); "" in older checkpoints and CPU runs. alone: the file was
+ * named (--resume FILE), not found in a directory that may hold an older one. */
+static dp_status replay_algos(const char *path, const dp_ckpt_recorded *r, int alone) {
     char why[160];
     if (*r[N_EXACT - 1].value && dp_conv_algos_pin(r[N_EXACT - 1].value, why, sizeof why) != 0)
-        return dp_fail(DP_ERR_FORMAT, "--resume %s: the convolution algorithm record (dptrain.conv_algos) is "
-                       "damaged: %s; resume from an earlier checkpoint", path, why);
+        return dp_fail(DP_ERR_FORMAT, "%s%s: the convolution algorithm record (dptrain.conv_algos) is damaged: %s%s",
+                       alone ? "--resume " : "", path, why, alone ? "; resume from an earlier checkpoint" : "");
     return DP_OK;
 }
 
@@ -249,9 +250,10 @@ static dp_status load_newest(dp_trainer *t, dp_replica *r0, dp_train_pos *pos) {
     if (!S_ISDIR(st.st_mode)) {
         DP_TRY(dp_checkpoint_load_resume(src, &t->model, r0->h_params, r0->h_buffers, mom, pos, set.m, set.n_checked, rec,
                                          N_EXACT));
+        DP_TRY(replay_algos(src, rec, 1));
         snprintf(t->last_ckpt, sizeof t->last_ckpt, "%s", src);
         note_inexact(t, src, rec);
-        return replay_algos(src, rec);
+        return DP_OK;
     }
     char **paths;
     int n;
@@ -261,10 +263,10 @@ static dp_status load_newest(dp_trainer *t, dp_replica *r0, dp_train_pos *pos) {
     for (int i = 0; i < n; i++) {
         s = dp_checkpoint_load_resume(paths[i], &t->model, r0->h_params, r0->h_buffers, mom, pos, set.m, set.n_checked,
                                       rec, N_EXACT);
+        if (s == DP_OK) s = replay_algos(paths[i], rec, 0); /* a damaged record: damage like any other */
         if (s == DP_OK) {
             snprintf(t->last_ckpt, sizeof t->last_ckpt, "%s", paths[i]);
             note_inexact(t, paths[i], rec);
-            s = replay_algos(paths[i], rec);
             break;
         }
         if (s == DP_ERR_USAGE) break; /* a different run: refuse rather than fall back to an older file */
@@ -281,7 +283,7 @@ static dp_status load_newest(dp_trainer *t, dp_replica *r0, dp_train_pos *pos) {
     }
     if (s == DP_OK || s == DP_ERR_USAGE) return s;
     return dp_fail(DP_ERR_FORMAT, "--resume %s: none of the %d checkpoints is readable (see the warnings above)", src,
-                   damaged);
+                   damaged); /* every one: the loop breaks at the first that is not damaged */
 }
 
 /* Positions travel as floats (the broadcast's type): 20 bits a piece is exact. */
@@ -291,9 +293,7 @@ static void put_long(float *f, long v) {
 static long get_long(const float *f) { return (long)f[0] | ((long)f[1] << 20) | ((long)f[2] << 40); }
 
 dp_status dp_persist_resume(dp_trainer *t) {
-    char why[160];
-    if (dp_conv_algos_pin_env(why, sizeof why) < 0) /* before a resume's record, which replaces it */
-        return dp_fail(DP_ERR_USAGE, "DPTRAIN_CONV_ALGOS: %s; give \"time\" or a record of a run", why);
+    /* DPTRAIN_CONV_ALGOS was pinned at the start (dp_trainer's setup): a resume's record replaces it */
     if (!t->cfg.resume_path) return DP_OK;
     dp_train_pos pos = {0};
     float *enc[dp_exec_n_local(t->ex)], store[dp_exec_n_local(t->ex)][15];

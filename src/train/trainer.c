@@ -21,6 +21,7 @@
 #include "io/atomic.h"
 #include "io/checkpoint.h"
 #include "io/ckpt_dir.h"
+#include "kernels/conv_algos.h"
 #include "report/progress.h"
 #include "exec/devices.h"
 #include "exec/launch.h"
@@ -184,6 +185,11 @@ static size_t largest_sum(const dp_trainer *t, size_t eval_floats) {
 
 static dp_status setup(dp_trainer *t) {
     dp_config *c = &t->cfg;
+    /* every command that runs kernels (train, eval, predict) passes here, before a device opens or a
+       resume's record replaces it (persist.c) */
+    char why[160];
+    if (dp_conv_algos_pin_env(why, sizeof why) < 0)
+        return dp_fail(DP_ERR_USAGE, "DPTRAIN_CONV_ALGOS: %s; give \"time\" or a record of a run", why);
     t->strategy = dp_strategy_of(c->mode);
     t->cores = default_threads(t->cores_from, sizeof t->cores_from);
     if (c->threads <= 0) c->threads = t->cores;
