@@ -270,11 +270,11 @@ static dp_status setup(dp_trainer *t) {
         return dp_fail(DP_ERR_USAGE, "--no-graph: --device %s records no graphs, so there are none to turn off; leave "
                        "it out", c->device ? c->device : "cpu");
     if (c->steps_per_graph > 1 && t->have_train) {
-        const char *why = strcmp(t->strategy->name, "ddp") != 0 ? "it is for --mode ddp"
-                                                                  : dp_exec_no_launch_reason(t->ex);
-        if (why)
+        const char *idle = strcmp(t->strategy->name, "ddp") != 0 ? "it is for --mode ddp"
+                                                                   : dp_exec_no_launch_reason(t->ex);
+        if (idle)
             return dp_fail(DP_ERR_USAGE, "--steps-per-graph %d would do nothing in this run: %s; leave it out",
-                           c->steps_per_graph, why);
+                           c->steps_per_graph, idle);
         t->launch_k = c->steps_per_graph;
         DP_TRY(dp_exec_launch_alloc(t->ex, t->launch_k, t->launch_k * c->accumulate));
     }
