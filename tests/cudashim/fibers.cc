@@ -1,11 +1,14 @@
 // fibers.cc: a grid run on the CPU. Blocks run one after another on the calling thread (a
-// stream's worker); a block's threads run as fibers (ucontext) of that thread, one at a time,
+// stream's worker); a block's threads run as fibers of that thread, one at a time,
 // each until it finishes or reaches __syncthreads; when every live thread of the block waits
 // there, they all go on. A fiber whose thread finished takes the block's next thread, so a
 // kernel without barriers runs on one fiber stack. Under AddressSanitizer every switch is
-// announced to it (__sanitizer_start/finish_switch_fiber), as it requires.
+// announced to it (__sanitizer_start/finish_switch_fiber), as it requires. On x86-64 a fiber
+// switch is six pushes and pops (dp_shim_switch below); swapcontext, elsewhere, also saves the
+// signal mask with a system call each time, which made the suites several times slower.
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/mman.h>
 #include <ucontext.h>
 #include <vector>
@@ -28,8 +31,73 @@ enum { RUNNING, AT_BARRIER, FINISHED };
 // ASan's instrumented frames are several times larger
 constexpr size_t STACK_BYTES = (DP_SHIM_ASAN ? 512 : 128) << 10;
 
-struct Fiber {
+#if defined(__x86_64__)
+// Saves the callee-saved registers and the FP control words on the current stack, stores its
+// pointer in *from, and resumes the stack `to` saved (or one new_context prepared).
+extern "C" void dp_shim_switch(void **from, void *to);
+asm(R"(
+    .text
+    .globl dp_shim_switch
+    .type dp_shim_switch, @function
+dp_shim_switch:
+    pushq %rbp
+    pushq %rbx
+    pushq %r12
+    pushq %r13
+    pushq %r14
+    pushq %r15
+    subq $8, %rsp
+    stmxcsr (%rsp)
+    fnstcw 4(%rsp)
+    movq %rsp, (%rdi)
+    movq %rsi, %rsp
+    ldmxcsr (%rsp)
+    fldcw 4(%rsp)
+    addq $8, %rsp
+    popq %r15
+    popq %r14
+    popq %r13
+    popq %r12
+    popq %rbx
+    popq %rbp
+    ret
+    .size dp_shim_switch, .-dp_shim_switch
+    .section .note.GNU-stack,"",@progbits
+    .text
+)");
+struct Context {
+    void *sp = nullptr;
+};
+void switch_to(Context *from, Context *to) { dp_shim_switch(&from->sp, to->sp); }
+// A stack whose first switch "returns" into entry with the alignment of a call.
+void new_context(Context *c, char *stack, size_t bytes, void (*entry)()) {
+    uintptr_t top = ((uintptr_t)(stack + bytes)) & ~(uintptr_t)15;
+    void **sp = (void **)top;
+    *--sp = nullptr;         // entry's return address: it never returns
+    *--sp = (void *)entry;   // dp_shim_switch's ret goes here
+    for (int i = 0; i < 6; i++) *--sp = nullptr; // rbp rbx r12-r15
+    --sp;
+    unsigned csr[2];
+    asm volatile("stmxcsr %0\n\tfnstcw %1" : "=m"(csr[0]), "=m"(csr[1]));
+    memcpy(sp, csr, sizeof csr);
+    c->sp = sp;
+}
+#else
+struct Context {
     ucontext_t uc;
+};
+void switch_to(Context *from, Context *to) { swapcontext(&from->uc, &to->uc); }
+void new_context(Context *c, char *stack, size_t bytes, void (*entry)()) {
+    getcontext(&c->uc);
+    c->uc.uc_stack.ss_sp = stack;
+    c->uc.uc_stack.ss_size = bytes;
+    c->uc.uc_link = nullptr;
+    makecontext(&c->uc, entry, 0);
+}
+#endif
+
+struct Fiber {
+    Context uc;
     char *stack = nullptr; // mmap'd, its lowest page a guard
     int state = RUNNING, pred = 0;
     uint3 thread{0, 0, 0};
@@ -37,7 +105,7 @@ struct Fiber {
 };
 
 struct Sched {
-    ucontext_t uc;
+    Context uc;
     std::vector<Fiber *> all, free, waiting, next;
     const std::function<void()> *body = nullptr;
     Fiber *cur = nullptr;
@@ -55,7 +123,7 @@ void to_scheduler(Fiber *f) {
 #if DP_SHIM_ASAN
     __sanitizer_start_switch_fiber(&f->fake, sched.host_bottom, sched.host_size);
 #endif
-    swapcontext(&f->uc, &sched.uc);
+    switch_to(&f->uc, &sched.uc);
 #if DP_SHIM_ASAN
     __sanitizer_finish_switch_fiber(f->fake, nullptr, nullptr);
 #endif
@@ -82,11 +150,7 @@ Fiber *new_fiber() {
     }
     f->stack = (char *)m;
     mprotect(f->stack, 4096, PROT_NONE); // an overflow faults instead of writing into another stack
-    getcontext(&f->uc);
-    f->uc.uc_stack.ss_sp = f->stack;
-    f->uc.uc_stack.ss_size = STACK_BYTES;
-    f->uc.uc_link = nullptr;
-    makecontext(&f->uc, fiber_main, 0);
+    new_context(&f->uc, f->stack, STACK_BYTES, fiber_main);
     sched.all.push_back(f);
     return f;
 }
@@ -99,7 +163,7 @@ void resume(Fiber *f) {
 #if DP_SHIM_ASAN
     __sanitizer_start_switch_fiber(&sched.host_fake, f->stack, STACK_BYTES);
 #endif
-    swapcontext(&sched.uc, &f->uc);
+    switch_to(&sched.uc, &f->uc);
 #if DP_SHIM_ASAN
     __sanitizer_finish_switch_fiber(sched.host_fake, nullptr, nullptr);
 #endif
