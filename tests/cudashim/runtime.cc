@@ -107,6 +107,16 @@ double now_ms() {
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
+// DP_CUDASHIM_DELAY_US=N: each operation starts up to N microseconds late (random), so that work
+// the host forgot to wait for is still unfinished when it looks (a race shows more often)
+unsigned max_delay_us() {
+    static const unsigned n = [] {
+        const char *e = getenv("DP_CUDASHIM_DELAY_US");
+        return e ? (unsigned)atoi(e) : 0u;
+    }();
+    return n;
+}
+
 bool ready(const Op &op) {
     for (auto &d : op.deps)
         if (d.first->done < d.second) return false;
@@ -114,6 +124,7 @@ bool ready(const Op &op) {
 }
 
 void work(CUstream_st *s) {
+    unsigned seed = (unsigned)(uintptr_t)s;
     std::unique_lock<std::mutex> l(mu);
     for (;;) {
         cv.wait(l, [s] { return s->q.empty() ? s->stop : ready(s->q.front()); });
@@ -121,6 +132,8 @@ void work(CUstream_st *s) {
         Op op = std::move(s->q.front());
         s->q.pop_front();
         l.unlock();
+        if (max_delay_us())
+            std::this_thread::sleep_for(std::chrono::microseconds(rand_r(&seed) % (max_delay_us() + 1)));
         op.fn();
         op.fn = nullptr; // its captures (the kernel's arguments) go before the op counts as done
         l.lock();
