@@ -220,6 +220,9 @@ cudaError_t copy(void *dst, const void *src, size_t n, cudaMemcpyKind kind, cuda
                           (kind == cudaMemcpyDefault && !owner(device_mem, dst));
     if ((!host_src && !owner(device_mem, src)) || (!host_dst && !owner(device_mem, dst)))
         return fail(cudaErrorInvalidValue); // a "device" pointer that is no allocation
+    // pageable memory cannot be copied by a graph (CUDA refuses it during capture)
+    if (st->graph && ((host_src && !owner(pinned, src)) || (host_dst && !owner(pinned, dst))))
+        return fail(cudaErrorStreamCaptureUnsupported);
     std::function<void()> fn;
     if (host_src && !owner(pinned, src) && !sync) { // pageable: staged now, the caller may reuse it
         auto staged = std::make_shared<std::vector<char>>((const char *)src, (const char *)src + n);
@@ -488,6 +491,9 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags) {
     if (!e || flags) return fail(cudaErrorInvalidValue);
     std::lock_guard<std::mutex> g(mu);
     CUstream_st *st = resolve(s);
+    bool live = false; // the capture e was recorded in is still going on
+    for (CUstream_st *o : streams) live = live || (e->graph && o->graph == e->graph);
+    if (e->graph && !live) return cudaSuccess; // its record was a dependency of an ended capture: none here
     if (e->graph) { // an event of a capture: s joins it (its later work goes into the same graph)
         if (st->graph && st->graph != e->graph) return fail(cudaErrorStreamCaptureUnmatched);
         if (!st->graph) st->graph = e->graph, st->origin = false;

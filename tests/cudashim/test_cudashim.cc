@@ -126,6 +126,8 @@ static void capture_and_graphs() {
     CHECK(cudaStreamSynchronize(s) == cudaErrorStreamCaptureUnsupported); // refused while capturing
     void *p;
     CHECK(cudaMalloc(&p, 16) == cudaErrorStreamCaptureUnsupported);
+    int host = 5; // pageable memory: no graph can copy it
+    CHECK(cudaMemcpyAsync(d, &host, sizeof host, cudaMemcpyHostToDevice, s) == cudaErrorStreamCaptureUnsupported);
     cudaGraph_t g = nullptr;
     cudaError_t other = cudaSuccess;
     std::thread([&] { other = cudaStreamEndCapture(s, &g); }).join();
@@ -135,12 +137,18 @@ static void capture_and_graphs() {
     cudaGraphExec_t x;
     CHECK(cudaGraphInstantiate(&x, g, 0) == cudaSuccess);
     CHECK(cudaGraphDestroy(g) == cudaSuccess);
+    // an event last recorded inside the ended capture: waiting for it joins no capture, and the
+    // waiting stream's work runs
+    CHECK(cudaStreamWaitEvent(lane, join, 0) == cudaSuccess);
+    CHECK(cudaStreamIsCapturing(lane, &st) == cudaSuccess && st == cudaStreamCaptureStatusNone);
+    dp_shim_launch(add_k, dim3(1), dim3(1), 0, lane)(d, 100);
+    CHECK(cudaStreamSynchronize(lane) == cudaSuccess);
     for (int i = 0; i < 3; i++) CHECK(cudaGraphLaunch(x, s) == cudaSuccess);
     CHECK(cudaStreamSynchronize(s) == cudaSuccess);
     CHECK(cudaMemcpy(&h, d, sizeof h, cudaMemcpyDeviceToHost) == cudaSuccess);
-    CHECK(h == 33); // nothing ran at capture, three replays of both kernels
+    CHECK(h == 133); // nothing ran at capture, three replays of both kernels, the lane's 100
     dp_cudashim_counts_get(&c1);
-    CHECK(c1.launches - c0.launches == 6);
+    CHECK(c1.launches - c0.launches == 7);
     CHECK(c1.graph_launches - c0.graph_launches == 3);
     CHECK(c1.host_waits > c0.host_waits);
     CHECK(cudaGraphExecDestroy(x) == cudaSuccess);
