@@ -435,7 +435,8 @@ static void test_fused(void **state) {
         const int oh = pk ? (d.out_h + 2 * pp - pk) / ps + 1 : 0, ow = pk ? (d.out_w + 2 * pp - pk) / ps + 1 : 0;
         const size_t nx = (size_t)B * d.in_c * d.in_h * d.in_w, nw = (size_t)d.out_c * d.in_c * d.k * d.k,
                      ny = (size_t)B * d.out_c * d.out_h * d.out_w, np = (size_t)B * d.out_c * oh * ow;
-        float *x = host_rand(nx, 1), *w = host_rand(nw, 0.2f), *b = host_rand(d.out_c, 0.1f), *g = host_rand(np, 1);
+        /* g: np + 1 floats, since gg below is uploaded with one float more (np is 0 without a pool) */
+        float *x = host_rand(nx, 1), *w = host_rand(nw, 0.2f), *b = host_rand(d.out_c, 0.1f), *g = host_rand(np + 1, 1);
         float *cws = malloc(C->conv2d_workspace_floats(&d, B, 1) * 4 + 64);
         float *y = malloc(ny * 4), *r = malloc(ny * 4), *pooled = malloc(np * 4 + 4), *dpool = malloc(ny * 4);
         float *dx = malloc(ny * 4);

@@ -124,14 +124,14 @@ static void sums(const dp_kctx *c, int batch, int ch, int hw, const float *x, co
     const size_t per = (size_t)batch * hw;
     float *direct = slices == 1 ? out : nullptr;
     if (fits32(batch, ch, hw))
-        sums_part_k<uint32_t><<<grid, DP_CUDA_THREADS, 0, dp_stream(c)>>>(ch, (uint32_t)hw, (uint32_t)per, slices, x,
+        DP_LAUNCH(sums_part_k<uint32_t>, grid, DP_CUDA_THREADS, 0, dp_stream(c))(ch, (uint32_t)hw, (uint32_t)per, slices, x,
                                                                           dy, mean, part, invstd, direct);
     else
-        sums_part_k<size_t><<<grid, DP_CUDA_THREADS, 0, dp_stream(c)>>>(ch, (size_t)hw, per, slices, x, dy, mean, part,
+        DP_LAUNCH(sums_part_k<size_t>, grid, DP_CUDA_THREADS, 0, dp_stream(c))(ch, (size_t)hw, per, slices, x, dy, mean, part,
                                                                         invstd, direct);
     DP_LAUNCHED(what);
     if (direct) return;
-    sums_final_k<<<per_channel(ch), DP_CUDA_THREADS, 0, dp_stream(c)>>>(ch, slices, part, invstd, out);
+    DP_LAUNCH(sums_final_k, per_channel(ch), DP_CUDA_THREADS, 0, dp_stream(c))(ch, slices, part, invstd, out);
     DP_LAUNCHED(what);
 }
 
@@ -142,7 +142,7 @@ extern "C" void dp_cuda_bn_stats(const dp_kctx *c, int ch, int training, const f
                                  float momentum, int update, float *mean, float *invstd, float *run_mean,
                                  float *run_var) {
     if (ch <= 0 || (training && count <= 0)) return;
-    stats_k<<<per_channel(ch), DP_CUDA_THREADS, 0, dp_stream(c)>>>(ch, training, sums, count, eps, momentum, update,
+    DP_LAUNCH(stats_k, per_channel(ch), DP_CUDA_THREADS, 0, dp_stream(c))(ch, training, sums, count, eps, momentum, update,
                                                                      mean, invstd, run_mean, run_var);
     DP_LAUNCHED("batch norm statistics");
 }
@@ -151,10 +151,10 @@ extern "C" void dp_cuda_bn_apply(const dp_kctx *c, int batch, int ch, int hw, co
     const size_t n = (size_t)batch * ch * hw;
     if (!n) return;
     if (fits32(batch, ch, hw))
-        apply_k<uint32_t><<<dp_blocks(n), DP_CUDA_THREADS, 0, dp_stream(c)>>>((uint32_t)n, (uint32_t)ch, (uint32_t)hw,
+        DP_LAUNCH(apply_k<uint32_t>, dp_blocks(n), DP_CUDA_THREADS, 0, dp_stream(c))((uint32_t)n, (uint32_t)ch, (uint32_t)hw,
                                                                              x, mean, invstd, gamma, beta, y);
     else
-        apply_k<size_t><<<dp_blocks(n), DP_CUDA_THREADS, 0, dp_stream(c)>>>(n, (size_t)ch, (size_t)hw, x, mean, invstd,
+        DP_LAUNCH(apply_k<size_t>, dp_blocks(n), DP_CUDA_THREADS, 0, dp_stream(c))(n, (size_t)ch, (size_t)hw, x, mean, invstd,
                                                                            gamma, beta, y);
     DP_LAUNCHED("batch norm apply");
 }
@@ -168,15 +168,15 @@ extern "C" void dp_cuda_bn_backward(const dp_kctx *c, int batch, int ch, int hw,
                                     float *ws) {
     (void)ws;
     if (ch <= 0) return;
-    param_grads_k<<<per_channel(ch), DP_CUDA_THREADS, 0, dp_stream(c)>>>(ch, local, dgamma, dbeta);
+    DP_LAUNCH(param_grads_k, per_channel(ch), DP_CUDA_THREADS, 0, dp_stream(c))(ch, local, dgamma, dbeta);
     DP_LAUNCHED("batch norm parameter gradients");
     const size_t n = (size_t)batch * ch * hw;
     if (!dx || !n || !(count > 0)) return;
     if (fits32(batch, ch, hw))
-        input_grad_k<uint32_t><<<dp_blocks(n), DP_CUDA_THREADS, 0, dp_stream(c)>>>(
+        DP_LAUNCH(input_grad_k<uint32_t>, dp_blocks(n), DP_CUDA_THREADS, 0, dp_stream(c))(
             (uint32_t)n, (uint32_t)ch, (uint32_t)hw, x, dy, mean, invstd, gamma, sums, count, dx);
     else
-        input_grad_k<size_t><<<dp_blocks(n), DP_CUDA_THREADS, 0, dp_stream(c)>>>(n, (size_t)ch, (size_t)hw, x, dy, mean,
+        DP_LAUNCH(input_grad_k<size_t>, dp_blocks(n), DP_CUDA_THREADS, 0, dp_stream(c))(n, (size_t)ch, (size_t)hw, x, dy, mean,
                                                                                 invstd, gamma, sums, count, dx);
     DP_LAUNCHED("batch norm input gradient");
 }

@@ -23,7 +23,7 @@ __global__ void round_bf16_lanes_k(bf16_lanes L) {
 
 extern "C" void dp_cuda_round_bf16(const dp_kctx *c, size_t n, const float *x, float *y) {
     if (!n) return;
-    round_bf16_k<<<dp_blocks(n), DP_CUDA_THREADS, 0, dp_stream(c)>>>(n, x, y);
+    DP_LAUNCH(round_bf16_k, dp_blocks(n), DP_CUDA_THREADS, 0, dp_stream(c))(n, x, y);
     DP_LAUNCHED("round to bf16");
 }
 
@@ -37,7 +37,7 @@ extern "C" int dp_cuda_lanes_bf16(const dp_kctx *c, int n, const dp_kcall *const
         most = calls[l]->z > most ? calls[l]->z : most;
     }
     if (!most) return 1;
-    round_bf16_lanes_k<<<dim3(dp_blocks(most), (unsigned)n), DP_CUDA_THREADS, 0, dp_stream(c)>>>(L);
+    DP_LAUNCH(round_bf16_lanes_k, dim3(dp_blocks(most), (unsigned)n), DP_CUDA_THREADS, 0, dp_stream(c))(L);
     DP_LAUNCHED("round to bf16, lanes");
     return 1;
 }

@@ -16,6 +16,16 @@ extern "C" {
 
 #define DP_CUDA_THREADS 256
 
+// The one launch syntax of kernels/cuda/: DP_LAUNCH(kernel, grid, block, shmem, stream)(args...).
+// nvcc: kernel<<<grid, block, shmem, stream>>>(args...). Anything else compiles these files
+// against the CPU stand-in for CUDA (tests/cudashim/), whose launcher queues the kernel on the
+// stream with its arguments copied, as a launch does.
+#ifdef __CUDACC__
+#define DP_LAUNCH(kernel, grid, block, shmem, stream) kernel<<<grid, block, shmem, stream>>>
+#else
+#define DP_LAUNCH(kernel, grid, block, shmem, stream) dp_shim_launch(kernel, grid, block, shmem, stream)
+#endif
+
 // Makes `ordinal` the calling thread's current device unless it is already (support.cu): launches,
 // cuBLAS and cuDNN calls need their stream's device current, and one thread may drive several.
 void dp_cuda_use(int ordinal);

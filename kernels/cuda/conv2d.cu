@@ -82,7 +82,7 @@ extern "C" size_t dp_cuda_conv2d_workspace_floats(const dp_conv2d_dims *d, int b
 
 static void im2col(const dp_kctx *c, const dp_conv2d_dims *d, int batch, const float *x, float *col) {
     const size_t n = col_rows(d) * cols_of(d, batch);
-    im2col_k<<<dp_blocks(n), DP_CUDA_THREADS, 0, dp_stream(c)>>>(n, d->in_c, d->in_h, d->in_w, d->k, d->stride, d->pad,
+    DP_LAUNCH(im2col_k, dp_blocks(n), DP_CUDA_THREADS, 0, dp_stream(c))(n, d->in_c, d->in_h, d->in_w, d->k, d->stride, d->pad,
                                                                   d->out_h, d->out_w, batch, x, col);
     DP_LAUNCHED("conv2d im2col");
 }
@@ -96,7 +96,7 @@ void dp_cuda_conv2d_forward_gemm(const dp_kctx *c, const dp_conv2d_dims *d, int 
     im2col(c, d, batch, x, col);
     dp_cuda_gemm(c, 0, 0, M, (int)cols, K, 1.0f, w, K, col, (int)cols, 0.0f, t, (int)cols);
     const size_t n = (size_t)batch * M * P;
-    to_nchw_k<<<dp_blocks(n), DP_CUDA_THREADS, 0, dp_stream(c)>>>(n, M, P, batch, t, b, y);
+    DP_LAUNCH(to_nchw_k, dp_blocks(n), DP_CUDA_THREADS, 0, dp_stream(c))(n, M, P, batch, t, b, y);
     DP_LAUNCHED("conv2d output layout");
 }
 
@@ -108,17 +108,17 @@ void dp_cuda_conv2d_backward_gemm(const dp_kctx *c, const dp_conv2d_dims *d, int
     float *col = ws, *dyt = ws + (size_t)K * cols, *dcol = dyt + (size_t)M * cols;
     im2col(c, d, batch, x, col);
     const size_t n = (size_t)M * cols;
-    from_nchw_k<<<dp_blocks(n), DP_CUDA_THREADS, 0, dp_stream(c)>>>(n, M, P, batch, dy, dyt);
+    DP_LAUNCH(from_nchw_k, dp_blocks(n), DP_CUDA_THREADS, 0, dp_stream(c))(n, M, P, batch, dy, dyt);
     DP_LAUNCHED("conv2d gradient layout");
     dp_cuda_gemm(c, 0, 1, M, K, (int)cols, 1.0f, dyt, (int)cols, col, (int)cols, 1.0f, dw, K); // dw += dyt col^T
     if (db) {
-        conv_bias_grad_k<<<M, DP_CUDA_THREADS, 0, dp_stream(c)>>>(M, cols, dyt, db);
+        DP_LAUNCH(conv_bias_grad_k, M, DP_CUDA_THREADS, 0, dp_stream(c))(M, cols, dyt, db);
         DP_LAUNCHED("conv2d bias gradient");
     }
     if (!dx) return;
     dp_cuda_gemm(c, 1, 0, K, (int)cols, M, 1.0f, w, K, dyt, (int)cols, 0.0f, dcol, (int)cols); // dcol = w^T dyt
     const size_t nx = (size_t)batch * d->in_c * d->in_h * d->in_w;
-    col2im_k<<<dp_blocks(nx), DP_CUDA_THREADS, 0, dp_stream(c)>>>(nx, d->in_c, d->in_h, d->in_w, d->k, d->stride,
+    DP_LAUNCH(col2im_k, dp_blocks(nx), DP_CUDA_THREADS, 0, dp_stream(c))(nx, d->in_c, d->in_h, d->in_w, d->k, d->stride,
                                                                    d->pad, d->out_h, d->out_w, batch, dcol, dx);
     DP_LAUNCHED("conv2d col2im");
 }

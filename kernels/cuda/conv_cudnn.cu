@@ -282,7 +282,7 @@ static void cudnn_backward(const dp_kctx *c, const dp_conv2d_dims *d, int batch,
     }
     cudnnStatus_t s = CUDNN_STATUS_SUCCESS;
     if (db && p->filter_ok) {
-        bias_grad_nchw_k<<<d->out_c, DP_CUDA_THREADS, 0, dp_stream(c)>>>(batch, d->out_c, (size_t)d->out_h * d->out_w,
+        DP_LAUNCH(bias_grad_nchw_k, d->out_c, DP_CUDA_THREADS, 0, dp_stream(c))(batch, d->out_c, (size_t)d->out_h * d->out_w,
                                                                         dy, db);
         DP_LAUNCHED("conv2d bias gradient");
     }

@@ -59,27 +59,27 @@ extern "C" int dp_cuda_lanes_elementwise(const dp_kctx *c, int n, const dp_kcall
     if (!most) return 1;
     const dim3 grid(dp_blocks(most), (unsigned)n);
     cudaStream_t s = dp_stream(c);
-    if (kind == DP_KC_RELU_FWD) relu_fwd_lanes_k<<<grid, DP_CUDA_THREADS, 0, s>>>(L);
-    else if (kind == DP_KC_RELU_BWD) relu_bwd_lanes_k<<<grid, DP_CUDA_THREADS, 0, s>>>(L);
-    else if (kind == DP_KC_ADD) add_lanes_k<<<grid, DP_CUDA_THREADS, 0, s>>>(L);
-    else copy_lanes_k<<<grid, DP_CUDA_THREADS, 0, s>>>(L);
+    if (kind == DP_KC_RELU_FWD) DP_LAUNCH(relu_fwd_lanes_k, grid, DP_CUDA_THREADS, 0, s)(L);
+    else if (kind == DP_KC_RELU_BWD) DP_LAUNCH(relu_bwd_lanes_k, grid, DP_CUDA_THREADS, 0, s)(L);
+    else if (kind == DP_KC_ADD) DP_LAUNCH(add_lanes_k, grid, DP_CUDA_THREADS, 0, s)(L);
+    else DP_LAUNCH(copy_lanes_k, grid, DP_CUDA_THREADS, 0, s)(L);
     DP_LAUNCHED("element-wise lanes");
     return 1;
 }
 
 extern "C" void dp_cuda_relu_forward(const dp_kctx *c, size_t n, const float *x, float *y) {
     if (!n) return;
-    relu_fwd_k<<<dp_blocks(n), DP_CUDA_THREADS, 0, dp_stream(c)>>>(n, x, y);
+    DP_LAUNCH(relu_fwd_k, dp_blocks(n), DP_CUDA_THREADS, 0, dp_stream(c))(n, x, y);
     DP_LAUNCHED("relu forward");
 }
 extern "C" void dp_cuda_relu_backward(const dp_kctx *c, size_t n, const float *y, const float *dy, float *dx) {
     if (!n) return;
-    relu_bwd_k<<<dp_blocks(n), DP_CUDA_THREADS, 0, dp_stream(c)>>>(n, y, dy, dx);
+    DP_LAUNCH(relu_bwd_k, dp_blocks(n), DP_CUDA_THREADS, 0, dp_stream(c))(n, y, dy, dx);
     DP_LAUNCHED("relu backward");
 }
 extern "C" void dp_cuda_add(const dp_kctx *c, size_t n, const float *a, const float *b, float *y) {
     if (!n) return;
-    add_k<<<dp_blocks(n), DP_CUDA_THREADS, 0, dp_stream(c)>>>(n, a, b, y);
+    DP_LAUNCH(add_k, dp_blocks(n), DP_CUDA_THREADS, 0, dp_stream(c))(n, a, b, y);
     DP_LAUNCHED("add");
 }
 extern "C" void dp_cuda_copy(const dp_kctx *c, size_t n, const float *x, float *y) {
@@ -105,7 +105,7 @@ __global__ void sgd_k(size_t n, float *p, const float *g, float *buf, float lr, 
 extern "C" void dp_cuda_sgd(const dp_kctx *c, size_t n, float *p, const float *g, float *buf, float lr, float momentum,
                             float wd, int nesterov) {
     if (!n) return;
-    sgd_k<<<dp_blocks(n), DP_CUDA_THREADS, 0, dp_stream(c)>>>(n, p, g, buf, lr, momentum, wd, nesterov);
+    DP_LAUNCH(sgd_k, dp_blocks(n), DP_CUDA_THREADS, 0, dp_stream(c))(n, p, g, buf, lr, momentum, wd, nesterov);
     DP_LAUNCHED("sgd");
 }
 
@@ -118,7 +118,7 @@ __global__ void nonfinite_k(size_t n, const float *x, float *flag) {
 }
 extern "C" void dp_cuda_nonfinite(const dp_kctx *c, size_t n, const float *x, float *flag) {
     if (!n) return;
-    nonfinite_k<<<dp_blocks(n), DP_CUDA_THREADS, 0, dp_stream(c)>>>(n, x, flag);
+    DP_LAUNCH(nonfinite_k, dp_blocks(n), DP_CUDA_THREADS, 0, dp_stream(c))(n, x, flag);
     DP_LAUNCHED("nonfinite");
 }
 
@@ -134,7 +134,7 @@ extern "C" void dp_cuda_tree_sum(const dp_kctx *c, float *const *v, int n, size_
     for (int m = n; m > 1;) { // the order of core/treesum.c
         const int h = (m + 1) / 2;
         for (int i = 0; i < m - h; i++)
-            tree_level_k<<<dp_blocks(count), DP_CUDA_THREADS, 0, dp_stream(c)>>>(count, v[i] + lo, v[i + h] + lo, clear);
+            DP_LAUNCH(tree_level_k, dp_blocks(count), DP_CUDA_THREADS, 0, dp_stream(c))(count, v[i] + lo, v[i + h] + lo, clear);
         m = h;
     }
     DP_LAUNCHED("tree sum");

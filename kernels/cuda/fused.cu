@@ -56,7 +56,7 @@ extern "C" void dp_cuda_conv2d_relu_forward(const dp_kctx *c, const dp_conv2d_di
     if (pool_k > 0)
         oh = pool_out(d->out_h, pool_k, pool_stride, pool_pad), ow = pool_out(d->out_w, pool_k, pool_stride, pool_pad);
     const size_t np = pool_k > 0 && oh > 0 && ow > 0 ? (size_t)batch * d->out_c * oh * ow : 0;
-    relu_pool_k<<<dp_blocks(n > np ? n : np), DP_CUDA_THREADS, 0, dp_stream(c)>>>(
+    DP_LAUNCH(relu_pool_k, dp_blocks(n > np ? n : np), DP_CUDA_THREADS, 0, dp_stream(c))(
         n, np, d->out_h, d->out_w, pool_k, pool_stride, pool_pad, oh, ow, y, r, pooled, argmax);
     DP_LAUNCHED(np ? "conv2d relu max pool" : "conv2d relu");
 }
@@ -77,7 +77,7 @@ extern "C" void dp_cuda_bn_apply_relu(const dp_kctx *c, int batch, int ch, int h
                                       const float *invstd, const float *gamma, const float *beta, float *y, float *r) {
     const size_t n = (size_t)batch * ch * hw;
     if (!n) return;
-    apply_relu_k<<<dp_blocks(n), DP_CUDA_THREADS, 0, dp_stream(c)>>>(n, (size_t)ch, (size_t)hw, x, mean, invstd, gamma,
+    DP_LAUNCH(apply_relu_k, dp_blocks(n), DP_CUDA_THREADS, 0, dp_stream(c))(n, (size_t)ch, (size_t)hw, x, mean, invstd, gamma,
                                                                      beta, y, r);
     DP_LAUNCHED("batch norm apply relu");
 }
@@ -100,7 +100,7 @@ extern "C" void dp_cuda_maxpool_relu_backward(const dp_kctx *c, int batch, int c
                                               const float *y, float *dpool, float *dx) {
     const size_t n = (size_t)batch * ch * h * w;
     if (!n || oh <= 0 || ow <= 0) return;
-    pool_relu_bwd_k<<<dp_blocks(n), DP_CUDA_THREADS, 0, dp_stream(c)>>>(n, h, w, k, stride, pad, oh, ow, dy, argmax, y,
+    DP_LAUNCH(pool_relu_bwd_k, dp_blocks(n), DP_CUDA_THREADS, 0, dp_stream(c))(n, h, w, k, stride, pad, oh, ow, dy, argmax, y,
                                                                         dpool, dx);
     DP_LAUNCHED("max pool relu backward");
 }

@@ -24,9 +24,9 @@ extern "C" void dp_cuda_gather_batch(const dp_kctx *c, int n, int ch, int hw, co
         dp_cuda_note("gather batch", "more elements than 32-bit indices hold");
         return;
     }
-    gather_k<<<dp_blocks(total), DP_CUDA_THREADS, 0, dp_stream(c)>>>((unsigned)total, (unsigned)chw, (unsigned)hw,
+    DP_LAUNCH(gather_k, dp_blocks(total), DP_CUDA_THREADS, 0, dp_stream(c))((unsigned)total, (unsigned)chw, (unsigned)hw,
                                                                       pixels, idx, lut, x);
     DP_LAUNCHED("gather batch");
-    gather_labels_k<<<dp_blocks((size_t)n), DP_CUDA_THREADS, 0, dp_stream(c)>>>(n, labels, idx, y);
+    DP_LAUNCH(gather_labels_k, dp_blocks((size_t)n), DP_CUDA_THREADS, 0, dp_stream(c))(n, labels, idx, y);
     DP_LAUNCHED("gather labels");
 }

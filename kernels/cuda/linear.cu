@@ -19,7 +19,7 @@ extern "C" void dp_cuda_linear_forward(const dp_kctx *c, int batch, int in_f, in
     if (batch <= 0 || out_f <= 0) return;
     const size_t n = (size_t)batch * out_f;
     if (b) {
-        bias_rows_k<<<dp_blocks(n), DP_CUDA_THREADS, 0, dp_stream(c)>>>(n, out_f, b, y);
+        DP_LAUNCH(bias_rows_k, dp_blocks(n), DP_CUDA_THREADS, 0, dp_stream(c))(n, out_f, b, y);
         DP_LAUNCHED("linear bias");
     }
     // y (batch, out_f) = x (batch, in_f) w^T (in_f, out_f) [+ y]
@@ -32,7 +32,7 @@ extern "C" void dp_cuda_linear_backward(const dp_kctx *c, int batch, int in_f, i
     if (dx) dp_cuda_gemm(c, 0, 0, batch, in_f, out_f, 1.0f, dy, out_f, w, in_f, 0.0f, dx, in_f);
     dp_cuda_gemm(c, 1, 0, out_f, in_f, batch, 1.0f, dy, out_f, x, in_f, 1.0f, dw, in_f); // dw += dy^T x
     if (db) {
-        bias_grad_k<<<(out_f + DP_CUDA_THREADS - 1) / DP_CUDA_THREADS, DP_CUDA_THREADS, 0, dp_stream(c)>>>(batch, out_f,
+        DP_LAUNCH(bias_grad_k, (out_f + DP_CUDA_THREADS - 1) / DP_CUDA_THREADS, DP_CUDA_THREADS, 0, dp_stream(c))(batch, out_f,
                                                                                                           dy, db);
         DP_LAUNCHED("linear bias gradient");
     }

@@ -80,7 +80,7 @@ extern "C" int dp_cuda_lanes_loss(const dp_kctx *c, int n, const dp_kcall *const
         L.batch[l] = a->i[0], L.z[l] = (const float *)a->p[0], L.labels[l] = (const int32_t *)a->p[1];
         L.dz[l] = (float *)a->p[2], L.loss[l] = (float *)a->p[3], L.correct[l] = (int32_t *)a->p[4];
     }
-    xent_lanes_k<<<(unsigned)n, XENT_TILE, 0, dp_stream(c)>>>(L, calls[0]->i[1], calls[0]->f[0]);
+    DP_LAUNCH(xent_lanes_k, (unsigned)n, XENT_TILE, 0, dp_stream(c))(L, calls[0]->i[1], calls[0]->f[0]);
     DP_LAUNCHED("softmax cross-entropy lanes");
     return 1;
 }
@@ -88,7 +88,7 @@ extern "C" int dp_cuda_lanes_loss(const dp_kctx *c, int n, const dp_kcall *const
 extern "C" void dp_cuda_softmax_xent(const dp_kctx *c, int batch, int classes, const float *logits,
                                      const int32_t *labels, float grad_scale, float *dlogits, float *loss,
                                      int32_t *correct) {
-    xent_k<<<1, XENT_TILE, 0, dp_stream(c)>>>(batch, classes, logits, labels, grad_scale, dlogits, loss, correct);
+    DP_LAUNCH(xent_k, 1, XENT_TILE, 0, dp_stream(c))(batch, classes, logits, labels, grad_scale, dlogits, loss, correct);
     DP_LAUNCHED("softmax cross-entropy");
 }
 
@@ -107,6 +107,6 @@ __global__ void lane_metrics_k(int n, float *loss, const int32_t *correct, float
 }
 
 extern "C" void dp_cuda_lane_metrics(const dp_kctx *c, int n, float *loss, const int32_t *correct, float *out) {
-    lane_metrics_k<<<1, 1, 0, dp_stream(c)>>>(n, loss, correct, out);
+    DP_LAUNCH(lane_metrics_k, 1, 1, 0, dp_stream(c))(n, loss, correct, out);
     DP_LAUNCHED("lane metrics");
 }

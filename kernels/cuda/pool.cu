@@ -125,8 +125,8 @@ extern "C" int dp_cuda_lanes_pool(const dp_kctx *c, int n, const dp_kcall *const
     }
     if (!most) return 1;
     const dim3 grid(dp_blocks(most), (unsigned)n);
-    if (fwd) maxpool_fwd_lanes_k<<<grid, DP_CUDA_THREADS, 0, dp_stream(c)>>>(L, i[2], i[3], i[4], i[5], i[6], oh, ow);
-    else maxpool_bwd_lanes_k<<<grid, DP_CUDA_THREADS, 0, dp_stream(c)>>>(L, i[2], i[3], i[4], i[5], i[6], oh, ow);
+    if (fwd) DP_LAUNCH(maxpool_fwd_lanes_k, grid, DP_CUDA_THREADS, 0, dp_stream(c))(L, i[2], i[3], i[4], i[5], i[6], oh, ow);
+    else DP_LAUNCH(maxpool_bwd_lanes_k, grid, DP_CUDA_THREADS, 0, dp_stream(c))(L, i[2], i[3], i[4], i[5], i[6], oh, ow);
     DP_LAUNCHED(fwd ? "max pool forward lanes" : "max pool backward lanes");
     return 1;
 }
@@ -136,14 +136,14 @@ extern "C" void dp_cuda_maxpool_forward(const dp_kctx *c, int batch, int ch, int
     const int oh = out_size(h, k, stride, pad), ow = out_size(w, k, stride, pad);
     const size_t n = (size_t)batch * ch * oh * ow;
     if (!n || oh <= 0 || ow <= 0) return;
-    maxpool_fwd_k<<<dp_blocks(n), DP_CUDA_THREADS, 0, dp_stream(c)>>>(n, h, w, k, stride, pad, oh, ow, x, y, argmax);
+    DP_LAUNCH(maxpool_fwd_k, dp_blocks(n), DP_CUDA_THREADS, 0, dp_stream(c))(n, h, w, k, stride, pad, oh, ow, x, y, argmax);
     DP_LAUNCHED("max pool forward");
 }
 extern "C" void dp_cuda_maxpool_backward(const dp_kctx *c, int batch, int ch, int h, int w, int k, int stride, int pad,
                                          int oh, int ow, const float *dy, const int32_t *argmax, float *dx) {
     const size_t n = (size_t)batch * ch * h * w;
     if (!n || oh <= 0 || ow <= 0) return;
-    maxpool_bwd_k<<<dp_blocks(n), DP_CUDA_THREADS, 0, dp_stream(c)>>>(n, h, w, k, stride, pad, oh, ow, dy, argmax, dx);
+    DP_LAUNCH(maxpool_bwd_k, dp_blocks(n), DP_CUDA_THREADS, 0, dp_stream(c))(n, h, w, k, stride, pad, oh, ow, dy, argmax, dx);
     DP_LAUNCHED("max pool backward");
 }
 extern "C" void dp_cuda_avgpool_forward(const dp_kctx *c, int batch, int ch, int hw, const float *x, float *y) {
@@ -151,12 +151,12 @@ extern "C" void dp_cuda_avgpool_forward(const dp_kctx *c, int batch, int ch, int
     if (!planes || hw <= 0) return;
     const size_t groups = (planes + GAP_P - 1) / GAP_P;
     const unsigned grid = (unsigned)(groups < 65535 * 32 ? groups : 65535 * 32);
-    gap_fwd_k<<<grid, DP_CUDA_THREADS, 0, dp_stream(c)>>>(planes, hw, x, y);
+    DP_LAUNCH(gap_fwd_k, grid, DP_CUDA_THREADS, 0, dp_stream(c))(planes, hw, x, y);
     DP_LAUNCHED("average pool forward");
 }
 extern "C" void dp_cuda_avgpool_backward(const dp_kctx *c, int batch, int ch, int hw, const float *dy, float *dx) {
     const size_t n = (size_t)batch * ch * hw;
     if (!n) return;
-    gap_bwd_k<<<dp_blocks(n), DP_CUDA_THREADS, 0, dp_stream(c)>>>(n, hw, dy, dx);
+    DP_LAUNCH(gap_bwd_k, dp_blocks(n), DP_CUDA_THREADS, 0, dp_stream(c))(n, hw, dy, dx);
     DP_LAUNCHED("average pool backward");
 }
